@@ -1,0 +1,59 @@
+"""`inrbench` command line: one module per subcommand under ``bench.commands``.
+
+Each command module defines ``HELP`` (one line), ``add_arguments(parser)`` and
+``run(args) -> int``, and keeps heavy imports (torch, DALI) inside ``run`` so that
+``inrbench --help`` stays fast. ``InputError`` becomes one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from bench.errors import InputError
+
+# name -> module; the order is the order ``--help`` lists them in.
+COMMANDS: dict[str, str] = {
+    "datasets": "bench.commands.datasets",
+    "prepare": "bench.commands.prepare",
+    "encode": "bench.commands.encode",
+    "inspect": "bench.commands.inspect",
+    "bench": "bench.commands.bench",
+    "compare": "bench.commands.compare",
+    "perf": "bench.commands.perf",
+    "sweep": "bench.commands.sweep",
+    "report": "bench.commands.report",
+    "env": "bench.commands.env",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="inrbench",
+        description="Benchmark training input pipelines: torch-jpeg, dali, inr (Rapid-INR) and raw.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, modname in COMMANDS.items():
+        mod = importlib.import_module(modname)
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except InputError as e:
+        print(f"inrbench: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("inrbench: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

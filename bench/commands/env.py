@@ -1,0 +1,23 @@
+"""`inrbench env`: print (or save) the run metadata that every result carries."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+HELP = "print the environment record (commit, versions, which PIL, CPU, GPU) as JSON"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", help="also write it atomically to this file")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bench import envinfo
+    from bench.atomic import atomic_write_json
+
+    info = envinfo.collect()
+    print(json.dumps(info, indent=2, sort_keys=True))
+    if args.out:
+        atomic_write_json(args.out, info)
+    return 0

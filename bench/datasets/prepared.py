@@ -1,0 +1,219 @@
+"""The canonical prepared dataset on disk: written once by ``inrbench prepare``, read by everything.
+
+Layout of a prepared folder ``DIR``::
+
+    DIR/manifest.json              schema_version, source, image_size [H, W], resize_policy,
+                                   jpeg {quality, subsampling}, classes, splits {name: {count,
+                                   pixels_sha256, labels_sha256, jpeg_bytes}}, skipped [...]
+    DIR/<split>/pixels.npy         uint8  [N, H, W, 3]  RGB
+    DIR/<split>/labels.npy         int64  [N]           0 .. num_classes-1
+    DIR/<split>/jpeg/000000.jpg    one JPEG per image, index-aligned with pixels.npy
+    DIR/<split>/file_list.txt      "jpeg/000000.jpg <label>" per line (DALI ``readers.file`` format,
+                                   paths relative to DIR/<split>)
+
+``write_prepared`` builds all of it in a temp folder and renames at the end, so an
+interrupted run never leaves a folder that looks complete (no manifest = not prepared).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.atomic import atomic_dir
+from bench.errors import InputError
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class SplitData:
+    """One split in memory, as a source produces it.
+
+    images: uint8 ``[N, H, W, 3]`` RGB; labels: int64 ``[N]``; ids: one source id per image
+    (a file name or ``batch:index``) for error messages and the manifest.
+    """
+
+    images: np.ndarray
+    labels: np.ndarray
+    ids: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.images.dtype != np.uint8 or self.images.ndim != 4 or self.images.shape[-1] != 3:
+            raise ValueError(f"images must be uint8 [N,H,W,3], got {self.images.dtype} {self.images.shape}")
+        if self.labels.shape != (self.images.shape[0],):
+            raise ValueError(f"labels shape {self.labels.shape} does not match {self.images.shape[0]} images")
+
+
+def sha256_array(a: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+
+def encode_jpeg(image: np.ndarray, quality: int, subsampling: str = "4:2:0") -> bytes:
+    """uint8 ``[H, W, 3]`` -> JPEG bytes with PIL (baseline, no optimize, fixed subsampling)."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(image, "RGB").save(buf, format="JPEG", quality=int(quality), subsampling=subsampling)
+    return buf.getvalue()
+
+
+def write_prepared(
+    out: str | Path,
+    splits: Mapping[str, SplitData],
+    meta: Mapping[str, Any],
+    jpeg_quality: int = 90,
+    jpeg_subsampling: str = "4:2:0",
+    overwrite: bool = False,
+    progress: Any = None,
+) -> Path:
+    """Write a prepared dataset atomically and return its path.
+
+    Args:
+        splits: split name -> ``SplitData``; every split has the same ``[H, W]``.
+        meta: manifest fields from the source (``source``, ``classes``, ``resize_policy``, ...).
+        progress: optional callable ``progress(n_images_done)`` for a progress bar.
+    """
+    out = Path(out)
+    if not splits:
+        raise InputError("no splits to write", out)
+    shapes = {tuple(s.images.shape[1:3]) for s in splits.values()}
+    if len(shapes) != 1:
+        raise InputError(f"splits have different image sizes {sorted(shapes)}", out)
+    (h, w) = shapes.pop()
+    manifest: dict[str, Any] = dict(meta)
+    manifest.update(
+        schema_version=SCHEMA_VERSION,
+        image_size=[h, w],
+        jpeg={"quality": int(jpeg_quality), "subsampling": jpeg_subsampling, "encoder": "PIL"},
+        splits={},
+    )
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        for name, s in splits.items():
+            d = tmp / name
+            (d / "jpeg").mkdir(parents=True)
+            np.save(d / "pixels.npy", s.images)
+            np.save(d / "labels.npy", s.labels.astype(np.int64))
+            lines, jbytes = [], 0
+            for i in range(s.images.shape[0]):
+                rel = f"jpeg/{i:06d}.jpg"
+                data = encode_jpeg(s.images[i], jpeg_quality, jpeg_subsampling)
+                (d / rel).write_bytes(data)
+                jbytes += len(data)
+                lines.append(f"{rel} {int(s.labels[i])}")
+                if progress is not None:
+                    progress(1)
+            (d / "file_list.txt").write_text("\n".join(lines) + "\n")
+            manifest["splits"][name] = {
+                "count": int(s.images.shape[0]),
+                "pixels_sha256": sha256_array(s.images),
+                "labels_sha256": sha256_array(s.labels.astype(np.int64)),
+                "jpeg_bytes": jbytes,
+            }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return out
+
+
+@dataclass(frozen=True)
+class PreparedSplit:
+    """One split of a prepared dataset, memory-mapped.
+
+    images: uint8 ``[N, H, W, 3]`` (np.memmap); labels: int64 ``[N]``;
+    jpeg_paths: N absolute paths, index-aligned with ``images``.
+    """
+
+    name: str
+    root: Path
+    images: np.ndarray
+    labels: np.ndarray
+    jpeg_paths: tuple[Path, ...]
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        return int(self.images.shape[1]), int(self.images.shape[2])
+
+    @property
+    def file_list(self) -> Path:
+        """DALI-style file list (``relative/path label`` lines, relative to ``root``)."""
+        return self.root / "file_list.txt"
+
+
+@dataclass(frozen=True)
+class PreparedDataset:
+    root: Path
+    manifest: dict[str, Any]
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.manifest["classes"])
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.manifest["classes"])
+
+    @property
+    def splits(self) -> list[str]:
+        return list(self.manifest["splits"])
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        h, w = self.manifest["image_size"]
+        return int(h), int(w)
+
+    def split(self, name: str, verify: bool = False) -> PreparedSplit:
+        """Open split ``name`` (memory-mapped). ``verify`` also checks the sha256 checksums."""
+        if name not in self.manifest["splits"]:
+            raise InputError(f"no split {name!r} (has {', '.join(self.splits)})", self.root / MANIFEST)
+        info = self.manifest["splits"][name]
+        d = self.root / name
+        try:
+            images = np.load(d / "pixels.npy", mmap_mode="r")
+            labels = np.load(d / "labels.npy")
+        except (OSError, ValueError) as e:
+            raise InputError(f"cannot read split arrays: {e}", d) from None
+        n, (h, w) = info["count"], self.image_size
+        if images.shape != (n, h, w, 3) or images.dtype != np.uint8:
+            raise InputError(f"pixels.npy is {images.dtype} {images.shape}, manifest says uint8 {(n, h, w, 3)}", d / "pixels.npy")
+        if labels.shape != (n,):
+            raise InputError(f"labels.npy has {labels.shape[0]} labels, manifest says {n}", d / "labels.npy")
+        if verify:
+            for arr, key, fname in ((images, "pixels_sha256", "pixels.npy"), (labels, "labels_sha256", "labels.npy")):
+                if sha256_array(arr) != info[key]:
+                    raise InputError("checksum mismatch with manifest", d / fname)
+        paths = tuple(d / "jpeg" / f"{i:06d}.jpg" for i in range(n))
+        return PreparedSplit(name=name, root=d, images=images, labels=labels.astype(np.int64), jpeg_paths=paths)
+
+
+def open_prepared(path: str | Path) -> PreparedDataset:
+    """Open a prepared folder; a missing or foreign manifest is an ``InputError``."""
+    root = Path(path)
+    if not root.exists():
+        raise InputError("no such prepared dataset folder", root)
+    mpath = root / MANIFEST
+    if not mpath.is_file():
+        raise InputError(f"not a prepared dataset (no {MANIFEST}; run `inrbench prepare`)", root)
+    try:
+        manifest = json.loads(mpath.read_text())
+    except json.JSONDecodeError as e:
+        raise InputError(f"manifest is not valid JSON: {e}", mpath) from None
+    if manifest.get("schema_version") != SCHEMA_VERSION:
+        raise InputError(
+            f"manifest schema_version {manifest.get('schema_version')!r}, this inrbench reads {SCHEMA_VERSION}", mpath
+        )
+    return PreparedDataset(root=root, manifest=manifest)
+
+
+def iter_splits(ds: PreparedDataset, names: Iterable[str] | None = None) -> Iterable[PreparedSplit]:
+    for n in names or ds.splits:
+        yield ds.split(n)

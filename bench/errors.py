@@ -1,0 +1,17 @@
+"""Errors the CLI turns into one line on stderr and exit code 2 (no traceback)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class InputError(Exception):
+    """Bad user input: a missing path, a wrong layout, a corrupt file.
+
+    The message must name the file (when there is one) and what is wrong with it,
+    on one line. ``bench.cli`` prints ``inrbench: error: <message>`` and exits 2.
+    """
+
+    def __init__(self, message: str, path: str | Path | None = None):
+        self.path = None if path is None else Path(path)
+        super().__init__(f"{path}: {message}" if path is not None else message)

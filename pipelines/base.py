@@ -1,0 +1,173 @@
+"""The contract every loader implements: ``Augment``, ``Batch``, ``Pipeline``, ``Unavailable``, registry.
+
+A pipeline is built from a prepared dataset (``bench.datasets.prepared``), optionally an
+encoded store (the ``inr`` codec file), and a ``PipelineConfig``. Iterating it yields one
+epoch of ``Batch``es; every adapter implements the *same* ``Augment`` natively and draws
+crop and flip parameters per image. The harness only ever talks to this interface.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+if TYPE_CHECKING:
+    import torch
+
+    from bench.datasets.prepared import PreparedDataset
+
+CropKind = Literal["random-resized", "random-pad", "center"]
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class Unavailable(RuntimeError):
+    """This adapter cannot run here (no DALI, no GPU, no store); the message says why.
+
+    Raised from ``__init__``. The harness records a skip row with the reason; tests skip with it.
+    """
+
+
+@dataclass(frozen=True)
+class Augment:
+    """Per-image training augmentation, identical in meaning for every adapter.
+
+    crop: ``random-resized`` (torchvision ``RandomResizedCrop`` semantics: area fraction in
+      ``scale``, aspect ratio log-uniform in ``ratio``, 10 tries then a centre crop fallback,
+      resized to ``size``), ``random-pad`` (zero-pad by ``pad`` on every side, then a random
+      ``size`` x ``size`` window: the CIFAR recipe), or ``center`` (centre crop of the largest
+      square, resized to ``size``: evaluation).
+    flip: horizontal flip with probability 0.5, drawn per image.
+    mean/std: per-channel normalization applied to RGB in [0, 1].
+    """
+
+    crop: CropKind = "random-resized"
+    size: int = 32
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    pad: int = 4
+    flip: bool = True
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+
+    def __post_init__(self) -> None:
+        if self.crop not in ("random-resized", "random-pad", "center"):
+            raise ValueError(f"Augment.crop must be random-resized|random-pad|center, got {self.crop!r}")
+        if self.size < 1:
+            raise ValueError(f"Augment.size must be >= 1, got {self.size}")
+        if not (0 < self.scale[0] <= self.scale[1] <= 1):
+            raise ValueError(f"Augment.scale must satisfy 0 < lo <= hi <= 1, got {self.scale}")
+        if not (0 < self.ratio[0] <= self.ratio[1]):
+            raise ValueError(f"Augment.ratio must satisfy 0 < lo <= hi, got {self.ratio}")
+        if self.pad < 0:
+            raise ValueError(f"Augment.pad must be >= 0, got {self.pad}")
+        if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
+            raise ValueError("Augment.mean/std need 3 channels and std > 0")
+
+    @classmethod
+    def eval_for(cls, train: Augment) -> Augment:
+        """The evaluation transform matching a training ``Augment``: centre crop, no flip."""
+        return dataclasses.replace(train, crop="center", flip=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Everything that shapes an epoch, saved with every result row."""
+
+    batch_size: int = 256
+    augment: Augment = field(default_factory=Augment)
+    split: str = "train"
+    device: str = "cpu"
+    workers: int = 2
+    seed: int = 0
+    shuffle: bool = True
+    drop_last: bool = False
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.workers < 0:
+            raise ValueError(f"workers must be >= 0, got {self.workers}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """images: float32 ``[B, 3, size, size]`` normalized, on the device; labels: int64 ``[B]`` on the device."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+
+
+class Pipeline(abc.ABC):
+    """One way of feeding images. Subclasses register with ``@register("name")``.
+
+    Epoch ``e`` (0-based count of ``__iter__`` calls) draws its permutation and its
+    augmentation from ``seed`` and ``e`` only, so a run is reproducible.
+    """
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, data: PreparedDataset, config: PipelineConfig, store: Path | None = None):
+        self.data = data
+        self.config = config
+        self.store = store
+
+    @abc.abstractmethod
+    def __iter__(self) -> Iterator[Batch]: ...
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """Batches per epoch."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release device memory, workers and files. Idempotent."""
+
+    @abc.abstractmethod
+    def resident_bytes(self) -> dict[str, int]:
+        """Bytes this pipeline keeps resident for the dataset: ``{"device": ..., "host": ...}``."""
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_REGISTRY: dict[str, type[Pipeline]] = {}
+
+
+def register(name: str) -> Callable[[type[Pipeline]], type[Pipeline]]:
+    def deco(cls: type[Pipeline]) -> type[Pipeline]:
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise ValueError(f"pipeline {name!r} is already registered by {_REGISTRY[name].__qualname__}")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def names() -> list[str]:
+    """Registered pipeline names (importing ``pipelines`` registers the built-in ones)."""
+    return sorted(_REGISTRY)
+
+
+def create(name: str, data: PreparedDataset, config: PipelineConfig, store: Path | None = None) -> Pipeline:
+    """Build pipeline ``name``; unknown names fail loudly with the known ones listed.
+
+    Raises ``Unavailable`` when the adapter cannot run here.
+    """
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown pipeline {name!r}; known: {', '.join(names())}")
+    return _REGISTRY[name](data, config, store=store)

@@ -1,0 +1,21 @@
+"""Shared fixtures. Tests are CPU-only by default; ``@pytest.mark.gpu`` tests skip with the reason."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Two cores on CI: keep torch from oversubscribing when pytest runs helpers/subprocesses.
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="no CUDA device on this machine (gpu-marked test)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
