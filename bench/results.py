@@ -1,0 +1,289 @@
+"""Results as data: one tidy row per observation, one folder per run, merged views on top.
+
+Schema (``RESULTS_SCHEMA_VERSION`` = 1). Every row has these columns, in this order:
+
+=================  ========  ===========================================================
+column             dtype     meaning
+=================  ========  ===========================================================
+schema_version     Int64     ``RESULTS_SCHEMA_VERSION`` of the writer
+run_id             string    one ``inrbench bench`` invocation (``<utc>-<pipeline>-<mode>-<hex>``)
+pipeline           string    registry name (``raw``, ``torch-jpeg``, ``dali``, ``inr``, ...)
+dataset            string    prepared dataset (its folder name)
+mode               string    ``loader`` | ``replay`` | ``train``
+repeat             Int64     0-based repeat index; <NA> for run-level rows (skip/error, eval)
+epoch              Int64     0-based epoch index within the repeat (warm-up epochs come first
+                             and carry their own metric names); <NA> for per-repeat rows
+metric             string    e.g. ``epoch_s``, ``images_per_s``, ``ttfb_s``, ``cpu_cores_busy``
+value              float64   the number; NaN only on skip/error rows
+unit               string    ``s``, ``img/s``, ``bytes``, ``cores``, ``%``, ``1`` (ratio), ...
+status             string    ``ok`` | ``skip`` | ``error``
+reason             string    why a row is skip/error (empty for ok rows)
+cfg.<key>          any       the run's resolved config, flattened with ``.`` (nested dicts);
+                             lists/tuples are stored as JSON text (e.g. ``[0.08, 1.0]``)
+=================  ========  ===========================================================
+
+A skipped run (pipeline ``Unavailable``) or a failed run (crash, out of memory) is ONE row
+with ``status`` skip/error, ``metric == "run"``, ``value`` NaN and the reason. A run's ok
+rows are written together when the run has finished, so a crash never leaves a partial set
+of rows that reads as a result. Rows are raw samples (one per repeat/epoch); statistics over
+repeats (median, IQR) are computed on read by ``summarize``, never stored in place of them.
+
+Storage layout under a results folder ``OUT`` (chosen so concurrent runs never lose rows)::
+
+    OUT/runs/<run_id>/rows.csv     the run's rows: written once, atomically (the source of truth)
+    OUT/runs/<run_id>/config.json  the resolved config (also flattened into the rows' cfg.*)
+    OUT/runs/<run_id>/env.json     ``bench.envinfo.collect()`` (``write_env``)
+    OUT/results.csv                merged view of every runs/*/rows.csv, rebuilt atomically
+                                   (temp file + rename) after each run
+    OUT/results.parquet            the same view, when pyarrow is importable
+
+``read_results(OUT)`` reads ``runs/*/rows.csv`` (not the views), so a view that is stale
+because two runs finished at once is harmless; the next ``write_run`` rebuilds it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.atomic import atomic_write_bytes, atomic_write_json
+from bench.errors import InputError
+
+RESULTS_SCHEMA_VERSION = 1
+STATUSES = ("ok", "skip", "error")
+MODES = ("loader", "replay", "train")
+CFG_PREFIX = "cfg."
+
+# Core columns and their pandas dtypes, in file order; cfg.* columns follow, sorted.
+CORE_COLUMNS: dict[str, str] = {
+    "schema_version": "Int64",
+    "run_id": "string",
+    "pipeline": "string",
+    "dataset": "string",
+    "mode": "string",
+    "repeat": "Int64",
+    "epoch": "Int64",
+    "metric": "string",
+    "value": "float64",
+    "unit": "string",
+    "status": "string",
+    "reason": "string",
+}
+
+RUNS_DIR = "runs"
+ROWS_FILE = "rows.csv"
+CONFIG_FILE = "config.json"
+ENV_FILE = "env.json"
+MERGED_CSV = "results.csv"
+MERGED_PARQUET = "results.parquet"
+
+
+def new_run_id(pipeline: str, mode: str) -> str:
+    """``<UTC yyyymmddThhmmss>-<pipeline>-<mode>-<6 hex>``: sortable by time, unique."""
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{pipeline}-{mode}-{secrets.token_hex(3)}"
+
+
+def flatten_config(config: Mapping[str, Any], prefix: str = CFG_PREFIX) -> dict[str, Any]:
+    """Nested dict -> ``{"cfg.a.b": scalar}``; lists/tuples -> JSON text; None stays None."""
+    out: dict[str, Any] = {}
+    for key, val in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(val, Mapping):
+            out.update(flatten_config(val, prefix=name + "."))
+        elif isinstance(val, (list, tuple)):
+            out[name] = json.dumps(list(val))
+        elif val is None or isinstance(val, (bool, int, float, str)):
+            out[name] = val
+        else:
+            out[name] = str(val)
+    return out
+
+
+@dataclass
+class RunRows:
+    """Collects one run's rows in memory; nothing touches disk until ``write_run``.
+
+    ``add`` records an ok observation. ``skip``/``error`` replace everything collected so
+    far with the single status row, so a failed run can never carry partial results.
+    """
+
+    run_id: str
+    pipeline: str
+    dataset: str
+    mode: str
+    config: Mapping[str, Any] = field(default_factory=dict)
+    _rows: list[dict[str, Any]] = field(default_factory=list)
+    status: str = "ok"
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+
+    def _base(self) -> dict[str, Any]:
+        return {
+            "schema_version": RESULTS_SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "pipeline": self.pipeline,
+            "dataset": self.dataset,
+            "mode": self.mode,
+        }
+
+    def add(self, metric: str, value: float, unit: str, repeat: int | None = None,
+            epoch: int | None = None) -> None:
+        if self.status != "ok":
+            raise RuntimeError(f"run {self.run_id} is already marked {self.status}")
+        value = float(value)
+        if not math.isfinite(value):
+            raise ValueError(f"metric {metric!r} is not finite ({value}); record an error instead")
+        self._rows.append({**self._base(), "repeat": repeat, "epoch": epoch, "metric": metric,
+                           "value": value, "unit": unit, "status": "ok", "reason": ""})
+
+    def _mark(self, status: str, reason: str) -> None:
+        reason = " ".join(str(reason).split()) or status  # one line, never empty
+        self.status = status
+        self._rows = [{**self._base(), "repeat": None, "epoch": None, "metric": "run",
+                       "value": float("nan"), "unit": "", "status": status, "reason": reason}]
+
+    def skip(self, reason: str) -> None:
+        self._mark("skip", reason)
+
+    def error(self, reason: str) -> None:
+        self._mark("error", reason)
+
+    def rows(self) -> list[dict[str, Any]]:
+        cfg = flatten_config(self.config)
+        return [{**r, **cfg} for r in self._rows]
+
+
+def _frame(rows: Sequence[Mapping[str, Any]]):
+    """Rows -> DataFrame with the core dtypes and the core columns first."""
+    import pandas as pd
+
+    df = pd.DataFrame(list(rows))
+    for col in CORE_COLUMNS:
+        if col not in df.columns:
+            df[col] = None
+    cfg_cols = sorted(c for c in df.columns if c.startswith(CFG_PREFIX))
+    extra = sorted(c for c in df.columns if c not in CORE_COLUMNS and c not in cfg_cols)
+    if extra:
+        raise ValueError(f"unknown result columns {extra}; add them to the schema or cfg.*")
+    df = df[list(CORE_COLUMNS) + cfg_cols]
+    return _apply_dtypes(df)
+
+
+def _apply_dtypes(df):
+    import pandas as pd
+
+    for col, dtype in CORE_COLUMNS.items():
+        if dtype == "Int64":
+            df[col] = pd.to_numeric(df[col], errors="raise").astype("Int64")
+        elif dtype == "float64":
+            df[col] = pd.to_numeric(df[col], errors="raise").astype("float64")
+        else:
+            df[col] = df[col].astype("string")
+    # An ok row has an empty reason; CSV reads "" back as NA: normalize both ways to "".
+    df["reason"] = df["reason"].fillna("")
+    return df
+
+
+def write_run(out: str | Path, run: RunRows) -> Path:
+    """Write a finished run's rows (atomically, all at once) and rebuild the merged views.
+
+    Returns the run folder ``out/runs/<run_id>``.
+    """
+    rows = run.rows()
+    if not rows:
+        raise ValueError(f"run {run.run_id} has no rows; record ok metrics, a skip or an error")
+    run_dir = Path(out) / RUNS_DIR / run.run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(run_dir / CONFIG_FILE, dict(run.config))
+    df = _frame(rows)
+    atomic_write_bytes(run_dir / ROWS_FILE, df.to_csv(index=False).encode("utf-8"))
+    rebuild_views(out)
+    return run_dir
+
+
+def write_env(run_dir: str | Path, env: Mapping[str, Any] | None = None) -> Path:
+    """Write ``env.json`` (``bench.envinfo.collect()`` unless given) atomically into ``run_dir``."""
+    if env is None:
+        from bench import envinfo
+
+        env = envinfo.collect()
+    path = Path(run_dir) / ENV_FILE
+    atomic_write_json(path, dict(env))
+    return path
+
+
+def _read_rows_csv(path: Path):
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path, dtype={c: "string" for c, t in CORE_COLUMNS.items() if t == "string"},
+                         keep_default_na=True)
+    except (OSError, ValueError) as e:
+        raise InputError(f"cannot read results rows: {e}", path) from None
+    missing = [c for c in CORE_COLUMNS if c not in df.columns]
+    if missing:
+        raise InputError(f"not a results file (missing columns {missing})", path)
+    versions = set(pd.to_numeric(df["schema_version"], errors="coerce").dropna().astype(int))
+    if versions and versions != {RESULTS_SCHEMA_VERSION}:
+        raise InputError(
+            f"results schema_version {sorted(versions)}, this inrbench reads {RESULTS_SCHEMA_VERSION}", path
+        )
+    return df
+
+
+def read_results(out: str | Path):
+    """Every run's rows under ``out`` as one DataFrame (core dtypes as in the schema table).
+
+    Reads ``out/runs/*/rows.csv`` (the source of truth). cfg.* columns keep the dtypes pandas
+    infers from CSV; a config key absent from some runs is NA there. Raises ``InputError``
+    when ``out`` is missing or holds no runs, or a file is not a results file of this schema.
+    """
+    import pandas as pd
+
+    out = Path(out)
+    if not out.is_dir():
+        raise InputError("no such results folder", out)
+    files = sorted((out / RUNS_DIR).glob(f"*/{ROWS_FILE}"))
+    if not files:
+        raise InputError(f"no results (no {RUNS_DIR}/*/{ROWS_FILE}; run `inrbench bench --out {out}`)", out)
+    df = pd.concat([_read_rows_csv(f) for f in files], ignore_index=True)
+    cfg_cols = sorted(c for c in df.columns if c.startswith(CFG_PREFIX))
+    return _apply_dtypes(df[list(CORE_COLUMNS) + cfg_cols].copy())
+
+
+def rebuild_views(out: str | Path) -> None:
+    """Rebuild ``results.csv`` (and ``results.parquet`` when pyarrow is importable) atomically."""
+    out = Path(out)
+    df = read_results(out)
+    atomic_write_bytes(out / MERGED_CSV, df.to_csv(index=False).encode("utf-8"))
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return
+    import io
+
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    atomic_write_bytes(out / MERGED_PARQUET, buf.getvalue())
+
+
+def summarize(df, by: Iterable[str] = ("run_id", "pipeline", "dataset", "mode", "metric", "unit")):
+    """Median, quartiles, IQR and sample count of ``value`` over the ok rows, grouped by ``by``.
+
+    Returns a DataFrame with ``by`` columns plus ``median, q25, q75, iqr, n``. Skip/error
+    rows are excluded (they are never averaged in); report them from ``df.status``.
+    """
+    ok = df[df["status"] == "ok"]
+    g = ok.groupby(list(by), dropna=False, sort=True)["value"]
+    res = g.agg(median="median", q25=lambda s: s.quantile(0.25), q75=lambda s: s.quantile(0.75),
+                n="count").reset_index()
+    res["iqr"] = res["q75"] - res["q25"]
+    return res[[*by, "median", "q25", "q75", "iqr", "n"]]
