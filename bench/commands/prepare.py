@@ -1,0 +1,54 @@
+"""`inrbench prepare SOURCE`: read a dataset once and write the canonical prepared folder."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "read a dataset source once and write pixels + labels, a JPEG tree and manifest.json"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", metavar="SOURCE", help="dataset source (see `inrbench datasets`)")
+    p.add_argument("--root", help="folder holding the dataset (not for built-in photos/synthetic)")
+    p.add_argument("--out", required=True, help="output folder (written atomically)")
+    p.add_argument("--size", type=int, help="output side S, images are S x S (default: the source's)")
+    p.add_argument("--limit", type=int, help="at most N images per split (a seeded subset)")
+    p.add_argument("--jpeg-quality", type=int, default=90, help="JPEG quality of the JPEG tree (default 90)")
+    p.add_argument("--on-error", choices=("fail", "skip"), default="fail",
+                   help="an unreadable image: stop (default) or skip it and list it in the manifest")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
+    p.add_argument("--resize-policy", choices=("shorter-side-center-crop", "resize"),
+                   help="how file images become S x S (default shorter-side-center-crop)")
+    p.add_argument("--per-class", type=int, help="photos/synthetic: images per class (default 50)")
+    p.add_argument("--num-classes", type=int, help="synthetic: number of classes (default 10)")
+    p.add_argument("--val-fraction", type=float,
+                   help="held-out fraction per class where a source splits by ratio")
+    p.add_argument("--workers", type=int, help="decode threads (default min(8, CPUs))")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    from bench.datasets.config import PrepareConfig
+    from bench.datasets.prepare import prepare_config
+    from bench.datasets.prepared import open_prepared
+
+    t0 = time.perf_counter()
+    cfg = PrepareConfig(
+        source=args.source, root=args.root, size=args.size, limit=args.limit,
+        jpeg_quality=args.jpeg_quality, on_error=args.on_error, seed=args.seed,
+        resize_policy=args.resize_policy, per_class=args.per_class, num_classes=args.num_classes,
+        val_fraction=args.val_fraction, workers=args.workers,
+    )
+    out = prepare_config(cfg, args.out, overwrite=args.overwrite, progress=True)
+    wall = time.perf_counter() - t0
+    ds = open_prepared(out)
+    h, w = ds.image_size
+    nbytes = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    counts = ", ".join(f"{n} {ds.manifest['splits'][n]['count']}" for n in ds.splits)
+    skipped = len(ds.manifest.get("skipped", []))
+    print(f"prepared {ds.manifest['source']} -> {out}")
+    print(f"  splits: {counts}; {ds.num_classes} classes; {h}x{w}; resize {ds.manifest['resize_policy']}")
+    print(f"  size on disk: {nbytes / 1e6:.1f} MB; skipped: {skipped}; wall time: {wall:.1f} s")
+    return 0

@@ -1,0 +1,62 @@
+"""``PrepareConfig``: every knob of ``inrbench prepare``, validated once and saved in the manifest."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from bench.errors import InputError
+
+RESIZE_POLICIES = ("shorter-side-center-crop", "resize")
+ON_ERROR = ("fail", "skip")
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    """Options of one ``prepare`` run. ``None`` means "the source's default".
+
+    source: registered source name; root: input folder (``None`` for built-in sources);
+    size: output side S (images are S x S); limit: at most this many images per split
+    (a seeded subset, taken before decoding); jpeg_quality: 1..100 for the JPEG tree;
+    on_error: ``fail`` on the first unreadable image, or ``skip`` it and list it in the
+    manifest; seed: every random choice (crops, subsets, ratio splits) derives from it;
+    resize_policy: one of ``RESIZE_POLICIES``; per_class: images per class for generated
+    sources (``photos``, ``synthetic``); num_classes: classes for ``synthetic``;
+    val_fraction: held-out fraction per class where a source splits by ratio.
+    """
+
+    source: str
+    root: str | None = None
+    size: int | None = None
+    limit: int | None = None
+    jpeg_quality: int = 90
+    on_error: str = "fail"
+    seed: int = 0
+    resize_policy: str | None = None
+    per_class: int | None = None
+    num_classes: int | None = None
+    val_fraction: float | None = None
+    workers: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.size is not None and not 8 <= self.size <= 4096:
+            raise InputError(f"--size must be between 8 and 4096, got {self.size}")
+        if self.limit is not None and self.limit < 1:
+            raise InputError(f"--limit must be >= 1, got {self.limit}")
+        if not 1 <= self.jpeg_quality <= 100:
+            raise InputError(f"--jpeg-quality must be between 1 and 100, got {self.jpeg_quality}")
+        if self.on_error not in ON_ERROR:
+            raise InputError(f"--on-error must be one of {ON_ERROR}, got {self.on_error!r}")
+        if self.resize_policy is not None and self.resize_policy not in RESIZE_POLICIES:
+            raise InputError(f"--resize-policy must be one of {RESIZE_POLICIES}, got {self.resize_policy!r}")
+        if self.per_class is not None and self.per_class < 2:
+            raise InputError(f"--per-class must be >= 2 (one train and one test image), got {self.per_class}")
+        if self.num_classes is not None and self.num_classes < 2:
+            raise InputError(f"--num-classes must be >= 2, got {self.num_classes}")
+        if self.val_fraction is not None and not 0.0 < self.val_fraction < 1.0:
+            raise InputError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
+        if self.workers is not None and self.workers < 1:
+            raise InputError(f"--workers must be >= 1, got {self.workers}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,124 @@
+"""``prepare_dataset``: read a source once and write the canonical prepared folder.
+
+    from bench.datasets.prepare import prepare_dataset
+    path = prepare_dataset("photos", out="/tmp/p32", size=32)          # built in
+    path = prepare_dataset("cifar10", out="data/c10", root="~/cifar-10-batches-py")
+
+The folder layout is ``bench.datasets.prepared`` (``open_prepared(path)`` reads it). The
+write is atomic: an interrupted run leaves no output folder.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from bench.datasets.config import RESIZE_POLICIES, PrepareConfig
+from bench.datasets.prepared import write_prepared
+from bench.datasets.resize import resample_info
+from bench.datasets.sources import get_source
+from bench.errors import InputError
+
+
+def resolve(cfg: PrepareConfig) -> PrepareConfig:
+    """Fill the source's defaults (size, resize policy) and check ``root``; returns a new config."""
+    src = get_source(cfg.source)
+    policy = cfg.resize_policy
+    if src.default_resize_policy in RESIZE_POLICIES:
+        policy = policy or src.default_resize_policy
+    elif policy is not None:
+        raise InputError(f"source {cfg.source!r} makes its own images; --resize-policy does not apply")
+    root = cfg.root
+    if src.needs_root:
+        if root is None:
+            raise InputError(f"source {cfg.source!r} needs --root (the folder holding the dataset)")
+        p = Path(root).expanduser()
+        if not p.exists():
+            raise InputError("no such file or folder", p)
+        if not p.is_dir():
+            raise InputError("not a folder", p)
+        root = str(p.resolve())
+    elif root is not None:
+        raise InputError(f"source {cfg.source!r} is built in and takes no --root")
+    size = cfg.size if cfg.size is not None else src.default_size
+    return PrepareConfig(**{**cfg.to_dict(), "root": root, "size": size, "resize_policy": policy})
+
+
+def prepare_config(cfg: PrepareConfig, out: str | Path, overwrite: bool = False, progress: bool = False) -> Path:
+    """Run one prepare described by ``cfg`` into ``out``; returns ``out``."""
+    out = Path(out).expanduser()
+    if out.exists() and not overwrite:
+        raise InputError("output folder already exists (pass --overwrite to replace it)", out)
+    cfg = resolve(cfg)
+    src = get_source(cfg.source)
+    bar = _bar(progress, f"{cfg.source}: read")
+    try:
+        loaded = src.load(cfg, progress=bar.update if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    meta: dict[str, Any] = {
+        "source": cfg.source,
+        "root": cfg.root,
+        "classes": list(loaded.classes),
+        "resize_policy": cfg.resize_policy or src.default_resize_policy,
+        "resample": resample_info(),
+        "config": cfg.to_dict(),
+        "skipped": list(loaded.skipped),
+        "source_meta": dict(loaded.meta),
+    }
+    total = sum(int(s.labels.shape[0]) for s in loaded.splits.values())
+    for name, s in loaded.splits.items():
+        if s.labels.shape[0] == 0:
+            raise InputError(f"split {name!r} has no images after reading{' and skipping' if loaded.skipped else ''}", cfg.root)
+    bar = _bar(progress, f"{cfg.source}: write", total)
+    try:
+        return write_prepared(
+            out, loaded.splits, meta, jpeg_quality=cfg.jpeg_quality, overwrite=overwrite,
+            progress=bar.update if bar is not None else None,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def prepare_dataset(
+    source: str,
+    out: str | Path,
+    root: str | Path | None = None,
+    *,
+    size: int | None = None,
+    limit: int | None = None,
+    jpeg_quality: int = 90,
+    on_error: str = "fail",
+    seed: int = 0,
+    resize_policy: str | None = None,
+    per_class: int | None = None,
+    num_classes: int | None = None,
+    val_fraction: float | None = None,
+    workers: int | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> Path:
+    """Prepare ``source`` into ``out`` and return ``out`` (see ``PrepareConfig`` for the knobs)."""
+    cfg = PrepareConfig(
+        source=source, root=None if root is None else str(root), size=size, limit=limit,
+        jpeg_quality=jpeg_quality, on_error=on_error, seed=seed, resize_policy=resize_policy,
+        per_class=per_class, num_classes=num_classes, val_fraction=val_fraction, workers=workers,
+    )
+    return prepare_config(cfg, out, overwrite=overwrite, progress=progress)
+
+
+def default_workers(cfg: PrepareConfig) -> int:
+    """Decode threads: ``--workers`` or min(8, CPUs)."""
+    return cfg.workers or min(8, os.cpu_count() or 1)
+
+
+def _bar(enabled: bool, desc: str, total: int | None = None):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    # disable=None: no bar when stderr is not a terminal (logs, CI, tests).
+    return tqdm(total=total, desc=desc, unit="img", disable=None, leave=False)

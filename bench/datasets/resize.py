@@ -1,0 +1,74 @@
+"""The one resize used by ``prepare``: Pillow, bicubic, antialiased.
+
+Policies (recorded in the manifest as ``resize_policy``):
+
+- ``shorter-side-center-crop`` (default for the 224 x 224 sets): take the centred square
+  whose side is the image's shorter side and resample it to S x S. This equals "resize the
+  shorter side to S, then centre-crop S x S" (torchvision ``Resize(S)`` + ``CenterCrop(S)``)
+  up to sub-pixel rounding of the crop box, in one resampling step.
+- ``resize``: resample the whole image to S x S directly (aspect ratio not kept).
+
+Pillow's ``Image.resize`` with ``BICUBIC`` widens its kernel by the downscale factor, so a
+downscale is antialiased. Pixels can differ by a few levels between Pillow and pillow-simd;
+the manifest records which PIL did the work.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image
+
+FILTER = "bicubic"
+
+
+def resample_info() -> dict[str, str]:
+    """Manifest record of how images were resampled."""
+    import PIL
+
+    return {"library": "PIL", "pil_version": PIL.__version__, "filter": FILTER, "antialias": "yes"}
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """Any PIL mode (L, P, RGBA, CMYK, I;16, ...) -> RGB."""
+    if img.mode == "RGB":
+        return img
+    if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+        # Composite on black so transparent pixels are defined.
+        rgba = img.convert("RGBA")
+        bg = Image.new("RGBA", rgba.size, (0, 0, 0, 255))
+        return Image.alpha_composite(bg, rgba).convert("RGB")
+    if img.mode.startswith("I;16") or img.mode in ("I", "F"):
+        a = np.asarray(img, dtype=np.float64)
+        hi = 65535.0 if img.mode.startswith("I;16") or a.max() > 255 else 255.0
+        return Image.fromarray(np.clip(a / hi * 255.0 + 0.5, 0, 255).astype(np.uint8)).convert("RGB")
+    return img.convert("RGB")
+
+
+def resize_image(img: Image.Image | np.ndarray, size: int | None, policy: str) -> np.ndarray:
+    """PIL image or uint8 ``[H, W, 3]`` -> uint8 ``[S, S, 3]`` RGB (``size=None``: no resampling)."""
+    if isinstance(img, np.ndarray):
+        img = Image.fromarray(img)
+    img = to_rgb(img)
+    w, h = img.size
+    if size is None:
+        if w != h:
+            raise ValueError(f"image is {w}x{h}; a non-square source needs a size")
+        return np.asarray(img, dtype=np.uint8)
+    if policy == "shorter-side-center-crop":
+        m = min(w, h)
+        left, top = (w - m) / 2.0, (h - m) / 2.0
+        box = (left, top, left + m, top + m)
+    elif policy == "resize":
+        box = (0.0, 0.0, float(w), float(h))
+    else:
+        raise ValueError(f"unknown resize policy {policy!r}")
+    if (w, h) == (size, size) and box == (0.0, 0.0, float(w), float(h)):
+        return np.asarray(img, dtype=np.uint8)
+    out = img.resize((size, size), Image.Resampling.BICUBIC, box=box)
+    return np.asarray(out, dtype=np.uint8)
+
+
+def crop_resize(img: Image.Image, box: tuple[float, float, float, float], size: int) -> np.ndarray:
+    """Crop ``box`` = (left, top, right, bottom) (float pixels) and resample to uint8 ``[S, S, 3]``."""
+    out = to_rgb(img).resize((size, size), Image.Resampling.BICUBIC, box=box)
+    return np.asarray(out, dtype=np.uint8)

@@ -1,0 +1,86 @@
+"""Dataset source registry: ``@register_source("name")`` on a ``Source`` subclass.
+
+A source reads one on-disk format (or generates images) and returns the canonical
+splits in memory (``Loaded``); ``bench.datasets.prepare`` writes them with
+``write_prepared``. Adding a source is one module listed in ``_MODULES`` plus its tests.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from bench.datasets.config import PrepareConfig
+from bench.datasets.prepared import SplitData
+from bench.errors import InputError
+
+# Modules that define sources, imported on first use (keeps ``inrbench --help`` fast).
+_MODULES = (
+    "bench.datasets.photos",
+    "bench.datasets.synthetic",
+)
+
+_REGISTRY: dict[str, type[Source]] = {}
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What a source returns.
+
+    splits: split name -> ``SplitData`` (uint8 ``[N, S, S, 3]`` + int64 labels ``[N]``);
+    classes: class names, index = label; skipped: ``{"file", "error"}`` per skipped input;
+    meta: source-specific manifest fields (how splits were made, counts before ``limit``, ...).
+    """
+
+    splits: dict[str, SplitData]
+    classes: list[str]
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Source:
+    """One dataset source. Subclasses set the class attributes and implement ``load``."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    needs_root: ClassVar[bool] = True
+    #: image side when ``--size`` is not given; ``None`` keeps the native size (CIFAR: 32).
+    default_size: ClassVar[int | None] = 224
+    #: resize policy when ``--resize-policy`` is not given.
+    default_resize_policy: ClassVar[str] = "shorter-side-center-crop"
+
+    def load(self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None) -> Loaded:
+        """Read (or generate) every split. ``progress(n)`` is called as images are done."""
+        raise NotImplementedError
+
+
+def register_source(name: str) -> Callable[[type[Source]], type[Source]]:
+    def deco(cls: type[Source]) -> type[Source]:
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise ValueError(f"dataset source {name!r} registered twice")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def _import_all() -> None:
+    for m in _MODULES:
+        importlib.import_module(m)
+
+
+def source_names() -> list[str]:
+    """Registered source names, sorted."""
+    _import_all()
+    return sorted(_REGISTRY)
+
+
+def get_source(name: str) -> Source:
+    """An instance of source ``name``; unknown names are an ``InputError`` listing the known ones."""
+    _import_all()
+    if name not in _REGISTRY:
+        raise InputError(f"unknown dataset source {name!r} (known: {', '.join(sorted(_REGISTRY))})")
+    return _REGISTRY[name]()
