@@ -1,0 +1,62 @@
+"""`inrbench sweep NAME|FILE.yaml`: run a grid of inrbench commands, resumable, then its report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = "run a sweep (demo, paper, design-space or a YAML file) cell by cell, resumable, then report"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sweep", metavar="NAME|FILE.yaml",
+                   help="a built-in sweep (demo, paper, design-space) or a sweep YAML file")
+    p.add_argument("--data-root", metavar="DIR",
+                   help="folder holding the source datasets (relative 'root' fields are taken under it)")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="override the sweep's device")
+    p.add_argument("--out", metavar="DIR", help="results folder (default: runs/<sweep name>)")
+    p.add_argument("--report", metavar="DIR",
+                   help="where the report goes (default: reports/<sweep name>)")
+    p.add_argument("--no-report", action="store_true", help="do not build the report at the end")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an existing results folder (a plain rerun also never redoes finished cells)")
+    p.add_argument("--list", action="store_true", help="print the resolved cells and their commands, run nothing")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from bench.sweep.runner import run_sweep
+    from bench.sweep.spec import load_sweep
+
+    cfg = load_sweep(args.sweep, device=args.device)
+    out = Path(args.out or Path("runs") / cfg.name)
+    if args.list:
+        _print_cells(cfg, out, args.data_root)
+        return 0
+    summary = run_sweep(cfg, out, data_root=args.data_root, resume=args.resume,
+                        progress=not args.no_progress)
+    counts = {s: list(summary.status.values()).count(s) for s in ("ok", "skip", "error")}
+    print(f"sweep {cfg.name}: {len(summary.status)} cells ({counts['ok']} ok, {counts['skip']} skip, "
+          f"{counts['error']} error; {len(summary.kept)} kept from before) in {summary.wall_s:.1f} s -> {out}")
+    if cfg.report and not args.no_report:
+        from bench.report import build_report
+
+        report_dir = Path(args.report or Path("reports") / cfg.name)
+        build_report(out, report_dir)
+        print(f"report -> {report_dir / 'README.md'}")
+    if summary.errors:
+        print(f"failed cells: {', '.join(summary.errors)} (see {out}/cells/<id>/stderr.log)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_cells(cfg, out: Path, data_root: str | None) -> None:
+    from bench.sweep.runner import SweepContext
+
+    ctx = SweepContext(out=out.resolve(), data_root=Path(data_root).resolve() if data_root else None,
+               cells=cfg.by_id())
+    for c in cfg.cells:
+        deps = f"  <- {', '.join(c.deps())}" if c.deps() else ""
+        print(f"{c.id} [{c.kind}]{deps}\n    inrbench {' '.join(c.argv(ctx))}")

@@ -1,0 +1,135 @@
+"""The on-disk layout of a sweep's results folder, and reading it back.
+
+::
+
+    OUT/sweep.json                the resolved sweep (every cell's fields, argv and hash)
+    OUT/env.json                  ``bench.envinfo.collect()`` at the start of the last run
+    OUT/results.csv               merged view: every finished cell's rows + one status row per cell
+    OUT/cells/<id>/               one folder per cell: its outputs, stdout.log, stderr.log
+    OUT/cells/<id>/cell.json      the completion marker, written atomically *after* the outputs
+
+A cell folder without ``cell.json`` is a killed or running cell: it is never read, and the
+next run discards and redoes it. Status rows use the results schema (``bench.results``):
+``run_id = "sweep:<id>"``, ``metric = "cell_s"`` (the cell's wall time, NaN unless ok),
+``mode`` = the bench mode or the cell kind, ``status``/``reason`` from the marker.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.atomic import atomic_write_bytes
+from bench.errors import InputError
+
+SWEEP_FILE = "sweep.json"
+ENV_FILE = "env.json"
+CELLS_DIR = "cells"
+MARKER = "cell.json"
+MERGED_CSV = "results.csv"
+STATUS_METRIC = "cell_s"
+
+
+def is_sweep_dir(out: str | Path) -> bool:
+    return (Path(out) / SWEEP_FILE).is_file()
+
+
+def read_marker(cell_dir: Path) -> dict[str, Any] | None:
+    """The completion marker, or ``None`` when the cell never finished (or the marker is unreadable)."""
+    try:
+        return json.loads((cell_dir / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def finished_cells(out: str | Path) -> list[tuple[Path, dict[str, Any]]]:
+    """``(cell_dir, marker)`` for every finished cell, in the sweep's cell order."""
+    out = Path(out)
+    order: list[str] = []
+    try:
+        order = [c["id"] for c in json.loads((out / SWEEP_FILE).read_text())["cells"]]
+    except (OSError, ValueError, KeyError):
+        pass
+    dirs = {p.name: p for p in (out / CELLS_DIR).glob("*") if p.is_dir()}
+    ids = [i for i in order if i in dirs] + sorted(set(dirs) - set(order))
+    res = []
+    for i in ids:
+        m = read_marker(dirs[i])
+        if m is not None:
+            res.append((dirs[i], m))
+    return res
+
+
+def status_row(marker: dict[str, Any]) -> dict[str, Any]:
+    """One tidy row (results schema) for a finished cell."""
+    from bench.results import RESULTS_SCHEMA_VERSION
+
+    ok = marker["status"] == "ok"
+    return {
+        "schema_version": RESULTS_SCHEMA_VERSION,
+        "run_id": f"sweep:{marker['id']}",
+        "pipeline": marker.get("pipeline", ""),
+        "dataset": marker.get("dataset", ""),
+        "mode": marker.get("mode", ""),
+        "repeat": None,
+        "epoch": None,
+        "metric": STATUS_METRIC,
+        "value": float(marker["wall_s"]) if ok else float("nan"),
+        "unit": "s",
+        "status": marker["status"],
+        "reason": "" if ok else marker.get("reason", "") or marker["status"],
+        "cfg.sweep.cell": marker["id"],
+        "cfg.sweep.kind": marker.get("kind", ""),
+    }
+
+
+def cell_rows(cell_dir: Path):
+    """The result rows a finished cell wrote itself (``inrbench bench`` layout), or ``None``."""
+    from bench import results as R
+
+    if not (cell_dir / R.RUNS_DIR).is_dir() or not any((cell_dir / R.RUNS_DIR).glob(f"*/{R.ROWS_FILE}")):
+        return None
+    return R.read_results(cell_dir)
+
+
+def read_sweep_results(out: str | Path):
+    """Every finished cell's own rows plus one status row per finished cell, as one DataFrame."""
+    import pandas as pd
+
+    from bench import results as R
+
+    out = Path(out)
+    if not is_sweep_dir(out):
+        raise InputError(f"not a sweep results folder (no {SWEEP_FILE})", out)
+    frames = []
+    status = []
+    for cell_dir, marker in finished_cells(out):
+        df = cell_rows(cell_dir)
+        if df is not None:
+            df = df.copy()
+            df["cfg.sweep.cell"] = marker["id"]
+            df["cfg.sweep.kind"] = marker.get("kind", "")
+            frames.append(df)
+        status.append(status_row(marker))
+    if status:
+        frames.append(pd.DataFrame(status))
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in R.CORE_COLUMNS.items()})
+    df = pd.concat(frames, ignore_index=True)
+    cfg_cols = sorted(c for c in df.columns if c.startswith(R.CFG_PREFIX))
+    df = df[list(R.CORE_COLUMNS) + cfg_cols].copy()
+    for col, dtype in R.CORE_COLUMNS.items():
+        if dtype == "Int64":
+            df[col] = pd.to_numeric(df[col]).astype("Int64")
+        elif dtype == "float64":
+            df[col] = pd.to_numeric(df[col]).astype("float64")
+        else:
+            df[col] = df[col].astype("string")
+    df["reason"] = df["reason"].fillna("")
+    return df
+
+
+def write_merged(out: str | Path) -> None:
+    df = read_sweep_results(out)
+    atomic_write_bytes(Path(out) / MERGED_CSV, df.to_csv(index=False).encode("utf-8"))

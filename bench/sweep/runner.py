@@ -1,0 +1,256 @@
+"""Run a sweep cell by cell: one subprocess per cell, a marker per finished cell, never a lost one.
+
+Protocol per cell (in file order, which is dependency order):
+
+1. A marker with the same hash and a final status (``ok``, or ``skip`` not caused by a
+   dependency) -> the cell is finished: kept as is, never re-run.
+2. Otherwise its folder (a killed run's partial output, a stale config, an error) is
+   discarded. A dependency that is not ``ok`` -> a ``skip`` marker naming it.
+3. Else ``python -m bench <argv>`` runs with the cell folder as working directory, stdout and
+   stderr to ``stdout.log``/``stderr.log``. Status: rows the cell wrote itself decide first
+   (``inrbench bench`` writes a skip row for an ``Unavailable`` pipeline, an error row for a
+   crash); otherwise exit 0 -> ok, else error with the tail of stderr.
+4. The marker is written atomically (temp file + rename) after the subprocess has exited.
+
+A cell's hash covers its fields, its argv and its dependencies' hashes, so changing a cell
+(or anything upstream) redoes exactly what it affects. Killing the sweep (SIGKILL, SIGINT)
+leaves no marker for the running cell; the child dies with its parent (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.atomic import atomic_write_json
+from bench.errors import InputError
+from bench.sweep import layout
+from bench.sweep.cells import Cell, PythonCell
+from bench.sweep.spec import SweepConfig
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+FINAL = ("ok", "skip")
+
+
+@dataclass
+class SweepContext:
+    out: Path
+    data_root: Path | None
+    cells: dict[str, Cell]
+
+    def cell_dir(self, cell_id: str) -> Path:
+        return self.out / layout.CELLS_DIR / cell_id
+
+    def output(self, cell_id: str) -> Path:
+        return self.cells[cell_id].output(self)
+
+
+@dataclass
+class SweepSummary:
+    """Counts of this run: ``kept`` finished earlier, ``ran`` executed now; statuses of all cells."""
+
+    kept: list[str] = field(default_factory=list)
+    ran: list[str] = field(default_factory=list)
+    status: dict[str, str] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    @property
+    def errors(self) -> list[str]:
+        return [k for k, v in self.status.items() if v == "error"]
+
+
+def cell_hashes(cfg: SweepConfig, ctx: SweepContext) -> dict[str, str]:
+    """Merkle hash per cell: its fields + argv + its dependencies' hashes."""
+    hashes: dict[str, str] = {}
+    for c in cfg.cells:
+        doc = {"cell": c.to_dict(), "argv": c.argv(ctx), "deps": [hashes[d] for d in c.deps()]}
+        hashes[c.id] = hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return hashes
+
+
+def _dataset_of(cell: Cell, cells: dict[str, Cell]) -> str:
+    """The prepared dataset a cell works on (the prepare cell's ``name``), or ``""``."""
+    if cell.kind == "prepare":
+        return cell.name or cell.id  # type: ignore[attr-defined]
+    data = getattr(cell, "data", None)
+    if data and data in cells:
+        return _dataset_of(cells[data], cells)
+    return ""
+
+
+@contextlib.contextmanager
+def _lock(out: Path) -> Iterator[None]:
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".lock", "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError("another sweep is running in this folder", out) from None
+        yield
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def stderr_tail(path: Path, lines: int = 3, limit: int = 500) -> str:
+    """Last non-empty lines of a log (progress-bar carriage returns split lines), on one line."""
+    try:
+        data = path.read_bytes()[-20000:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+    parts = [p.strip() for p in data.replace("\r", "\n").split("\n") if p.strip()]
+    text = " | ".join(parts[-lines:])
+    return text[-limit:]
+
+
+def _own_status(cell_dir: Path) -> tuple[str, str] | None:
+    """Status from rows the cell wrote itself (``inrbench bench``): skip/error win over ok."""
+    try:
+        df = layout.cell_rows(cell_dir)
+    except InputError:
+        return None
+    if df is None or df.empty:
+        return None
+    errors = df[df["status"] == "error"]
+    if len(errors):
+        return "error", "; ".join(dict.fromkeys(errors["reason"].astype(str)))
+    skips = df[df["status"] == "skip"]
+    if len(skips) and not (df["status"] == "ok").any():
+        return "skip", "; ".join(dict.fromkeys(skips["reason"].astype(str)))
+    return None
+
+
+def _run_cell(cell: Cell, argv: list[str], cell_dir: Path) -> tuple[str, str, int | None]:
+    """Execute one cell; returns (status, reason, returncode)."""
+    cmd = [sys.executable, *argv] if isinstance(cell, PythonCell) else [sys.executable, "-m", "bench", *argv]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    with open(cell_dir / "stdout.log", "wb") as so, open(cell_dir / "stderr.log", "wb") as se:
+        proc = subprocess.Popen(cmd, cwd=cell_dir, stdout=so, stderr=se, stdin=subprocess.DEVNULL,
+                                env=env, preexec_fn=_die_with_parent)
+        try:
+            rc = proc.wait(timeout=cell.timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return "error", f"timed out after {cell.timeout_s:g} s", None
+        except BaseException:  # KeyboardInterrupt: stop the child too, leave no marker
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise
+    own = _own_status(cell_dir)
+    if own is not None:
+        return own[0], own[1], rc
+    if rc == 0:
+        return "ok", "", rc
+    tail = stderr_tail(cell_dir / "stderr.log")
+    return "error", f"exit {rc}: {tail}" if tail else f"exit {rc}", rc
+
+
+def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = None,
+              resume: bool = False, progress: bool = True) -> SweepSummary:
+    """Run every cell not already finished; return what was kept, run and each cell's status."""
+    from tqdm import tqdm
+
+    out = Path(out).resolve()
+    if resume and not layout.is_sweep_dir(out):
+        raise InputError(f"--resume: nothing to resume (no {layout.SWEEP_FILE})", out)
+    cells = cfg.by_id()
+    ctx = SweepContext(out=out, data_root=Path(data_root).resolve() if data_root else None, cells=cells)
+    t_start = time.perf_counter()
+    summary = SweepSummary()
+    with _lock(out):
+        hashes = cell_hashes(cfg, ctx)
+        resolved = cfg.to_dict()
+        resolved["data_root"] = str(ctx.data_root) if ctx.data_root else None
+        for c in resolved["cells"]:
+            c["argv"] = cells[c["id"]].argv(ctx)
+            c["hash"] = hashes[c["id"]]
+            c["deps"] = list(cells[c["id"]].deps())
+        atomic_write_json(out / layout.SWEEP_FILE, resolved)
+        _write_env(out)
+
+        status: dict[str, tuple[str, str]] = {}
+        todo: list[Cell] = []
+        for cell in cfg.cells:
+            m = layout.read_marker(ctx.cell_dir(cell.id))
+            if m and m.get("hash") == hashes[cell.id] and m["status"] in FINAL and not m.get("blocked_by"):
+                status[cell.id] = (m["status"], m.get("reason", ""))
+                summary.kept.append(cell.id)
+            else:
+                todo.append(cell)
+        bar = tqdm(total=len(cfg.cells), initial=len(summary.kept), unit="cell", desc=cfg.name,
+                   disable=not progress, dynamic_ncols=True)
+        try:
+            for cell in todo:
+                bar.set_postfix_str(cell.id, refresh=True)
+                st, reason = _do_cell(cell, ctx, hashes[cell.id], status, cells, bar.write)
+                status[cell.id] = (st, reason)
+                summary.ran.append(cell.id)
+                layout.write_merged(out)
+                bar.update(1)
+        finally:
+            bar.close()
+        if not todo:
+            layout.write_merged(out)
+    summary.status = {k: v[0] for k, v in status.items()}
+    summary.wall_s = time.perf_counter() - t_start
+    return summary
+
+
+def _write_env(out: Path) -> None:
+    from bench import envinfo
+
+    atomic_write_json(out / layout.ENV_FILE, envinfo.collect())
+
+
+def _do_cell(cell: Cell, ctx: SweepContext, h: str, status: dict[str, tuple[str, str]], cells: dict[str, Cell],
+             write) -> tuple[str, str]:
+    cell_dir = ctx.cell_dir(cell.id)
+    if cell_dir.exists():
+        shutil.rmtree(cell_dir)
+    cell_dir.mkdir(parents=True)
+    argv = cell.argv(ctx)
+    marker: dict[str, Any] = {
+        "id": cell.id, "kind": cell.kind, "hash": h, "argv": argv,
+        **cell.labels(), "dataset": _dataset_of(cell, cells) or cell.labels()["dataset"],
+    }
+    blocked = [(d, status[d]) for d in cell.deps() if status.get(d, ("error", ""))[0] != "ok"]
+    t0 = time.perf_counter()
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if blocked:
+        d, (dst, dreason) = blocked[0]
+        st, reason, rc = "skip", f"dependency {d} {dst}: {dreason}".rstrip(": "), None
+        marker["blocked_by"] = [b[0] for b in blocked]
+    else:
+        st, reason, rc = _run_cell(cell, argv, cell_dir)
+    wall = time.perf_counter() - t0
+    marker.update({"status": st, "reason": reason, "returncode": rc, "wall_s": wall,
+                   "started_utc": started})
+    atomic_write_json(cell_dir / layout.MARKER, marker)
+    write(f"{st:5s} {cell.id} ({wall:.1f} s){': ' + reason if reason else ''}")
+    return st, reason

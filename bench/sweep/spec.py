@@ -1,0 +1,282 @@
+"""Sweep files -> a validated ``SweepConfig`` of frozen cells.
+
+YAML layout::
+
+    name: demo
+    description: one line
+    device: cpu                      # default for every cell with a ``device`` field
+    report: true                     # build the report after the last cell
+    defaults:                        # per kind, merged under each cell's own fields
+      bench: {epochs: 2, repeats: 3}
+    cells:
+      - {kind: prepare, id: prep, source: photos, name: photos32, size: 32}
+      - kind: bench
+        id: "bench-{pipeline}-{mode}"          # formatted with the cell's fields
+        data: prep
+        matrix:                                # cartesian product, one cell per combination
+          mode: [loader, train]                # scalar items set that field
+          feed: [{pipeline: raw}, {pipeline: inr, store: enc}]   # dict items merge fields
+
+Rules: ids are unique and ``[A-Za-z0-9._-]+``; a cell may only reference cells declared
+before it (so file order is a valid run order and there are no cycles); ``data`` must name a
+``prepare`` cell and ``store``/``stores`` ``encode`` cells (``stores`` items may be globs
+over ids). Any violation is an ``InputError`` naming the file and the cell.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import importlib.resources
+import itertools
+import re
+import types
+import typing
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from bench.errors import InputError
+from bench.sweep.cells import KINDS, Cell
+
+ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+DEVICES = ("cpu", "cuda")
+TOP_KEYS = {"name", "description", "device", "report", "defaults", "cells"}
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A resolved sweep: cells in run order (dependencies first)."""
+
+    name: str
+    description: str
+    device: str
+    report: bool
+    cells: tuple[Cell, ...]
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {'|'.join(DEVICES)}, got {self.device!r}")
+
+    def by_id(self) -> dict[str, Cell]:
+        return {c.id: c for c in self.cells}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "device": self.device,
+            "report": self.report,
+            "source": self.source,
+            "cells": [c.to_dict() for c in self.cells],
+        }
+
+
+def builtin_names() -> list[str]:
+    root = importlib.resources.files("bench") / "sweeps"
+    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def locate(name_or_path: str) -> Path:
+    """A built-in sweep name (``demo``) or a path to a YAML file."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.is_file():
+            raise InputError("no such sweep file", p)
+        return p
+    root = importlib.resources.files("bench") / "sweeps" / f"{name_or_path}.yaml"
+    if not root.is_file():
+        raise InputError(f"unknown sweep {name_or_path!r}; built-in: {', '.join(builtin_names())} "
+                         "(or give a path to a .yaml file)")
+    return Path(str(root))
+
+
+def load_sweep(name_or_path: str, device: str | None = None) -> SweepConfig:
+    """Read, expand and validate a sweep; ``device`` overrides the file's default device."""
+    path = locate(name_or_path)
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise InputError(f"cannot read sweep YAML: {' '.join(str(e).split())}", path) from None
+    return parse_sweep(doc, path, device=device)
+
+
+def parse_sweep(doc: Any, path: Path, device: str | None = None) -> SweepConfig:
+    if not isinstance(doc, dict):
+        raise InputError("a sweep file must be a mapping with 'name' and 'cells'", path)
+    unknown = set(doc) - TOP_KEYS
+    if unknown:
+        raise InputError(f"unknown top-level keys {sorted(unknown)}; known: {sorted(TOP_KEYS)}", path)
+    name = doc.get("name") or path.stem
+    dev = device or doc.get("device", "cpu")
+    if dev not in DEVICES:
+        raise InputError(f"device must be one of {'|'.join(DEVICES)}, got {dev!r}", path)
+    defaults = doc.get("defaults") or {}
+    if not isinstance(defaults, dict) or not all(isinstance(v, dict) for v in defaults.values()):
+        raise InputError("'defaults' must map a cell kind to a mapping of fields", path)
+    bad = set(defaults) - set(KINDS)
+    if bad:
+        raise InputError(f"'defaults' names unknown kinds {sorted(bad)}; known: {sorted(KINDS)}", path)
+    raw_cells = doc.get("cells")
+    if not isinstance(raw_cells, list) or not raw_cells:
+        raise InputError("'cells' must be a non-empty list", path)
+
+    cells: list[Cell] = []
+    seen: dict[str, Cell] = {}
+    for i, raw in enumerate(raw_cells):
+        where = f"cell #{i + 1}"
+        if not isinstance(raw, dict):
+            raise InputError(f"{where}: must be a mapping", path)
+        kind = raw.get("kind")
+        if kind not in KINDS:
+            raise InputError(f"{where}: unknown kind {kind!r}; known: {', '.join(KINDS)}", path)
+        known = {fl.name for fl in fields(KINDS[kind])}
+        for fields_ in _expand(raw, defaults.get(kind, {}), known, path, where):
+            cell = _build(KINDS[kind], fields_, dev, path, where)
+            cell = _check_refs(cell, seen, path)
+            seen[cell.id] = cell
+            cells.append(cell)
+    return SweepConfig(name=str(name), description=str(doc.get("description", "")), device=dev,
+                       report=bool(doc.get("report", True)), cells=tuple(cells), source=str(path))
+
+
+def _expand(raw: dict, defaults: dict, known: set[str], path: Path, where: str) -> list[dict]:
+    """One cell mapping with an optional ``matrix`` -> one field mapping per combination.
+
+    A scalar matrix key that is not a field of the kind only names the combination (usable in
+    the ``id`` template) and is dropped afterwards.
+    """
+    base = {**defaults, **{k: v for k, v in raw.items() if k not in ("kind", "matrix")}}
+    matrix = raw.get("matrix") or {}
+    if not isinstance(matrix, dict) or not all(isinstance(v, list) and v for v in matrix.values()):
+        raise InputError(f"{where}: 'matrix' must map names to non-empty lists", path)
+    out = []
+    for combo in itertools.product(*matrix.values()):
+        f = dict(base)
+        for key, item in zip(matrix, combo, strict=True):
+            if isinstance(item, dict):
+                f.update(item)
+            else:
+                f[key] = item
+        if "id" not in f:
+            raise InputError(f"{where}: missing 'id'", path)
+        try:
+            f["id"] = str(f["id"]).format(**f)
+        except (KeyError, IndexError, ValueError) as e:
+            raise InputError(f"{where}: cannot format id {f['id']!r}: {e!r}", path) from None
+        for key, item in zip(matrix, combo, strict=True):
+            if not isinstance(item, dict) and key not in known:
+                del f[key]
+        out.append(f)
+    return out
+
+
+def _coerce(value: Any, tp: Any, name: str) -> Any:
+    """Check/convert a YAML value against a dataclass field annotation."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errs = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, name)
+            except ValueError as e:
+                errs.append(str(e))
+        raise ValueError(errs[0] if errs else f"{name}: bad value {value!r}")
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            value = [value]
+        if args and args[-1] is Ellipsis:
+            return tuple(_coerce(v, args[0], name) for v in value)
+        if args == (str, Any):  # a (flag, value) pair of ``args``
+            return tuple(value)
+        return tuple(value)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if isinstance(value, (dict, list)) or value is None:
+            raise ValueError(f"{name} must be a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def _build(cls: type[Cell], f: dict, device: str, path: Path, where: str) -> Cell:
+    hints = typing.get_type_hints(cls)
+    known = {fl.name for fl in fields(cls)}
+    cid = f.get("id")
+    where = f"cell {cid!r}" if cid else where
+    unknown = set(f) - known
+    if unknown:
+        raise InputError(f"{where}: unknown fields {sorted(unknown)} for kind {cls.kind!r}; "
+                         f"known: {sorted(known)}", path)
+    if not ID_RE.match(str(cid)):
+        raise InputError(f"{where}: id must match {ID_RE.pattern}", path)
+    if "device" in known and f.get("device") is None:
+        f = {**f, "device": device}
+    if "args" in f:
+        if not isinstance(f["args"], dict):
+            raise InputError(f"{where}: 'args' must be a mapping of flag -> value", path)
+        f = {**f, "args": tuple(f["args"].items())}
+    kw = {}
+    try:
+        for k, v in f.items():
+            kw[k] = _coerce(v, hints[k], k)
+        cell = cls(**kw)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"{where}: {e}", path) from None
+    for fl in fields(cls):
+        if fl.name in ("data", "source", "pipeline") and fl.name in known and not getattr(cell, fl.name):
+            raise InputError(f"{where}: missing required field {fl.name!r}", path)
+    return cell
+
+
+def _check_refs(cell: Cell, seen: dict[str, Cell], path: Path) -> Cell:
+    """References resolve to earlier cells of the right kind; globs in ``stores`` expand."""
+    want = {"data": "prepare", "store": "encode", "stores": "encode"}
+    updates: dict[str, Any] = {}
+    for name in cell.REF_FIELDS:
+        val = getattr(cell, name)
+        if val is None:
+            continue
+        items = val if isinstance(val, tuple) else (val,)
+        resolved: list[str] = []
+        for ref in items:
+            matches = [i for i in seen if fnmatch.fnmatchcase(i, ref)] if any(
+                ch in ref for ch in "*?[") else ([ref] if ref in seen else [])
+            if not matches:
+                raise InputError(f"cell {cell.id!r}: {name}={ref!r} names no earlier cell", path)
+            for m in matches:
+                if seen[m].kind != want[name]:
+                    raise InputError(f"cell {cell.id!r}: {name}={m!r} is a {seen[m].kind} cell, "
+                                     f"expected {want[name]}", path)
+            resolved.extend(matches)
+        if isinstance(val, tuple) and tuple(resolved) != val:
+            updates[name] = tuple(resolved)
+    if updates:
+        cell = dataclasses.replace(cell, **updates)
+    for dep in cell.needs:
+        if dep not in seen:
+            raise InputError(f"cell {cell.id!r}: needs {dep!r}, which is not an earlier cell", path)
+    if cell.id in seen:
+        raise InputError(f"duplicate cell id {cell.id!r}", path)
+    return cell
