@@ -1,0 +1,69 @@
+"""The CLI surface, the README quickstart, .ci/run and the environment record."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.cli import COMMANDS, main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def quickstart_lines() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"<!-- quickstart:begin -->\s*```bash\n(.*?)```\s*<!-- quickstart:end -->", text, re.S)
+    assert m, "README has no quickstart block"
+    return [ln for ln in m.group(1).splitlines() if ln.strip()]
+
+
+def test_help_lists_every_command():
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    for name in COMMANDS:
+        assert re.search(rf"^\s+{name}\s", out, re.M), f"{name} missing from --help:\n{out}"
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_each_command_has_help(name, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([name, "--help"])
+    assert e.value.code == 0
+    assert "usage: inrbench " + name in capsys.readouterr().out
+
+
+def test_readme_quickstart_is_two_lines_and_ci_runs_the_test_line():
+    lines = quickstart_lines()
+    assert len(lines) == 2, lines
+    main_line, test_line = lines
+    assert "inrbench sweep demo" in main_line
+    assert "pytest" in test_line
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert test_line in ci, ".ci/run must run the README's test command verbatim"
+    # Any doc that quotes a quickstart command quotes these exact lines.
+    for doc in ROOT.glob("docs/*.md"):
+        for ln in doc.read_text().splitlines():
+            if "pip install -e" in ln:
+                assert ln.strip() in lines, f"{doc.name} quotes a different install command: {ln}"
+
+
+def test_env_records_which_pil_and_no_gpu_reason(capsys):
+    assert main(["env"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["pil"]["flavor"] in ("Pillow", "pillow-simd")
+    import PIL
+
+    assert info["pil"]["version"] == PIL.__version__
+    assert info["pil"]["libjpeg"]
+    assert info["versions"]["torch"]
+    gpu = info["gpu"]
+    if not gpu["available"]:
+        assert gpu["reason"], "absent GPU facts must carry a reason"
+    else:
+        assert gpu["devices"] and gpu["driver"]
