@@ -4,6 +4,8 @@ Adapter modules keep heavy imports (DALI, the INR codec) inside their classes, s
 ``import pipelines`` works on a machine without them.
 """
 
+# Built-in adapters (each module registers itself; heavy imports stay inside the classes).
+from pipelines import dali, raw, torch_jpeg  # noqa: E402, F401
 from pipelines.base import (  # noqa: F401
     Augment,
     Batch,

@@ -1,0 +1,146 @@
+"""Per-image crop/flip sampling and the crop -> affine-grid geometry shared by device-side adapters.
+
+``sample_crops`` draws one crop box and one flip per image for a whole batch at once, with the
+semantics of torchvision (``RandomResizedCrop``: area fraction in ``scale``, log-uniform aspect
+ratio, 10 tries then the centre-crop fallback; ``RandomCrop(size, padding=pad)``; centre crop of
+the largest square then resize). Boxes are in input pixel units.
+
+``crop_theta`` turns boxes into the ``[B, 2, 3]`` affine maps of ``F.affine_grid`` (normalized
+coordinates, ``align_corners=False``: pixel ``j`` of a ``W``-wide image sits at ``x=(2j+1)/W-1``),
+so an adapter can sample the crop directly at the output size: ``raw`` with ``F.grid_sample``,
+``inr`` by evaluating the network at the mapped coordinates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pipelines.base import Augment
+
+RRC_TRIES = 10
+
+
+def epoch_generator(seed: int, epoch: int) -> torch.Generator:
+    """A CPU generator that depends on ``(seed, epoch)`` only (well mixed, not ``seed + epoch``)."""
+    state = np.random.SeedSequence([int(seed), int(epoch)]).generate_state(2, dtype=np.uint32)
+    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+
+
+def epoch_order(n: int, generator: torch.Generator, shuffle: bool) -> torch.Tensor:
+    """int64 ``[n]``: a permutation of ``0..n-1`` when ``shuffle``, else ``arange(n)``."""
+    return torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+
+
+def batch_slices(n: int, batch_size: int, drop_last: bool) -> list[slice]:
+    """Batch boundaries over ``n`` samples (the last one partial unless ``drop_last``)."""
+    stop = (n // batch_size) * batch_size if drop_last else n
+    return [slice(s, min(s + batch_size, n)) for s in range(0, stop, batch_size)]
+
+
+@dataclass(frozen=True)
+class Crops:
+    """boxes: float32 ``[B, 4]`` = ``(top, left, height, width)`` in input pixels; flip: bool ``[B]``."""
+
+    boxes: torch.Tensor
+    flip: torch.Tensor
+
+    def to(self, device: torch.device | str) -> Crops:
+        return Crops(self.boxes.to(device), self.flip.to(device))
+
+
+def _random_resized(aug: Augment, n: int, h: int, w: int, g: torch.Generator) -> torch.Tensor:
+    area = float(h * w)
+    target = area * torch.empty(n, RRC_TRIES, dtype=torch.float64).uniform_(*aug.scale, generator=g)
+    logr = torch.empty(n, RRC_TRIES, dtype=torch.float64).uniform_(
+        math.log(aug.ratio[0]), math.log(aug.ratio[1]), generator=g
+    )
+    ar = torch.exp(logr)
+    cw = torch.round(torch.sqrt(target * ar))
+    ch = torch.round(torch.sqrt(target / ar))
+    ok = (cw > 0) & (cw <= w) & (ch > 0) & (ch <= h)
+    first = ok.to(torch.int8).argmax(dim=1, keepdim=True)  # first successful try
+    found = ok.any(dim=1)
+    cw = cw.gather(1, first).squeeze(1)
+    ch = ch.gather(1, first).squeeze(1)
+    u = torch.rand(n, 2, dtype=torch.float64, generator=g)
+    top = torch.floor(u[:, 0] * (h - ch + 1)).clamp(max=h - ch)
+    left = torch.floor(u[:, 1] * (w - cw + 1)).clamp(max=w - cw)
+    # torchvision's fallback after RRC_TRIES failures: clamp the aspect ratio, centre crop.
+    in_ratio = w / h
+    if in_ratio < min(aug.ratio):
+        fw, fh = w, int(round(w / min(aug.ratio)))
+    elif in_ratio > max(aug.ratio):
+        fw, fh = int(round(h * max(aug.ratio))), h
+    else:
+        fw, fh = w, h
+    fb = torch.tensor([(h - fh) // 2, (w - fw) // 2, fh, fw], dtype=torch.float64)
+    boxes = torch.stack([top, left, ch, cw], dim=1)
+    return torch.where(found[:, None], boxes, fb)
+
+
+def sample_crops(aug: Augment, n: int, height: int, width: int, generator: torch.Generator) -> Crops:
+    """Draw ``n`` independent crops and flips for ``height`` x ``width`` inputs (on the CPU)."""
+    if aug.crop == "random-resized":
+        boxes = _random_resized(aug, n, height, width, generator)
+    elif aug.crop == "random-pad":
+        span_h, span_w = height + 2 * aug.pad - aug.size, width + 2 * aug.pad - aug.size
+        if span_h < 0 or span_w < 0:
+            raise ValueError(f"random-pad: size {aug.size} exceeds the padded image {height}x{width} + 2*{aug.pad}")
+        top = torch.randint(0, span_h + 1, (n,), generator=generator) - aug.pad
+        left = torch.randint(0, span_w + 1, (n,), generator=generator) - aug.pad
+        size = torch.full((n,), aug.size)
+        boxes = torch.stack([top, left, size, size], dim=1).double()
+    else:  # center: largest centred square (torchvision CenterCrop rounding), resized later
+        s = min(height, width)
+        box = [int(round((height - s) / 2.0)), int(round((width - s) / 2.0)), s, s]
+        boxes = torch.tensor(box, dtype=torch.float64).expand(n, 4).clone()
+    if aug.flip:
+        flip = torch.rand(n, generator=generator) < 0.5
+    else:
+        flip = torch.zeros(n, dtype=torch.bool)
+    return Crops(boxes.float(), flip)
+
+
+def crop_theta(crops: Crops, height: int, width: int) -> torch.Tensor:
+    """float32 ``[B, 2, 3]``: output normalized ``(u, v)`` -> input normalized ``(x, y)``.
+
+    ``x = sx * u + tx`` with ``sx = w / W`` (negated when flipped), ``tx = (2 * left + w) / W - 1``;
+    likewise ``y`` with ``(top, h, H)``. Use with ``F.affine_grid(..., align_corners=False)``.
+    """
+    top, left, h, w = crops.boxes.unbind(1)
+    sx = torch.where(crops.flip, -w / width, w / width)
+    tx = (2 * left + w) / width - 1
+    sy = h / height
+    ty = (2 * top + h) / height - 1
+    zero = torch.zeros_like(sx)
+    return torch.stack([torch.stack([sx, zero, tx], 1), torch.stack([zero, sy, ty], 1)], 1)
+
+
+def crop_grid(crops: Crops, height: int, width: int, size: int) -> torch.Tensor:
+    """float32 ``[B, size, size, 2]``: per output pixel the input ``(x, y)`` in normalized coordinates."""
+    theta = crop_theta(crops, height, width)
+    return F.affine_grid(theta, [theta.shape[0], 1, size, size], align_corners=False)
+
+
+def warp(images: torch.Tensor, crops: Crops, aug: Augment) -> torch.Tensor:
+    """Crop, flip and resize a batch in one ``grid_sample``.
+
+    images: float ``[B, C, H, W]``; returns float ``[B, C, size, size]``. Bilinear; edges clamp for
+    crops inside the image, zeros outside it for ``random-pad`` (whose samples land on pixel centres).
+    """
+    h, w = images.shape[-2:]
+    grid = crop_grid(crops.to(images.device), h, w, aug.size).to(images.dtype)
+    mode = "zeros" if aug.crop == "random-pad" else "border"
+    return F.grid_sample(images, grid, mode="bilinear", padding_mode=mode, align_corners=False)
+
+
+def normalize_(images: torch.Tensor, aug: Augment, value_range: float = 255.0) -> torch.Tensor:
+    """In place: float ``[B, 3, H, W]`` in ``[0, value_range]`` -> ``(x / value_range - mean) / std``."""
+    std = torch.tensor(aug.std, dtype=images.dtype, device=images.device).view(1, 3, 1, 1)
+    mean = torch.tensor(aug.mean, dtype=images.dtype, device=images.device).view(1, 3, 1, 1)
+    return images.mul_(1.0 / (value_range * std)).sub_(mean / std)

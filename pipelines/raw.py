@@ -1,0 +1,64 @@
+"""``raw``: the uint8 pixels resident on the device, cropped/flipped/normalized there per image.
+
+The ceiling that shows when no codec is needed: one gather and one ``grid_sample`` per batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench.datasets.prepared import PreparedDataset
+from pipelines.base import Batch, Pipeline, PipelineConfig, register
+from pipelines.crops import (
+    batch_slices,
+    epoch_generator,
+    epoch_order,
+    normalize_,
+    sample_crops,
+    warp,
+)
+
+
+@register("raw")
+class RawPipeline(Pipeline):
+    """Holds ``images`` uint8 ``[N, 3, H, W]`` and ``labels`` int64 ``[N]`` on ``config.device``."""
+
+    def __init__(self, data: PreparedDataset, config: PipelineConfig, store: Path | None = None):
+        super().__init__(data, config, store)
+        split = data.split(config.split)
+        self.device = torch.device(config.device)
+        pixels = torch.from_numpy(np.array(split.images))  # copy out of the memmap
+        self.images: torch.Tensor | None = pixels.permute(0, 3, 1, 2).contiguous().to(self.device)
+        self.labels: torch.Tensor | None = torch.from_numpy(split.labels).to(self.device)
+        self.n = len(split)
+        self.height, self.width = split.image_size
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(batch_slices(self.n, self.config.batch_size, self.config.drop_last))
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self.images is None or self.labels is None:
+            raise RuntimeError("raw pipeline is closed")
+        cfg, aug = self.config, self.config.augment
+        g = epoch_generator(cfg.seed, self.epoch)
+        self.epoch += 1
+        order = epoch_order(self.n, g, cfg.shuffle).to(self.device)
+        for sl in batch_slices(self.n, cfg.batch_size, cfg.drop_last):
+            idx = order[sl]
+            crops = sample_crops(aug, idx.numel(), self.height, self.width, g)
+            x = warp(self.images[idx].float(), crops, aug)
+            yield Batch(images=normalize_(x, aug), labels=self.labels[idx])
+
+    def close(self) -> None:
+        self.images = None
+        self.labels = None
+
+    def resident_bytes(self) -> dict[str, int]:
+        """``device``: bytes held on ``config.device`` (even when that is the CPU); ``host``: 0."""
+        held = sum(t.numel() * t.element_size() for t in (self.images, self.labels) if t is not None)
+        return {"device": held, "host": 0}

@@ -1,0 +1,125 @@
+"""``torch-jpeg``: the standard baseline. ``DataLoader`` workers read JPEG files, decode with PIL
+(Pillow or pillow-simd, whichever is installed), crop/flip per sample with torchvision
+transforms, and ship uint8 ``[B, 3, size, size]`` batches (pinned when the device is CUDA); the
+device converts to float and normalizes after a non-blocking copy.
+
+Reproducibility: the batch sampler hands every batch a seed drawn from ``(seed, epoch)``; the
+dataset seeds torch's RNG with it (inside ``fork_rng``) before transforming the batch, so an
+epoch's crops depend on neither the worker count nor which worker fetches which batch, and
+persistent workers need no re-seeding between epochs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.datasets.prepared import PreparedDataset
+from pipelines.base import Augment, Batch, Pipeline, PipelineConfig, register
+from pipelines.crops import batch_slices, epoch_generator, epoch_order, normalize_
+
+
+def build_transform(aug: Augment, height: int, width: int) -> Any:
+    """The torchvision (v2) per-sample transform: PIL image -> uint8 ``[3, size, size]``."""
+    import torchvision.transforms.v2 as T
+
+    if aug.crop == "random-resized":
+        crop = [T.RandomResizedCrop(aug.size, scale=aug.scale, ratio=aug.ratio, antialias=True)]
+    elif aug.crop == "random-pad":
+        crop = [T.RandomCrop(aug.size, padding=aug.pad, fill=0)]
+    else:
+        crop = [T.CenterCrop(min(height, width)), T.Resize(aug.size, antialias=True)]
+    flip = [T.RandomHorizontalFlip(0.5)] if aug.flip else []
+    return T.Compose([*crop, *flip, T.PILToTensor()])
+
+
+class JpegFiles(torch.utils.data.Dataset):
+    """Items are ``(index, batch_seed)``; ``__getitems__`` returns ``[(uint8 [3,s,s], label), ...]``."""
+
+    def __init__(self, paths: tuple[Path, ...], labels: list[int], transform: Any):
+        self.paths = paths
+        self.labels = labels
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def _load(self, i: int) -> tuple[torch.Tensor, int]:
+        from PIL import Image
+
+        with Image.open(self.paths[i]) as im:
+            return self.transform(im.convert("RGB")), self.labels[i]
+
+    def __getitem__(self, item: tuple[int, int]) -> tuple[torch.Tensor, int]:
+        return self.__getitems__([item])[0]
+
+    def __getitems__(self, items: list[tuple[int, int]]) -> list[tuple[torch.Tensor, int]]:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(items[0][1])
+            return [self._load(i) for i, _ in items]
+
+
+class EpochBatches:
+    """Batch sampler: lists of ``(index, batch_seed)`` for the epoch ``plan`` set before iterating."""
+
+    def __init__(self, n: int, batch_size: int, drop_last: bool):
+        self.slices = batch_slices(n, batch_size, drop_last)
+        self.plan: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def __len__(self) -> int:
+        return len(self.slices)
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        assert self.plan is not None, "set EpochBatches.plan before iterating"
+        order, seeds = self.plan
+        for b, sl in enumerate(self.slices):
+            seed = int(seeds[b])
+            yield [(int(i), seed) for i in order[sl]]
+
+
+@register("torch-jpeg")
+class TorchJpegPipeline(Pipeline):
+    def __init__(self, data: PreparedDataset, config: PipelineConfig, store: Path | None = None):
+        super().__init__(data, config, store)
+        split = data.split(config.split)
+        self.device = torch.device(config.device)
+        h, w = split.image_size
+        self.dataset = JpegFiles(split.jpeg_paths, split.labels.tolist(), build_transform(config.augment, h, w))
+        self.sampler = EpochBatches(len(split), config.batch_size, config.drop_last)
+        self.loader: torch.utils.data.DataLoader | None = torch.utils.data.DataLoader(
+            self.dataset,
+            batch_sampler=self.sampler,
+            num_workers=config.workers,
+            pin_memory=self.device.type == "cuda",
+            persistent_workers=config.workers > 0,
+        )
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self.loader is None:
+            raise RuntimeError("torch-jpeg pipeline is closed")
+        g = epoch_generator(self.config.seed, self.epoch)
+        self.epoch += 1
+        order = epoch_order(len(self.dataset), g, self.config.shuffle)
+        seeds = torch.randint(0, 2**62, (len(self.sampler),), generator=g)
+        self.sampler.plan = (order, seeds)
+        for images, labels in self.loader:
+            x = images.to(self.device, non_blocking=True).float()
+            yield Batch(images=normalize_(x, self.config.augment), labels=labels.to(self.device, non_blocking=True))
+
+    def close(self) -> None:
+        if self.loader is not None:
+            it = getattr(self.loader, "_iterator", None)  # persistent workers live here
+            if it is not None and hasattr(it, "_shutdown_workers"):
+                it._shutdown_workers()
+            self.loader = None
+
+    def resident_bytes(self) -> dict[str, int]:
+        """Nothing resident: the JPEG files stay on disk (the page cache is the OS's)."""
+        return {"device": 0, "host": 0}
