@@ -23,7 +23,10 @@ cfg.<key>          any       the run's resolved config, flattened with ``.`` (ne
 =================  ========  ===========================================================
 
 A skipped run (pipeline ``Unavailable``) or a failed run (crash, out of memory) is ONE row
-with ``status`` skip/error, ``metric == "run"``, ``value`` NaN and the reason. A run's ok
+with ``status`` skip/error, ``metric == "run"``, ``value`` NaN and the reason. A single metric
+that cannot be measured here (NVML without a driver, torch allocator stats on a CPU run) is a
+``skip`` row *for that metric* (``value`` NaN, the reason) inside an ok run: absent, never 0.
+A run was skipped or failed iff it has a ``metric == "run"`` row. A run's ok
 rows are written together when the run has finished, so a crash never leaves a partial set
 of rows that reads as a result. Rows are raw samples (one per repeat/epoch); statistics over
 repeats (median, IQR) are computed on read by ``summarize``, never stored in place of them.
@@ -105,6 +108,10 @@ def flatten_config(config: Mapping[str, Any], prefix: str = CFG_PREFIX) -> dict[
     return out
 
 
+def _one_line(text: str, default: str) -> str:
+    return " ".join(str(text).split()) or default
+
+
 @dataclass
 class RunRows:
     """Collects one run's rows in memory; nothing touches disk until ``write_run``.
@@ -144,8 +151,16 @@ class RunRows:
         self._rows.append({**self._base(), "repeat": repeat, "epoch": epoch, "metric": metric,
                            "value": value, "unit": unit, "status": "ok", "reason": ""})
 
+    def unavailable(self, metric: str, unit: str, reason: str, repeat: int | None = None) -> None:
+        """One metric cannot be measured here: a ``skip`` row for it with the reason."""
+        if self.status != "ok":
+            raise RuntimeError(f"run {self.run_id} is already marked {self.status}")
+        self._rows.append({**self._base(), "repeat": repeat, "epoch": None, "metric": metric,
+                           "value": float("nan"), "unit": unit, "status": "skip",
+                           "reason": _one_line(reason, "skip")})
+
     def _mark(self, status: str, reason: str) -> None:
-        reason = " ".join(str(reason).split()) or status  # one line, never empty
+        reason = _one_line(reason, status)
         self.status = status
         self._rows = [{**self._base(), "repeat": None, "epoch": None, "metric": "run",
                        "value": float("nan"), "unit": "", "status": status, "reason": reason}]
@@ -281,8 +296,9 @@ def summarize(df, by: Iterable[str] = ("run_id", "pipeline", "dataset", "mode", 
     Returns a DataFrame with ``by`` columns plus ``median, q25, q75, iqr, n``. Skip/error
     rows are excluded (they are never averaged in); report them from ``df.status``.
     """
+    by = list(by)
     ok = df[df["status"] == "ok"]
-    g = ok.groupby(list(by), dropna=False, sort=True)["value"]
+    g = ok.groupby(by, dropna=False, sort=True)["value"]
     res = g.agg(median="median", q25=lambda s: s.quantile(0.25), q75=lambda s: s.quantile(0.75),
                 n="count").reset_index()
     res["iqr"] = res["q75"] - res["q25"]

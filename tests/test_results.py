@@ -110,3 +110,15 @@ def test_newer_schema_refused(tmp_path):
 def test_write_env(tmp_path):
     p = R.write_env(tmp_path, env={"schema_version": 1, "git": {"sha": "abc", "dirty": False}})
     assert json.loads(p.read_text())["git"]["sha"] == "abc"
+
+
+def test_unavailable_metric_is_a_skip_row_inside_an_ok_run(tmp_path):
+    run = _ok_run("u")
+    run.unavailable("gpu_mem_used_peak_bytes", "bytes", "NVML init failed (no driver)", repeat=0)
+    R.write_run(tmp_path, run)
+    df = R.read_results(tmp_path)
+    sk = df[df.status == "skip"]
+    assert len(sk) == 1 and sk.iloc[0]["metric"] == "gpu_mem_used_peak_bytes"
+    assert math.isnan(sk.iloc[0]["value"]) and "no driver" in sk.iloc[0]["reason"]
+    assert not (df.metric == "run").any()
+    assert "gpu_mem_used_peak_bytes" not in set(R.summarize(df)["metric"])

@@ -1,0 +1,252 @@
+"""Resource monitors sampled by a background thread at a fixed period around a measured region.
+
+What is measured, and how:
+
+- CPU of the whole process tree, as *cores busy*: for every live process in the tree (this
+  process and all descendants, e.g. DataLoader workers) ``user + system + children_user +
+  children_system``. A worker that exits and is reaped moves its time into its parent's
+  ``children_*`` fields, so the total stays continuous and its work is not lost. Cores busy
+  over an interval = delta CPU seconds / delta wall seconds.
+- Host RSS of the tree: the sum of the processes' RSS, peak over the samples. Forked workers
+  share pages with their parent, so the sum over-counts shared memory: an upper bound.
+- NVML (``nvidia-ml-py``), when the run is on CUDA and a driver exists: device memory used
+  (device level: DALI/nvJPEG pools and other processes count) and GPU utilization. Without a
+  driver ``nvmlInit`` raises; those metrics are then *absent* with the reason, never zeros.
+- torch's CUDA allocator: peak allocated/reserved since ``start`` (``reset_peak_memory_stats``).
+
+Usage::
+
+    mon = Monitor(device="cuda:0", period_s=0.1)
+    mon.start(); ...measured region...; res = mon.stop()
+    res.metrics()      # [(metric, value, unit)]
+    res.unavailable    # [(metric, unit, reason)]
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+NVML_METRICS = (("gpu_mem_used_peak_bytes", "bytes"), ("gpu_mem_used_start_bytes", "bytes"),
+                ("gpu_util_mean_pct", "%"))
+TORCH_METRICS = (("torch_peak_allocated_bytes", "bytes"), ("torch_peak_reserved_bytes", "bytes"))
+
+
+def _tree_cpu_rss(root: Any) -> tuple[float, int, int]:
+    """(cpu seconds, rss bytes, process count) summed over ``root`` and its live descendants."""
+    import psutil
+
+    cpu, rss, n = 0.0, 0, 0
+    procs = [root]
+    try:
+        procs += root.children(recursive=True)
+    except psutil.Error:
+        pass
+    for p in procs:
+        try:
+            with p.oneshot():
+                t = p.cpu_times()
+                m = p.memory_info()
+        except psutil.Error:  # exited between listing and reading: its time is in the parent soon
+            continue
+        cpu += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+        rss += m.rss
+        n += 1
+    return cpu, rss, n
+
+
+class _Nvml:
+    """A handle on one GPU through NVML, or ``reason`` why there is none."""
+
+    def __init__(self, device: str):
+        self.handle: Any = None
+        self.reason: str | None = None
+        self._pynvml: Any = None
+        import torch
+
+        dev = torch.device(device)
+        if dev.type != "cuda":
+            self.reason = f"device is {dev.type}, not cuda: no GPU metrics"
+            return
+        try:
+            import pynvml
+        except ImportError as e:
+            self.reason = f"nvidia-ml-py not importable: {e}"
+            return
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as e:
+            self.reason = f"NVML init failed (no driver): {e}"
+            return
+        self._pynvml = pynvml
+        idx = dev.index if dev.index is not None else torch.cuda.current_device()
+        try:  # CUDA_VISIBLE_DEVICES may renumber devices: match by UUID first
+            uuid = str(torch.cuda.get_device_properties(idx).uuid)
+            self.handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+        except Exception:
+            try:
+                self.handle = pynvml.nvmlDeviceGetHandleByIndex(idx)
+            except pynvml.NVMLError as e:
+                self.reason = f"NVML has no handle for cuda:{idx}: {e}"
+                self.close()
+
+    def sample(self) -> tuple[int, int]:
+        """(memory used bytes, GPU utilization %)."""
+        p = self._pynvml
+        return int(p.nvmlDeviceGetMemoryInfo(self.handle).used), int(p.nvmlDeviceGetUtilizationRates(self.handle).gpu)
+
+    def close(self) -> None:
+        if self._pynvml is not None:
+            try:
+                self._pynvml.nvmlShutdown()
+            except Exception:
+                pass
+            self._pynvml = None
+            self.handle = None
+
+
+@dataclass
+class MonitorResult:
+    """What a ``Monitor`` saw over [start, stop].
+
+    samples: per period ``(t_s since start, cores_busy over the period, tree rss bytes,
+    nvml_used_bytes or None, gpu_util_pct or None)``.
+    """
+
+    wall_s: float
+    cpu_seconds: float
+    rss_peak_bytes: int
+    cores_busy_max: float
+    samples: list[tuple[float, float, int, int | None, int | None]] = field(default_factory=list)
+    nvml: dict[str, float] = field(default_factory=dict)
+    torch_cuda: dict[str, float] = field(default_factory=dict)
+    unavailable: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def cores_busy(self) -> float:
+        return self.cpu_seconds / self.wall_s if self.wall_s > 0 else float("nan")
+
+    def metrics(self) -> list[tuple[str, float, str]]:
+        out = [
+            ("cpu_cores_busy", self.cores_busy, "cores"),
+            ("cpu_cores_busy_max", self.cores_busy_max, "cores"),
+            ("cpu_seconds", self.cpu_seconds, "s"),
+            ("host_rss_peak_bytes", float(self.rss_peak_bytes), "bytes"),
+        ]
+        units = dict(NVML_METRICS + TORCH_METRICS)
+        out += [(k, v, units[k]) for k, v in {**self.nvml, **self.torch_cuda}.items()]
+        return out
+
+
+class Monitor:
+    """Samples the process tree of ``pid`` (default: this process) every ``period_s`` seconds."""
+
+    def __init__(self, device: str = "cpu", period_s: float = 0.1, pid: int | None = None):
+        if period_s <= 0:
+            raise ValueError(f"period_s must be > 0, got {period_s}")
+        import psutil
+
+        self.device = device
+        self.period_s = period_s
+        self._proc = psutil.Process(pid or os.getpid())
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._nvml: _Nvml | None = None
+
+    def start(self) -> Monitor:
+        import torch
+
+        if self._thread is not None:
+            raise RuntimeError("monitor already started")
+        self._nvml = _Nvml(self.device)
+        self._cuda = torch.device(self.device).type == "cuda" and torch.cuda.is_available()
+        if self._cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self._samples: list[tuple[float, float, int, int | None, int | None]] = []
+        self._nvml_start = self._nvml.sample() if self._nvml.handle is not None else None
+        self._t0 = time.perf_counter()
+        self._cpu0, rss, _ = _tree_cpu_rss(self._proc)
+        self._rss_peak = rss
+        self._last = (self._t0, self._cpu0)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="inrbench-monitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        now = time.perf_counter()
+        cpu, rss, _ = _tree_cpu_rss(self._proc)
+        t_prev, cpu_prev = self._last
+        busy = (cpu - cpu_prev) / (now - t_prev) if now > t_prev else 0.0
+        self._last = (now, cpu)
+        self._rss_peak = max(self._rss_peak, rss)
+        used = util = None
+        if self._nvml is not None and self._nvml.handle is not None:
+            try:
+                used, util = self._nvml.sample()
+            except Exception:
+                pass
+        self._samples.append((now - self._t0, busy, rss, used, util))
+
+    def _loop(self) -> None:
+        next_t = time.perf_counter() + self.period_s
+        while not self._stop.wait(max(0.0, next_t - time.perf_counter())):
+            self._sample()
+            next_t += self.period_s
+            now = time.perf_counter()
+            if next_t < now:  # fell behind (a loaded machine): skip missed ticks, keep the grid
+                next_t += self.period_s * (1 + int((now - next_t) / self.period_s))
+
+    def stop(self) -> MonitorResult:
+        import torch
+
+        if self._thread is None:
+            raise RuntimeError("monitor not started")
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        self._sample()  # the tail interval, so the region is covered end to end
+        t_end, cpu_end = self._last
+        res = MonitorResult(
+            wall_s=t_end - self._t0,
+            cpu_seconds=cpu_end - self._cpu0,
+            rss_peak_bytes=self._rss_peak,
+            cores_busy_max=max((s[1] for s in self._samples), default=float("nan")),
+            samples=list(self._samples),
+        )
+        nv = self._nvml
+        assert nv is not None
+        if nv.handle is not None:
+            used = [s[3] for s in self._samples if s[3] is not None]
+            util = [s[4] for s in self._samples if s[4] is not None]
+            if self._nvml_start is not None:
+                res.nvml["gpu_mem_used_start_bytes"] = float(self._nvml_start[0])
+                used.append(self._nvml_start[0])
+            if used:
+                res.nvml["gpu_mem_used_peak_bytes"] = float(max(used))
+            if util:
+                res.nvml["gpu_util_mean_pct"] = float(sum(util) / len(util))
+        else:
+            res.unavailable += [(m, u, nv.reason or "NVML unavailable") for m, u in NVML_METRICS]
+        nv.close()
+        if self._cuda:
+            torch.cuda.synchronize(self.device)
+            res.torch_cuda = {
+                "torch_peak_allocated_bytes": float(torch.cuda.max_memory_allocated(self.device)),
+                "torch_peak_reserved_bytes": float(torch.cuda.max_memory_reserved(self.device)),
+            }
+        else:
+            res.unavailable += [(m, u, f"device {self.device} is not cuda: no torch allocator stats")
+                                for m, u in TORCH_METRICS]
+        return res
+
+    def __enter__(self) -> Monitor:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self.result = self.stop()
