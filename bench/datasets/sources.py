@@ -18,6 +18,10 @@ from bench.errors import InputError
 
 # Modules that define sources, imported on first use (keeps ``inrbench --help`` fast).
 _MODULES = (
+    "bench.datasets.cifar10",
+    "bench.datasets.flowers102",
+    "bench.datasets.imagefolder",
+    "bench.datasets.miniimagenet",
     "bench.datasets.photos",
     "bench.datasets.synthetic",
 )
@@ -31,13 +35,15 @@ class Loaded:
 
     splits: split name -> ``SplitData`` (uint8 ``[N, S, S, 3]`` + int64 labels ``[N]``);
     classes: class names, index = label; skipped: ``{"file", "error"}`` per skipped input;
-    meta: source-specific manifest fields (how splits were made, counts before ``limit``, ...).
+    meta: source-specific manifest fields (how splits were made, counts before ``limit``, ...);
+    resize_policy: set when the source knows better than the config (e.g. ``"none"``: native size).
     """
 
     splits: dict[str, SplitData]
     classes: list[str]
     skipped: list[dict[str, str]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    resize_policy: str | None = None
 
 
 class Source:

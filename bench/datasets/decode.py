@@ -1,0 +1,104 @@
+"""Decode image files to S x S uint8 arrays in a thread pool, with ``--on-error fail|skip``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from bench.datasets.resize import resize_image
+from bench.errors import InputError
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".ppm", ".tif", ".tiff")
+
+
+def is_image_file(p: Path) -> bool:
+    return p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_EXTENSIONS
+
+
+def read_image(path: Path, size: int, policy: str) -> np.ndarray:
+    """One file -> uint8 ``[S, S, 3]``. Raises ``InputError`` naming the file when it cannot be read."""
+    try:
+        with Image.open(path) as img:
+            img.load()  # decode fully now: a truncated file fails here, not later
+            return resize_image(img, size, policy)
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise InputError(f"cannot read image ({msg})", path) from None
+
+
+def decode_files(
+    paths: Sequence[Path],
+    size: int,
+    policy: str,
+    on_error: str,
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[np.ndarray, np.ndarray, list[dict[str, str]]]:
+    """Decode ``paths`` in order.
+
+    Returns images uint8 ``[M, S, S, 3]`` of the readable files, ``kept`` int64 ``[M]``
+    (their indices into ``paths``) and ``skipped`` (``{"file", "error"}`` per unreadable
+    file; empty unless ``on_error == "skip"``: with ``fail`` the first one raises).
+    """
+    n = len(paths)
+    out = np.empty((n, size, size, 3), dtype=np.uint8)
+    ok = np.zeros(n, dtype=bool)
+    skipped: list[dict[str, str]] = []
+
+    def one(i: int) -> InputError | None:
+        try:
+            out[i] = read_image(paths[i], size, policy)
+        except InputError as e:
+            return e
+        ok[i] = True
+        return None
+
+    workers = workers or min(8, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for i, err in enumerate(pool.map(one, range(n))):
+            if err is not None:
+                if on_error == "fail":
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    raise err
+                skipped.append({"file": str(paths[i]), "error": str(err)})
+            if progress is not None:
+                progress(1)
+    kept = np.flatnonzero(ok).astype(np.int64)
+    if kept.size == n:
+        return out, kept, skipped
+    return out[kept], kept, skipped
+
+
+def split_from_files(
+    paths: Sequence[Path],
+    labels: Sequence[int] | np.ndarray,
+    cfg,
+    root: Path,
+    split_index: int,
+    progress: Callable[[int], None] | None = None,
+):
+    """``--limit`` subset, decode, drop skipped files -> (``SplitData``, skipped list).
+
+    cfg: a resolved ``PrepareConfig`` (size and resize policy set). ids are paths relative to ``root``.
+    """
+    from bench.datasets.prepared import SplitData
+    from bench.datasets.splitting import limit_indices
+
+    labels = np.asarray(labels, dtype=np.int64)
+    sel = limit_indices(len(paths), cfg.limit, cfg.seed + split_index)
+    chosen = [paths[i] for i in sel]
+    images, kept, skipped = decode_files(chosen, cfg.size, cfg.resize_policy, cfg.on_error, cfg.workers, progress)
+    ids = [_rel(chosen[i], root) for i in kept]
+    return SplitData(images=images, labels=labels[sel][kept], ids=ids), skipped
+
+
+def _rel(p: Path, root: Path) -> str:
+    try:
+        return str(Path(p).relative_to(root))
+    except ValueError:
+        return str(p)

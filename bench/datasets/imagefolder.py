@@ -1,0 +1,86 @@
+"""``imagefolder``: class-per-folder image trees (ImageNet-style and the like).
+
+Two layouts under ``--root``:
+
+- pre-split: ``train/<class>/*.jpg`` plus ``val/<class>/...`` and/or ``test/<class>/...``;
+  each present subfolder becomes a split. Classes are the sorted folder names under
+  ``train/``; a class folder in ``val``/``test`` that ``train`` lacks is an error.
+- one tree: ``<class>/*.jpg``; each class is split by a seeded ratio into ``train`` and
+  ``val`` (``--val-fraction``, default 0.2; ``bench.datasets.splitting.ratio_split``).
+
+Files: JPEG, PNG (and BMP/WebP/PPM/TIFF), any mode converted to RGB; hidden files are
+ignored. Label = index of the class name in sorted order (like torchvision ``ImageFolder``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from bench.datasets.config import PrepareConfig
+from bench.datasets.decode import is_image_file, split_from_files
+from bench.datasets.sources import Loaded, Source, register_source
+from bench.datasets.splitting import ratio_split
+from bench.errors import InputError
+
+DEFAULT_VAL_FRACTION = 0.2
+HELD_OUT = ("val", "test")
+
+
+def _class_dirs(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def scan(folder: Path, classes: list[str] | None = None) -> tuple[list[str], list[Path], np.ndarray]:
+    """``folder/<class>/<image>`` -> (class names, image paths, int64 labels ``[N]``), sorted."""
+    dirs = _class_dirs(folder)
+    if not dirs:
+        raise InputError("no class folders (expected CLASS/image.jpg, or train/CLASS/... and val/CLASS/...)", folder)
+    names = [d.name for d in dirs]
+    if classes is None:
+        classes = names
+    else:
+        extra = sorted(set(names) - set(classes))
+        if extra:
+            raise InputError(f"class folder {extra[0]!r} is not in train/ ({len(extra)} unknown)", folder / extra[0])
+    index = {c: i for i, c in enumerate(classes)}
+    paths, labels = [], []
+    for d in dirs:
+        files = sorted(p for p in d.rglob("*") if is_image_file(p))
+        if not files:
+            raise InputError("class folder holds no images (.jpg/.jpeg/.png/...)", d)
+        paths += files
+        labels += [index[d.name]] * len(files)
+    return classes, paths, np.asarray(labels, dtype=np.int64)
+
+
+@register_source("imagefolder")
+class ImageFolder(Source):
+    description = "class-per-folder JPEG/PNG tree: train/ + val/ (or test/) subfolders, or one tree split by ratio"
+    needs_root = True
+    default_size = 224
+
+    def load(self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None) -> Loaded:
+        root = Path(cfg.root)
+        held = [h for h in HELD_OUT if (root / h).is_dir()]
+        if (root / "train").is_dir() and held:
+            classes, tr_paths, tr_labels = scan(root / "train")
+            parts = {"train": (tr_paths, tr_labels)}
+            for h in held:
+                _, p, lab = scan(root / h, classes)
+                parts[h] = (p, lab)
+            rule = f"folders: train/ + {'/ + '.join(held)}/"
+        else:
+            classes, paths, labels = scan(root)
+            frac = cfg.val_fraction if cfg.val_fraction is not None else DEFAULT_VAL_FRACTION
+            tr, va = ratio_split(labels, frac, cfg.seed)
+            parts = {"train": ([paths[i] for i in tr], labels[tr]), "val": ([paths[i] for i in va], labels[va])}
+            rule = f"seeded per-class ratio: val_fraction {frac}, seed {cfg.seed}"
+        splits, skipped = {}, []
+        for k, (name, (paths, labels)) in enumerate(parts.items()):
+            splits[name], sk = split_from_files(paths, labels, cfg, root, k, progress)
+            skipped += sk
+        counts = {n: len(p) for n, (p, _) in parts.items()}
+        return Loaded(splits=splits, classes=classes, skipped=skipped, meta={"split_rule": rule, "counts_before_limit": counts})
