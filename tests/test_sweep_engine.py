@@ -1,0 +1,205 @@
+"""The sweep engine on fake cells (tiny python commands): statuses, dependencies, resume, kills."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.errors import InputError
+from bench.sweep import layout
+from bench.sweep.runner import run_sweep
+from bench.sweep.spec import load_sweep
+
+REPO = Path(__file__).resolve().parent.parent
+
+# A cell that appends its id to a shared counter file, then optionally waits for a "go" file.
+COUNT = "import pathlib,sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')"
+WAIT = (COUNT + "; import time; pathlib.Path(sys.argv[3]).write_text('1')"
+        "\nwhile not pathlib.Path(sys.argv[4]).exists(): time.sleep(0.05)"
+        "\npathlib.Path('out.txt').write_text('done')")
+FAIL = COUNT + "; print('Traceback ...', file=sys.stderr); print('ValueError: boom in cell', file=sys.stderr); sys.exit(3)"
+
+
+def _yaml(tmp: Path, counter: Path, started: Path, go: Path) -> Path:
+    doc = {
+        "name": "fake",
+        "cells": [
+            {"kind": "python", "id": "a-{n}", "matrix": {"n": [1, 2]}, "command": ["-c", COUNT, str(counter), "a"]},
+            {"kind": "python", "id": "fail", "command": ["-c", FAIL, str(counter), "fail"]},
+            {"kind": "python", "id": "after-fail", "needs": ["fail"], "command": ["-c", COUNT, str(counter), "x"]},
+            {"kind": "python", "id": "wait", "needs": ["a-1"],
+             "command": ["-c", WAIT, str(counter), "wait", str(started), str(go)]},
+            {"kind": "python", "id": "last", "needs": ["wait", "a-2"], "command": ["-c", COUNT, str(counter), "last"]},
+        ],
+    }
+    import yaml
+
+    p = tmp / "fake.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def _counts(counter: Path) -> dict[str, int]:
+    lines = counter.read_text().split() if counter.exists() else []
+    return {k: lines.count(k) for k in set(lines)}
+
+
+DRIVER = ("import argparse, sys\nfrom bench.commands import sweep as s\n"
+          "p = argparse.ArgumentParser(); s.add_arguments(p)\n"
+          "try:\n    sys.exit(s.run(p.parse_args(sys.argv[1:])))\n"
+          "except KeyboardInterrupt:\n    sys.exit(130)\n")
+
+
+def _sweep_proc(yaml_path: Path, out: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-c", DRIVER, str(yaml_path), "--out", str(out), "--no-report",
+                             "--no-progress"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    t0 = time.monotonic()
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"sweep exited early: {proc.communicate()}")
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"{path} never appeared")
+        time.sleep(0.05)
+
+
+def test_statuses_errors_and_dependencies(tmp_path):
+    counter, started, go = tmp_path / "count", tmp_path / "started", tmp_path / "go"
+    go.write_text("1")
+    cfg = load_sweep(str(_yaml(tmp_path, counter, started, go)))
+    assert [c.id for c in cfg.cells] == ["a-1", "a-2", "fail", "after-fail", "wait", "last"]
+    out = tmp_path / "out"
+    s = run_sweep(cfg, out, progress=False)
+    assert s.status == {"a-1": "ok", "a-2": "ok", "fail": "error", "after-fail": "skip", "wait": "ok", "last": "ok"}
+    df = pd.read_csv(out / "results.csv", keep_default_na=False)
+    rows = df.set_index("run_id")
+    # the failure's reason is the tail of its stderr; the dependent skip names the failed dependency
+    assert "ValueError: boom in cell" in rows.loc["sweep:fail", "reason"]
+    assert rows.loc["sweep:fail", "value"] == ""  # NaN, never a zero that could be averaged
+    assert rows.loc["sweep:after-fail", "status"] == "skip"
+    assert rows.loc["sweep:after-fail", "reason"].startswith("dependency fail error")
+    assert _counts(counter) == {"a": 2, "fail": 1, "wait": 1, "last": 1}  # 'x' never ran
+    saved = json.loads((out / "sweep.json").read_text())
+    assert [c["id"] for c in saved["cells"]] == [c.id for c in cfg.cells]
+    assert saved["cells"][4]["deps"] == ["a-1"] and saved["cells"][4]["argv"][0] == "-c"
+
+    # a plain rerun keeps every finished cell and retries only the failed one (and its dependent)
+    s2 = run_sweep(cfg, out, progress=False)
+    assert sorted(s2.kept) == ["a-1", "a-2", "last", "wait"] and s2.ran == ["fail", "after-fail"]
+    assert _counts(counter) == {"a": 2, "fail": 2, "wait": 1, "last": 1}
+    df2 = pd.read_csv(out / "results.csv")
+    assert len(df2) == 6 and not df2["run_id"].duplicated().any()
+
+
+def test_kill_mid_cell_then_rerun_keeps_every_finished_cell_once(tmp_path):
+    counter, started, go = tmp_path / "count", tmp_path / "started", tmp_path / "go"
+    y = _yaml(tmp_path, counter, started, go)
+    out = tmp_path / "out"
+    proc = _sweep_proc(y, out)
+    _wait_for(started, proc)
+    child_pids = _children(proc.pid)
+    assert child_pids, "the waiting cell should be a child process of the sweep"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    _assert_gone(child_pids)  # the cell died with its parent
+    # the killed cell left a partial folder without a marker; finished cells have theirs
+    assert (out / "cells" / "wait").is_dir() and not (out / "cells" / "wait" / "cell.json").exists()
+    assert {m["id"] for _, m in layout.finished_cells(out)} == {"a-1", "a-2", "fail", "after-fail"}
+    assert _counts(counter) == {"a": 2, "fail": 1, "wait": 1}
+
+    go.write_text("1")
+    proc = _sweep_proc(y, out)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err  # 'fail' fails again: a non-zero exit, after every cell ran
+    # the killed cell was redone once; ok cells were never re-run; the failed one was retried
+    assert _counts(counter) == {"a": 2, "fail": 2, "wait": 2, "last": 1}
+    df = pd.read_csv(out / "results.csv")
+    assert not df["run_id"].duplicated().any() and len(df) == 6
+    assert set(df.loc[df.status == "ok", "run_id"]) == {"sweep:a-1", "sweep:a-2", "sweep:wait", "sweep:last"}
+    assert (out / "cells" / "wait" / "out.txt").read_text() == "done"
+
+
+def test_sigint_mid_cell_exits_130_and_resume_completes(tmp_path):
+    counter, started, go = tmp_path / "count", tmp_path / "started", tmp_path / "go"
+    y = _yaml(tmp_path, counter, started, go)
+    out = tmp_path / "out"
+    proc = _sweep_proc(y, out)
+    _wait_for(started, proc)
+    child_pids = _children(proc.pid)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    _assert_gone(child_pids)
+    assert not (out / "cells" / "wait" / "cell.json").exists()
+    go.write_text("1")
+    s = run_sweep(load_sweep(str(y)), out, resume=True, progress=False)
+    assert sorted(s.kept) == ["a-1", "a-2"] and s.ran == ["fail", "after-fail", "wait", "last"]
+    assert _counts(counter) == {"a": 2, "fail": 2, "wait": 2, "last": 1}
+
+
+def test_changed_cell_is_redone_with_its_dependents(tmp_path):
+    counter, started, go = tmp_path / "count", tmp_path / "started", tmp_path / "go"
+    go.write_text("1")
+    y = _yaml(tmp_path, counter, started, go)
+    out = tmp_path / "out"
+    run_sweep(load_sweep(str(y)), out, progress=False)
+    y.write_text(y.read_text().replace("- wait\n", "- WAIT\n", 1))  # change cell wait's argv
+    s = run_sweep(load_sweep(str(y)), out, progress=False)
+    assert sorted(s.kept) == ["a-1", "a-2"] and sorted(s.ran) == ["after-fail", "fail", "last", "wait"]
+
+
+def test_resume_without_previous_run_is_an_input_error(tmp_path):
+    counter, started, go = tmp_path / "count", tmp_path / "started", tmp_path / "go"
+    with pytest.raises(InputError, match="nothing to resume"):
+        run_sweep(load_sweep(str(_yaml(tmp_path, counter, started, go))), tmp_path / "none", resume=True,
+                  progress=False)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("cells: [{kind: nope, id: x}]", "unknown kind 'nope'"),
+    ("cells: [{kind: python, id: x, colour: red}]", "unknown fields ['colour']"),
+    ("cells: [{kind: bench, id: b, pipeline: raw, data: later}]", "data='later' names no earlier cell"),
+    ("cells: [{kind: python, id: p}, {kind: bench, id: b, pipeline: raw, data: p}]", "is a python cell, expected prepare"),
+    ("cells: [{kind: prepare, id: p, source: photos, size: big}]", "size must be an integer"),
+    ("cells: [{kind: python, id: 'a b'}]", "id must match"),
+    ("cells: [{kind: python, id: a}, {kind: python, id: a}]", "duplicate cell id 'a'"),
+    ("cells: [{kind: prepare, id: p, source: photos}, {kind: bench, id: b, pipeline: raw, data: p, mode: fast}]",
+     "mode must be one of loader|replay|train"),
+])
+def test_bad_sweep_files_name_the_file_and_the_problem(tmp_path, body, message):
+    p = tmp_path / "bad.yaml"
+    p.write_text(textwrap.dedent(body))
+    with pytest.raises(InputError) as e:
+        load_sweep(str(p))
+    assert str(p) in str(e.value) and message in str(e.value)
+
+
+def _children(pid: int) -> list[int]:
+    import psutil
+
+    return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+
+
+def _assert_gone(pids: list[int], timeout: float = 10.0) -> None:
+    import psutil
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"cell processes {alive} outlived the sweep")
