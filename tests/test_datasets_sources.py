@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from bench.datasets.flowers102 import CLASS_NAMES
-from bench.datasets.prepare import prepare_dataset
-from bench.datasets.prepared import open_prepared
-from bench.datasets.sources import get_source, source_names
-from bench.datasets.synthetic import recover_labels
-from tests.fixtures_datasets import (
+from fixtures_datasets import (
     CIFAR_NAMES,
     write_cifar10,
     write_flowers102,
     write_imagefolder,
     write_miniimagenet,
 )
+
+from bench.datasets.flowers102 import CLASS_NAMES
+from bench.datasets.prepare import prepare_dataset
+from bench.datasets.prepared import open_prepared
+from bench.datasets.sources import get_source, source_names
+from bench.datasets.synthetic import recover_labels
 
 
 def test_registry_lists_all_six_sources():

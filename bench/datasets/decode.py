@@ -65,7 +65,8 @@ def decode_files(
                 if on_error == "fail":
                     pool.shutdown(wait=True, cancel_futures=True)
                     raise err
-                skipped.append({"file": str(paths[i]), "error": str(err)})
+                msg = str(err).removeprefix(f"{paths[i]}: ")
+                skipped.append({"file": str(paths[i]), "error": msg})
             if progress is not None:
                 progress(1)
     kept = np.flatnonzero(ok).astype(np.int64)
