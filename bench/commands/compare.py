@@ -1,0 +1,54 @@
+"""`inrbench compare PREPARED_DIR --store FILE...`: INR stores against JPEG at matched bytes."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "compare INR stores with JPEG at matched bytes: PSNR/SSIM/bytes table, CSV, figures"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from bench.compare.config import DEFAULT_QUALITIES, MATCH_CHOICES, SUBSAMPLINGS
+
+    p.add_argument("prepared", metavar="PREPARED_DIR", help="prepared dataset folder (`inrbench prepare`)")
+    p.add_argument("--store", nargs="*", default=[], metavar="FILE",
+                   help="INR store file(s) of that split (`inrbench encode`); none = JPEG sweep only")
+    p.add_argument("--split", default="train", help="split to compare (default train)")
+    p.add_argument("--jpeg-qualities", type=int, nargs="+", default=list(DEFAULT_QUALITIES), metavar="Q",
+                   help=f"JPEG quality sweep (default {' '.join(map(str, DEFAULT_QUALITIES))})")
+    p.add_argument("--limit", type=int, help="only the first N images of the split")
+    p.add_argument("--match", choices=MATCH_CHOICES, default="both",
+                   help="JPEG bytes that must fit the INR's bytes per image: whole file, "
+                        "header-free (entropy-coded data only) or both (default)")
+    p.add_argument("--exhaustive-jpeg", action="store_true",
+                   help="try all 100 qualities per image instead of binary search + repair window")
+    p.add_argument("--window", type=int, default=3,
+                   help="repair window of the binary search (qualities tried above its answer; default 3)")
+    p.add_argument("--subsampling", choices=SUBSAMPLINGS, default="4:2:0", help="JPEG chroma subsampling")
+    p.add_argument("--weight-images", type=int, default=256, help="images sampled for the weight histograms")
+    p.add_argument("--out", required=True, help="output folder (written atomically, replaced if present)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from bench.compare.config import CompareConfig
+    from bench.compare.run import run_compare
+    from bench.errors import InputError
+
+    try:
+        cfg = CompareConfig(
+            split=args.split, qualities=tuple(args.jpeg_qualities), limit=args.limit, match=args.match,
+            search="exhaustive" if args.exhaustive_jpeg else "binary", window=args.window,
+            subsampling=args.subsampling, weight_images=args.weight_images,
+        )
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    bar = tqdm(desc="jpeg", unit="img", leave=False)
+    try:
+        res = run_compare(args.prepared, args.store, cfg, args.out, progress=bar.update)
+    finally:
+        bar.close()
+    print((res.out / "summary.md").read_text(), end="")
+    print(f"wrote {res.out}/ (summary.csv, per_image.csv, summary.md, *.png, config.json)")
+    return 0

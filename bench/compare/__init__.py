@@ -1,0 +1,7 @@
+"""``inrbench compare``: INR stores against JPEG at matched bytes (the paper's Figures 3 and 4).
+
+Modules: ``jpeg`` (marker parsing, header-free bytes, byte-target quality search),
+``quality`` (PSNR via ``bench.metrics``, SSIM), ``core`` (per-image rows), ``table``
+(summary, crossovers, markdown), ``figures`` (matplotlib), ``inr_side`` (store loading),
+``run`` (one run end to end), ``config`` (``CompareConfig``).
+"""

@@ -1,0 +1,57 @@
+"""The configuration of one ``inrbench compare`` run (validated, saved beside the results)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+DEFAULT_QUALITIES: tuple[int, ...] = (1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 100)
+MATCH_KEYS = ("file", "header-free")
+MATCH_CHOICES = ("file", "header-free", "both")
+SEARCH_CHOICES = ("binary", "exhaustive")
+SUBSAMPLINGS = ("4:4:4", "4:2:2", "4:2:0")
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """split: prepared split to read; qualities: JPEG quality sweep; limit: first N images
+    (``None`` = all); match: which JPEG bytes must fit the INR's bytes per image;
+    search: ``binary`` (+ repair window) or ``exhaustive`` over qualities 1..100;
+    subsampling: JPEG chroma subsampling; weight_images: images sampled for the weight
+    histograms; batch: images decoded per INR forward."""
+
+    split: str = "train"
+    qualities: tuple[int, ...] = DEFAULT_QUALITIES
+    limit: int | None = None
+    match: str = "both"
+    search: str = "binary"
+    window: int = 3
+    subsampling: str = "4:2:0"
+    weight_images: int = 256
+    batch: int = 64
+
+    def __post_init__(self) -> None:
+        if not self.qualities or any(not (1 <= int(q) <= 100) for q in self.qualities):
+            raise ValueError(f"JPEG qualities must be in 1..100, got {list(self.qualities)}")
+        object.__setattr__(self, "qualities", tuple(sorted({int(q) for q in self.qualities})))
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"--limit must be >= 1, got {self.limit}")
+        if self.match not in MATCH_CHOICES:
+            raise ValueError(f"match must be one of {MATCH_CHOICES}, got {self.match!r}")
+        if self.search not in SEARCH_CHOICES:
+            raise ValueError(f"search must be one of {SEARCH_CHOICES}, got {self.search!r}")
+        if self.window < 0:
+            raise ValueError(f"window must be >= 0, got {self.window}")
+        if self.subsampling not in SUBSAMPLINGS:
+            raise ValueError(f"subsampling must be one of {SUBSAMPLINGS}, got {self.subsampling!r}")
+        if self.weight_images < 1 or self.batch < 1:
+            raise ValueError("weight_images and batch must be >= 1")
+
+    @property
+    def match_keys(self) -> tuple[str, ...]:
+        return MATCH_KEYS if self.match == "both" else (self.match,)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["qualities"] = list(self.qualities)
+        return d

@@ -1,0 +1,144 @@
+"""The numbers of ``inrbench compare``: per-image rows for INR variants, JPEG at matched
+bytes and a JPEG quality sweep.
+
+Input: the original images (uint8 ``[N, H, W, 3]``) and the INR variants already decoded
+(``InrDecoded``); output: one tidy ``pandas.DataFrame`` with a row per (method, variant,
+match, quality, image). Aggregation lives in ``bench.compare.table``.
+
+JPEG at matched bytes: for every variant and every image, the highest PIL quality whose
+JPEG fits the variant's bytes per image (``match="file"``: whole file; ``match=
+"header-free"``: entropy-coded bytes only, see ``bench.compare.jpeg``). An image whose
+smallest JPEG (over all qualities tried) does not fit gets a row with
+``status="unreachable"`` and ``min_bytes`` = that smallest size; it is never dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from bench.compare.config import CompareConfig
+from bench.compare.jpeg import JpegLadder, decode_jpeg, exhaustive_quality, search_quality
+from bench.compare.quality import psnr, ssim
+
+COLUMNS = [
+    "method",  # inr | jpeg-matched | jpeg-sweep
+    "variant",  # INR variant name ("" for the sweep)
+    "match",  # file | header-free ("" unless jpeg-matched)
+    "image",  # index in the split
+    "quality",  # JPEG quality (NaN for INR and unreachable targets)
+    "target_bytes",  # the INR bytes per image a matched JPEG had to fit
+    "file_bytes",  # bytes on disk (INR: store file bytes / N, header amortized)
+    "header_free_bytes",  # JPEG: entropy-coded bytes; INR: packed arrays / N (store header excluded)
+    "status",  # ok | unreachable
+    "min_bytes",  # unreachable only: smallest JPEG achievable (by the match key)
+    "psnr",  # dB, bench.metrics convention
+    "ssim",
+]
+
+
+@dataclass(frozen=True)
+class InrDecoded:
+    """One INR store, decoded for the comparison.
+
+    name: variant name (palette key without the ``inr-`` prefix is fine);
+    bytes_per_image: store file bytes / N (header amortized);
+    header_free_bytes_per_image: bytes of the packed weight arrays / N, or ``None``;
+    decoded: uint8 ``[N, H, W, 3]`` (clamped and rounded reconstruction);
+    weights: layer name -> 1-D float array of (dequantized) weights over sampled images,
+    in layer order (first, hidden..., last), for the weight-distribution figure.
+    """
+
+    name: str
+    bytes_per_image: float
+    decoded: np.ndarray
+    header_free_bytes_per_image: float | None = None
+    path: str = ""
+    arch: str = ""
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _row(**kw) -> dict:
+    base = dict.fromkeys(COLUMNS, np.nan)
+    base.update(method="", variant="", match="", status="ok")
+    base.update(kw)
+    return base
+
+
+def compare_images(
+    images: np.ndarray,
+    variants: Sequence[InrDecoded],
+    cfg: CompareConfig,
+    progress: Callable[[int], None] | None = None,
+) -> pd.DataFrame:
+    """All per-image rows.
+
+    Args:
+        images: uint8 ``[N, H, W, 3]`` originals.
+        variants: decoded INR stores, each with ``decoded.shape == images.shape``.
+    Returns:
+        DataFrame with ``COLUMNS`` plus ``bpp``, ``bpp_header_free``, ``pct_raw``.
+    """
+    images = np.asarray(images)
+    n, h, w, _ = images.shape
+    for v in variants:
+        if v.decoded.shape != images.shape:
+            raise ValueError(f"variant {v.name}: decoded {v.decoded.shape} vs images {images.shape}")
+    rows: list[dict] = []
+
+    for v in variants:
+        p, s = psnr(v.decoded, images), ssim(v.decoded, images)
+        hf = np.nan if v.header_free_bytes_per_image is None else float(v.header_free_bytes_per_image)
+        for i in range(n):
+            rows.append(
+                _row(method="inr", variant=v.name, image=i, file_bytes=float(v.bytes_per_image),
+                     header_free_bytes=hf, psnr=p[i], ssim=s[i])
+            )
+
+    find = exhaustive_quality if cfg.search == "exhaustive" else (
+        lambda size, target: search_quality(size, target, window=cfg.window)
+    )
+    for i in range(n):
+        orig = images[i : i + 1]
+        ladder = JpegLadder(images[i], cfg.subsampling)
+        scored: dict[int, tuple[float, float]] = {}
+
+        def score(q: int, ladder=ladder, orig=orig, scored=scored) -> tuple[float, float]:
+            if q not in scored:
+                dec = decode_jpeg(ladder(q).data)[None]
+                scored[q] = (float(psnr(dec, orig)[0]), float(ssim(dec, orig)[0]))
+            return scored[q]
+
+        for q in cfg.qualities:
+            e = ladder(q)
+            p, s = score(q)
+            rows.append(_row(method="jpeg-sweep", image=i, quality=q, file_bytes=e.file_bytes,
+                             header_free_bytes=e.payload_bytes, psnr=p, ssim=s))
+        for v in variants:
+            for key in cfg.match_keys:
+                size = ladder.size(key)
+                q = find(size, v.bytes_per_image)
+                common = dict(method="jpeg-matched", variant=v.name, match=key, image=i,
+                              target_bytes=float(v.bytes_per_image))
+                if q is None:
+                    # the qualities the search already tried: all 100, or 1..window
+                    top = 100 if cfg.search == "exhaustive" else max(cfg.window, 1)
+                    tried = [size(c) for c in range(1, top + 1)]
+                    rows.append(_row(**common, status="unreachable", min_bytes=float(min(tried))))
+                    continue
+                e = ladder(q)
+                p, s = score(q)
+                rows.append(_row(**common, quality=q, file_bytes=e.file_bytes,
+                                 header_free_bytes=e.payload_bytes, psnr=p, ssim=s))
+        if progress is not None:
+            progress(1)
+
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    px = float(h * w)
+    df["bpp"] = df["file_bytes"] * 8.0 / px
+    df["bpp_header_free"] = df["header_free_bytes"] * 8.0 / px
+    df["pct_raw"] = df["file_bytes"] * 100.0 / (px * 3)
+    return df

@@ -1,0 +1,162 @@
+"""Figures of ``inrbench compare`` (matplotlib Agg, colours from ``bench.plotstyle``).
+
+Each ``*_figure`` function returns the ``Figure`` (tests read the plotted series back from
+its artists); ``save`` writes it atomically as PNG. Every series carries a ``label`` (legend)
+and a ``gid`` (stable id, e.g. ``jpeg-sweep:file``, ``inr:8bit``, ``jpeg-matched:file:8bit``).
+
+* ``rd_figure``: PSNR against bytes per image (log x, bpp on the top axis): the JPEG quality
+  sweep against file bytes and against header-free bytes, each INR variant as a point, the
+  matched-bytes JPEG points (same marker as their INR variant, JPEG colour), and a dotted
+  vertical line at JPEG's smallest file (mean over images at quality 1 is not in the sweep
+  unless asked; the line is the smallest file seen in the sweep).
+* ``spread_figure``: per-image PSNR box plots, one box per INR variant and matched JPEG.
+* ``weights_figure``: histograms of the first, hidden (pooled) and last layer weights of one
+  INR store (the paper's Figure 4); exact zeros (pruned weights) left out and counted.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench import plotstyle
+from bench.atomic import atomic_write_bytes
+
+plotstyle.use_agg()
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _new(nrows=1, ncols=1, figsize=(7.0, 4.5)):
+    with plt.rc_context(plotstyle.RC):
+        fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False)
+    return fig, axes.ravel()
+
+
+def save(fig, path: str | Path) -> Path:
+    """Write ``fig`` as PNG atomically and close it."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return Path(path)
+
+
+def rd_figure(summary: pd.DataFrame, image_size: tuple[int, int], title: str = ""):
+    """PSNR (dB) vs bytes per image; see the module docstring for the series."""
+    px = image_size[0] * image_size[1]
+    fig, (ax,) = _new()
+    sw = summary[summary["method"] == "jpeg-sweep"].sort_values("quality")
+    if len(sw):
+        ax.plot(sw["file_bytes"], sw["psnr"], "-", marker=".", color=plotstyle.color("jpeg"),
+                label="JPEG quality sweep (file bytes)", gid="jpeg-sweep:file")
+        ax.plot(sw["header_free_bytes"], sw["psnr"], "--", marker=".", color=plotstyle.color("jpeg-header-free"),
+                label="JPEG quality sweep (header-free bytes)", gid="jpeg-sweep:header-free")
+        floor = float(sw["file_bytes"].min())
+        ax.axvline(floor, ls=":", lw=1, color=plotstyle.color("jpeg"), gid="jpeg-floor",
+                   label=f"smallest JPEG file in sweep (q={int(sw['quality'].min())})")
+    inr = summary[summary["method"] == "inr"]
+    for _, r in inr.iterrows():
+        m = plotstyle.inr_method(r["variant"])
+        ax.plot([r["file_bytes"]], [r["psnr"]], ls="", marker=plotstyle.marker(m), ms=8,
+                color=plotstyle.color(m), label=m, gid=f"inr:{r['variant']}")
+    mt = summary[(summary["method"] == "jpeg-matched") & (summary["n_ok"] > 0)]
+    for _, r in mt.iterrows():
+        m = plotstyle.inr_method(r["variant"])
+        key = "jpeg" if r["match"] == "file" else "jpeg-header-free"
+        x = r["file_bytes"] if r["match"] == "file" else r["header_free_bytes"]
+        part = "" if r["status"] == "ok" else f", {r['n_ok']}/{r['n_images']} images"
+        ax.plot([x], [r["psnr"]], ls="", marker=plotstyle.marker(m), ms=8, mfc="none", mew=1.5,
+                color=plotstyle.color(key), label=f"JPEG matched to {m} ({r['match']}{part})",
+                gid=f"jpeg-matched:{r['match']}:{r['variant']}")
+    unreach = summary[(summary["method"] == "jpeg-matched") & (summary["n_ok"] == 0)]
+    if len(unreach):
+        names = ", ".join(f"{plotstyle.inr_method(v)} ({mm})" for v, mm in zip(unreach["variant"], unreach["match"], strict=True))
+        ax.text(0.01, 0.01, f"JPEG cannot reach: {names}", transform=ax.transAxes, fontsize=7, va="bottom")
+    ax.set_xscale("log")
+    ax.set_xlabel("bytes per image")
+    ax.set_ylabel("PSNR (dB)")
+    top = ax.secondary_xaxis("top", functions=(lambda b: b * 8.0 / px, lambda bpp: bpp * px / 8.0))
+    top.set_xlabel("bits per pixel")
+    ax.set_title(title or f"PSNR vs bytes per image ({image_size[0]}x{image_size[1]})")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return fig
+
+
+def spread_groups(per_image: pd.DataFrame) -> list[tuple[str, str, np.ndarray]]:
+    """``(label, palette key, per-image PSNR)`` for each box of ``spread_figure``, in order."""
+    groups = []
+    ok = per_image[per_image["status"] == "ok"]
+    for v in per_image.loc[per_image["method"] == "inr", "variant"].unique():
+        m = plotstyle.inr_method(v)
+        groups.append((m, m, ok[(ok["method"] == "inr") & (ok["variant"] == v)]["psnr"].to_numpy(float)))
+        for match in ("file", "header-free"):
+            g = ok[(ok["method"] == "jpeg-matched") & (ok["variant"] == v) & (ok["match"] == match)]
+            if len(g):
+                key = "jpeg" if match == "file" else "jpeg-header-free"
+                groups.append((f"jpeg@{m}\n({match})", key, g["psnr"].to_numpy(float)))
+    return groups
+
+
+def spread_figure(per_image: pd.DataFrame, title: str = ""):
+    """Per-image PSNR box plots (with the points) for every INR variant and matched JPEG."""
+    groups = [g for g in spread_groups(per_image) if np.isfinite(g[2]).any()]
+    fig, (ax,) = _new(figsize=(max(5.0, 1.1 * len(groups) + 1.5), 4.5))
+    if not groups:
+        ax.text(0.5, 0.5, "no per-image PSNR to show", ha="center", transform=ax.transAxes)
+        return fig
+    data = [g[2][np.isfinite(g[2])] for g in groups]
+    bp = ax.boxplot(data, patch_artist=True, widths=0.6, showfliers=False)
+    ax.set_xticks(range(1, len(groups) + 1), [g[0] for g in groups], fontsize=7)
+    for i, ((label, key, _), box, med) in enumerate(zip(groups, bp["boxes"], bp["medians"], strict=True)):
+        box.set_facecolor(plotstyle.color(key))
+        box.set_alpha(0.6)
+        med.set_color("black")
+        med.set_gid(f"median:{label}")
+        jitter = np.random.default_rng(i).uniform(-0.15, 0.15, len(data[i]))
+        ax.plot(i + 1 + jitter, data[i], ls="", marker=".", ms=3, color=plotstyle.color(key), gid=f"points:{label}")
+    ax.set_ylabel("PSNR per image (dB)")
+    ax.set_title(title or "per-image PSNR")
+    return fig
+
+
+def weight_histograms(weights: dict[str, np.ndarray], bins: int = 80) -> list[tuple[str, np.ndarray, np.ndarray, int]]:
+    """Group layers as first / hidden (pooled) / last and histogram their nonzero weights.
+
+    Args:
+        weights: layer name -> 1-D array of weights over images, in layer order.
+    Returns:
+        ``(group, counts [bins], edges [bins + 1], zeros left out)`` for each group present.
+    """
+    names = list(weights)
+    if not names:
+        return []
+    groups = {"first": [names[0]], "hidden": names[1:-1], "last": [names[-1]] if len(names) > 1 else []}
+    out = []
+    for g, layer_names in groups.items():
+        if not layer_names:
+            continue
+        w = np.concatenate([np.asarray(weights[n], dtype=np.float64).ravel() for n in layer_names])
+        nz = w[w != 0]
+        counts, edges = np.histogram(nz, bins=bins) if len(nz) else (np.zeros(bins, int), np.linspace(-1, 1, bins + 1))
+        out.append((g, counts, edges, int(len(w) - len(nz))))
+    return out
+
+
+def weights_figure(weights: dict[str, np.ndarray], variant: str, bins: int = 80):
+    """Histograms of the first, hidden and last layers' weights (one panel each)."""
+    hists = weight_histograms(weights, bins)
+    fig, axes = _new(1, max(1, len(hists)), figsize=(4.0 * max(1, len(hists)), 3.4))
+    col = plotstyle.color(plotstyle.inr_method(variant))
+    for ax, (g, counts, edges, zeros) in zip(axes, hists, strict=False):
+        ax.stairs(counts, edges, fill=True, color=col, alpha=0.8, gid=f"hist:{g}")
+        nz = counts.sum()
+        centres = (edges[:-1] + edges[1:]) / 2
+        mean = float((counts * centres).sum() / nz) if nz else float("nan")
+        ax.set_title(f"{g} layer(s): {nz} weights, mean {mean:+.3f}" + (f"\n{zeros} zeros (pruned) left out" if zeros else ""), fontsize=9)
+        ax.set_xlabel("weight")
+    axes[0].set_ylabel("count")
+    fig.suptitle(f"weight distributions, {plotstyle.inr_method(variant)}", fontsize=10, y=1.06)
+    return fig

@@ -1,0 +1,93 @@
+"""Load INR stores for the comparison: decode every image to uint8 and sample weights.
+
+Uses the codec's public API only (``inr.store.load(path, device) -> StoredINR`` with
+``decode(idx) -> [B, 3, H, W]`` float in [0, 1], ``weights(idx)`` -> list over layers of
+``(W [B, in, out], b [B, 1, out])`` dequantized, ``labels``, ``bytes_on_disk``,
+``bytes_per_image``). The variant name is the store header's variant name when it has
+one, else the file name without its suffix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench.compare.core import InrDecoded
+from bench.errors import InputError
+from bench.metrics import to_uint8
+
+
+def variant_name(store, path: Path) -> str:
+    for attr in ("variant", "name"):
+        v = getattr(store, attr, None)
+        if isinstance(v, str) and v:
+            return v
+    meta = getattr(store, "meta", None) or getattr(store, "header", None)
+    if isinstance(meta, dict):
+        for key in ("variant", "name", "preset"):
+            if isinstance(meta.get(key), str) and meta[key]:
+                return meta[key]
+    return path.name.split(".")[0]
+
+
+def _count(store) -> int:
+    n = getattr(store, "num_images", None)
+    if n is None:
+        n = len(store)
+    return int(n)
+
+
+def load_variant(
+    path: str | Path,
+    n_images: int,
+    image_size: tuple[int, int],
+    labels: np.ndarray | None = None,
+    batch: int = 64,
+    weight_images: int = 256,
+    device: str = "cpu",
+) -> InrDecoded:
+    """Decode the first ``n_images`` images of the store at ``path`` to uint8 ``[n, H, W, 3]``.
+
+    Refuses (``InputError`` naming the file) a store with fewer images, another image size
+    or labels that differ from the prepared split's.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("no such INR store file", path)
+    from inr.store import load
+
+    store = load(path, device)
+    n_store = _count(store)
+    if n_store < n_images:
+        raise InputError(f"store has {n_store} images, the split (after --limit) has {n_images}", path)
+    if labels is not None and getattr(store, "labels", None) is not None:
+        sl = np.asarray(torch.as_tensor(store.labels).cpu())[:n_images]
+        if not np.array_equal(sl, np.asarray(labels)[:n_images]):
+            raise InputError("labels differ from the prepared split's: is it a store of another dataset or split?", path)
+    decoded = []
+    with torch.no_grad():
+        for s in range(0, n_images, batch):
+            idx = torch.arange(s, min(n_images, s + batch), device=device)
+            x = store.decode(idx)
+            if x.shape[-2:] != tuple(image_size):
+                raise InputError(f"store images are {tuple(x.shape[-2:])}, the split's are {tuple(image_size)}", path)
+            decoded.append(to_uint8(x).permute(0, 2, 3, 1).cpu().numpy())
+        k = min(n_store, weight_images)
+        layers = store.weights(torch.arange(k, device=device))
+    weights = {}
+    for i, (w, b) in enumerate(layers):
+        weights[f"layer{i}"] = torch.as_tensor(w).float().cpu().numpy().ravel()
+        del b  # biases are not part of the paper's Figure 4
+    bpi = float(getattr(store, "bytes_per_image", None) or store.bytes_on_disk / n_store)
+    hf = getattr(store, "payload_bytes", None) or getattr(store, "data_bytes", None)
+    return InrDecoded(
+        name=variant_name(store, path),
+        bytes_per_image=bpi,
+        header_free_bytes_per_image=None if hf is None else float(hf) / n_store,
+        decoded=np.concatenate(decoded),
+        path=str(path),
+        arch=str(getattr(store, "arch", "")),
+        weights=weights,
+    )

@@ -1,0 +1,116 @@
+"""One ``inrbench compare`` run: read a prepared split and INR stores, compute, write.
+
+Output folder (written as a whole: a temp folder renamed into place)::
+
+    per_image.csv      every number: one row per (method, variant, match, quality, image)
+    summary.csv        one row per (method, variant, match, sweep quality); see bench.compare.table
+    summary.md         the README-style table and where INR stands against JPEG
+    weights_hist.csv   the histograms behind weights_<variant>.png
+    psnr_vs_bytes.png  psnr_spread.png  weights_<variant>.png
+    config.json        the CompareConfig, inputs (paths, bytes, arch), image size, env record
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.atomic import atomic_dir, atomic_write_json, atomic_write_text
+from bench.compare import figures
+from bench.compare.config import CompareConfig
+from bench.compare.core import InrDecoded, compare_images
+from bench.compare.table import markdown, summarize
+from bench.datasets.prepared import open_prepared
+from bench.errors import InputError
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    out: Path
+    per_image: pd.DataFrame
+    summary: pd.DataFrame
+
+
+def load_variants(paths: Sequence[str | Path], n: int, image_size, labels, cfg: CompareConfig) -> list[InrDecoded]:
+    from bench.compare.inr_side import load_variant
+
+    variants = [
+        load_variant(p, n, image_size, labels, batch=cfg.batch, weight_images=cfg.weight_images) for p in paths
+    ]
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        # Two stores with one variant name (e.g. both "demo"): tell them apart by file name.
+        variants = [
+            InrDecoded(**{**v.__dict__, "name": Path(v.path).name.split(".")[0]}) if names.count(v.name) > 1 else v
+            for v in variants
+        ]
+        names = [v.name for v in variants]
+        if len(set(names)) != len(names):
+            raise InputError(f"two stores share the variant name and file name: {names}")
+    return variants
+
+
+def write_outputs(out: Path, per_image: pd.DataFrame, summary: pd.DataFrame, variants: Sequence[InrDecoded],
+                  meta: dict) -> None:
+    """Write every output file into ``out`` (an existing folder)."""
+    atomic_write_text(out / "per_image.csv", per_image.to_csv(index=False))
+    atomic_write_text(out / "summary.csv", summary.to_csv(index=False))
+    atomic_write_text(out / "summary.md", markdown(summary, meta))
+    size = tuple(meta["image_size"])
+    title = f"{meta['dataset']} {size[0]}x{size[1]} ({meta['split']}, {meta['n_images']} images)"
+    figures.save(figures.rd_figure(summary, size, f"PSNR vs bytes per image — {title}"), out / "psnr_vs_bytes.png")
+    figures.save(figures.spread_figure(per_image, f"per-image PSNR — {title}"), out / "psnr_spread.png")
+    hist_rows = []
+    for v in variants:
+        if not v.weights:
+            continue
+        for g, counts, edges, zeros in figures.weight_histograms(v.weights):
+            hist_rows += [dict(variant=v.name, group=g, bin_left=edges[k], bin_right=edges[k + 1],
+                               count=int(counts[k]), zeros_left_out=zeros) for k in range(len(counts))]
+        figures.save(figures.weights_figure(v.weights, v.name), out / f"weights_{v.name}.png")
+    if hist_rows:
+        atomic_write_text(out / "weights_hist.csv", pd.DataFrame(hist_rows).to_csv(index=False))
+    atomic_write_json(out / "config.json", meta)
+
+
+def run_compare(prepared: str | Path, stores: Sequence[str | Path], cfg: CompareConfig, out: str | Path,
+                variants: Sequence[InrDecoded] | None = None, progress=None, env: bool = True) -> CompareResult:
+    """Compare the INR stores (or already decoded ``variants``) with JPEG on one split.
+
+    ``variants`` bypasses store loading (tests, or callers that hold decoded images).
+    """
+    ds = open_prepared(prepared)
+    split = ds.split(cfg.split)
+    n = len(split) if cfg.limit is None else min(cfg.limit, len(split))
+    images = np.array(split.images[:n])  # a writable copy, not the read-only memmap
+    if variants is None:
+        variants = load_variants(stores, n, split.image_size, split.labels, cfg)
+    else:
+        variants = [InrDecoded(**{**v.__dict__, "decoded": v.decoded[:n]}) for v in variants]
+    per_image = compare_images(images, variants, cfg, progress=progress)
+    summary = summarize(per_image)
+    meta = dict(
+        schema_version=1,
+        dataset=str(ds.manifest.get("source", Path(prepared).name)),
+        prepared=str(Path(prepared).resolve()),
+        split=cfg.split,
+        n_images=n,
+        image_size=list(split.image_size),
+        raw_bytes_per_image=int(split.image_size[0] * split.image_size[1] * 3),
+        config=cfg.to_dict(),
+        jpeg_encoder="PIL baseline (bench.datasets.prepared.encode_jpeg), no optimize",
+        stores=[dict(name=v.name, path=v.path, arch=v.arch, bytes_per_image=v.bytes_per_image,
+                     header_free_bytes_per_image=v.header_free_bytes_per_image) for v in variants],
+    )
+    if env:
+        from bench import envinfo
+
+        meta["env"] = envinfo.collect()
+    out = Path(out)
+    with atomic_dir(out, overwrite=True) as tmp:
+        write_outputs(tmp, per_image, summary, variants, meta)
+    return CompareResult(out=out, per_image=per_image, summary=summary)

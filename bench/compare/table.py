@@ -1,0 +1,164 @@
+"""Aggregate the per-image rows of ``bench.compare.core`` into the summary table, find
+where INR overtakes JPEG, and render the markdown summary.
+
+Summary: one row per (method, variant, match, quality-for-the-sweep). Means are over the
+images whose status is ``ok``; ``n_ok`` / ``n_images`` say how many that is; ``status`` is
+``ok`` (all reached), ``partial`` or ``unreachable`` (none reached: ``min_bytes`` is the
+mean smallest JPEG). For matched JPEG rows ``inr_psnr_same_images`` is the INR variant's
+mean PSNR over the same reached images, so the two PSNRs compare like with like.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from bench.metrics import mean_psnr
+
+SUMMARY_COLUMNS = [
+    "method", "variant", "match", "quality", "quality_min", "quality_max", "n_images", "n_ok",
+    "status", "target_bytes", "file_bytes", "header_free_bytes", "bpp", "bpp_header_free",
+    "pct_raw", "psnr", "psnr_median", "psnr_min", "ssim", "min_bytes", "inr_psnr_same_images",
+]
+
+
+def summarize(per_image: pd.DataFrame) -> pd.DataFrame:
+    """Per-image rows -> one summary row per group (see the module docstring)."""
+    out = []
+    df = per_image.copy()
+    df["_q"] = np.where(df["method"] == "jpeg-sweep", df["quality"], -1)
+    inr = df[df["method"] == "inr"].set_index(["variant", "image"])["psnr"]
+    for (method, variant, match, qkey), g in df.groupby(["method", "variant", "match", "_q"], sort=False):
+        ok = g[g["status"] == "ok"]
+        n, k = len(g), len(ok)
+        row = dict(
+            method=method, variant=variant, match=match, n_images=n, n_ok=k,
+            status="ok" if k == n else ("unreachable" if k == 0 else "partial"),
+            target_bytes=g["target_bytes"].mean(),
+            quality=qkey if method == "jpeg-sweep" else ok["quality"].mean(),
+            quality_min=ok["quality"].min(), quality_max=ok["quality"].max(),
+            min_bytes=g["min_bytes"].mean(),
+        )
+        for col in ("file_bytes", "header_free_bytes", "bpp", "bpp_header_free", "pct_raw", "ssim"):
+            row[col] = ok[col].mean() if k else np.nan
+        row["psnr"] = mean_psnr(ok["psnr"].to_numpy(float, copy=True)) if k else np.nan
+        row["psnr_median"] = ok["psnr"].median() if k else np.nan
+        row["psnr_min"] = ok["psnr"].min() if k else np.nan
+        if method == "jpeg-matched" and k:
+            same = inr.loc[[(variant, int(i)) for i in ok["image"]]].to_numpy(float, copy=True)
+            row["inr_psnr_same_images"] = mean_psnr(same)
+        out.append(row)
+    s = pd.DataFrame(out)
+    for c in SUMMARY_COLUMNS:
+        if c not in s:
+            s[c] = np.nan
+    return s[SUMMARY_COLUMNS]
+
+
+def jpeg_curve(summary: pd.DataFrame, bytes_col: str = "file_bytes") -> tuple[np.ndarray, np.ndarray]:
+    """The JPEG sweep as ``(mean bytes per image, mean PSNR)`` sorted by bytes."""
+    sw = summary[summary["method"] == "jpeg-sweep"].sort_values(bytes_col)
+    return sw[bytes_col].to_numpy(float), sw["psnr"].to_numpy(float)
+
+
+def jpeg_psnr_at(summary: pd.DataFrame, nbytes: float, bytes_col: str = "file_bytes") -> float:
+    """JPEG sweep PSNR at ``nbytes`` per image, linear in log(bytes); NaN outside the sweep."""
+    x, y = jpeg_curve(summary, bytes_col)
+    if len(x) == 0 or nbytes < x[0] or nbytes > x[-1]:
+        return math.nan
+    return float(np.interp(np.log(nbytes), np.log(x), y))
+
+
+def crossovers(summary: pd.DataFrame, pixels: int, bytes_col: str = "file_bytes") -> list[str]:
+    """Plain-language lines: where each INR variant sits against the JPEG sweep curve, and
+    the bit-rates (bpp) where the INR points (sorted by bytes, joined piecewise) cross it."""
+    inr = summary[summary["method"] == "inr"].sort_values("file_bytes")
+    x, _ = jpeg_curve(summary, bytes_col)
+    if inr.empty or len(x) == 0:
+        return []
+    lines, diffs = [], []
+    label = "JPEG file bytes" if bytes_col == "file_bytes" else "JPEG header-free bytes"
+    for _, r in inr.iterrows():
+        b, bpp = float(r["file_bytes"]), float(r["file_bytes"]) * 8 / pixels
+        j = jpeg_psnr_at(summary, b, bytes_col)
+        if math.isnan(j):
+            where = "below the smallest" if b < x[0] else "above the largest"
+            lines.append(f"inr-{r['variant']} at {bpp:.2f} bpp: {where} {label} of the sweep "
+                         f"({x[0] * 8 / pixels:.2f}-{x[-1] * 8 / pixels:.2f} bpp); no JPEG point to compare")
+            diffs.append(math.nan)
+        else:
+            d = float(r["psnr"]) - j
+            diffs.append(d)
+            lines.append(f"inr-{r['variant']} at {bpp:.2f} bpp: {float(r['psnr']):.2f} dB vs JPEG {j:.2f} dB "
+                         f"({label}): INR {'ahead' if d > 0 else 'behind'} by {abs(d):.2f} dB")
+    bx = inr["file_bytes"].to_numpy(float)
+    for a in range(len(diffs) - 1):
+        d0, d1 = diffs[a], diffs[a + 1]
+        if math.isnan(d0) or math.isnan(d1) or (d0 > 0) == (d1 > 0):
+            continue
+        t = d0 / (d0 - d1)
+        xb = math.exp(math.log(bx[a]) + t * (math.log(bx[a + 1]) - math.log(bx[a])))
+        who = "INR ahead of JPEG below, behind above" if d0 > 0 else "INR overtakes JPEG above"
+        lines.append(f"crossing ({label}): {who} ~{xb * 8 / pixels:.2f} bpp (~{xb:.0f} bytes/image)")
+    return lines
+
+
+def _fmt(v, nd=2) -> str:
+    if isinstance(v, str):
+        return v
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if isinstance(v, float) and v.is_integer() and nd == 0:
+        return f"{int(v)}"
+    return f"{v:.{nd}f}"
+
+
+def markdown(summary: pd.DataFrame, meta: dict) -> str:
+    """The short README-style summary (``summary.md``)."""
+    h, w = meta["image_size"]
+    px = h * w
+    lines = [
+        f"# INR vs JPEG — {meta['dataset']} ({meta['split']}, {meta['n_images']} images, {h}x{w})",
+        "",
+        "PSNR: decode, clamp, round to 8 bits, per image, mean (`bench.metrics`). SSIM: skimage, "
+        "7x7 uniform window, data_range 255, mean over RGB. Bytes per image: INR = store file / N "
+        "(header amortized); JPEG = whole file, or header-free = entropy-coded data only. "
+        "Matched JPEG = highest quality whose bytes fit the INR's bytes per image, per image. "
+        f"Raw RGB = {px * 3} bytes/image. bpp and % raw are of the bytes a row is matched on "
+        "(header-free rows: header-free bytes). `unreachable`: even JPEG's smallest output is larger than the target.",
+        "",
+        "| method | match | file bytes/img | header-free bytes/img | bpp | % raw | quality | PSNR dB | SSIM | images reached | status |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    rows = summary[summary["method"] != "jpeg-sweep"]
+    for variant in rows["variant"].unique():
+        for _, r in rows[rows["variant"] == variant].iterrows():
+            name = f"inr-{variant}" if r["method"] == "inr" else f"jpeg @ inr-{variant}"
+            if r["status"] == "unreachable":
+                by = f"≥{r['min_bytes']:.0f} needed (target {r['target_bytes']:.0f})"
+                cells = (by, "–") if r["match"] == "file" else ("–", by)
+                lines.append(f"| {name} | {r['match']} | {cells[0]} | {cells[1]} | – | – | – | – | – | 0/{r['n_images']} | unreachable |")
+                continue
+            b = r["header_free_bytes"] if r["match"] == "header-free" else r["file_bytes"]
+            q = "–" if r["method"] == "inr" else f"{r['quality']:.1f} ({r['quality_min']:.0f}-{r['quality_max']:.0f})"
+            extra = ""
+            if r["method"] == "jpeg-matched":
+                extra = f" (INR {r['inr_psnr_same_images']:.2f} on same)"
+            lines.append(
+                f"| {name} | {r['match'] or '–'} | {r['file_bytes']:.0f} | {_fmt(r['header_free_bytes'], 0)} | {b * 8 / px:.2f} | {b * 100 / (3 * px):.1f} | {q} | "
+                f"{r['psnr']:.2f}{extra} | {r['ssim']:.3f} | {r['n_ok']}/{r['n_images']} | {r['status']} |"
+            )
+    sw = summary[summary["method"] == "jpeg-sweep"].sort_values("quality")
+    if len(sw):
+        lines += ["", "JPEG quality sweep (means over images):", "",
+                  "| quality | file bytes | bpp | header-free bytes | bpp (header-free) | PSNR dB | SSIM |",
+                  "|---|---|---|---|---|---|---|"]
+        for _, r in sw.iterrows():
+            lines.append(f"| {r['quality']:.0f} | {r['file_bytes']:.0f} | {r['bpp']:.2f} | {r['header_free_bytes']:.0f} | "
+                         f"{r['bpp_header_free']:.2f} | {r['psnr']:.2f} | {r['ssim']:.3f} |")
+    cross = crossovers(summary, px, "file_bytes") + crossovers(summary, px, "header_free_bytes")
+    if cross:
+        lines += ["", "Where INR stands against the JPEG curve:", ""] + [f"- {c}" for c in cross]
+    return "\n".join(lines) + "\n"
