@@ -240,3 +240,19 @@ def test_error_in_a_fresh_process(tmp_path):
         f"inrbench: error: {tmp_path / 'c' / 'batches.meta'}: missing batches.meta: not a CIFAR-10 "
         "python-version folder (expected data_batch_1..5, test_batch, batches.meta)"
     )
+
+
+def test_big_splits_go_through_a_memmap_scratch(run, tmp_path, monkeypatch):
+    """With the memmap threshold at 0 every split is decoded into a scratch file: same result, no leftovers."""
+    import bench.datasets.decode as decode
+
+    write_imagefolder(tmp_path / "t", per_class=4)
+    truncate(tmp_path / "t" / "cat" / "001.PNG", 0.5)
+    args = ("prepare", "imagefolder", "--root", tmp_path / "t", "--size", "16", "--on-error", "skip")
+    assert run(*args, "--out", tmp_path / "ram")[0] == 0
+    monkeypatch.setattr(decode, "MEMMAP_BYTES", 0)
+    assert run(*args, "--out", tmp_path / "mm")[0] == 0
+    a = json.loads((tmp_path / "ram" / "manifest.json").read_text())
+    b = json.loads((tmp_path / "mm" / "manifest.json").read_text())
+    assert a["splits"] == b["splits"] and len(b["skipped"]) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mm", "ram", "t"]  # scratch removed

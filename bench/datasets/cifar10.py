@@ -87,7 +87,9 @@ class Cifar10(Source):
     default_size = None
     default_resize_policy = "resize"
 
-    def load(self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None) -> Loaded:
+    def load(
+        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
+    ) -> Loaded:
         folder = _folder(Path(cfg.root))
         for name in (*TRAIN_BATCHES, *TEST_BATCHES, META):
             if not (folder / name).is_file():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -12,6 +13,10 @@ from PIL import Image
 
 from bench.datasets.resize import resize_image
 from bench.errors import InputError
+
+# Splits bigger than this are decoded into a memory-mapped scratch file, not RAM
+# (mini-ImageNet at 224 x 224 is 9 GB of pixels).
+MEMMAP_BYTES = 1 << 30
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".ppm", ".tif", ".tiff")
 
@@ -38,15 +43,17 @@ def decode_files(
     on_error: str,
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
+    scratch: Path | None = None,
 ) -> tuple[np.ndarray, np.ndarray, list[dict[str, str]]]:
     """Decode ``paths`` in order.
 
     Returns images uint8 ``[M, S, S, 3]`` of the readable files, ``kept`` int64 ``[M]``
     (their indices into ``paths``) and ``skipped`` (``{"file", "error"}`` per unreadable
     file; empty unless ``on_error == "skip"``: with ``fail`` the first one raises).
+    Splits over ``MEMMAP_BYTES`` are held in a memory-mapped file under ``scratch``.
     """
     n = len(paths)
-    out = np.empty((n, size, size, 3), dtype=np.uint8)
+    out = allocate((n, size, size, 3), scratch)
     ok = np.zeros(n, dtype=bool)
     skipped: list[dict[str, str]] = []
 
@@ -70,9 +77,20 @@ def decode_files(
             if progress is not None:
                 progress(1)
     kept = np.flatnonzero(ok).astype(np.int64)
-    if kept.size == n:
-        return out, kept, skipped
-    return out[kept], kept, skipped
+    for j, i in enumerate(kept):  # compact in place (rows only move down): no second copy
+        if j != i:
+            out[j] = out[i]
+    return out[: kept.size], kept, skipped
+
+
+def allocate(shape: tuple[int, ...], scratch: Path | None) -> np.ndarray:
+    """uint8 array of ``shape``: in memory, or a ``.npy`` memmap under ``scratch`` when it is big."""
+    nbytes = int(np.prod(shape))
+    if scratch is None or nbytes <= MEMMAP_BYTES:
+        return np.empty(shape, dtype=np.uint8)
+    fd, name = tempfile.mkstemp(suffix=".npy", dir=scratch)
+    os.close(fd)
+    return np.lib.format.open_memmap(name, mode="w+", dtype=np.uint8, shape=shape)
 
 
 def split_from_files(
@@ -82,6 +100,7 @@ def split_from_files(
     root: Path,
     split_index: int,
     progress: Callable[[int], None] | None = None,
+    scratch: Path | None = None,
 ):
     """``--limit`` subset, decode, drop skipped files -> (``SplitData``, skipped list).
 
@@ -93,7 +112,7 @@ def split_from_files(
     labels = np.asarray(labels, dtype=np.int64)
     sel = limit_indices(len(paths), cfg.limit, cfg.seed + split_index)
     chosen = [paths[i] for i in sel]
-    images, kept, skipped = decode_files(chosen, cfg.size, cfg.resize_policy, cfg.on_error, cfg.workers, progress)
+    images, kept, skipped = decode_files(chosen, cfg.size, cfg.resize_policy, cfg.on_error, cfg.workers, progress, scratch)
     ids = [_rel(chosen[i], root) for i in kept]
     return SplitData(images=images, labels=labels[sel][kept], ids=ids), skipped
 

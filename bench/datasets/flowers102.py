@@ -72,7 +72,9 @@ class Flowers102(Source):
     needs_root = True
     default_size = 224
 
-    def load(self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None) -> Loaded:
+    def load(
+        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
+    ) -> Loaded:
         root = Path(cfg.root)
         jpg = root / "jpg"
         if not jpg.is_dir():
@@ -96,7 +98,7 @@ class Flowers102(Source):
                 if not p.is_file():
                     raise InputError(f"image listed in setid.mat ({key}) is missing", p)
             counts[split] = int(ids.size)
-            splits[split], sk = split_from_files(paths, labels[ids - 1] - 1, cfg, root, k, progress)
+            splits[split], sk = split_from_files(paths, labels[ids - 1] - 1, cfg, root, k, progress, scratch)
             skipped += sk
         return Loaded(
             splits=splits,

@@ -62,7 +62,9 @@ class ImageFolder(Source):
     needs_root = True
     default_size = 224
 
-    def load(self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None) -> Loaded:
+    def load(
+        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
+    ) -> Loaded:
         root = Path(cfg.root)
         held = [h for h in HELD_OUT if (root / h).is_dir()]
         if (root / "train").is_dir() and held:
@@ -80,7 +82,7 @@ class ImageFolder(Source):
             rule = f"seeded per-class ratio: val_fraction {frac}, seed {cfg.seed}"
         splits, skipped = {}, []
         for k, (name, (paths, labels)) in enumerate(parts.items()):
-            splits[name], sk = split_from_files(paths, labels, cfg, root, k, progress)
+            splits[name], sk = split_from_files(paths, labels, cfg, root, k, progress, scratch)
             skipped += sk
         counts = {n: len(p) for n, (p, _) in parts.items()}
         return Loaded(splits=splits, classes=classes, skipped=skipped, meta={"split_rule": rule, "counts_before_limit": counts})

@@ -53,7 +53,9 @@ class MiniImageNet(Source):
     needs_root = True
     default_size = 224
 
-    def load(self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None) -> Loaded:
+    def load(
+        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
+    ) -> Loaded:
         root = Path(cfg.root)
         images = root / "images"
         if not images.is_dir():
@@ -78,7 +80,7 @@ class MiniImageNet(Source):
         tr, va = ratio_split(labels, frac, cfg.seed)
         splits, skipped = {}, []
         for k, (name, idx) in enumerate((("train", tr), ("val", va))):
-            splits[name], sk = split_from_files([paths[i] for i in idx], labels[idx], cfg, root, k, progress)
+            splits[name], sk = split_from_files([paths[i] for i in idx], labels[idx], cfg, root, k, progress, scratch)
             skipped += sk
         meta = {
             "split_rule": f"all csv rows pooled; seeded per-class ratio: val_fraction {frac:.6f}, seed {cfg.seed}",

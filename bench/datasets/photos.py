@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -101,7 +102,9 @@ class Photos(Source):
     default_size = 32
     default_resize_policy = "seeded-square-crop"
 
-    def load(self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None) -> Loaded:
+    def load(
+        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
+    ) -> Loaded:
         size = cfg.size or self.default_size
         per_class = cfg.per_class or DEFAULT_PER_CLASS
         frac = cfg.val_fraction if cfg.val_fraction is not None else DEFAULT_TEST_FRACTION

@@ -11,6 +11,8 @@ write is atomic: an interrupted run leaves no output folder.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +54,18 @@ def prepare_config(cfg: PrepareConfig, out: str | Path, overwrite: bool = False,
         raise InputError("output folder already exists (pass --overwrite to replace it)", out)
     cfg = resolve(cfg)
     src = get_source(cfg.source)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".scratch", dir=out.parent))
+    try:
+        return _load_and_write(src, cfg, out, scratch, overwrite, progress)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _load_and_write(src, cfg: PrepareConfig, out: Path, scratch: Path, overwrite: bool, progress: bool) -> Path:
     bar = _bar(progress, f"{cfg.source}: read")
     try:
-        loaded = src.load(cfg, progress=bar.update if bar is not None else None)
+        loaded = src.load(cfg, progress=bar.update if bar is not None else None, scratch=scratch)
     finally:
         if bar is not None:
             bar.close()

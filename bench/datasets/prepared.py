@@ -53,8 +53,16 @@ class SplitData:
             raise ValueError(f"labels shape {self.labels.shape} does not match {self.images.shape[0]} images")
 
 
-def sha256_array(a: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+def sha256_array(a: np.ndarray, chunk_bytes: int = 1 << 26) -> str:
+    """sha256 of the array's C-order bytes, hashed in chunks (a memmap is never copied whole)."""
+    h = hashlib.sha256()
+    if a.ndim == 0 or a.shape[0] == 0:
+        h.update(np.ascontiguousarray(a).tobytes())
+        return h.hexdigest()
+    step = max(1, chunk_bytes // max(1, a[0].nbytes))
+    for i in range(0, a.shape[0], step):
+        h.update(np.ascontiguousarray(a[i : i + step]).tobytes())
+    return h.hexdigest()
 
 
 def encode_jpeg(image: np.ndarray, quality: int, subsampling: str = "4:2:0") -> bytes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from bench.datasets.config import PrepareConfig
@@ -57,8 +58,14 @@ class Source:
     #: resize policy when ``--resize-policy`` is not given.
     default_resize_policy: ClassVar[str] = "shorter-side-center-crop"
 
-    def load(self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None) -> Loaded:
-        """Read (or generate) every split. ``progress(n)`` is called as images are done."""
+    def load(
+        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
+    ) -> Loaded:
+        """Read (or generate) every split.
+
+        progress: called with ``n`` as ``n`` more images are done. scratch: a folder on the
+        output's disk where big splits may be held as memory-mapped ``.npy`` files.
+        """
         raise NotImplementedError
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -86,7 +87,9 @@ class Synthetic(Source):
     default_size = 32
     default_resize_policy = "generated"
 
-    def load(self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None) -> Loaded:
+    def load(
+        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
+    ) -> Loaded:
         from bench.errors import InputError
 
         size = cfg.size or self.default_size
