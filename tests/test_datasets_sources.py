@@ -63,6 +63,8 @@ def test_flowers102_splits_labels_names(tmp_path):
         assert len(s) == ids.size
         assert np.array_equal(s.labels, fx["labels"][ids - 1] - 1)  # 1..K -> 0..K-1, setid order
         assert np.array_equal(recover_labels(s.images, 27), s.labels)
+        ids = (s.root / "source_ids.txt").read_text().split()
+        assert ids == [f"jpg/image_{i:05d}.jpg" for i in fx["setid"][key]]
     assert ds.manifest["splits"]["train"]["count"] + ds.manifest["splits"]["val"]["count"] + \
         ds.manifest["splits"]["test"]["count"] == 24
 
@@ -105,6 +107,9 @@ def test_imagefolder_presplit(tmp_path):
     assert ds.classes == ["cat", "dog", "eel"] and ds.splits == ["train", "val"]
     assert np.bincount(ds.split("train").labels).tolist() == [4, 4, 4]
     assert np.bincount(ds.split("val").labels).tolist() == [2, 2, 2]
+    val = ds.split("val")
+    ids = (val.root / "source_ids.txt").read_text().split()
+    assert [ds.classes[c] for c in val.labels] == [i.split("/")[1] for i in ids]  # val/<class>/<file>
     assert np.array_equal(recover_labels(ds.split("val").images, 27), ds.split("val").labels)
 
 

@@ -189,6 +189,8 @@ def test_corrupt_image_skipped_and_listed(run, tmp_path):
     assert m["splits"]["train"]["count"] == 11 and m["splits"]["val"]["count"] == 6
     labels = np.load(tmp_path / "o" / "train" / "labels.npy")
     assert np.bincount(labels).tolist() == [4, 4, 3]
+    ids = (tmp_path / "o" / "train" / "source_ids.txt").read_text().split()
+    assert len(ids) == 11 and "train/eel/002.jpeg" not in ids and "train/eel/001.PNG" in ids
 
 
 def test_existing_output_needs_overwrite(run, tmp_path):

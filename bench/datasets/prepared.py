@@ -10,6 +10,8 @@ Layout of a prepared folder ``DIR``::
     DIR/<split>/jpeg/000000.jpg    one JPEG per image, index-aligned with pixels.npy
     DIR/<split>/file_list.txt      "jpeg/000000.jpg <label>" per line (DALI ``readers.file`` format,
                                    paths relative to DIR/<split>)
+    DIR/<split>/source_ids.txt     optional: the source id of each image, one per line (a file path
+                                   relative to the source root, or ``batch:index``), index-aligned
 
 ``write_prepared`` builds all of it in a temp folder and renames at the end, so an
 interrupted run never leaves a folder that looks complete (no manifest = not prepared).
@@ -120,6 +122,8 @@ def write_prepared(
                 if progress is not None:
                     progress(1)
             (d / "file_list.txt").write_text("\n".join(lines) + "\n")
+            if s.ids:
+                (d / "source_ids.txt").write_text("\n".join(s.ids) + "\n")
             manifest["splits"][name] = {
                 "count": int(s.images.shape[0]),
                 "pixels_sha256": sha256_array(s.images),
