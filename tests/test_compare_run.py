@@ -78,7 +78,7 @@ def test_inr_rows_use_the_psnr_convention(result):
     res, images = result
     pi = pd.read_csv(res.out / "per_image.csv")
     dec = _variants(images)[0].decoded
-    got = pi[(pi.method == "inr") & (pi.variant == "8bit")].sort_values("image")["psnr"].to_numpy()
+    got = pi[(pi.method == "inr") & (pi.variant == "8bit")].sort_values("image")["psnr"].to_numpy(float, copy=True)
     np.testing.assert_allclose(got, psnr_per_image(dec, images).numpy())
     s = pd.read_csv(res.out / "summary.csv")
     row = s[(s.method == "inr") & (s.variant == "8bit")].iloc[0]
