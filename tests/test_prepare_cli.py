@@ -74,6 +74,12 @@ def test_missing_root(run, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_root_is_a_file(run, tmp_path):
+    (tmp_path / "cifar.tar.gz").write_bytes(b"x")
+    rc, _, err = run("prepare", "cifar10", "--root", tmp_path / "cifar.tar.gz", "--out", tmp_path / "o")
+    assert_one_line_error(rc, err, tmp_path / "cifar.tar.gz", "not a folder")
+
+
 def test_root_required_and_refused(run, tmp_path):
     rc, _, err = run("prepare", "flowers102", "--out", tmp_path / "o")
     assert_one_line_error(rc, err, "needs --root")

@@ -7,12 +7,18 @@ import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image
 
+from bench.datasets.prepared import SplitData
 from bench.datasets.resize import resize_image
+from bench.datasets.splitting import limit_indices
 from bench.errors import InputError
+
+if TYPE_CHECKING:
+    from bench.datasets.config import PrepareConfig
 
 # Splits bigger than this are decoded into a memory-mapped scratch file, not RAM
 # (mini-ImageNet at 224 x 224 is 9 GB of pixels).
@@ -96,18 +102,16 @@ def allocate(shape: tuple[int, ...], scratch: Path | None) -> np.ndarray:
 def split_from_files(
     paths: Sequence[Path],
     labels: Sequence[int] | np.ndarray,
-    cfg,
+    cfg: PrepareConfig,
     root: Path,
     split_index: int,
     progress: Callable[[int], None] | None = None,
     scratch: Path | None = None,
-):
+) -> tuple[SplitData, list[dict[str, str]]]:
     """``--limit`` subset, decode, drop skipped files -> (``SplitData``, skipped list).
 
     cfg: a resolved ``PrepareConfig`` (size and resize policy set). ids are paths relative to ``root``.
     """
-    from bench.datasets.prepared import SplitData
-    from bench.datasets.splitting import limit_indices
 
     labels = np.asarray(labels, dtype=np.int64)
     sel = limit_indices(len(paths), cfg.limit, cfg.seed + split_index)
