@@ -187,6 +187,10 @@ class CompareCell(Cell):
     stores: tuple[str, ...] = ()
     jpeg_qualities: tuple[int, ...] | None = None
 
+    def output(self, ctx: Context) -> Path:
+        # compare replaces its --out folder atomically: keep it apart from the cell's logs
+        return ctx.cell_dir(self.id) / "compare"
+
     def argv(self, ctx: Context) -> list[str]:
         argv = ["compare", str(ctx.output(self.data))]
         if self.stores:

@@ -122,19 +122,18 @@ def stderr_tail(path: Path, lines: int = 3, limit: int = 500) -> str:
 
 
 def _own_status(cell_dir: Path) -> tuple[str, str] | None:
-    """Status from rows the cell wrote itself (``inrbench bench``): skip/error win over ok."""
+    """Status from rows the cell wrote itself (``inrbench bench``): a run-level skip/error row wins."""
     try:
         df = layout.cell_rows(cell_dir)
     except InputError:
         return None
     if df is None or df.empty:
         return None
-    errors = df[df["status"] == "error"]
-    if len(errors):
-        return "error", "; ".join(dict.fromkeys(errors["reason"].astype(str)))
-    skips = df[df["status"] == "skip"]
-    if len(skips) and not (df["status"] == "ok").any():
-        return "skip", "; ".join(dict.fromkeys(skips["reason"].astype(str)))
+    run = df[df["metric"] == "run"]  # a run was skipped or failed iff it has a "run" row
+    for st in ("error", "skip"):
+        bad = run[run["status"] == st]
+        if len(bad):
+            return st, "; ".join(dict.fromkeys(bad["reason"].astype(str)))
     return None
 
 

@@ -1,0 +1,133 @@
+"""Everything a report reads, from result files only.
+
+A results folder is either a sweep folder (``sweep.json`` + ``cells/``, see
+``bench.sweep.layout``) or a plain ``inrbench bench --out`` folder (``runs/*/rows.csv``).
+From a sweep folder the report also reads each finished compare cell's ``summary.csv`` and
+figures, prepared manifests (image size, JPEG bytes) and store file sizes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.errors import InputError
+from bench.sweep import layout
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """One finished compare cell: its dataset, the summary table and its folder (figures)."""
+
+    cell: str
+    dataset: str
+    folder: Path
+    summary: Any  # pandas.DataFrame, bench.compare.table.SUMMARY_COLUMNS
+    image_size: tuple[int, int] | None
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """rows: tidy results (bench rows + one ``cell_s`` status row per sweep cell)."""
+
+    root: Path
+    name: str
+    description: str
+    rows: Any  # pandas.DataFrame
+    env: dict[str, Any] | None
+    cells: list[dict[str, Any]] = field(default_factory=list)  # sweep.json cells (resolved)
+    markers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    compares: list[CompareResult] = field(default_factory=list)
+    manifests: dict[str, dict[str, Any]] = field(default_factory=dict)  # dataset -> manifest.json
+    store_bytes: dict[str, float] = field(default_factory=dict)  # encode cell id -> bytes/image
+
+
+def load(results_dir: str | Path) -> ReportInputs:
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise InputError("no such results folder", root)
+    if layout.is_sweep_dir(root):
+        return _load_sweep(root)
+    from bench import results as R
+
+    rows = R.read_results(root)
+    env = _read_json(next(iter(sorted(root.glob("runs/*/env.json"))), None))
+    return ReportInputs(root=root, name=root.name, description="", rows=rows, env=env)
+
+
+def _read_json(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _load_sweep(root: Path) -> ReportInputs:
+    import pandas as pd
+
+    sweep = _read_json(root / layout.SWEEP_FILE)
+    if sweep is None:
+        raise InputError(f"unreadable {layout.SWEEP_FILE}", root / layout.SWEEP_FILE)
+    rows = layout.read_sweep_results(root)
+    finished = layout.finished_cells(root)
+    markers = {m["id"]: m for _, m in finished}
+    cells = sweep.get("cells", [])
+    cell_dir = {m["id"]: d for d, m in finished}
+
+    manifests: dict[str, dict[str, Any]] = {}
+    prep_dataset: dict[str, str] = {}
+    for c in cells:
+        if c["kind"] == "prepare" and markers.get(c["id"], {}).get("status") == "ok":
+            name = c.get("name") or c["id"]
+            prep_dataset[c["id"]] = name
+            m = _read_json(cell_dir[c["id"]] / name / "manifest.json")
+            if m is not None:
+                manifests[name] = m
+
+    store_bytes: dict[str, float] = {}
+    for c in cells:
+        if c["kind"] != "encode" or markers.get(c["id"], {}).get("status") != "ok":
+            continue
+        store = cell_dir[c["id"]] / f"{c.get('name') or c['id']}.inr"
+        m = manifests.get(prep_dataset.get(c.get("data", ""), ""))
+        n = _split_count(m, "train")
+        if store.is_file() and n:
+            store_bytes[c["id"]] = store.stat().st_size / n
+
+    compares = []
+    for c in cells:
+        if c["kind"] != "compare" or markers.get(c["id"], {}).get("status") != "ok":
+            continue
+        folder = cell_dir[c["id"]] / "compare"
+        if not (folder / "summary.csv").is_file():
+            continue
+        ds = prep_dataset.get(c.get("data", ""), "")
+        m = manifests.get(ds)
+        size = tuple(m["image_size"]) if m and "image_size" in m else None
+        compares.append(CompareResult(cell=c["id"], dataset=ds, folder=folder,
+                                      summary=pd.read_csv(folder / "summary.csv"), image_size=size))
+    return ReportInputs(
+        root=root, name=sweep.get("name", root.name), description=sweep.get("description", ""),
+        rows=rows, env=_read_json(root / layout.ENV_FILE), cells=cells, markers=markers,
+        compares=compares, manifests=manifests, store_bytes=store_bytes,
+    )
+
+
+def _split_count(manifest: dict[str, Any] | None, split: str) -> int | None:
+    try:
+        return int(manifest["splits"][split]["count"])  # type: ignore[index]
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def jpeg_bytes_per_image(manifest: dict[str, Any] | None, split: str = "train") -> float | None:
+    """Mean JPEG file bytes per image of a prepared split (from its manifest), or ``None``."""
+    try:
+        s = manifest["splits"][split]  # type: ignore[index]
+        return float(s["jpeg_bytes"]) / float(s["count"])
+    except (TypeError, KeyError, ValueError, ZeroDivisionError):
+        return None

@@ -1,0 +1,29 @@
+"""The result-row metric names a report reads (written by ``inrbench bench``), in one place.
+
+Each concept lists the names it accepts, first match wins, so a renamed metric is a one-line
+change here and nowhere else.
+"""
+
+from __future__ import annotations
+
+PIPELINE_ORDER = ("raw", "torch-jpeg", "dali", "inr")
+MODE_ORDER = ("loader", "replay", "train")
+BASELINES = ("torch-jpeg", "dali")
+
+EPOCH_S = ("epoch_s",)
+IMAGES_PER_S = ("images_per_s",)
+DATA_WAIT_S = ("data_wait_s", "wait_s")
+COMPUTE_S = ("compute_s",)
+TTFB_S = ("ttfb_s",)
+CPU_BUSY = ("cpu_cores_busy",)
+RSS_PEAK = ("host_rss_peak_bytes",)
+GPU_MEM_NVML = ("gpu_mem_used_peak_bytes",)
+GPU_MEM_TORCH = ("torch_peak_allocated_bytes",)
+ACCURACY = ("test_acc", "test_accuracy", "accuracy")
+BYTES_PER_IMAGE = ("dataset_bytes_per_image", "bytes_per_image")
+
+
+def first_present(metrics, names: tuple[str, ...]) -> str | None:
+    """The first of ``names`` that occurs in ``metrics`` (any iterable of metric names)."""
+    have = set(metrics)
+    return next((n for n in names if n in have), None)

@@ -1,0 +1,137 @@
+"""``inrbench report`` on fixture result files (tests/fixtures/results/sweep, real schema)."""
+
+from __future__ import annotations
+
+import glob
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from PIL import Image
+
+from bench.cli import main as cli_main
+from bench.errors import InputError
+from bench.report import build_report
+from bench.report.markdown import parse_tables
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "results" / "sweep"
+
+
+def _fixture_rows() -> pd.DataFrame:
+    """The fixture's bench rows read straight from the files (independently of the report code),
+    only from cells that have a completion marker."""
+    frames = []
+    for f in sorted(glob.glob(str(FIX / "cells" / "*" / "runs" / "*" / "rows.csv"))):
+        cell = Path(f).parents[2]
+        if (cell / "cell.json").exists():
+            frames.append(pd.read_csv(f))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _median_iqr(rows: pd.DataFrame, pipeline: str, mode: str, metric: str) -> tuple[float, float]:
+    v = rows[(rows.pipeline == pipeline) & (rows["mode"] == mode) & (rows.metric == metric)
+             & (rows.status == "ok") & rows.epoch.notna()]["value"]
+    return v.median(), v.quantile(0.75) - v.quantile(0.25)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "fixture"
+    build_report(FIX, out)
+    return out, (out / "README.md").read_text()
+
+
+def _table(tables, heading_prefix: str, i: int = 0) -> pd.DataFrame:
+    keys = [k for k in tables if k.startswith(heading_prefix)]
+    assert keys, f"no table under a heading starting {heading_prefix!r}; have {list(tables)}"
+    return tables[keys[0]][i].set_index(tables[keys[0]][i].columns[0])
+
+
+def test_throughput_table_holds_medians_and_statuses(report):
+    _, text = report
+    rows = _fixture_rows()
+    t = _table(parse_tables(text), "photos32 — images/s")
+    assert list(t.columns) == ["loader", "replay", "train"]
+    assert list(t.index) == ["raw", "torch-jpeg", "dali", "inr"]
+    for p in ("raw", "torch-jpeg", "inr"):
+        med, iqr = _median_iqr(rows, p, "loader", "images_per_s")
+        cell = t.loc[p, "loader"]
+        shown_med = float(cell.split(" (IQR ")[0].replace(",", ""))
+        shown_iqr = float(cell.split(" (IQR ")[1].rstrip(")").replace(",", ""))
+        assert shown_med == pytest.approx(med, rel=1e-3, abs=0.5)
+        assert shown_iqr == pytest.approx(iqr, rel=1e-2, abs=0.5)
+    # a skipped and a failed cell are visible with their reasons, never a number
+    assert t.loc["dali", "train"] == "skip: DALI mixed decode needs a GPU"
+    assert t.loc["inr", "replay"] == "error: exit -9: Killed (out of memory)"
+    # the killed cell (no marker) contributed nothing: its run id is absent from the merged rows
+    assert "fixture-killed" not in set(rows.run_id)
+
+
+def test_speedup_is_the_ratio_of_median_epoch_times(report):
+    _, text = report
+    rows = _fixture_rows()
+    tables = parse_tables(text)
+    sp = tables["photos32 — speedup"][0].set_index("pipeline")
+    base, _ = _median_iqr(rows, "torch-jpeg", "train", "epoch_s")
+    inr, _ = _median_iqr(rows, "inr", "train", "epoch_s")
+    shown = sp.loc["inr", "vs torch-jpeg (train)"]
+    assert float(shown.split("x")[0]) == pytest.approx(base / inr, abs=0.006)
+    lo, hi = (float(v) for v in shown.split("[")[1].rstrip("]").split("-"))
+    assert lo <= base / inr <= hi
+    assert sp.loc["torch-jpeg", "vs torch-jpeg (train)"].startswith("1.00x")
+    # a skipped baseline is named, not turned into a number
+    assert sp.loc["inr", "vs dali (train)"] == "n/a: dali skip: DALI mixed decode needs a GPU"
+
+
+def test_compression_accuracy_cells_environment(report):
+    _, text = report
+    tables = parse_tables(text)
+    comp = tables["photos32 — PSNR and bytes (compare)"][0]
+    unreachable = comp[(comp["variant"] == "pruned-8bit") & (comp["match"] == "file")]
+    assert unreachable["status"].item() == "unreachable (smallest JPEG 760 B)"
+    assert comp[(comp["method"] == "inr") & (comp["variant"] == "fp32")]["PSNR dB"].item() == "31.20"
+
+    acc = tables["Accuracy (test split, original pixels, evaluation transform)"][0].set_index("pipeline")
+    rows = _fixture_rows()
+    v = rows[(rows.pipeline == "inr") & (rows.metric == "test_acc")]["value"]
+    assert float(acc.loc["inr", "test accuracy %"].split(" ")[0]) == pytest.approx(100 * v.median(), abs=0.05)
+    assert acc.loc["raw", "bytes/image"] == "3,072" and acc.loc["torch-jpeg", "bytes/image"] == "900"
+    assert acc.loc["inr", "bytes/image"] == "700"  # the store file's bytes / train images
+    assert acc.loc["dali", "test accuracy %"].startswith("skip: ")
+
+    cells = tables["Sweep cells"][0].set_index("cell")
+    assert cells.loc["bench-killed", "status"] == "not finished"
+    assert cells.loc["bench-inr-replay", "status"] == "error"
+    env = tables["Environment"][0].set_index("")
+    assert env.loc["CPU", "value"].startswith("Fixture CPU @ 2.0GHz, 2 logical cores")
+    assert env.loc["GPU", "value"].startswith("none (NVML init failed")
+    assert "No GPU in these runs: NVML init failed (no driver): fixture." in text
+
+    ds = tables["INR design space (PSNR vs encoder parameters)"][0]
+    assert set(zip(ds["param"], ds["value"], ds["PSNR dB"], strict=True)) == {
+        ("layers", "3", "27.50"), ("layers", "5", "30.10"), ("hidden", "13", "30.10"),
+        ("hidden", "8", "25.90"), ("hidden", "24", "34.80")}
+
+
+def test_figures_are_written_and_linked(report):
+    out, text = report
+    expected = ["psnr_vs_bytes_compare.png", "speedup_photos32.png", "epoch_split_photos32.png",
+                "cpu_busy_photos32.png", "accuracy_vs_bytes.png", "design_space.png", "compare_weights_fp32.png"]
+    for name in expected:
+        assert f"]({name})" in text, name
+        with Image.open(out / name) as im:
+            assert im.format == "PNG" and im.width >= 100 and im.height >= 50
+    assert not list(out.glob("gpu_memory*.png"))  # no GPU samples: a note instead of a figure
+
+
+def test_cli_report_and_bad_input(tmp_path, capsys):
+    src = tmp_path / "res"
+    shutil.copytree(FIX, src)
+    assert cli_main(["report", str(src), "--out", str(tmp_path / "rep")]) == 0
+    assert (tmp_path / "rep" / "README.md").is_file()
+    assert cli_main(["report", str(tmp_path / "missing"), "--out", str(tmp_path / "r2")]) == 2
+    err = capsys.readouterr().err
+    assert "missing: no such results folder" in err and "Traceback" not in err
+    with pytest.raises(InputError, match="no results"):
+        build_report(tmp_path, tmp_path / "r3")  # a folder with neither sweep.json nor runs/
