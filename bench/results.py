@@ -176,7 +176,7 @@ class RunRows:
         return [{**r, **cfg} for r in self._rows]
 
 
-def _frame(rows: Sequence[Mapping[str, Any]]):
+def to_frame(rows: Sequence[Mapping[str, Any]]):
     """Rows -> DataFrame with the core dtypes and the core columns first."""
     import pandas as pd
 
@@ -218,7 +218,7 @@ def write_run(out: str | Path, run: RunRows) -> Path:
     run_dir = Path(out) / RUNS_DIR / run.run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / CONFIG_FILE, dict(run.config))
-    df = _frame(rows)
+    df = to_frame(rows)
     atomic_write_bytes(run_dir / ROWS_FILE, df.to_csv(index=False).encode("utf-8"))
     rebuild_views(out)
     return run_dir

@@ -62,10 +62,7 @@ class EpochTiming:
     wait_ns: list[int] = field(default_factory=list)
     compute_ns: list[int] = field(default_factory=list)
     images: int = 0
-
-    @property
-    def steps(self) -> int:
-        return len(self.compute_ns)
+    steps: int = 0
 
     @property
     def ttfb_ns(self) -> int | None:
@@ -104,6 +101,7 @@ def timed_epoch(batches: Iterable[Any], step: Callable[[Any], Any], clock: Devic
             t.wait_ns.append(t1 - prev)
         step(batch)
         t.images += batch_size_of(batch)
+        t.steps += 1
         if step_sync or first:
             t2 = clock.now()
             t.compute_ns.append(t2 - t1)

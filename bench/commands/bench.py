@@ -1,0 +1,144 @@
+"""`inrbench bench`: time one pipeline in one mode (loader | replay | train) and record the rows.
+
+Writes under ``--out`` (layout in ``bench.results``): ``runs/<run_id>/rows.csv``,
+``config.json`` (the resolved ``BenchConfig``), ``env.json``, and rebuilds ``results.csv``
+(+ ``results.parquet``). Prints a compact summary (median [IQR] over repeats x epochs).
+
+Exit status: 0 = ok, or skipped because the pipeline is ``Unavailable`` here (a skip row
+with the reason is written: a sweep goes on); 1 = the run crashed (an error row); 2 = bad
+input (one line on stderr; an error row when the run had started); 3 = out of memory (an
+error row). A failed run never leaves rows that read as results.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "time a pipeline (loader | replay | train), monitor CPU/RSS/GPU memory, write result rows"
+
+# metric -> (label, scale, unit shown) for the summary table
+SUMMARY = {
+    "images_per_s": ("img/s", 1.0, ""),
+    "epoch_s": ("epoch", 1.0, "s"),
+    "ttfb_s": ("ttfb", 1.0, "s"),
+    "data_wait_s": ("wait", 1.0, "s"),
+    "compute_s": ("compute", 1.0, "s"),
+    "cpu_cores_busy": ("cores", 1.0, ""),
+    "host_rss_peak_bytes": ("RSS", 2.0**-20, "MiB"),
+    "gpu_mem_used_peak_bytes": ("GPU mem", 2.0**-20, "MiB"),
+    "torch_peak_allocated_bytes": ("torch alloc", 2.0**-20, "MiB"),
+    "test_acc": ("test acc", 100.0, "%"),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pipeline", required=True, help="registered pipeline name (raw, torch-jpeg, dali, inr, ...)")
+    p.add_argument("--data", required=True, help="prepared dataset folder (`inrbench prepare`)")
+    p.add_argument("--store", help="encoded store file (the inr pipeline's .inr file)")
+    p.add_argument("--mode", choices=("loader", "replay", "train"), default="loader",
+                   help="loader: pipeline alone; replay: model on cached batches; train: end to end")
+    p.add_argument("--epochs", type=int, default=1, help="measured epochs per repeat (default 1)")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up epochs per repeat, reported apart (default 1)")
+    p.add_argument("--repeats", type=int, default=3, help="repeats, each with a fresh pipeline/model (default 3)")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--workers", type=int, default=2, help="loader workers/threads (default 2)")
+    p.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (cuda when available)")
+    p.add_argument("--backbone", default="auto",
+                   help="resnet18-cifar | resnet18 | small-cnn | auto (resnet18-cifar up to 64 px, else resnet18)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--split", default="train", help="split the pipeline feeds (default train)")
+    p.add_argument("--eval-split", default="test", help="split for test accuracy in train mode (default test)")
+    g = p.add_argument_group("augmentation (pipelines.base.Augment)")
+    g.add_argument("--crop", choices=("random-resized", "random-pad", "center"), default="random-resized")
+    g.add_argument("--size", type=int, help="output side (default: the dataset's image height)")
+    g.add_argument("--scale", type=float, nargs=2, metavar=("LO", "HI"), default=(0.08, 1.0))
+    g.add_argument("--ratio", type=float, nargs=2, metavar=("LO", "HI"), default=(3 / 4, 4 / 3))
+    g.add_argument("--pad", type=int, default=4, help="random-pad padding (default 4)")
+    g.add_argument("--no-flip", action="store_true", help="disable the random horizontal flip")
+    t = p.add_argument_group("training")
+    t.add_argument("--lr", type=float, default=0.1)
+    t.add_argument("--momentum", type=float, default=0.9)
+    t.add_argument("--weight-decay", type=float, default=5e-4)
+    t.add_argument("--amp", choices=("auto", "bf16", "off"), default="auto", help="auto: bf16 on CUDA")
+    h = p.add_argument_group("harness")
+    h.add_argument("--replay-batches", type=int, default=16, help="batches cached for replay (default 16)")
+    h.add_argument("--no-step-sync", action="store_true",
+                   help="read the clock only at epoch boundaries (no per-step wait/compute split)")
+    h.add_argument("--monitor-period", type=float, default=0.1, help="monitor sampling period, s (default 0.1)")
+    p.add_argument("--out", required=True, help="results folder (rows are added to it)")
+
+
+def build_config(args: argparse.Namespace):
+    """argv -> a resolved, validated ``BenchConfig`` (``InputError`` on bad values)."""
+    import torch
+
+    import pipelines
+    from bench.datasets.prepared import open_prepared
+    from bench.errors import InputError
+    from bench.harness.runner import BenchConfig
+    from bench.train.backbones import backbone_names, default_backbone
+    from bench.train.loop import TrainConfig
+    from pipelines.base import Augment, PipelineConfig
+
+    if args.pipeline not in pipelines.names():
+        raise InputError(f"unknown pipeline {args.pipeline!r}; known: {', '.join(pipelines.names())}")
+    data = open_prepared(args.data)
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        torch.device(device)
+    except RuntimeError as e:
+        raise InputError(f"--device {device!r}: {e}") from None
+    size = args.size or data.image_size[0]
+    backbone = default_backbone(size) if args.backbone == "auto" else args.backbone
+    if backbone not in backbone_names():
+        raise InputError(f"unknown backbone {backbone!r}; known: {', '.join(backbone_names())}")
+    try:
+        aug = Augment(crop=args.crop, size=size, scale=tuple(args.scale), ratio=tuple(args.ratio),
+                      pad=args.pad, flip=not args.no_flip)
+        pipe = PipelineConfig(batch_size=args.batch_size, augment=aug, split=args.split, device=device,
+                              workers=args.workers, seed=args.seed)
+        train = TrainConfig(lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, amp=args.amp)
+        return BenchConfig(
+            pipeline=args.pipeline, data=str(data.root), mode=args.mode, store=args.store,
+            epochs=args.epochs, warmup=args.warmup, repeats=args.repeats, pipe=pipe, backbone=backbone,
+            train=train, eval_split=args.eval_split, replay_batches=args.replay_batches,
+            step_sync=not args.no_step_sync, monitor_period_s=args.monitor_period,
+        )
+    except ValueError as e:
+        raise InputError(f"bad configuration: {e}") from None
+
+
+def summary_table(rows) -> str:
+    """A compact table of median [IQR] over the run's ok rows (measured epochs / repeats)."""
+    from bench.results import summarize, to_frame
+
+    df = to_frame(rows.rows())
+    status = df[df.metric == "run"]
+    if len(status):
+        r = status.iloc[0]
+        return f"{r['pipeline']} {r['mode']}: {r['status'].upper()}: {r['reason']}"
+    s = summarize(df, by=("metric",)).set_index("metric")
+    head = f"{rows.pipeline} {rows.mode} on {rows.dataset} (median [IQR], n samples)"
+    lines = [head]
+    for metric, (label, scale, unit) in SUMMARY.items():
+        if metric in s.index:
+            m = s.loc[metric]
+            lines.append(f"  {label:<12} {m['median'] * scale:>12.4g} [{m['iqr'] * scale:.3g}] {unit:<4} n={int(m['n'])}")
+    absent = sorted(set(df.loc[df.status == "skip", "metric"]))
+    if absent:
+        lines.append(f"  absent here: {', '.join(absent)}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bench.harness.runner import run_bench
+
+    cfg = build_config(args)
+    outcome = run_bench(cfg, args.out)
+    print(summary_table(outcome.rows))
+    print(f"rows: {outcome.run_dir / 'rows.csv'}")
+    if outcome.input_error is not None:
+        raise outcome.input_error
+    return outcome.exit_code

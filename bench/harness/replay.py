@@ -1,0 +1,61 @@
+"""Cached-batch replay (the ``replay`` mode's source) and a batch counter on a pipeline.
+
+``replay`` measures the model alone: a few batches are drawn from the pipeline once, before the
+measured region, cloned on the device, and the pipeline is closed; every replayed epoch then
+cycles those batches for as many steps as a pipeline epoch has. No batch is drawn from (so
+nothing is decoded by) the pipeline while replay is timed: ``CountingSource`` shows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from pipelines.base import Batch
+
+
+class CountingSource:
+    """Wraps an iterable of batches and counts the batches drawn from it (``drawn``)."""
+
+    def __init__(self, source: Iterable[Any]):
+        self.source = source
+        self.drawn = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        for b in self.source:
+            self.drawn += 1
+            yield b
+
+
+def cache_batches(source: Iterable[Batch], limit: int) -> list[Batch]:
+    """The first ``limit`` batches of one epoch of ``source``, cloned (adapters may reuse buffers).
+
+    images: float ``[B, 3, S, S]``, labels: int64 ``[B]``, on the pipeline's device.
+    """
+    if limit < 1:
+        raise ValueError(f"replay needs at least one cached batch, got {limit}")
+    cached: list[Batch] = []
+    for b in source:
+        cached.append(Batch(images=b.images.clone(), labels=b.labels.clone()))
+        if len(cached) >= limit:
+            break
+    if not cached:
+        raise RuntimeError("the pipeline yielded no batch to cache for replay")
+    return cached
+
+
+class ReplayBatches:
+    """An epoch of ``steps`` batches cycling through ``cached`` (no pipeline involved)."""
+
+    def __init__(self, cached: list[Batch], steps: int):
+        if not cached or steps < 1:
+            raise ValueError("replay needs cached batches and steps >= 1")
+        self.cached = cached
+        self.steps = steps
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self) -> Iterator[Batch]:
+        for i in range(self.steps):
+            yield self.cached[i % len(self.cached)]

@@ -1,0 +1,270 @@
+"""The runner: one config, one mode, R repeats on one timing protocol, rows into the results store.
+
+Per repeat (every repeat builds a fresh pipeline and, for replay/train, a fresh model):
+
+1. ``build_s``: ``pipelines.create(...)`` (loading a store, starting workers, copying to the device).
+2. ``ttfb_s``: ``iter()`` on the fresh pipeline until its first batch is on the device (the
+   first batch of the repeat's first epoch; in replay, of the caching epoch).
+3. ``warmup`` epochs (``warmup_epoch_s``, ``warmup_images_per_s``), not monitored.
+4. ``epochs`` measured epochs inside the monitors: per epoch ``epoch_s``, ``images_per_s``,
+   ``images``, ``steps``, ``first_batch_s``, ``data_wait_s`` and ``compute_s`` (the per-step
+   split; only with ``step_sync``), ``pipeline_batches`` (batches drawn from the pipeline:
+   0 in replay), and ``train_loss`` (replay/train); per repeat the monitor metrics.
+5. train: ``test_acc``/``test_loss`` on the ORIGINAL pixels of ``eval_split`` (``eval_s``).
+
+Modes share that protocol and differ only in the batch source and the step:
+``loader`` = pipeline, no-op step; ``replay`` = cached batches, train step; ``train`` =
+pipeline, train step. Epoch indices count warm-up epochs first (0-based within a repeat).
+
+Outcomes: ``Unavailable`` -> one skip row, exit 0. Out of memory -> one error row, exit 3.
+Any other exception -> one error row, exit 1 (traceback on stderr). Bad input
+(``InputError``) -> one error row, then the CLI prints one line and exits 2. Rows are written
+together when the run ends, so a failed run never leaves partial rows that read as results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import results
+from bench.errors import InputError
+from bench.harness.monitors import Monitor
+from bench.harness.replay import CountingSource, ReplayBatches, cache_batches
+from bench.harness.timing import DeviceClock, EpochTiming, clock_for, timed_epoch
+from bench.train.loop import TrainConfig
+from pipelines.base import PipelineConfig, Unavailable
+
+EXIT_OK, EXIT_ERROR, EXIT_INPUT, EXIT_OOM = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One ``inrbench bench`` run, fully resolved (no "auto" left), saved with every row."""
+
+    pipeline: str
+    data: str
+    mode: str = "loader"
+    store: str | None = None
+    epochs: int = 1
+    warmup: int = 1
+    repeats: int = 3
+    pipe: PipelineConfig = field(default_factory=PipelineConfig)
+    backbone: str = "small-cnn"
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval_split: str = "test"
+    replay_batches: int = 16
+    step_sync: bool = True
+    monitor_period_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.mode not in results.MODES:
+            raise ValueError(f"mode must be one of {'|'.join(results.MODES)}, got {self.mode!r}")
+        for name in ("epochs", "repeats", "replay_batches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        if self.monitor_period_s <= 0:
+            raise ValueError(f"monitor_period_s must be > 0, got {self.monitor_period_s}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def dataset(self) -> str:
+        return Path(self.data).resolve().name
+
+
+@dataclass
+class RunOutcome:
+    run_id: str
+    run_dir: Path
+    status: str  # ok | skip | error
+    exit_code: int
+    rows: results.RunRows
+    input_error: InputError | None = None
+
+
+Factory = Callable[..., Any]
+
+
+def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = None,
+              factory: Factory | None = None) -> RunOutcome:
+    """Run ``cfg`` and write its rows, ``config.json`` and ``env.json`` under ``out``.
+
+    ``factory(name, data, pipeline_config, store=...)`` defaults to ``pipelines.create``;
+    ``clock`` defaults to ``clock_for(cfg.pipe.device)``.
+    """
+    import pipelines
+
+    factory = factory or pipelines.create
+    rows = results.RunRows(results.new_run_id(cfg.pipeline, cfg.mode), cfg.pipeline, cfg.dataset,
+                           cfg.mode, cfg.to_dict())
+    code, input_error = EXIT_OK, None
+    try:
+        from bench.datasets.prepared import open_prepared
+
+        data = open_prepared(cfg.data)
+        clock = clock or clock_for(cfg.pipe.device)
+        for r in range(cfg.repeats):
+            _repeat(cfg, data, rows, r, clock, factory)
+    except Unavailable as e:
+        rows.skip(f"unavailable: {e}")
+    except InputError as e:
+        rows.error(f"bad input: {e}")
+        code, input_error = EXIT_INPUT, e
+    except Exception as e:  # a crash or an OOM in this run: an error row, never partial rows
+        code = EXIT_OOM if _is_oom(e) else EXIT_ERROR
+        rows.error(f"{'out of memory: ' if code == EXIT_OOM else ''}{type(e).__name__}: {e}")
+        traceback.print_exc(file=sys.stderr)
+    finally:
+        _free_device_memory(cfg.pipe.device)
+    run_dir = results.write_run(out, rows)
+    results.write_env(run_dir)
+    return RunOutcome(rows.run_id, run_dir, rows.status, code, rows, input_error)
+
+
+def _is_oom(e: BaseException) -> bool:
+    import torch
+
+    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
+def _free_device_memory(device: str) -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.device(device).type == "cuda" and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _repeat(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: DeviceClock,
+            factory: Factory) -> None:
+    """One repeat: build, first batch, warm-up, measured epochs under the monitors, eval."""
+    t0 = clock.now()
+    store = Path(cfg.store) if cfg.store else None
+    pipe = factory(cfg.pipeline, data, cfg.pipe, store=store)
+    try:
+        rows.add("build_s", (clock.now() - t0) / 1e9, "s", repeat=r)
+        res = pipe.resident_bytes()
+        rows.add("resident_device_bytes", res.get("device", 0), "bytes", repeat=r)
+        rows.add("resident_host_bytes", res.get("host", 0), "bytes", repeat=r)
+        counted = CountingSource(pipe)
+        steps_per_epoch = len(pipe)
+        source: Any = counted
+        if cfg.mode == "replay":
+            source = ReplayBatches(_replay_cache(cfg, counted, clock, rows, r), steps_per_epoch)
+            pipe.close()  # nothing can be decoded from here on
+        trainer = _trainer(cfg, data, steps_per_epoch) if cfg.mode != "loader" else None
+        step = trainer.step if trainer is not None else _no_step
+        for e in range(cfg.warmup):
+            t = timed_epoch(source, step, clock, cfg.step_sync)
+            if t.steps == 0:
+                raise RuntimeError(f"warm-up epoch {e} of repeat {r} yielded no batch")
+            if e == 0 and cfg.mode != "replay":
+                rows.add("ttfb_s", (t.ttfb_ns or 0) / 1e9, "s", repeat=r)
+            rows.add("warmup_epoch_s", t.seconds, "s", repeat=r, epoch=e)
+            rows.add("warmup_images_per_s", t.images_per_s, "img/s", repeat=r, epoch=e)
+            _add_loss(rows, trainer, r, e)
+        mon = Monitor(cfg.pipe.device, cfg.monitor_period_s).start()
+        try:
+            for e in range(cfg.warmup, cfg.warmup + cfg.epochs):
+                drawn = counted.drawn
+                t = timed_epoch(source, step, clock, cfg.step_sync)
+                if e == 0 and cfg.mode != "replay":  # no warm-up: the first epoch is measured
+                    rows.add("ttfb_s", (t.ttfb_ns or 0) / 1e9, "s", repeat=r)
+                _add_epoch(rows, t, r, e, counted.drawn - drawn, cfg.step_sync)
+                _add_loss(rows, trainer, r, e)
+        finally:
+            mres = mon.stop()
+        for metric, value, unit in mres.metrics():
+            rows.add(metric, value, unit, repeat=r)
+        for metric, unit, reason in mres.unavailable:
+            rows.unavailable(metric, unit, reason, repeat=r)
+        if cfg.mode == "train":
+            _add_eval(cfg, data, trainer, clock, rows, r)
+    finally:
+        pipe.close()
+
+
+def _no_step(batch: Any) -> None:
+    """loader mode: the batch is already on the device (the clock's sync waits for it)."""
+
+
+def _replay_cache(cfg: BenchConfig, counted: CountingSource, clock: DeviceClock,
+                  rows: results.RunRows, r: int) -> list[Any]:
+    """replay: one whole pipeline epoch (its epoch 0, untimed as throughput), keeping clones of
+    its first ``replay_batches`` batches. The epoch runs to its end so no adapter is ever left
+    with an abandoned iterator; its first batch gives ``ttfb_s``."""
+    cached: list[Any] = []
+
+    def keep(batch: Any) -> None:
+        if len(cached) < cfg.replay_batches:
+            cached.extend(cache_batches([batch], 1))
+
+    t = timed_epoch(counted, keep, clock, step_sync=False)
+    if not cached:
+        raise RuntimeError("the pipeline yielded no batch to cache for replay")
+    rows.add("ttfb_s", (t.ttfb_ns or 0) / 1e9, "s", repeat=r)
+    rows.add("replay_cache_s", t.seconds, "s", repeat=r)
+    rows.add("replay_cached_batches", len(cached), "1", repeat=r)
+    return cached
+
+
+def _trainer(cfg: BenchConfig, data: Any, steps_per_epoch: int) -> Any:
+    import torch
+
+    from bench.train.backbones import create_backbone
+    from bench.train.loop import Trainer
+
+    torch.manual_seed(cfg.pipe.seed)
+    model = create_backbone(cfg.backbone, data.num_classes)
+    dev = torch.device(cfg.pipe.device)
+    if dev.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+    return Trainer(model, cfg.train, dev, total_steps=steps_per_epoch * (cfg.warmup + cfg.epochs))
+
+
+def _add_epoch(rows: results.RunRows, t: EpochTiming, r: int, e: int, drawn: int, step_sync: bool) -> None:
+    if t.steps == 0:
+        raise RuntimeError(f"epoch {e} of repeat {r} yielded no batch")
+    rows.add("epoch_s", t.seconds, "s", repeat=r, epoch=e)
+    rows.add("images_per_s", t.images_per_s, "img/s", repeat=r, epoch=e)
+    rows.add("images", t.images, "1", repeat=r, epoch=e)
+    rows.add("steps", t.steps, "1", repeat=r, epoch=e)
+    rows.add("pipeline_batches", drawn, "1", repeat=r, epoch=e)
+    if t.ttfb_ns is not None:
+        rows.add("first_batch_s", t.ttfb_ns / 1e9, "s", repeat=r, epoch=e)
+    if step_sync:
+        rows.add("data_wait_s", sum(t.wait_ns) / 1e9, "s", repeat=r, epoch=e)
+        rows.add("compute_s", sum(t.compute_ns) / 1e9, "s", repeat=r, epoch=e)
+
+
+def _add_loss(rows: results.RunRows, trainer: Any, r: int, e: int) -> None:
+    if trainer is not None:
+        rows.add("train_loss", trainer.end_epoch(), "1", repeat=r, epoch=e)
+
+
+def _add_eval(cfg: BenchConfig, data: Any, trainer: Any, clock: DeviceClock, rows: results.RunRows,
+              r: int) -> None:
+    from bench.train.evaluate import evaluate
+
+    last = cfg.warmup + cfg.epochs - 1
+    if cfg.eval_split not in data.splits:
+        rows.unavailable("test_acc", "1", f"dataset has no split {cfg.eval_split!r} (has {', '.join(data.splits)})", repeat=r)
+        return
+    split = data.split(cfg.eval_split)
+    t0 = clock.now()
+    ev = evaluate(trainer.model, split.images, split.labels, cfg.pipe.augment, trainer.device,
+                  amp=cfg.train.amp)
+    rows.add("eval_s", (clock.now() - t0) / 1e9, "s", repeat=r, epoch=last)
+    rows.add("test_acc", ev.accuracy, "1", repeat=r, epoch=last)
+    rows.add("test_loss", ev.loss, "1", repeat=r, epoch=last)

@@ -1,0 +1,93 @@
+"""One training step and its schedule: SGD with momentum (Nesterov), cosine-annealed per step,
+cross-entropy, bf16 autocast on CUDA (fp32 on CPU). The trainer takes any ``Batch`` (images
+float ``[B, 3, S, S]`` normalized, labels int64 ``[B]``, both on the device) and never knows
+which pipeline produced it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+Amp = Literal["auto", "bf16", "off"]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimizer and precision. ``amp="auto"``: bf16 autocast on CUDA, fp32 elsewhere."""
+
+    lr: float = 0.1
+    momentum: float = 0.9
+    nesterov: bool = True
+    weight_decay: float = 5e-4
+    label_smoothing: float = 0.0
+    amp: Amp = "auto"
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.amp not in ("auto", "bf16", "off"):
+            raise ValueError(f"amp must be auto|bf16|off, got {self.amp!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def autocast_for(device: torch.device, amp: Amp):
+    """The autocast context for ``device``: bf16 on CUDA (``auto`` or ``bf16``), else disabled."""
+    use = amp == "bf16" or (amp == "auto" and device.type == "cuda")
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use)
+
+
+class Trainer:
+    """Model + SGD + cosine schedule over ``total_steps`` optimizer steps.
+
+    ``step(batch)`` runs forward/backward/update without synchronizing the device: the loss
+    is accumulated on the device and read once per epoch by ``end_epoch()``.
+    """
+
+    def __init__(self, model: nn.Module, cfg: TrainConfig, device: str | torch.device, total_steps: int):
+        if total_steps < 1:
+            raise ValueError(f"total_steps must be >= 1, got {total_steps}")
+        self.device = torch.device(device)
+        self.cfg = cfg
+        self.model = model.to(self.device)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                                   nesterov=cfg.nesterov and cfg.momentum > 0,
+                                   weight_decay=cfg.weight_decay)
+        self.sched = torch.optim.lr_scheduler.CosineAnnealingLR(self.opt, T_max=total_steps)
+        self.loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+        self.total_steps = total_steps
+        self.steps_done = 0
+        self._loss_sum = torch.zeros((), device=self.device)
+        self._loss_n = 0
+
+    def step(self, batch: Any) -> None:
+        self.model.train()
+        with autocast_for(self.device, self.cfg.amp):
+            logits = self.model(batch.images)
+            loss = self.loss_fn(logits.float(), batch.labels)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        if self.steps_done < self.total_steps:  # never step the cosine past its end
+            self.sched.step()
+        self.steps_done += 1
+        self._loss_sum += loss.detach()
+        self._loss_n += 1
+
+    def end_epoch(self) -> float:
+        """Mean training loss over the steps since the last call (synchronizes once)."""
+        mean = float(self._loss_sum.item()) / max(1, self._loss_n)
+        self._loss_sum.zero_()
+        self._loss_n = 0
+        return mean
