@@ -102,21 +102,10 @@ def compare_images(
         lambda size, target: search_quality(size, target, window=cfg.window)
     )
     for i in range(n):
-        orig = images[i : i + 1]
         ladder = JpegLadder(images[i], cfg.subsampling)
-        scored: dict[int, tuple[float, float]] = {}
-
-        def score(q: int, ladder=ladder, orig=orig, scored=scored) -> tuple[float, float]:
-            if q not in scored:
-                dec = decode_jpeg(ladder(q).data)[None]
-                scored[q] = (float(psnr(dec, orig)[0]), float(ssim(dec, orig)[0]))
-            return scored[q]
-
+        pending: list[tuple[int, dict]] = []  # (quality, row) scored together below
         for q in cfg.qualities:
-            e = ladder(q)
-            p, s = score(q)
-            rows.append(_row(method="jpeg-sweep", image=i, quality=q, file_bytes=e.file_bytes,
-                             header_free_bytes=e.payload_bytes, psnr=p, ssim=s))
+            pending.append((q, dict(method="jpeg-sweep", image=i, quality=q)))
         for v in variants:
             for key in cfg.match_keys:
                 size = ladder.size(key)
@@ -128,11 +117,18 @@ def compare_images(
                     top = 100 if cfg.search == "exhaustive" else max(cfg.window, 1)
                     tried = [size(c) for c in range(1, top + 1)]
                     rows.append(_row(**common, status="unreachable", min_bytes=float(min(tried))))
-                    continue
-                e = ladder(q)
-                p, s = score(q)
-                rows.append(_row(**common, quality=q, file_bytes=e.file_bytes,
-                                 header_free_bytes=e.payload_bytes, psnr=p, ssim=s))
+                else:
+                    pending.append((q, dict(common, quality=q)))
+        # Decode each distinct quality once; one PSNR call for all of them.
+        qs = sorted({q for q, _ in pending})
+        if qs:
+            dec = np.stack([decode_jpeg(ladder(q).data) for q in qs])
+            ref = np.broadcast_to(images[i], dec.shape)
+            score = dict(zip(qs, zip(psnr(dec, ref), ssim(dec, np.ascontiguousarray(ref)), strict=True), strict=True))
+        for q, r in pending:
+            e = ladder(q)
+            rows.append(_row(**r, file_bytes=e.file_bytes, header_free_bytes=e.payload_bytes,
+                             psnr=float(score[q][0]), ssim=float(score[q][1])))
         if progress is not None:
             progress(1)
 
