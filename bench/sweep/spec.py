@@ -150,6 +150,8 @@ def _expand(raw: dict, defaults: dict, known: set[str], path: Path, where: str) 
     the ``id`` template) and is dropped afterwards.
     """
     base = {**defaults, **{k: v for k, v in raw.items() if k not in ("kind", "matrix")}}
+    if isinstance(defaults.get("args"), dict) and isinstance(raw.get("args"), dict):
+        base["args"] = {**defaults["args"], **raw["args"]}  # extra flags merge, the cell's win
     matrix = raw.get("matrix") or {}
     if not isinstance(matrix, dict) or not all(isinstance(v, list) and v for v in matrix.values()):
         raise InputError(f"{where}: 'matrix' must map names to non-empty lists", path)
@@ -158,6 +160,8 @@ def _expand(raw: dict, defaults: dict, known: set[str], path: Path, where: str) 
         f = dict(base)
         for key, item in zip(matrix, combo, strict=True):
             if isinstance(item, dict):
+                if isinstance(item.get("args"), dict) and isinstance(f.get("args"), dict):
+                    item = {**item, "args": {**f["args"], **item["args"]}}
                 f.update(item)
             else:
                 f[key] = item
