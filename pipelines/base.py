@@ -89,6 +89,8 @@ class PipelineConfig:
     seed: int = 0
     shuffle: bool = True
     drop_last: bool = False
+    # Let adapters compile their device-side work with torch.compile (paid in the first batch).
+    compile: bool = False
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

@@ -1,0 +1,105 @@
+"""``inr``: the dataset resident on the device as per-image SIREN weights (Rapid-INR), decoded per batch.
+
+The store is loaded onto the device once. An epoch is a permutation of indices; each batch
+gathers and dequantizes only its images' weights and decodes them in one batched pass.
+Augmentation is folded into the coordinates: each image's crop and flip are an affine map of
+its sampling grid (``pipelines.crops.crop_theta``), evaluated directly at the output size — no
+decode-then-crop (``pipelines.inr_decode`` folds the map into the first layer's weights). The
+network is evaluated at the exact crop coordinates (no edge clamp: the outer half pixel of a
+crop touching the border is the network's own smooth continuation); for ``random-pad``
+samples outside the image are zero (black before normalization), as with
+``RandomCrop(padding=pad)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from bench.datasets.prepared import PreparedDataset
+from pipelines.base import Batch, Pipeline, PipelineConfig, Unavailable, register
+from pipelines.crops import (
+    Crops,
+    batch_slices,
+    crop_theta,
+    epoch_generator,
+    epoch_order,
+    normalize_,
+    sample_crops,
+)
+from pipelines.inr_decode import SirenDecoder
+
+
+def inside_mask(theta: torch.Tensor, size: int) -> torch.Tensor:
+    """float32 ``[B, 1, size, size]``: 1 where an output pixel samples inside the image (random-pad)."""
+    t = (torch.arange(size, device=theta.device, dtype=theta.dtype) * 2 + 1) / size - 1
+    x = theta[:, 0, 0:1] * t + theta[:, 0, 2:3]  # [B, size] input x of each output column
+    y = theta[:, 1, 1:2] * t + theta[:, 1, 2:3]  # [B, size] input y of each output row
+    eps = 1e-4
+    return ((y.abs() <= 1 + eps)[:, :, None] & (x.abs() <= 1 + eps)[:, None, :]).to(theta.dtype).unsqueeze(1)
+
+
+@register("inr")
+class InrPipeline(Pipeline):
+    """Holds the ``inr.store.StoredINR`` (quantized weights, labels) on ``config.device``."""
+
+    def __init__(self, data: PreparedDataset, config: PipelineConfig, store: Path | None = None):
+        super().__init__(data, config, store)
+        if store is None:
+            raise Unavailable("inr needs a store file (--store)")
+        try:
+            from inr.store import load
+        except ImportError as e:
+            raise Unavailable(f"the INR codec cannot be imported: {e}") from None
+        self.device = torch.device(config.device)
+        self.stored = load(Path(store), self.device)
+        n = len(data.split(config.split))
+        if int(self.stored.labels.shape[0]) != n:
+            from bench.errors import InputError
+
+            raise InputError(f"store holds {self.stored.labels.shape[0]} images, split {config.split!r} has {n}", store)
+        self.labels = self.stored.labels.to(self.device, torch.int64)
+        self.n = n
+        self.height, self.width = self.stored.image_size
+        self.decoder = SirenDecoder(self.stored.arch, config.augment.size, self.device, compile=config.compile)
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(batch_slices(self.n, self.config.batch_size, self.config.drop_last))
+
+    def decode(self, idx: torch.Tensor, crops: Crops) -> torch.Tensor:
+        """Images ``idx`` int64 ``[B]`` decoded at ``crops``: float ``[B, 3, size, size]`` in [0, 1].
+
+        One batched pass: gather + dequantize the images' weights, fold each crop/flip into its
+        first layer, evaluate on the shared output grid. ``random-pad`` zeroes the padding.
+        """
+        theta = crop_theta(crops, self.height, self.width).to(self.device)
+        x = self.decoder(self.stored.weights(idx), theta)
+        if self.config.augment.crop == "random-pad":
+            x = x.mul_(inside_mask(theta, self.config.augment.size))
+        return x
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self.stored is None:
+            raise RuntimeError("inr pipeline is closed")
+        cfg, aug = self.config, self.config.augment
+        g = epoch_generator(cfg.seed, self.epoch)
+        self.epoch += 1
+        order = epoch_order(self.n, g, cfg.shuffle).to(self.device)
+        for sl in batch_slices(self.n, cfg.batch_size, cfg.drop_last):
+            idx = order[sl]
+            crops = sample_crops(aug, idx.numel(), self.height, self.width, g)
+            x = self.decode(idx, crops)
+            yield Batch(images=normalize_(x, aug, value_range=1.0), labels=self.labels[idx])
+
+    def close(self) -> None:
+        self.stored = None
+        self.labels = None
+
+    def resident_bytes(self) -> dict[str, int]:
+        """``device``: the store's bytes on ``config.device`` (even when that is the CPU)."""
+        if self.stored is None:
+            return {"device": 0, "host": 0}
+        return {"device": int(self.stored.resident_bytes()), "host": 0}

@@ -1,0 +1,352 @@
+"""Contract tests for every registered pipeline (parametrized over ``pipelines.names()``).
+
+Two tiny prepared datasets, built once per session:
+
+* ``labels``: the ``synthetic`` source (class = flat colour, read back with
+  ``synthetic.recover_labels``), 10 classes x 6 train images, 32x32.
+* ``coords``: 32 images whose pixels encode their own position and identity:
+  ``R = 8x + 4``, ``G = 8y + 4`` (pixel centres on a ramp), ``B = 8k + 4`` for image ``k``,
+  label ``k % 10``. From any adapter's output the crop box, the flip and the source image
+  are read back by a least-squares fit of the ramps, so crop statistics are measured
+  black-box and compared across adapters.
+
+An adapter that cannot run here raises ``Unavailable`` and its tests skip with that reason.
+The ``inr`` adapter gets a store fitted for each dataset (tiny SIREN, few iterations) when
+the codec is importable; otherwise it skips saying why.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+
+import numpy as np
+import psutil
+import pytest
+import scipy.stats as st
+import torch
+
+import pipelines
+from bench.datasets.prepared import PreparedDataset, SplitData, open_prepared, write_prepared
+from pipelines import Augment, PipelineConfig, Unavailable
+from pipelines.crops import Crops, warp
+
+ADAPTERS = pipelines.names()
+COORD_N, SIDE = 32, 32
+P_MIN = 1e-3  # statistical tests: fail only when p < 0.001 (the draws are seeded, so this is stable)
+
+
+# ----------------------------------------------------------------------------------- data
+
+
+def _coord_images(n: int, side: int) -> np.ndarray:
+    ramp = (np.arange(side) * (256 // side) + (128 // side)).astype(np.uint8)
+    img = np.zeros((n, side, side, 3), np.uint8)
+    img[..., 0] = ramp[None, None, :]
+    img[..., 1] = ramp[None, :, None]
+    img[..., 2] = (np.arange(n) * (256 // n) + (128 // n)).astype(np.uint8)[:, None, None]
+    return img
+
+
+@pytest.fixture(scope="session")
+def labels_data(tmp_path_factory) -> PreparedDataset:
+    from bench.datasets.prepare import prepare_dataset
+
+    out = tmp_path_factory.mktemp("pipelines") / "synthetic32"
+    return open_prepared(prepare_dataset("synthetic", out, size=32, per_class=8, num_classes=10, jpeg_quality=90))
+
+
+@pytest.fixture(scope="session")
+def coords_data(tmp_path_factory) -> PreparedDataset:
+    out = tmp_path_factory.mktemp("pipelines") / "coords32"
+    k = np.arange(COORD_N)
+    split = SplitData(_coord_images(COORD_N, SIDE), (k % 10).astype(np.int64))
+    meta = {"source": "test-coords", "classes": [str(i) for i in range(10)]}
+    return open_prepared(write_prepared(out, {"train": split}, meta, jpeg_quality=95))
+
+
+def _fit_store(data: PreparedDataset, out) -> tuple[object, str]:
+    """``(store path or None, reason)``: a quickly fitted INR store for ``data`` when the codec exists."""
+    try:
+        from inr.testing import fit_store_for_tests
+    except ImportError as e:
+        return None, f"the INR codec is not importable here ({e})"
+    return fit_store_for_tests(data, out), ""
+
+
+@pytest.fixture(scope="session")
+def stores(labels_data, coords_data, tmp_path_factory) -> dict:
+    d = tmp_path_factory.mktemp("stores")
+    return {"labels": _fit_store(labels_data, d / "labels.inr"), "coords": _fit_store(coords_data, d / "coords.inr")}
+
+
+def make(name: str, data: PreparedDataset, store=None, **kw) -> pipelines.Pipeline:
+    kw.setdefault("workers", 0)
+    cfg = PipelineConfig(**kw)
+    try:
+        return pipelines.create(name, data, cfg, store=store[0] if store else None)
+    except Unavailable as e:
+        reason = store[1] if store and store[1] else str(e)
+        pytest.skip(f"{name} unavailable here: {reason}")
+
+
+def epoch(p: pipelines.Pipeline) -> tuple[torch.Tensor, torch.Tensor]:
+    batches = list(p)
+    return torch.cat([b.images for b in batches]), torch.cat([b.labels for b in batches])
+
+
+def unnormalize(images: torch.Tensor, aug: Augment) -> torch.Tensor:
+    """float ``[B,3,s,s]`` normalized -> float64 in 0..255."""
+    mean = torch.tensor(aug.mean, dtype=torch.float64).view(1, 3, 1, 1)
+    std = torch.tensor(aug.std, dtype=torch.float64).view(1, 3, 1, 1)
+    return (images.detach().cpu().double() * std + mean) * 255.0
+
+
+# ------------------------------------------------------------------ reading crops back
+
+
+def _ramp_fit(values: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per image least squares ``values ~ a + b * pos`` over ``mask``: returns ``(a [B], b [B])``."""
+    m = mask.double()
+    s0, su, suu = m.sum((1, 2)), (m * pos).sum((1, 2)), (m * pos * pos).sum((1, 2))
+    sv, suv = (m * values).sum((1, 2)), (m * pos * values).sum((1, 2))
+    b = (s0 * suv - su * sv) / (s0 * suu - su * su)
+    return (sv - b * su) / s0, b
+
+
+def read_crops(images: torch.Tensor, aug: Augment) -> dict[str, np.ndarray]:
+    """Crop box (input pixels), flip and source image index of each output of the ``coords`` set."""
+    x = unnormalize(images, aug)
+    s = x.shape[-1]
+    step = 256 // SIDE
+    u = (torch.arange(s, dtype=torch.float64) + 0.5).view(1, 1, s).expand(x.shape[0], s, s)
+    v = u.transpose(1, 2)
+    r, g = x[:, 0], x[:, 1]
+    lo, hi = step / 2 + 1.5, 256 - step / 2 - 1.5  # drop edge-clamped and zero-padded pixels
+    ok = (r > lo) & (r < hi) & (g > lo) & (g < hi)
+    ax, bx = _ramp_fit(r, u, ok)
+    ay, by = _ramp_fit(g, v, ok)
+    w, h = (bx.abs() * s / step), (by * s / step)
+    flip = bx < 0
+    left = torch.where(flip, ax / step - w, ax / step)
+    top = ay / step
+    blue = torch.stack([x[i, 2][ok[i]].median() for i in range(x.shape[0])])
+    index = torch.round((blue - 128 // COORD_N) / (256 // COORD_N)).long()
+    return {
+        "w": w.numpy(), "h": h.numpy(), "left": left.numpy(), "top": top.numpy(),
+        "flip": flip.numpy(), "index": index.numpy(),
+    }
+
+
+def torchvision_reference(aug: Augment, n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Crop sizes drawn by torchvision's own ``RandomResizedCrop`` (the reference distribution)."""
+    import torchvision.transforms.v2 as T
+    from PIL import Image
+
+    t = T.RandomResizedCrop(aug.size, scale=aug.scale, ratio=aug.ratio)
+    im = Image.new("RGB", (SIDE, SIDE))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        ps = [t.make_params([im]) for _ in range(n)]
+    return {"w": np.array([p["width"] for p in ps], float), "h": np.array([p["height"] for p in ps], float)}
+
+
+# ---------------------------------------------------------------------------- tests
+
+
+def test_registry_lists_builtins_and_rejects_unknown(labels_data):
+    assert {"raw", "torch-jpeg", "dali", "inr"} <= set(ADAPTERS)
+    with pytest.raises(KeyError, match="known: .*raw"):
+        pipelines.create("no-such-pipeline", labels_data, PipelineConfig())
+
+
+def test_inr_without_store_is_unavailable(labels_data):
+    with pytest.raises(Unavailable, match="--store"):
+        pipelines.create("inr", labels_data, PipelineConfig(), store=None)
+
+
+def test_dali_missing_is_unavailable(labels_data, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # makes `import nvidia.dali` fail
+    with pytest.raises(Unavailable, match="nvidia.dali"):
+        pipelines.create("dali", labels_data, PipelineConfig(workers=1))
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_batch_contract_and_normalization(name, labels_data, stores):
+    """Shapes, dtypes, device; unshuffled centre-crop epoch reproduces the dataset (PSNR >= 20 dB)."""
+    from bench.metrics import mean_psnr, psnr_per_image
+
+    aug = Augment(crop="center", flip=False)
+    p = make(name, labels_data, stores["labels"], batch_size=16, augment=aug, shuffle=False)
+    split = labels_data.split("train")
+    batches = list(p)
+    p.close()
+    assert len(batches) == len(p) == math.ceil(len(split) / 16)
+    for b in batches:
+        assert b.images.dtype == torch.float32 and b.labels.dtype == torch.int64
+        assert b.images.device.type == "cpu" and b.labels.device.type == "cpu"
+        assert b.images.shape[1:] == (3, 32, 32) and b.images.shape[0] == b.labels.shape[0]
+    images = torch.cat([b.images for b in batches])
+    labels = torch.cat([b.labels for b in batches])
+    assert torch.equal(labels, torch.from_numpy(split.labels))
+    rgb = unnormalize(images, aug).permute(0, 2, 3, 1) / 255.0
+    psnr = mean_psnr(psnr_per_image(rgb, torch.from_numpy(np.array(split.images))))
+    assert psnr >= 20.0, f"{name}: decoded epoch is {psnr:.1f} dB from the dataset (normalization or order wrong?)"
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_labels_match_pixels(name, labels_data, stores):
+    from bench.datasets.synthetic import recover_labels
+
+    aug = Augment(crop="random-resized", scale=(0.25, 1.0))
+    p = make(name, labels_data, stores["labels"], batch_size=16, augment=aug, seed=1)
+    images, labels = epoch(p)
+    p.close()
+    rgb = unnormalize(images, aug).clamp(0, 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+    seen = recover_labels(rgb, labels_data.num_classes)
+    assert (seen == labels.numpy()).mean() == 1.0
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_epoch_visits_every_sample_once(name, drop_last, coords_data, stores):
+    aug = Augment(crop="center", flip=False)
+    p = make(name, coords_data, stores["coords"], batch_size=12, augment=aug, drop_last=drop_last)
+    for _ in range(2):  # two epochs: the second must be a full, different permutation
+        batches = list(p)
+        assert len(batches) == len(p) == (COORD_N // 12 if drop_last else math.ceil(COORD_N / 12))
+        images = torch.cat([b.images for b in batches])
+        labels = torch.cat([b.labels for b in batches]).numpy()
+        idx = read_crops(images, aug)["index"]
+        assert np.array_equal(labels, idx % 10), "label does not belong to the image it came with"
+        if drop_last:
+            assert len(set(idx.tolist())) == len(idx) == (COORD_N // 12) * 12
+        else:
+            assert sorted(idx.tolist()) == list(range(COORD_N))
+    p.close()
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_crops_are_per_image_and_seeded(name, coords_data, stores):
+    aug = Augment(crop="random-resized")
+    kw = dict(batch_size=COORD_N, augment=aug, seed=7)
+    p = make(name, coords_data, stores["coords"], **kw)
+    a1, a2 = epoch(p)[0], epoch(p)[0]
+    p.close()
+    q = make(name, coords_data, stores["coords"], **kw)
+    b1 = epoch(q)[0]
+    q.close()
+    r = make(name, coords_data, stores["coords"], **{**kw, "seed": 8})
+    c1 = epoch(r)[0]
+    r.close()
+    assert torch.equal(a1, b1), "same seed, same epoch: outputs differ"
+    assert not torch.equal(a1, a2), "epoch 2 repeats epoch 1"
+    assert not torch.equal(a1, c1), "seed has no effect"
+    m = read_crops(a1, aug)
+    boxes = {(round(float(t)), round(float(x)), round(float(h)), round(float(w)))
+             for t, x, h, w in zip(m["top"], m["left"], m["h"], m["w"], strict=True)}
+    assert len(boxes) >= COORD_N // 2, f"only {len(boxes)} distinct crops in a batch of {COORD_N}"
+    assert 0 < m["flip"].sum() < COORD_N, "flip is not drawn per image"
+
+
+@pytest.fixture(scope="module")
+def measured(coords_data, stores) -> dict:
+    """Per adapter: crops read back from 8 epochs (256 samples) of random-resized and random-pad."""
+    out: dict = {}
+    for name in ADAPTERS:
+        out[name] = {}
+        for crop in ("random-resized", "random-pad"):
+            aug = Augment(crop=crop)
+            try:
+                p = pipelines.create(name, coords_data, PipelineConfig(batch_size=COORD_N, augment=aug, workers=0, seed=3),
+                                     store=stores["coords"][0])
+            except Unavailable as e:
+                out[name] = str(e if not stores["coords"][1] else stores["coords"][1])
+                break
+            ms = [read_crops(b.images, aug) for _ in range(8) for b in p]
+            p.close()
+            out[name][crop] = {k: np.concatenate([m[k] for m in ms]) for k in ms[0]}
+    return out
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_random_resized_crop_distribution_matches_torchvision(name, measured):
+    """Area fraction and aspect ratio vs torchvision's sampler: two-sample KS, p >= 0.001; flips: binomial."""
+    if isinstance(measured[name], str):
+        pytest.skip(f"{name} unavailable here: {measured[name]}")
+    m = measured[name]["random-resized"]
+    ref = torchvision_reference(Augment(), 4000)
+    w, h = np.round(m["w"]), np.round(m["h"])  # every adapter crops whole pixels at 32x32
+    assert np.abs(m["w"] - w).max() < 0.35 and np.abs(m["h"] - h).max() < 0.35, "crop sizes not read back cleanly"
+    area = st.ks_2samp(w * h / SIDE**2, ref["w"] * ref["h"] / SIDE**2)
+    ratio = st.ks_2samp(np.log(w / h), np.log(ref["w"] / ref["h"]))
+    flips = st.binomtest(int(m["flip"].sum()), m["flip"].size, 0.5)
+    assert area.pvalue >= P_MIN, f"area fraction differs from torchvision: {area}"
+    assert ratio.pvalue >= P_MIN, f"aspect ratio differs from torchvision: {ratio}"
+    assert flips.pvalue >= P_MIN, f"flip rate {m['flip'].mean():.3f} is not 0.5: {flips}"
+    # position: the crop lies inside the image and its centre is spread over it
+    assert m["left"].min() > -0.35 and (m["left"] + m["w"]).max() < SIDE + 0.35
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_random_pad_offsets_uniform(name, measured):
+    """RandomCrop(size, padding=4): both offsets uniform on -4..4 (chi-square p >= 0.001)."""
+    if isinstance(measured[name], str):
+        pytest.skip(f"{name} unavailable here: {measured[name]}")
+    m = measured[name]["random-pad"]
+    pad = Augment().pad
+    for key in ("left", "top"):
+        off = np.round(m[key]).astype(int)
+        assert np.abs(m[key] - off).max() < 0.35, f"{key} offsets are not whole pixels"
+        counts = np.array([(off == k).sum() for k in range(-pad, pad + 1)])
+        assert counts.sum() == off.size, f"{key} offsets outside -{pad}..{pad}"
+        chi = st.chisquare(counts)
+        assert chi.pvalue >= P_MIN, f"{key} offsets not uniform: {counts.tolist()} {chi}"
+    assert np.allclose(m["w"], SIDE, atol=0.35) and np.allclose(m["h"], SIDE, atol=0.35)
+
+
+def test_crop_statistics_agree_across_adapters(measured):
+    """Pairwise two-sample KS on the area fraction between every two available adapters."""
+    avail = [n for n in ADAPTERS if not isinstance(measured[n], str)]
+    if len(avail) < 2:
+        pytest.skip(f"fewer than two adapters available here: {avail}")
+    for i, a in enumerate(avail):
+        for b in avail[i + 1:]:
+            ma, mb = measured[a]["random-resized"], measured[b]["random-resized"]
+            ks = st.ks_2samp(np.round(ma["w"]) * np.round(ma["h"]), np.round(mb["w"]) * np.round(mb["h"]))
+            assert ks.pvalue >= P_MIN, f"{a} vs {b}: crop areas differ {ks}"
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_close_releases_everything(name, coords_data, stores):
+    me = psutil.Process()
+    before = {c.pid for c in me.children(recursive=True)}
+    p = make(name, coords_data, stores["coords"], batch_size=8, workers=1)
+    it = iter(p)
+    next(it)
+    held = p.resident_bytes()
+    assert set(held) == {"device", "host"} and all(v >= 0 for v in held.values())
+    del it
+    p.close()
+    p.close()  # idempotent
+    gc.collect()
+    assert p.resident_bytes() == {"device": 0, "host": 0}
+    with pytest.raises(RuntimeError, match="closed"):
+        next(iter(p))
+    alive = {c.pid for c in me.children(recursive=True) if c.is_running() and c.status() != psutil.STATUS_ZOMBIE}
+    assert alive <= before, f"{name}: child processes left running after close(): {alive - before}"
+
+
+def test_raw_warp_geometry_is_exact():
+    """grid_sample geometry: identity, flip and zero-padded shifts are exact on whole pixels."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (3, 3, 8, 8), generator=g).float()
+    aug = Augment(crop="random-pad", size=8, pad=2)
+    boxes = torch.tensor([[0.0, 0.0, 8, 8], [0.0, 0.0, 8, 8], [-2.0, 1.0, 8, 8]])
+    out = warp(x, Crops(boxes, torch.tensor([False, True, False])), aug)
+    assert torch.allclose(out[0], x[0], atol=1e-4)
+    assert torch.allclose(out[1], x[1].flip(-1), atol=1e-4)
+    shifted = torch.nn.functional.pad(x[2], (2, 2, 2, 2))[:, 0:8, 3:11]
+    assert torch.allclose(out[2], shifted, atol=1e-4)
