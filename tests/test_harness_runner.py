@@ -1,0 +1,227 @@
+"""The runner: one protocol for loader/replay/train, replay decodes nothing, skip/error rows.
+
+A tiny fake ``Pipeline`` is put in the registry for the duration of each test only
+(``monkeypatch.setitem``), so registry-parametrized tests elsewhere never see it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import pipelines.base as base
+from bench import results as R
+from bench.harness.runner import EXIT_ERROR, EXIT_OK, EXIT_OOM, BenchConfig, run_bench
+from pipelines.base import Augment, Batch, Pipeline, PipelineConfig, Unavailable
+
+N_TRAIN, BS = 48, 16  # 3 batches per epoch
+
+
+class CountingFake(Pipeline):
+    """Centre 'decode' of the original pixels; counts every batch it decodes (class-wide)."""
+
+    decoded = 0
+    fail_after: int | None = None  # raise after this many decoded batches
+    fail_with: type[BaseException] = RuntimeError
+
+    def __init__(self, data, config, store=None):
+        super().__init__(data, config, store)
+        split = data.split(config.split)
+        self.x = torch.from_numpy(np.array(split.images)).permute(0, 3, 1, 2).float() / 255 - 0.5
+        self.y = torch.from_numpy(split.labels)
+        self.closed = False
+
+    def __len__(self):
+        return (len(self.y) + self.config.batch_size - 1) // self.config.batch_size
+
+    def __iter__(self):
+        if self.closed:
+            raise RuntimeError("closed")
+        for i in range(0, len(self.y), self.config.batch_size):
+            if CountingFake.fail_after is not None and CountingFake.decoded >= CountingFake.fail_after:
+                raise CountingFake.fail_with("CUDA out of memory. Tried to allocate 1 GiB"
+                                             if CountingFake.fail_with is torch.OutOfMemoryError
+                                             else "decoder exploded")
+            CountingFake.decoded += 1
+            sl = slice(i, i + self.config.batch_size)
+            yield Batch(images=self.x[sl].clone(), labels=self.y[sl])
+
+    def close(self):
+        self.closed = True
+
+    def resident_bytes(self):
+        return {"device": 0, "host": self.x.numel() * 4}
+
+
+class Unavail(Pipeline):
+    def __init__(self, data, config, store=None):
+        raise Unavailable("needs a GPU with nvJPEG (none here)")
+
+    def __iter__(self):  # pragma: no cover
+        yield from ()
+
+    def __len__(self):  # pragma: no cover
+        return 0
+
+    def close(self):  # pragma: no cover
+        pass
+
+    def resident_bytes(self):  # pragma: no cover
+        return {}
+
+
+@pytest.fixture(autouse=True)
+def fakes(monkeypatch):
+    monkeypatch.setitem(base._REGISTRY, "test-counting", CountingFake)
+    monkeypatch.setitem(base._REGISTRY, "test-unavailable", Unavail)
+    CountingFake.decoded, CountingFake.fail_after, CountingFake.fail_with = 0, None, RuntimeError
+    yield
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    from bench.datasets.prepared import SplitData, write_prepared
+
+    rng = np.random.default_rng(0)
+    splits = {}
+    for name, n in (("train", N_TRAIN), ("test", 20)):
+        labels = rng.integers(0, 4, n)
+        images = np.full((n, 8, 8, 3), 30, np.uint8) + (labels * 50).astype(np.uint8)[:, None, None, None]
+        splits[name] = SplitData(images=images, labels=labels.astype(np.int64))
+    out = tmp_path_factory.mktemp("ds") / "tiny8"
+    write_prepared(out, splits, {"source": "test", "classes": list("abcd"), "resize_policy": "none"})
+    return out
+
+
+def _cfg(data, mode, **kw) -> BenchConfig:
+    pipe = PipelineConfig(batch_size=BS, augment=Augment(crop="center", size=8, flip=False), workers=0)
+    base_kw = dict(pipeline="test-counting", data=str(data), mode=mode, epochs=2, warmup=1, repeats=2,
+                   pipe=pipe, backbone="small-cnn", monitor_period_s=0.02)
+    base_kw.update(kw)
+    return BenchConfig(**base_kw)
+
+
+def _ok(df, metric):
+    return df[(df.metric == metric) & (df.status == "ok")]
+
+
+def test_loader_rows_protocol(data, tmp_path):
+    out = run_bench(_cfg(data, "loader"), tmp_path)
+    assert out.exit_code == EXIT_OK and out.status == "ok"
+    df = R.read_results(tmp_path)
+    # 2 repeats x 2 measured epochs (epochs 1, 2; epoch 0 is the warm-up)
+    ips = _ok(df, "images_per_s")
+    assert sorted(zip(ips.repeat, ips.epoch, strict=True)) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    assert (ips.value > 0).all()
+    assert (_ok(df, "images").value == N_TRAIN).all() and (_ok(df, "steps").value == 3).all()
+    assert (_ok(df, "pipeline_batches").value == 3).all()
+    warm = _ok(df, "warmup_epoch_s")
+    assert warm.epoch.tolist() == [0, 0] and warm.repeat.tolist() == [0, 1]
+    assert len(_ok(df, "ttfb_s")) == 2 and len(_ok(df, "build_s")) == 2
+    for m in ("cpu_cores_busy", "host_rss_peak_bytes"):
+        assert len(_ok(df, m)) == 2
+    # per-step split sums to at most the epoch
+    e = _ok(df, "epoch_s").set_index(["repeat", "epoch"]).value
+    w = _ok(df, "data_wait_s").set_index(["repeat", "epoch"]).value
+    c = _ok(df, "compute_s").set_index(["repeat", "epoch"]).value
+    assert ((w + c) <= e + 1e-9).all()
+    # no GPU here: GPU metrics are skip rows with a reason, never zeros
+    gpu = df[df.metric == "gpu_mem_used_peak_bytes"]
+    assert (gpu.status == "skip").all() and gpu.value.isna().all() and (gpu.reason != "").all()
+    # 1 warm-up + 2 measured epochs + ... per repeat, no more decoding than that
+    assert CountingFake.decoded == 2 * 3 * 3
+    saved = json.loads((out.run_dir / "config.json").read_text())
+    assert saved["pipe"]["batch_size"] == BS and saved["mode"] == "loader"
+    assert json.loads((out.run_dir / "env.json").read_text())["schema_version"] >= 1
+    assert (df["cfg.pipe.batch_size"] == BS).all()
+
+
+def test_replay_does_no_decoding(data, tmp_path):
+    cfg = _cfg(data, "replay", replay_batches=2, epochs=3, warmup=1, repeats=2)
+    out = run_bench(cfg, tmp_path)
+    assert out.exit_code == EXIT_OK
+    df = R.read_results(tmp_path)
+    # the pipeline decoded exactly one epoch per repeat (the caching pass), nothing while timed
+    assert CountingFake.decoded == 2 * 3
+    assert (_ok(df, "pipeline_batches").value == 0).all() and len(_ok(df, "pipeline_batches")) == 6
+    assert (_ok(df, "steps").value == 3).all()  # an epoch still has a pipeline epoch's steps
+    assert (_ok(df, "replay_cached_batches").value == 2).all()
+    # cycled cached batches: 16 + 16 + 16
+    assert (_ok(df, "images").value == 48).all()
+    assert len(_ok(df, "train_loss")) == 2 * 4
+    assert not len(_ok(df, "test_acc"))  # eval only in train mode
+
+
+def test_train_mode_evaluates_on_original_pixels(data, tmp_path):
+    out = run_bench(_cfg(data, "train", repeats=1, epochs=2, warmup=0), tmp_path)
+    assert out.exit_code == EXIT_OK
+    df = R.read_results(tmp_path)
+    acc = _ok(df, "test_acc")
+    assert len(acc) == 1 and 0.0 <= acc.value.iloc[0] <= 1.0 and acc.epoch.iloc[0] == 1
+    assert len(_ok(df, "ttfb_s")) == 1  # no warm-up: taken from the first measured epoch
+    assert CountingFake.decoded == 2 * 3
+
+
+def test_unavailable_is_a_skip_row_exit_0(data, tmp_path, capsys):
+    from bench.commands import bench as cmd
+
+    p = argparse.ArgumentParser()
+    cmd.add_arguments(p)
+    args = p.parse_args(["--pipeline", "test-unavailable", "--data", str(data), "--device", "cpu",
+                         "--repeats", "1", "--out", str(tmp_path)])
+    assert cmd.run(args) == 0
+    df = R.read_results(tmp_path)
+    assert len(df) == 1
+    row = df.iloc[0]
+    assert row.status == "skip" and row.metric == "run" and "nvJPEG" in row.reason
+    assert "SKIP" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("exc, code", [(RuntimeError, EXIT_ERROR), (torch.OutOfMemoryError, EXIT_OOM)])
+def test_crash_mid_run_is_one_error_row_nonzero_exit(data, tmp_path, exc, code):
+    CountingFake.fail_after = 7  # warm-up (3) and measured epoch 1 (3) give rows, then it fails
+    CountingFake.fail_with = exc
+    out = run_bench(_cfg(data, "loader"), tmp_path)
+    assert out.exit_code == code != 0 and out.status == "error"
+    df = R.read_results(tmp_path)
+    assert len(df) == 1  # the rows measured before the crash are NOT kept
+    assert df.iloc[0].status == "error" and df.iloc[0].metric == "run"
+    assert ("out of memory" in df.iloc[0].reason) == (code == EXIT_OOM)
+
+
+def test_bad_input_is_one_line_input_error(tmp_path):
+    """`bench.cli` turns an InputError into one line on stderr and exit 2."""
+    from bench.commands import bench as cmd
+    from bench.errors import InputError
+
+    p = argparse.ArgumentParser()
+    cmd.add_arguments(p)
+    for argv, needle in (
+        (["--pipeline", "test-counting", "--data", str(tmp_path / "nope")], "nope"),
+        (["--pipeline", "no-such-pipeline", "--data", str(tmp_path)], "known:"),
+    ):
+        args = p.parse_args([*argv, "--out", str(tmp_path / "o")])
+        with pytest.raises(InputError) as ei:
+            cmd.run(args)
+        assert "\n" not in str(ei.value) and needle in str(ei.value)
+    assert not (tmp_path / "o").exists()  # nothing ran, nothing written
+
+
+@pytest.mark.parametrize("name", base.names())
+def test_every_registered_pipeline_runs_through_the_harness(name, data, tmp_path):
+    """Each built-in adapter, loader mode, one short repeat: ok rows, or one skip row (exit 0)."""
+    cfg = _cfg(data, "loader", pipeline=name, epochs=1, warmup=0, repeats=1)
+    cfg = BenchConfig(**{**cfg.__dict__, "pipe": PipelineConfig(
+        batch_size=BS, augment=Augment(crop="random-pad", size=8, pad=2), workers=1)})
+    out = run_bench(cfg, tmp_path)
+    df = R.read_results(tmp_path)
+    if out.status == "skip":
+        assert out.exit_code == EXIT_OK and len(df) == 1 and df.iloc[0].reason
+        pytest.skip(f"{name} is unavailable here (skip row written): {df.iloc[0].reason}")
+    assert out.exit_code == EXIT_OK, df.iloc[0].reason
+    assert _ok(df, "images").value.tolist() == [N_TRAIN]
+    assert _ok(df, "pipeline_batches").value.tolist() == [3]
