@@ -1,0 +1,316 @@
+"""Batched encoder: fit one SIREN per image, many images at once.
+
+Every image's parameters are slices of stacked tensors (``W [B, in, out]``, ``b [B, 1, out]``);
+the loss is the *sum over images* of each image's mean squared error, so each image receives
+exactly the gradient it would get alone and Adam (elementwise) treats it independently: a
+batched fit is the per-image fit, computed with batched matmuls.
+
+The loop keeps, per image, the weights with the best PSNR seen so far, measured with the
+``bench.metrics`` convention (clamp, round to 8 bits, PSNR vs the uint8 original) on exactly
+the weights that are kept (after masking / fake quantization when those are in play).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+import torch
+
+from bench.errors import InputError
+from bench.metrics import psnr_per_image
+from inr.siren import SirenArch, Weights, coord_grid, forward, forward_train, init_weights
+
+AUTOCAST = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """How to fit: architecture, optimizer schedule, chunking and numerics.
+
+    lr: Adam peak learning rate, cosine-annealed to ``lr * lr_final_factor`` over ``iterations``.
+    batch: images fitted together (one chunk); 0 = automatic from ``memory_budget_mb``
+    (capped at ``cpu_batch_cap`` on CPU, where cache-sized chunks are fastest).
+    eval_every: check PSNR / keep-best every this many iterations (and always at the end).
+    autocast: "none", "bf16" or "fp16" (CUDA only; PSNR for keep-best is then measured in fp32).
+    """
+
+    arch: SirenArch
+    iterations: int = 5000
+    lr: float = 1e-3
+    lr_final_factor: float = 0.0
+    seed: int = 0
+    batch: int = 0
+    memory_budget_mb: int = 2048
+    cpu_batch_cap: int = 32
+    eval_every: int = 1
+    autocast: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.iterations < 1:
+            raise ValueError(f"iterations must be >= 1, got {self.iterations}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0.0 <= self.lr_final_factor <= 1.0:
+            raise ValueError(f"lr_final_factor must be in [0, 1], got {self.lr_final_factor}")
+        if self.batch < 0 or self.memory_budget_mb < 1 or self.eval_every < 1 or self.cpu_batch_cap < 1:
+            raise ValueError("batch >= 0, memory_budget_mb >= 1, eval_every >= 1, cpu_batch_cap >= 1 required")
+        if self.autocast not in AUTOCAST:
+            raise ValueError(f"autocast must be one of {sorted(AUTOCAST)}, got {self.autocast!r}")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["arch"] = self.arch.to_dict()
+        return d
+
+    @staticmethod
+    def from_dict(d: dict) -> FitConfig:
+        d = dict(d)
+        d["arch"] = SirenArch.from_dict(d["arch"])
+        return FitConfig(**d)
+
+
+# The paper's configurations (REFERENCE.md) plus a CPU-sized demo.
+PRESETS: dict[str, FitConfig] = {
+    "cifar10": FitConfig(arch=SirenArch(5, 13), iterations=5000, lr=1e-3),
+    "flowers102": FitConfig(arch=SirenArch(10, 32), iterations=5000, lr=5e-4),
+    "mini-imagenet": FitConfig(arch=SirenArch(10, 40), iterations=5000, lr=5e-4),
+    "demo": FitConfig(arch=SirenArch(5, 13), iterations=500, lr=2e-3),
+}
+
+
+def preset(name: str, **overrides) -> FitConfig:
+    """A preset by name, with optional field overrides (``layers``/``hidden``/``w0`` go to the arch)."""
+    if name not in PRESETS:
+        raise InputError(f"unknown preset {name!r} (known: {', '.join(PRESETS)})")
+    cfg = PRESETS[name]
+    arch_keys = {"layers", "hidden", "w0", "w0_first"}
+    arch_over = {k: v for k, v in overrides.items() if k in arch_keys and v is not None}
+    rest = {k: v for k, v in overrides.items() if k not in arch_keys and v is not None}
+    if arch_over:
+        if "w0" in arch_over and "w0_first" not in arch_over:
+            arch_over["w0_first"] = arch_over["w0"]
+        cfg = replace(cfg, arch=replace(cfg.arch, **arch_over))
+    return replace(cfg, **rest) if rest else cfg
+
+
+@dataclass
+class FitResult:
+    """weights: float32 ``[(W [N, in, out], b [N, 1, out]), ...]`` on CPU; psnr: float64 ``[N]`` (dB)."""
+
+    weights: Weights
+    psnr: np.ndarray
+    config: FitConfig
+    extra: dict = field(default_factory=dict)
+
+
+def as_image_array(images, where: str = "images") -> np.ndarray:
+    """Validate ``[N, H, W, 3]`` uint8 (array, tensor, or a sequence of ``[H, W, 3]``)."""
+    if isinstance(images, torch.Tensor):
+        images = images.cpu().numpy()
+    if isinstance(images, (list, tuple)):
+        sizes = sorted({tuple(np.asarray(im).shape) for im in images})
+        if len(sizes) > 1:
+            raise InputError(f"images have mixed sizes {sizes}; resize them to one size first (inrbench prepare)", where)
+        images = np.stack([np.asarray(im) for im in images]) if images else np.zeros((0, 1, 1, 3), np.uint8)
+    a = np.asarray(images)
+    if a.dtype != np.uint8 or a.ndim != 4 or a.shape[-1] != 3:
+        raise InputError(f"expected uint8 [N, H, W, 3] images, got {a.dtype} {tuple(a.shape)}", where)
+    return a
+
+
+def auto_batch(cfg: FitConfig, n: int, pixels: int, device: torch.device) -> int:
+    """Images per chunk: an explicit ``cfg.batch``, else what ``memory_budget_mb`` allows."""
+    if cfg.batch:
+        return max(1, min(cfg.batch, n))
+    a = cfg.arch
+    # per image: z, sin(z), cos, grad for each sine layer + output/target/loss temporaries
+    per_image = pixels * 4 * (4 * a.layers * a.hidden + 6 * a.out_features) + a.params_per_image * 4 * 6
+    b = max(1, int(cfg.memory_budget_mb * 2**20 // per_image))
+    if device.type != "cuda":
+        b = min(b, cfg.cpu_batch_cap)
+    return max(1, min(b, n))
+
+
+def _psnr_from_rgb(rgb: torch.Tensor, target255: torch.Tensor) -> torch.Tensor:
+    """``[B, P, 3]`` float RGB and float targets in 0..255 -> ``[B]`` PSNR (bench.metrics convention)."""
+    q = torch.round(rgb.detach().float().clamp(0.0, 1.0) * 255.0)
+    mse = (q - target255).pow_(2).flatten(1).mean(dim=1, dtype=torch.float64)
+    return 10.0 * torch.log10(65025.0 / mse)  # inf where identical
+
+
+def _make_adam(params: list[torch.Tensor], lr: float) -> torch.optim.Optimizer:
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except (RuntimeError, TypeError, ValueError):  # pragma: no cover - older torch / unsupported device
+        return torch.optim.Adam(params, lr=lr, foreach=True)
+
+
+def optimize(
+    weights: Weights,
+    targets: torch.Tensor,
+    coords: torch.Tensor,
+    arch: SirenArch,
+    iterations: int,
+    lr: float,
+    lr_final_factor: float = 0.0,
+    eval_every: int = 1,
+    masks: Sequence[torch.Tensor | None] | None = None,
+    transform: Callable[[Weights], Weights] | None = None,
+    autocast: str = "none",
+    best_psnr: torch.Tensor | None = None,
+    best_weights: Weights | None = None,
+) -> tuple[Weights, torch.Tensor]:
+    """Adam + cosine schedule on a chunk; returns the best weights per image and their PSNR.
+
+    Args:
+        weights: starting point ``[(W [B, in, out], b [B, 1, out])]`` (copied, not modified).
+        targets: uint8 ``[B, P, 3]``; coords: ``[P, 2]``.
+        masks: per layer a ``[B, in, out]`` 0/1 float mask for ``W`` (or None): masked weights
+            are zero before, during and after fitting (gradients masked, weights re-masked).
+        transform: applied to the weights inside the forward (e.g. straight-through fake
+            quantization); the kept weights are the *untransformed* ones whose transform
+            scored best, and the returned PSNR is the PSNR of ``transform(kept)``.
+        best_psnr / best_weights: a starting "best" to beat (e.g. the weights before a fine-tune);
+            without them the starting weights are the first candidate.
+    Returns:
+        (best weights float32 on ``targets.device``, best PSNR ``[B]`` float64).
+    """
+    dev = targets.device
+    params = [t.detach().to(dev, torch.float32).clone().requires_grad_(True) for wb in weights for t in wb]
+    pairs = [(params[2 * i], params[2 * i + 1]) for i in range(len(weights))]
+    if masks is not None:
+        masks = [None if m is None else m.to(dev, torch.float32) for m in masks]
+        with torch.no_grad():
+            for (W, _), m in zip(pairs, masks, strict=True):
+                if m is not None:
+                    W.mul_(m)
+    if best_weights is None:
+        best = [p.detach().clone() for p in params]
+        best_p = torch.full((targets.shape[0],), -math.inf, dtype=torch.float64, device=dev)
+    else:
+        best = [t.detach().to(dev, torch.float32).clone() for wb in best_weights for t in wb]
+        best_p = best_psnr.to(dev, torch.float64).clone()
+    t255 = targets.to(torch.float32)
+    t01 = t255 / 255.0
+    coords = coords.to(dev, torch.float32)
+    opt = _make_adam(params, lr)
+    ac_dtype = AUTOCAST[autocast] if dev.type == "cuda" else None
+    lr_min = lr * lr_final_factor
+
+    def keep_best(psnr: torch.Tensor) -> None:
+        better = psnr > best_p
+        if bool(better.any()):
+            best_p.copy_(torch.where(better, psnr, best_p))
+            for b, p in zip(best, params, strict=True):
+                b.copy_(torch.where(better.view(-1, *([1] * (p.dim() - 1))), p.detach(), b))
+
+    def net(ws: Weights, train: bool) -> torch.Tensor:
+        ws = transform(ws) if transform is not None else ws
+        return forward_train(ws, coords, arch) if train else forward(ws, coords, arch)
+
+    for it in range(iterations):
+        evaluate = it % eval_every == 0
+        if ac_dtype is not None:
+            if evaluate:
+                with torch.no_grad():
+                    keep_best(_psnr_from_rgb(net(pairs, False), t255))
+            with torch.autocast("cuda", dtype=ac_dtype):
+                rgb = net(pairs, True)
+        else:
+            rgb = net(pairs, True)
+            if evaluate:
+                keep_best(_psnr_from_rgb(rgb, t255))
+        loss = (rgb.float() - t01).pow(2).mean(dim=(1, 2)).sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if masks is not None:
+            for (W, _), m in zip(pairs, masks, strict=True):
+                if m is not None:
+                    W.grad.mul_(m)
+        for g in opt.param_groups:
+            g["lr"] = lr_min + 0.5 * (lr - lr_min) * (1.0 + math.cos(math.pi * it / iterations))
+        opt.step()
+        if masks is not None:
+            with torch.no_grad():
+                for (W, _), m in zip(pairs, masks, strict=True):
+                    if m is not None:
+                        W.mul_(m)
+    with torch.no_grad():
+        keep_best(_psnr_from_rgb(net(pairs, False), t255))
+    out = [(best[2 * i], best[2 * i + 1]) for i in range(len(weights))]
+    return out, best_p
+
+
+def images_to_targets(images: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
+    """uint8 ``[B, H, W, 3]`` -> uint8 ``[B, H*W, 3]`` on ``device`` (row-major, matches ``coord_grid``)."""
+    t = torch.from_numpy(np.ascontiguousarray(images))
+    return t.reshape(t.shape[0], -1, 3).to(device)
+
+
+def decode_psnr(weights: Weights, images: np.ndarray, arch: SirenArch, batch: int = 256) -> np.ndarray:
+    """PSNR ``[N]`` of decoding ``weights`` with ``siren.forward``, via ``bench.metrics``."""
+    n, h, w, _ = images.shape
+    dev = weights[0][0].device
+    coords = coord_grid(h, w, device=dev)
+    out = []
+    for s in range(0, n, batch):
+        ws = [(W[s : s + batch], b[s : s + batch]) for W, b in weights]
+        rgb = forward(ws, coords, arch).view(-1, h, w, 3)
+        out.append(psnr_per_image(rgb.cpu(), torch.from_numpy(np.ascontiguousarray(images[s : s + batch]))))
+    return torch.cat(out).numpy() if out else np.zeros(0)
+
+
+def fit(
+    images,
+    config: FitConfig,
+    device: torch.device | str = "cpu",
+    first_index: int = 0,
+    progress: Callable[[int, np.ndarray], None] | None = None,
+) -> FitResult:
+    """Fit one SIREN per image.
+
+    Args:
+        images: uint8 ``[N, H, W, 3]`` (ndarray, tensor or memmap); mixed sizes are refused.
+        config: ``FitConfig``; the init of image ``k`` is seeded by ``(config.seed, first_index + k)``.
+        progress: called after each chunk with ``(images finished, their PSNR [n])``.
+    Returns:
+        ``FitResult`` with float32 CPU weights ``[(W [N, in, out], b [N, 1, out])]`` and PSNR ``[N]``
+        measured by decoding the kept weights (``bench.metrics`` convention).
+    """
+    imgs = as_image_array(images)
+    dev = torch.device(device)
+    n, h, w, _ = imgs.shape
+    arch = config.arch
+    coords = coord_grid(h, w, device=dev)
+    chunk = auto_batch(config, max(n, 1), h * w, dev)
+    parts: list[Weights] = []
+    psnrs: list[np.ndarray] = []
+    for s in range(0, n, chunk):
+        e = min(n, s + chunk)
+        w0 = init_weights(arch, e - s, seed=config.seed, first_index=first_index + s, device=dev)
+        tg = images_to_targets(imgs[s:e], dev)
+        best, _ = optimize(
+            w0, tg, coords, arch, config.iterations, config.lr, config.lr_final_factor,
+            config.eval_every, autocast=config.autocast,
+        )
+        best_cpu = [(W.cpu(), b.cpu()) for W, b in best]
+        p = decode_psnr(best_cpu, imgs[s:e], arch)
+        parts.append(best_cpu)
+        psnrs.append(p)
+        if progress is not None:
+            progress(e - s, p)
+    weights = concat_weights(parts, arch)
+    return FitResult(weights=weights, psnr=np.concatenate(psnrs) if psnrs else np.zeros(0), config=config)
+
+
+def concat_weights(parts: Sequence[Weights], arch: SirenArch) -> Weights:
+    """Concatenate chunks of weights along the image axis (empty -> zero-image tensors)."""
+    if not parts:
+        return [(torch.zeros(0, i, o), torch.zeros(0, 1, o)) for i, o in arch.shapes]
+    return [
+        (torch.cat([p[li][0] for p in parts]), torch.cat([p[li][1] for p in parts]))
+        for li in range(arch.num_linear)
+    ]

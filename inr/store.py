@@ -1,0 +1,412 @@
+"""The INR store: one self-describing file per split, loaded onto the device still quantized.
+
+File layout (little-endian)::
+
+    offset 0   b"INRSTORE"                magic (8 bytes)
+    offset 8   u32 format version          (FORMAT_VERSION; checked before anything else)
+    offset 12  u32 header length  H
+    offset 16  u32 CRC-32 of the header
+    offset 20  header: UTF-8 JSON         arch, image_size, num_images, per-layer bits /
+                                          per_channel / pruned, array table (name, dtype,
+                                          shape, offset, nbytes, crc32), file_length, meta
+    ...        arrays, each 64-byte aligned, layer-major:
+               labels int64 [N], psnr float32 [N],
+               per layer l: codes{l} uint8 bit stream, scales{l} float16 [N, 2, C],
+                            mask{l} uint8 [N, ceil(in*out/8)] (pruned layers only)
+
+The codes of layer ``l`` are the kept entries of ``M = [W; b]`` (``[in+1, out]`` row-major,
+pruned weights skipped, bias row always kept), image after image, each ``bits`` wide,
+packed LSB-first into one contiguous bit stream (8 zero bytes of padding at the end), so one
+read loads a layer for all images. ``scales`` hold ``lo, step`` (see ``inr.quantize``);
+masks are packed LSB-first per image. Loading checks magic, version, length and every CRC
+and refuses the file with an ``InputError`` that says which check failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bench.atomic import atomic_write_bytes
+from bench.errors import InputError
+from inr.quantize import FLOAT_BITS, QLayer, check_arch, float_from_codes, keep_matrix
+from inr.siren import SirenArch, Weights, coord_grid, forward
+
+MAGIC = b"INRSTORE"
+FORMAT_VERSION = 1
+PREFIX = struct.Struct("<8sIII")  # magic, version, header length, header crc32
+ALIGN = 64
+PAD_BYTES = 8  # zero bytes after each bit stream, so unpacking may read past the last value
+
+
+# ----------------------------------------------------------------------------- bit packing
+
+def pack_bits(values: np.ndarray, bits: int, chunk: int = 1 << 20) -> np.ndarray:
+    """Non-negative integers ``[M]`` (< 2**bits) -> uint8 LSB-first bit stream (+ padding)."""
+    values = np.asarray(values, dtype=np.uint64)
+    n = values.shape[0]
+    out = np.zeros((n * bits + 7) // 8 + PAD_BYTES, dtype=np.uint8)
+    if n and int(values.max()) >> bits:
+        raise ValueError(f"values do not fit in {bits} bits")
+    touch = (bits + 7 + 7) // 8  # bytes one value can span
+    for s in range(0, n, chunk):
+        v = values[s : s + chunk]
+        pos = (np.arange(s, s + v.shape[0], dtype=np.uint64)) * np.uint64(bits)
+        byte = (pos >> np.uint64(3)).astype(np.int64)
+        shifted = v << (pos & np.uint64(7))
+        base = int(byte[0])
+        length = int(byte[-1]) - base + touch
+        acc = np.zeros(length, dtype=np.float64)
+        for k in range(touch):
+            part = ((shifted >> np.uint64(8 * k)) & np.uint64(0xFF)).astype(np.float64)
+            acc += np.bincount(byte - base + k, weights=part, minlength=length)
+        # contributions to a byte occupy disjoint bits, so their sum is their OR (<= 255)
+        out[base : base + length] |= acc.astype(np.uint8)
+    return out
+
+
+def unpack_bits(stream: torch.Tensor, bitpos: torch.Tensor, bits: int) -> torch.Tensor:
+    """uint8 bit stream + int64 bit positions (any shape) -> int64 values of that shape."""
+    byte = bitpos >> 3
+    shift = bitpos & 7
+    touch = (bits + 7 + 7) // 8
+    v = stream[byte].long()
+    for k in range(1, touch):
+        v |= stream[byte + k].long() << (8 * k)
+    return (v >> shift) & ((1 << bits) - 1)
+
+
+# ----------------------------------------------------------------------------- writing
+
+def _crc(a: np.ndarray) -> int:
+    return zlib.crc32(np.ascontiguousarray(a).view(np.uint8).reshape(-1)) & 0xFFFFFFFF
+
+
+def _layer_arrays(li: int, ql: QLayer) -> dict[str, np.ndarray]:
+    n, r, o = ql.codes.shape
+    keep = keep_matrix(ql.mask, (n, r, o))
+    kept = ql.codes[keep].cpu().numpy()  # image-major, row-major within an image
+    arrs = {f"codes{li}": pack_bits(kept, ql.bits)}
+    if ql.bits != FLOAT_BITS:
+        arrs[f"scales{li}"] = torch.stack([ql.lo, ql.step], dim=1).to(torch.float16).cpu().numpy()
+    if ql.mask is not None:
+        bits = ql.mask.reshape(n, -1).cpu().numpy().astype(np.uint8)
+        arrs[f"mask{li}"] = np.packbits(bits, axis=1, bitorder="little")
+    return arrs
+
+
+def encode_bytes(
+    arch: SirenArch,
+    image_size: tuple[int, int],
+    labels,
+    layers: Sequence[QLayer],
+    psnr=None,
+    meta: dict[str, Any] | None = None,
+    per_channel: bool = False,
+) -> bytes:
+    """The complete file content for a store (see the module docstring)."""
+    check_arch(layers, arch)
+    labels = np.asarray(torch.as_tensor(labels).cpu(), dtype=np.int64).reshape(-1)
+    n = labels.shape[0]
+    if any(ql.codes.shape[0] != n for ql in layers):
+        raise ValueError(f"{n} labels but layers hold {[ql.codes.shape[0] for ql in layers]} images")
+    arrays: dict[str, np.ndarray] = {"labels": labels}
+    if psnr is not None:
+        arrays["psnr"] = np.asarray(psnr, dtype=np.float32).reshape(n)
+    for li, ql in enumerate(layers):
+        arrays.update(_layer_arrays(li, ql))
+    table = []
+    off = 0
+    for name, a in arrays.items():
+        a = np.ascontiguousarray(a)
+        arrays[name] = a
+        table.append({"name": name, "dtype": a.dtype.str, "shape": list(a.shape), "offset": off, "nbytes": int(a.nbytes), "crc32": _crc(a)})
+        off += -(-a.nbytes // ALIGN) * ALIGN
+    header: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "arch": arch.to_dict(),
+        "image_size": [int(image_size[0]), int(image_size[1])],
+        "num_images": int(n),
+        "layers": [
+            {"bits": ql.bits, "per_channel": bool(per_channel) if ql.bits != FLOAT_BITS else False, "pruned": ql.mask is not None}
+            for ql in layers
+        ],
+        "arrays": table,
+        "meta": meta or {},
+    }
+    # data offsets are relative to the first aligned byte after the header; file_length is
+    # part of the header, so iterate until the header length is stable
+    data_len = off
+    file_length = 0
+    for _ in range(4):
+        header["file_length"] = file_length
+        hbytes = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+        data_start = -(-(PREFIX.size + len(hbytes)) // ALIGN) * ALIGN
+        new_len = data_start + data_len
+        if new_len == file_length:
+            break
+        file_length = new_len
+    buf = bytearray(file_length)
+    PREFIX.pack_into(buf, 0, MAGIC, FORMAT_VERSION, len(hbytes), zlib.crc32(hbytes) & 0xFFFFFFFF)
+    buf[PREFIX.size : PREFIX.size + len(hbytes)] = hbytes
+    for entry in table:
+        a = arrays[entry["name"]]
+        s = data_start + entry["offset"]
+        buf[s : s + a.nbytes] = a.view(np.uint8).reshape(-1).data
+    return bytes(buf)
+
+
+def save(
+    path: str | Path,
+    arch: SirenArch,
+    image_size: tuple[int, int],
+    labels,
+    layers: Sequence[QLayer],
+    psnr=None,
+    meta: dict[str, Any] | None = None,
+    per_channel: bool = False,
+) -> Path:
+    """Write a store atomically (temp file + rename). ``layers`` from ``inr.quantize.quantize``."""
+    path = Path(path)
+    atomic_write_bytes(path, encode_bytes(arch, image_size, labels, layers, psnr, meta, per_channel))
+    return path
+
+
+# ----------------------------------------------------------------------------- reading
+
+def read_verified(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray], int]:
+    """Read and verify a store file -> (header, arrays on CPU, file bytes). Any defect is an ``InputError``."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("no such INR store file", path)
+    data = path.read_bytes()
+    if len(data) < PREFIX.size:
+        raise InputError(f"not an INR store: file is {len(data)} bytes, shorter than the {PREFIX.size}-byte prefix", path)
+    magic, version, hlen, hcrc = PREFIX.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise InputError(f"not an INR store (magic {magic!r}, expected {MAGIC!r})", path)
+    if version != FORMAT_VERSION:
+        raise InputError(f"INR store format version {version}, this inrbench reads version {FORMAT_VERSION}; re-encode it", path)
+    if PREFIX.size + hlen > len(data):
+        raise InputError(f"truncated: header needs {PREFIX.size + hlen} bytes, file has {len(data)}", path)
+    hbytes = data[PREFIX.size : PREFIX.size + hlen]
+    got = zlib.crc32(hbytes) & 0xFFFFFFFF
+    if got != hcrc:
+        raise InputError(f"header checksum mismatch (stored crc32 {hcrc:08x}, computed {got:08x}): file is corrupt", path)
+    header = json.loads(hbytes)
+    expected = int(header["file_length"])
+    if len(data) != expected:
+        what = "truncated" if len(data) < expected else "has trailing bytes"
+        raise InputError(f"{what}: expected {expected} bytes, file has {len(data)}", path)
+    data_start = -(-(PREFIX.size + hlen) // ALIGN) * ALIGN
+    arrays = {}
+    for e in header["arrays"]:
+        s = data_start + e["offset"]
+        raw = memoryview(data)[s : s + e["nbytes"]]
+        got = zlib.crc32(raw) & 0xFFFFFFFF
+        if got != e["crc32"]:
+            raise InputError(f"checksum mismatch in array {e['name']!r} (stored crc32 {e['crc32']:08x}, computed {got:08x}): file is corrupt", path)
+        arrays[e["name"]] = np.frombuffer(raw, dtype=np.dtype(e["dtype"])).reshape(e["shape"]).copy()
+    return header, arrays, len(data)
+
+
+@dataclass
+class _DeviceLayer:
+    bits: int
+    in_f: int
+    out_f: int
+    codes: torch.Tensor  # uint8 [S] bit stream
+    scales: torch.Tensor | None  # float16 [N, 2, C]
+    mask: torch.Tensor | None  # uint8 [N, mbytes]
+    offsets: torch.Tensor | None  # int64 [N] start bit per image (variable counts only)
+    count: int  # codes per image when fixed (0 when ``offsets`` is used)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.codes, self.scales, self.mask, self.offsets) if t is not None)
+
+
+@dataclass
+class StoredINR:
+    """A loaded store: quantized codes, scales and masks resident on ``device``.
+
+    labels: int64 ``[N]`` on ``device``; psnr: float32 ``[N]`` numpy (PSNR of the stored,
+    dequantized weights, measured at encode time) or None; meta: the header's ``meta``.
+    """
+
+    path: Path
+    arch: SirenArch
+    image_size: tuple[int, int]
+    labels: torch.Tensor
+    psnr: np.ndarray | None
+    bits: tuple[int, ...]
+    per_channel: bool
+    meta: dict[str, Any]
+    bytes_on_disk: int
+    device: torch.device
+    header: dict[str, Any] = field(repr=False)
+    _layers: list[_DeviceLayer] = field(repr=False, default_factory=list)
+    _coords: torch.Tensor | None = field(repr=False, default=None)
+
+    @property
+    def num_images(self) -> int:
+        return int(self.labels.shape[0])
+
+    def __len__(self) -> int:
+        return self.num_images
+
+    @property
+    def pruned(self) -> bool:
+        return any(dl.mask is not None for dl in self._layers)
+
+    @property
+    def bytes_per_image(self) -> float:
+        """Whole file bytes (header amortized) / N."""
+        return self.bytes_on_disk / max(1, self.num_images)
+
+    @property
+    def raw_bytes_per_image(self) -> int:
+        return self.image_size[0] * self.image_size[1] * 3
+
+    def resident_bytes(self) -> int:
+        """Device bytes of codes + scales + masks + offset tables (labels not included)."""
+        return sum(dl.nbytes() for dl in self._layers)
+
+    def coords(self) -> torch.Tensor:
+        """The full pixel grid ``[H*W, 2]`` on the device (cached)."""
+        if self._coords is None:
+            self._coords = coord_grid(*self.image_size, device=self.device)
+        return self._coords
+
+    def weights(self, idx: torch.Tensor) -> Weights:
+        """Dequantized float32 weights of images ``idx`` (int64 ``[B]``): ``[(W [B, in, out], b [B, 1, out])]``."""
+        idx = torch.as_tensor(idx, dtype=torch.int64, device=self.device).reshape(-1)
+        return [self._layer_weights(dl, idx) for dl in self._layers]
+
+    def _layer_weights(self, dl: _DeviceLayer, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        B, i, o = idx.shape[0], dl.in_f, dl.out_f
+        K = (i + 1) * o
+        pos = torch.arange(K, device=self.device)
+        if dl.mask is None:
+            keep = None
+            vidx = pos.unsqueeze(0)
+        else:
+            mbits = (dl.mask[idx].unsqueeze(-1) >> torch.arange(8, device=self.device, dtype=torch.uint8)) & 1
+            keep = torch.cat([mbits.reshape(B, -1)[:, : i * o].bool(), torch.ones(B, o, dtype=torch.bool, device=self.device)], dim=1)
+            vidx = keep.cumsum(1) - 1
+        start = dl.offsets[idx] if dl.offsets is not None else idx * (dl.count * dl.bits)
+        codes = unpack_bits(dl.codes, start.unsqueeze(1) + vidx * dl.bits, dl.bits)
+        if dl.bits == FLOAT_BITS:
+            M = float_from_codes(codes)
+        else:
+            sc = dl.scales[idx].float()  # [B, 2, C]
+            lo, step = sc[:, 0], sc[:, 1]
+            if lo.shape[1] > 1:
+                ch = pos % o
+                lo, step = lo[:, ch], step[:, ch]
+            M = torch.addcmul(lo, codes.float(), step)
+        if keep is not None:
+            M = M * keep
+        M = M.view(B, i + 1, o)
+        return M[:, :i], M[:, i:]
+
+    def decode(self, idx: torch.Tensor, coords: torch.Tensor | None = None) -> torch.Tensor:
+        """Images ``idx`` -> float ``[B, 3, H, W]`` in [0, 1] (clamped) on the device.
+
+        With ``coords`` (``[P, 2]`` or ``[B, P, 2]``) returns ``[B, P, 3]`` unclamped samples instead.
+        """
+        ws = self.weights(idx)
+        if coords is not None:
+            return forward(ws, coords, self.arch)
+        h, w = self.image_size
+        out = forward(ws, self.coords(), self.arch).clamp_(0.0, 1.0)
+        return out.view(-1, h, w, 3).permute(0, 3, 1, 2).contiguous()
+
+    def quantized_layers(self, chunk: int = 4096) -> list[QLayer]:
+        """Dense CPU ``QLayer``s of all images (for merging shards or re-packing)."""
+        out = []
+        for dl in self._layers:
+            codes_parts, mask_parts = [], []
+            for s in range(0, self.num_images, chunk):
+                idx = torch.arange(s, min(self.num_images, s + chunk), device=self.device)
+                B, i, o = idx.shape[0], dl.in_f, dl.out_f
+                if dl.mask is None:
+                    keep = torch.ones(B, (i + 1) * o, dtype=torch.bool, device=self.device)
+                else:
+                    mbits = (dl.mask[idx].unsqueeze(-1) >> torch.arange(8, device=self.device, dtype=torch.uint8)) & 1
+                    m = mbits.reshape(B, -1)[:, : i * o].bool()
+                    mask_parts.append(m.view(B, i, o).cpu())
+                    keep = torch.cat([m, torch.ones(B, o, dtype=torch.bool, device=self.device)], dim=1)
+                start = dl.offsets[idx] if dl.offsets is not None else idx * (dl.count * dl.bits)
+                vidx = keep.cumsum(1) - 1
+                codes = unpack_bits(dl.codes, start.unsqueeze(1) + vidx * dl.bits, dl.bits) * keep
+                codes_parts.append(codes.view(B, i + 1, o).cpu())
+            codes = torch.cat(codes_parts) if codes_parts else torch.zeros(0, dl.in_f + 1, dl.out_f, dtype=torch.int64)
+            mask = (torch.cat(mask_parts) if mask_parts else torch.zeros(0, dl.in_f, dl.out_f, dtype=torch.bool)) if dl.mask is not None else None
+            lo = step = None
+            if dl.scales is not None:
+                lo, step = dl.scales[:, 0].cpu(), dl.scales[:, 1].cpu()
+            out.append(QLayer(dl.bits, codes, lo, step, mask))
+        return out
+
+
+def load(path: str | Path, device: torch.device | str = "cpu") -> StoredINR:
+    """Load and verify a store; codes, scales and masks go to ``device`` as they are on disk."""
+    path = Path(path)
+    header, arrays, nbytes = read_verified(path)
+    try:
+        arch = SirenArch.from_dict(header["arch"])
+        n = int(header["num_images"])
+        dev = torch.device(device)
+        layers = []
+        for li, ((i, o), linfo) in enumerate(zip(arch.shapes, header["layers"], strict=True)):
+            bits = int(linfo["bits"])
+            mask_np = arrays.get(f"mask{li}")
+            offsets = None
+            count = (i + 1) * o
+            if mask_np is not None:
+                pc = np.unpackbits(mask_np, axis=1, bitorder="little")[:, : i * o].sum(axis=1).astype(np.int64) + o
+                if n and np.all(pc == pc[0]):
+                    count = int(pc[0])
+                else:
+                    count = 0
+                    offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(pc)[:-1]]) * bits).to(dev)
+            sc = arrays.get(f"scales{li}")
+            layers.append(
+                _DeviceLayer(
+                    bits=bits, in_f=i, out_f=o,
+                    codes=torch.from_numpy(arrays[f"codes{li}"]).to(dev),
+                    scales=None if sc is None else torch.from_numpy(sc).to(dev),
+                    mask=None if mask_np is None else torch.from_numpy(mask_np).to(dev),
+                    offsets=offsets, count=count,
+                )
+            )
+    except (KeyError, ValueError, TypeError) as e:
+        raise InputError(f"INR store header is inconsistent: {e}", path) from None
+    psnr = arrays.get("psnr")
+    return StoredINR(
+        path=path,
+        arch=arch,
+        image_size=(int(header["image_size"][0]), int(header["image_size"][1])),
+        labels=torch.from_numpy(arrays["labels"]).to(dev),
+        psnr=psnr,
+        bits=tuple(int(linfo["bits"]) for linfo in header["layers"]),
+        per_channel=any(linfo.get("per_channel", False) for linfo in header["layers"]),
+        meta=header.get("meta", {}),
+        bytes_on_disk=nbytes,
+        device=dev,
+        header=header,
+        _layers=layers,
+    )
+
+
+def file_size(path: str | Path) -> int:
+    return os.path.getsize(path)
