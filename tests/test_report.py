@@ -135,3 +135,15 @@ def test_cli_report_and_bad_input(tmp_path, capsys):
     assert "missing: no such results folder" in err and "Traceback" not in err
     with pytest.raises(InputError, match="no results"):
         build_report(tmp_path, tmp_path / "r3")  # a folder with neither sweep.json nor runs/
+
+
+def test_headline_table(report):
+    _, text = report
+    rows = _fixture_rows()
+    h = parse_tables(text)["photos32 — headline"][0].set_index("pipeline")
+    base, _ = _median_iqr(rows, "torch-jpeg", "train", "epoch_s")
+    inr, _ = _median_iqr(rows, "inr", "train", "epoch_s")
+    assert h.loc["inr", "train speedup vs torch-jpeg"] == f"{base / inr:.2f}x"
+    assert h.loc["inr", "bytes/image"] == "700"
+    assert h.loc["dali", "train img/s"] == "skip: DALI mixed decode needs a GPU"
+    assert h.loc["raw", "train speedup vs dali"] == "—"  # the baseline was skipped: no number

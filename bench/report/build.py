@@ -82,6 +82,7 @@ def _write(doc: _Doc, x: ReportInputs) -> None:
             "`[q25(base)/q75(p) - q75(base)/q25(p)]`. Cells without a measurement show their "
             "status (`skip`/`error`) and reason; they are never counted as zeros.")
     doc.add()
+    _headline(doc, x)
     _environment(doc, x.env)
     if x.cells:
         _cells(doc, x)
@@ -93,6 +94,34 @@ def _write(doc: _Doc, x: ReportInputs) -> None:
     _accuracy(doc, x)
     _design_space(doc, x)
     _weights(doc, x)
+
+
+def _store_of(x: ReportInputs) -> dict[tuple[str, str], str]:
+    """(dataset, pipeline) -> the encode cell whose store a train-mode bench cell read."""
+    prep_name = {c["id"]: c.get("name") or c["id"] for c in x.cells if c["kind"] == "prepare"}
+    out = {}
+    for c in x.cells:
+        if c["kind"] == "bench" and c.get("store"):
+            key = (prep_name.get(c.get("data"), ""), c["pipeline"])
+            if c.get("mode") == "train" or key not in out:
+                out[key] = c["store"]
+    return out
+
+
+def _headline(doc: _Doc, x: ReportInputs) -> None:
+    store_of = _store_of(x)
+    tabs = T.headline(x.rows, lambda ds, p: _bytes_per_image(x, ds, p, store_of.get((ds, p))))
+    if not tabs:
+        return
+    doc.add("## Headline")
+    doc.add()
+    doc.add("Medians; details, spreads and reasons for missing cells in the sections below. "
+            "bytes/image: what the pipeline keeps per image (raw pixels, JPEG files, INR store).")
+    doc.add()
+    for ds, t in tabs.items():
+        doc.add(f"### {ds} — headline")
+        doc.add()
+        doc.table(t, index=False)
 
 
 def _environment(doc: _Doc, env: dict[str, Any] | None) -> None:
@@ -285,12 +314,9 @@ def _accuracy(doc: _Doc, x: ReportInputs) -> None:
     st = st[st["mode"] == "train"]
     if st.empty:
         return
-    store_of = {}
-    for c in x.cells:
-        if c["kind"] == "bench" and c.get("mode") == "train" and c.get("store"):
-            store_of[c["pipeline"]] = c["store"]
+    store_of = _store_of(x)
     st = st.copy()
-    st["bytes_per_image"] = [_bytes_per_image(x, r["dataset"], r["pipeline"], store_of.get(r["pipeline"]))
+    st["bytes_per_image"] = [_bytes_per_image(x, r["dataset"], r["pipeline"], store_of.get((r["dataset"], r["pipeline"])))
                              for _, r in st.iterrows()]
     doc.add("## Accuracy (test split, original pixels, evaluation transform)")
     doc.add()
@@ -305,7 +331,7 @@ def _accuracy(doc: _Doc, x: ReportInputs) -> None:
                 out.append((ds, p, T.fmt_num(h["bytes_per_image"]),
                             T.fmt_median_iqr(100 * h["median"], 100 * h["iqr"]), int(h["n"])))
             else:
-                out.append((ds, p, T.fmt_num(_bytes_per_image(x, ds, p, store_of.get(p))),
+                out.append((ds, p, T.fmt_num(_bytes_per_image(x, ds, p, store_of.get((ds, p)))),
                             T.status_of(rows, ds, p, "train"), 0))
     t = pd.DataFrame(out, columns=["dataset", "pipeline", "bytes/image", "test accuracy %", "repeats"])
     doc.table(t, index=False)

@@ -112,9 +112,13 @@ def pivot_metric(rows: pd.DataFrame, metric_names: tuple[str, ...], fmt=fmt_num,
     return out
 
 
+SPEEDUP_MODES = ("loader", "train")  # replay times the model alone: a speedup there is noise
+
+
 def speedups(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per dataset x mode x pipeline x baseline: ratio, lo, hi (see the module docstring)."""
     st = stats(rows, N.EPOCH_S)
+    st = st[st["mode"].isin(SPEEDUP_MODES)]
     out = []
     for (ds, mode), g in st.groupby(["dataset", "mode"], dropna=False):
         by = g.set_index("pipeline")
@@ -140,7 +144,7 @@ def speedup_tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
         def have(p: str, m: str, ds: str = ds) -> bool:
             return bool(((st["dataset"] == ds) & (st["pipeline"] == p) & (st["mode"] == m)).any())
 
-        cols = [(b, m) for b in N.BASELINES for m in modes]
+        cols = [(b, m) for b in N.BASELINES for m in modes if m in SPEEDUP_MODES]
         table = {}
         for p in pipes:
             r = {}
@@ -213,3 +217,33 @@ def compare_table(summary: pd.DataFrame) -> pd.DataFrame:
             for st, mb in zip(s["status"], s["min_bytes"], strict=True)
         ]
     return out.reset_index(drop=True)
+
+
+def headline(rows: pd.DataFrame, bytes_per_image) -> dict[str, pd.DataFrame]:
+    """dataset -> one row per pipeline: bytes/image, loader and train images/s, train speedups, accuracy.
+
+    bytes_per_image: ``f(dataset, pipeline) -> float`` (NaN when unknown).
+    """
+    ips = stats(rows, N.IMAGES_PER_S)
+    acc = stats(rows, N.ACCURACY, steady=False)
+    sp = speedups(rows)
+    out = {}
+    for ds, (pipes, modes) in combos(rows).items():
+        recs = []
+        for p in pipes:
+            r: dict[str, str] = {"pipeline": p, "bytes/image": fmt_num(bytes_per_image(ds, p))}
+            for m in ("loader", "train"):
+                if m not in modes:
+                    continue
+                hit = ips[(ips["dataset"] == ds) & (ips["pipeline"] == p) & (ips["mode"] == m)]
+                r[f"{m} img/s"] = fmt_num(hit.iloc[0]["median"]) if len(hit) else status_of(rows, ds, p, m)
+            if "train" in modes:
+                for b in N.BASELINES:
+                    hit = sp[(sp["dataset"] == ds) & (sp["pipeline"] == p) & (sp["baseline"] == b)
+                             & (sp["mode"] == "train")]
+                    r[f"train speedup vs {b}"] = f"{hit.iloc[0]['ratio']:.2f}x" if len(hit) else "—"
+                hit = acc[(acc["dataset"] == ds) & (acc["pipeline"] == p) & (acc["mode"] == "train")]
+                r["test acc %"] = f"{100 * hit.iloc[0]['median']:.1f}" if len(hit) else "—"
+            recs.append(r)
+        out[ds] = pd.DataFrame(recs)
+    return out
