@@ -3,8 +3,9 @@
 Uses the codec's public API only (``inr.store.load(path, device) -> StoredINR`` with
 ``decode(idx) -> [B, 3, H, W]`` float in [0, 1], ``weights(idx)`` -> list over layers of
 ``(W [B, in, out], b [B, 1, out])`` dequantized, ``labels``, ``bytes_on_disk``,
-``bytes_per_image``). The variant name is the store header's variant name when it has
-one, else the file name without its suffix.
+``bytes_per_image``, ``header`` with its array table). The variant name is the store
+header's ``meta["variant"]`` (or ``meta["name"]``) when present, else the file name
+without its suffix.
 """
 
 from __future__ import annotations
@@ -20,16 +21,26 @@ from bench.metrics import to_uint8
 
 
 def variant_name(store, path: Path) -> str:
-    for attr in ("variant", "name"):
-        v = getattr(store, attr, None)
-        if isinstance(v, str) and v:
-            return v
-    meta = getattr(store, "meta", None) or getattr(store, "header", None)
+    """``meta["variant"]`` / ``meta["name"]`` of the store header, else the file name's stem."""
+    meta = getattr(store, "meta", None)
     if isinstance(meta, dict):
-        for key in ("variant", "name", "preset"):
+        for key in ("variant", "name"):
             if isinstance(meta.get(key), str) and meta[key]:
                 return meta[key]
     return path.name.split(".")[0]
+
+
+WEIGHT_ARRAYS = ("codes", "scales", "mask")
+
+
+def weight_data_bytes(store) -> int | None:
+    """Bytes of the packed weight arrays (codes, scales, masks) from the store's array table:
+    the INR's "header-free" bytes (no file header, labels, recorded PSNR or alignment padding).
+    ``None`` when the store does not expose its array table."""
+    header = getattr(store, "header", None)
+    if not isinstance(header, dict) or "arrays" not in header:
+        return None
+    return int(sum(a["nbytes"] for a in header["arrays"] if str(a["name"]).startswith(WEIGHT_ARRAYS)))
 
 
 def _count(store) -> int:
@@ -81,7 +92,7 @@ def load_variant(
         weights[f"layer{i}"] = torch.as_tensor(w).float().cpu().numpy().ravel()
         del b  # biases are not part of the paper's Figure 4
     bpi = float(getattr(store, "bytes_per_image", None) or store.bytes_on_disk / n_store)
-    hf = getattr(store, "payload_bytes", None) or getattr(store, "data_bytes", None)
+    hf = weight_data_bytes(store)
     return InrDecoded(
         name=variant_name(store, path),
         bytes_per_image=bpi,

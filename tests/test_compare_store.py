@@ -1,0 +1,98 @@
+"""`inrbench compare` on real INR stores (fitted quickly with the codec's test helper)."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from bench.datasets.prepared import SplitData, open_prepared, write_prepared
+from bench.errors import InputError
+
+N, S = 4, 32
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    import skimage.data
+    from skimage.transform import resize
+
+    store_mod = pytest.importorskip("inr.store", reason="the INR codec (inr.store) is not importable")
+    from inr.fit import decode_psnr, fit, preset
+    from inr.quantize import QuantConfig, dequantize, quantize
+
+    a = skimage.data.astronaut()
+    imgs = np.stack([(resize(a[k * 100 : k * 100 + 256, k * 60 : k * 60 + 256], (S, S), anti_aliasing=True) * 255)
+                     .round().astype(np.uint8) for k in range(N)])
+    root = tmp_path_factory.mktemp("st") / "prep"
+    write_prepared(root, {"train": SplitData(imgs, np.arange(N) % 2)}, {"source": "tiny", "classes": ["a", "b"]})
+    # One short fit, stored three ways: float32, 8-bit, and 8-bit with half the weights pruned.
+    cfg = preset("demo", iterations=30, lr=5e-3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matmuls: 2 OpenMP threads on a busy 2-core box run ~40x slower
+    try:
+        weights = fit(imgs, cfg).weights
+    finally:
+        torch.set_num_threads(threads)
+    masks = [W.abs() >= W.abs().flatten(1).median(1).values[:, None, None] for W, _ in weights]
+    d = tmp_path_factory.mktemp("stores")
+    stores = []
+    for name, bits, m in (("fp32", 32, None), ("8bit", 8, None), ("pruned-8bit", 8, masks)):
+        layers = quantize(weights, QuantConfig((bits,) * cfg.arch.num_linear), masks=m)
+        p = decode_psnr(dequantize(layers), imgs, cfg.arch)  # the codec's own PSNR
+        stores.append(store_mod.save(d / f"{name}.inr", cfg.arch, (S, S), np.arange(N) % 2, layers, psnr=p,
+                                     meta={"variant": name}))
+    return root, stores, store_mod
+
+
+def _cli(argv):
+    from bench.commands import compare
+
+    p = argparse.ArgumentParser()
+    compare.add_arguments(p)
+    return compare.run(p.parse_args(argv))
+
+
+def test_compare_real_stores(setup, tmp_path):
+    root, stores, store_mod = setup
+    out = tmp_path / "cmp"
+    assert _cli([str(root), "--store", *map(str, stores), "--jpeg-qualities", "10", "90", "--out", str(out)]) == 0
+    pi = pd.read_csv(out / "per_image.csv")
+    s = pd.read_csv(out / "summary.csv")
+    for path, name in zip(stores, ("fp32", "8bit", "pruned-8bit"), strict=True):
+        st = store_mod.load(path, "cpu")
+        row = s[(s.method == "inr") & (s.variant == name)].iloc[0]
+        assert row["file_bytes"] == pytest.approx(path.stat().st_size / N)  # header amortized
+        arrays = [a for a in st.header["arrays"] if a["name"].startswith(("codes", "scales", "mask"))]
+        assert row["header_free_bytes"] == pytest.approx(sum(a["nbytes"] for a in arrays) / N)
+        got = pi[(pi.method == "inr") & (pi.variant == name)].sort_values("image")["psnr"].to_numpy()
+        # the codec records PSNR with the same bench.metrics convention at encode time
+        np.testing.assert_allclose(got, st.psnr, atol=1e-3)
+        assert (out / f"weights_{name}.png").is_file()
+    h = pd.read_csv(out / "weights_hist.csv")
+    for name, path in (("8bit", stores[1]), ("pruned-8bit", stores[2])):
+        w0 = store_mod.load(path, "cpu").weights(torch.arange(N))[0][0]
+        hist = h[(h.variant == name) & (h.group == "first")]
+        assert hist["count"].sum() == int((w0 != 0).sum())
+        assert hist["zeros_left_out"].iloc[0] == int((w0 == 0).sum())
+    assert h[(h.variant == "pruned-8bit") & (h.group == "first")]["zeros_left_out"].iloc[0] >= w0.numel() // 2 - N
+    b = s[s.method == "inr"].set_index("variant")["file_bytes"]
+    assert b["pruned-8bit"] < b["8bit"] < b["fp32"]
+
+
+def test_store_of_another_split_is_refused(setup, tmp_path):
+    root, stores, _ = setup
+    with pytest.raises(InputError, match=f"store has {N} images"):
+        prep = tmp_path / "bigger"
+        ds = open_prepared(root).split("train")
+        imgs = np.concatenate([np.asarray(ds.images)] * 2)
+        write_prepared(prep, {"train": SplitData(imgs, np.zeros(2 * N, np.int64))}, {"source": "x", "classes": ["a"]})
+        _cli([str(prep), "--store", str(stores[0]), "--out", str(tmp_path / "o")])
+    with pytest.raises(InputError, match="labels differ"):
+        prep2 = tmp_path / "relabelled"
+        write_prepared(prep2, {"train": SplitData(np.asarray(ds.images), np.full(N, 1, np.int64))},
+                       {"source": "x", "classes": ["a", "b"]})
+        _cli([str(prep2), "--store", str(stores[0]), "--out", str(tmp_path / "o2")])
