@@ -44,11 +44,17 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as e:
         raise InputError(str(e)) from None
-    bar = tqdm(desc="jpeg", unit="img", leave=False)
+    bars = []
+
+    def progress(total: int):
+        bars.append(tqdm(total=total, desc="JPEG search + metrics", unit="img", leave=False))
+        return bars[-1].update
+
     try:
-        res = run_compare(args.prepared, args.store, cfg, args.out, progress=bar.update)
+        res = run_compare(args.prepared, args.store, cfg, args.out, progress=progress)
     finally:
-        bar.close()
+        for b in bars:
+            b.close()
     print((res.out / "summary.md").read_text(), end="")
     print(f"wrote {res.out}/ (summary.csv, per_image.csv, summary.md, *.png, config.json)")
     return 0

@@ -81,7 +81,8 @@ def run_compare(prepared: str | Path, stores: Sequence[str | Path], cfg: Compare
                 variants: Sequence[InrDecoded] | None = None, progress=None, env: bool = True) -> CompareResult:
     """Compare the INR stores (or already decoded ``variants``) with JPEG on one split.
 
-    ``variants`` bypasses store loading (tests, or callers that hold decoded images).
+    ``variants`` bypasses store loading (tests, or callers that hold decoded images);
+    ``progress(total)`` (optional) returns the callable advanced by one per image done.
     """
     ds = open_prepared(prepared)
     split = ds.split(cfg.split)
@@ -91,7 +92,7 @@ def run_compare(prepared: str | Path, stores: Sequence[str | Path], cfg: Compare
         variants = load_variants(stores, n, split.image_size, split.labels, cfg)
     else:
         variants = [InrDecoded(**{**v.__dict__, "decoded": v.decoded[:n]}) for v in variants]
-    per_image = compare_images(images, variants, cfg, progress=progress)
+    per_image = compare_images(images, variants, cfg, progress=None if progress is None else progress(n))
     summary = summarize(per_image)
     meta = dict(
         schema_version=1,
