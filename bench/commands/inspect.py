@@ -1,0 +1,80 @@
+"""`inrbench inspect FILE`: what an INR store holds and what it costs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+HELP = "show an INR store: architecture, bit widths, pruning, bytes/image, % of raw RGB, PSNR summary"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="an INR store written by `inrbench encode`")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def summary(path: str) -> dict:
+    """Everything ``inspect`` prints, as a dict (the file is fully verified first)."""
+    import numpy as np
+
+    from inr.store import load
+
+    st = load(path, "cpu")
+    n = st.num_images
+    kept = []
+    for li, (i, o) in enumerate(st.arch.shapes):
+        ql = st._layers[li]
+        if ql.mask is None:
+            kept.append(1.0)
+        else:
+            bits = np.unpackbits(ql.mask.numpy(), axis=1, bitorder="little")[:, : i * o]
+            kept.append(float(bits.mean()) if n else 1.0)
+    weights_total = sum(i * o for i, o in st.arch.shapes)
+    pruned_frac = 1.0 - sum(k * i * o for k, (i, o) in zip(kept, st.arch.shapes, strict=True)) / weights_total
+    psnr = None
+    if st.psnr is not None and n:
+        p = st.psnr.astype(np.float64)
+        psnr = {"mean": float(p.mean()), "min": float(p.min()), "p5": float(np.percentile(p, 5)), "median": float(np.median(p)), "max": float(p.max())}
+    return {
+        "file": str(st.path),
+        "format_version": st.header["format_version"],
+        "arch": st.arch.to_dict(),
+        "params_per_image": st.arch.params_per_image,
+        "image_size": list(st.image_size),
+        "num_images": n,
+        "bits": list(st.bits),
+        "per_channel": st.per_channel,
+        "pruned_fraction_of_weights": pruned_frac,
+        "kept_fraction_per_layer": kept,
+        "bytes_on_disk": st.bytes_on_disk,
+        "bytes_per_image": st.bytes_per_image,
+        "bits_per_pixel": st.bytes_per_image * 8 / (st.image_size[0] * st.image_size[1]),
+        "raw_rgb_bytes_per_image": st.raw_bytes_per_image,
+        "percent_of_raw_rgb": 100.0 * st.bytes_per_image / st.raw_bytes_per_image,
+        "resident_bytes": st.resident_bytes(),
+        "psnr_db": psnr,
+        "meta": st.meta,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    s = summary(args.file)
+    if args.json:
+        print(json.dumps(s, indent=2, sort_keys=True))
+        return 0
+    a = s["arch"]
+    print(f"{s['file']}  (INR store format v{s['format_version']})")
+    print(f"  architecture   SIREN {a['layers']}x{a['hidden']}  w0_first={a['w0_first']:g} w0={a['w0']:g}  {s['params_per_image']} params/image")
+    print(f"  images         {s['num_images']} of {s['image_size'][0]}x{s['image_size'][1]}")
+    print(f"  bits / layer   {s['bits']}  ({'per-channel' if s['per_channel'] else 'per-layer'} scales; 32 = float32)")
+    print(f"  pruned         {100 * s['pruned_fraction_of_weights']:.1f}% of weights  (kept per layer: {', '.join(f'{k:.2f}' for k in s['kept_fraction_per_layer'])})")
+    print(f"  bytes/image    {s['bytes_per_image']:.1f}  ({s['bits_per_pixel']:.2f} bpp, {s['percent_of_raw_rgb']:.1f}% of raw RGB {s['raw_rgb_bytes_per_image']} B); file {s['bytes_on_disk']} B, resident {s['resident_bytes']} B")
+    p = s["psnr_db"]
+    if p:
+        print(f"  PSNR dB        mean {p['mean']:.2f}  min {p['min']:.2f}  p5 {p['p5']:.2f}  median {p['median']:.2f}  max {p['max']:.2f}")
+    else:
+        print("  PSNR dB        not recorded")
+    fit = s["meta"].get("fit")
+    if fit:
+        print(f"  fit            {fit.get('iterations')} iterations, lr {fit.get('lr')}, seed {fit.get('seed')}")
+    return 0

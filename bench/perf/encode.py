@@ -1,0 +1,172 @@
+"""`inrbench perf encode`: the batched encoder vs the one-image-at-a-time reference loop.
+
+Both fit the same ``photos`` images (or synthetic ones with ``--synthetic``) with the same
+architecture, learning rate, schedule and number of iterations, on the same machine, in one
+run. The reference is ``inr.reference.fit_one`` (a fresh ``nn.Sequential`` and Adam per image,
+keep-best state dict, as in the Rapid-INR code); the batched encoder is ``inr.fit.optimize``
+on ``--batch`` images at once (chunks of ``--chunk``). Each is measured in its own subprocess
+so that peak memory is its own: peak RSS growth over the process's RSS after imports and
+data loading (CPU), or ``torch.cuda.max_memory_allocated`` (CUDA). Reported: image-iterations
+per second of each, their ratio, peak memory, mean PSNR reached (a sanity check that both
+did the same work).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HELP = "image-iterations/s of the batched INR encoder vs a one-image-at-a-time loop, ratio, peak memory"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--layers", type=int, default=5)
+    p.add_argument("--hidden", type=int, default=13)
+    p.add_argument("--size", type=int, default=32, help="image side (default 32)")
+    p.add_argument("--iterations", type=int, default=200, help="iterations per image, both methods (default 200)")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--batch", type=int, default=256, help="images fitted by the batched encoder (default 256)")
+    p.add_argument("--chunk", type=int, default=0, help="batched chunk size (default: FitConfig auto)")
+    p.add_argument("--loop-images", type=int, default=4, help="images fitted by the reference loop (default 4)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's default)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument("--synthetic", action="store_true", help="random images instead of photos")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--_worker", choices=["batched", "loop"], help=argparse.SUPPRESS)
+    p.add_argument("--_images", help=argparse.SUPPRESS)
+
+
+def _images(args: argparse.Namespace, n: int, workdir: Path):
+    import numpy as np
+
+    if args.synthetic:
+        return np.random.default_rng(0).integers(0, 256, (n, args.size, args.size, 3), dtype=np.uint8)
+    from bench.datasets.prepare import prepare_dataset
+    from bench.datasets.prepared import open_prepared
+
+    out = prepare_dataset("photos", workdir / "photos", size=args.size, per_class=max(5, n // 8 + 5), jpeg_quality=90)
+    imgs = np.asarray(open_prepared(out).split("train").images)
+    reps = -(-n // imgs.shape[0])
+    return np.concatenate([imgs] * reps)[:n]
+
+
+def _rss() -> int:
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+def _worker(args: argparse.Namespace) -> dict[str, Any]:
+    """Runs in a subprocess: one method, timed, with its own peak memory."""
+    import resource
+    import time
+
+    import numpy as np
+    import torch
+
+    from inr.fit import FitConfig, auto_batch, images_to_targets, optimize
+    from inr.siren import SirenArch, coord_grid, init_weights
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dev = torch.device(args.device)
+    imgs = np.load(args._images)
+    arch = SirenArch(args.layers, args.hidden)
+    cuda = dev.type == "cuda"
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    base = _rss()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    psnrs = []
+    if args._worker == "batched":
+        cfg = FitConfig(arch=arch, iterations=args.iterations, lr=args.lr, batch=args.chunk)
+        chunk = auto_batch(cfg, imgs.shape[0], args.size * args.size, dev)
+        coords = coord_grid(args.size, args.size, device=dev)
+        # warm-up (allocator, kernels) on a tiny problem, not timed
+        optimize(init_weights(arch, 2, device=dev), images_to_targets(imgs[:2], dev), coords, arch, 3, args.lr)
+        sync()
+        t0 = time.perf_counter()
+        for s in range(0, imgs.shape[0], chunk):
+            w = init_weights(arch, min(chunk, imgs.shape[0] - s), first_index=s, device=dev)
+            _, p = optimize(w, images_to_targets(imgs[s : s + chunk], dev), coords, arch, args.iterations, args.lr)
+            psnrs.append(p.cpu().numpy())
+        sync()
+        dt = time.perf_counter() - t0
+        extra = {"chunk": chunk}
+    else:
+        from inr.reference import fit_one
+
+        fit_one(imgs[0], arch, 3, args.lr, args.device)
+        sync()
+        t0 = time.perf_counter()
+        for i in range(imgs.shape[0]):
+            psnrs.append(np.array([fit_one(imgs[i], arch, args.iterations, args.lr, args.device)[1]]))
+        sync()
+        dt = time.perf_counter() - t0
+        extra = {}
+    peak = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+    return {
+        "method": args._worker,
+        "images": int(imgs.shape[0]),
+        "iterations": args.iterations,
+        "seconds": dt,
+        "image_iterations_per_s": imgs.shape[0] * args.iterations / dt,
+        "peak_memory_bytes": int(max(peak, 0)),
+        "memory_kind": "cuda max_memory_allocated" if cuda else "peak RSS growth",
+        "mean_psnr": float(np.concatenate(psnrs).mean()),
+        "threads": torch.get_num_threads(),
+        **extra,
+    }
+
+
+def _spawn(args: argparse.Namespace, method: str, images_path: Path) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "bench.cli", "perf", "encode", "--_worker", method, "--_images", str(images_path)]
+    for k in ("layers", "hidden", "size", "iterations", "lr", "chunk", "threads", "device"):
+        cmd += [f"--{k}", str(getattr(args, k))]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"perf encode worker {method} failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def run(args: argparse.Namespace) -> int:
+    if args._worker:
+        print(json.dumps(_worker(args)))
+        return 0
+    import numpy as np
+
+    from bench import envinfo
+
+    with tempfile.TemporaryDirectory(prefix="perf-encode-") as td:
+        td = Path(td)
+        imgs = _images(args, max(args.batch, args.loop_images), td)
+        np.save(td / "batched.npy", imgs[: args.batch])
+        np.save(td / "loop.npy", imgs[: args.loop_images])
+        loop = _spawn(args, "loop", td / "loop.npy")
+        batched = _spawn(args, "batched", td / "batched.npy")
+    ratio = batched["image_iterations_per_s"] / loop["image_iterations_per_s"]
+    result = {
+        "config": {k: getattr(args, k) for k in ("layers", "hidden", "size", "iterations", "lr", "batch", "chunk", "loop_images", "threads", "device", "synthetic")},
+        "loop": loop,
+        "batched": batched,
+        "speedup": ratio,
+        "env": {k: v for k, v in envinfo.collect().items() if k in ("git", "torch", "cpu", "gpu", "versions")},
+    }
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True, default=str))
+        return 0
+    print(f"perf encode: SIREN {args.layers}x{args.hidden}, {args.size}x{args.size}, {args.iterations} iterations/image, lr {args.lr}, device {args.device}, threads {batched['threads']}")
+    print(f"{'method':<44} {'images':>6} {'img-it/s':>10} {'seconds':>8} {'peak mem':>10} {'PSNR dB':>8}")
+    for name, r in (("one image at a time (reference loop)", loop), (f"batched (chunks of {batched['chunk']})", batched)):
+        print(f"{name:<44} {r['images']:>6} {r['image_iterations_per_s']:>10.0f} {r['seconds']:>8.2f} {r['peak_memory_bytes'] / 2**20:>8.1f}MB {r['mean_psnr']:>8.2f}")
+    print(f"speedup (batched / loop image-iterations per second): {ratio:.1f}x   [{loop['memory_kind']}]")
+    return 0
