@@ -107,3 +107,25 @@ def test_no_driver_nvml_gives_reason_not_handle():
 
     nv = _Nvml("cuda:0")
     assert nv.handle is None and "NVML init failed" in nv.reason
+
+
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def test_pss_counts_shared_pages_once_and_monitor_cost_is_excluded():
+    """A forked idle child shares its parent's pages: the RSS sum double-counts them, PSS does not.
+    PSS is read every 0.1 s here (expensive); that cost is the monitor's, not the workload's."""
+    child = mp.get_context("fork").Process(target=_sleep, args=(1.5,))
+    child.start()
+    try:
+        time.sleep(0.2)
+        res = Monitor(device="cpu", period_s=0.05, pss_period_s=0.1).start()
+        time.sleep(0.8)
+        res = res.stop()
+    finally:
+        child.join()
+    assert res.pss_peak_bytes is not None and res.pss_peak_bytes > 10 * 2**20
+    assert res.pss_peak_bytes < 0.8 * res.rss_peak_bytes, (res.pss_peak_bytes, res.rss_peak_bytes)
+    assert res.monitor_cpu_seconds > 0.0
+    assert res.cores_busy < 0.3, res.cores_busy  # both processes sleep; the monitor's reads excluded

@@ -24,7 +24,9 @@ SUMMARY = {
     "data_wait_s": ("wait", 1.0, "s"),
     "compute_s": ("compute", 1.0, "s"),
     "cpu_cores_busy": ("cores", 1.0, ""),
-    "host_rss_peak_bytes": ("RSS", 2.0**-20, "MiB"),
+    "build_s": ("build", 1.0, "s"),
+    "host_pss_peak_bytes": ("PSS", 2.0**-20, "MiB"),
+    "host_rss_peak_bytes": ("RSS sum", 2.0**-20, "MiB"),
     "gpu_mem_used_peak_bytes": ("GPU mem", 2.0**-20, "MiB"),
     "torch_peak_allocated_bytes": ("torch alloc", 2.0**-20, "MiB"),
     "test_acc": ("test acc", 100.0, "%"),
@@ -65,6 +67,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     h.add_argument("--no-step-sync", action="store_true",
                    help="read the clock only at epoch boundaries (no per-step wait/compute split)")
     h.add_argument("--monitor-period", type=float, default=0.1, help="monitor sampling period, s (default 0.1)")
+    h.add_argument("--pss-period", type=float, default=1.0,
+                   help="host PSS sampling period, s (default 1; each read costs ~20 ms per process)")
+    p.add_argument("--compile", action="store_true", help="let adapters torch.compile their device work")
     p.add_argument("--out", required=True, help="results folder (rows are added to it)")
 
 
@@ -98,13 +103,14 @@ def build_config(args: argparse.Namespace):
         aug = Augment(crop=args.crop, size=size, scale=tuple(args.scale), ratio=tuple(args.ratio),
                       pad=args.pad, flip=not args.no_flip)
         pipe = PipelineConfig(batch_size=args.batch_size, augment=aug, split=args.split, device=device,
-                              workers=args.workers, seed=args.seed)
+                              workers=args.workers, seed=args.seed, compile=args.compile)
         train = TrainConfig(lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, amp=args.amp)
         return BenchConfig(
             pipeline=args.pipeline, data=str(data.root), mode=args.mode, store=args.store,
             epochs=args.epochs, warmup=args.warmup, repeats=args.repeats, pipe=pipe, backbone=backbone,
             train=train, eval_split=args.eval_split, replay_batches=args.replay_batches,
             step_sync=not args.no_step_sync, monitor_period_s=args.monitor_period,
+            pss_period_s=args.pss_period,
         )
     except ValueError as e:
         raise InputError(f"bad configuration: {e}") from None

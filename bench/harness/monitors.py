@@ -9,6 +9,11 @@ What is measured, and how:
   over an interval = delta CPU seconds / delta wall seconds.
 - Host RSS of the tree: the sum of the processes' RSS, peak over the samples. Forked workers
   share pages with their parent, so the sum over-counts shared memory: an upper bound.
+- Host PSS of the tree (Linux ``/proc/PID/smaps_rollup``): shared pages split between the
+  processes that map them, so the sum is the tree's real footprint. Reading it costs ~20 ms per
+  process, so it is sampled every ``pss_period_s`` (default 1 s), plus at start and stop.
+- The monitor's own CPU (its thread's ``thread_time``) is measured and subtracted from the
+  tree's CPU before cores busy is computed; it is reported as ``monitor_cpu_seconds``.
 - NVML (``nvidia-ml-py``), when the run is on CUDA and a driver exists: device memory used
   (device level: DALI/nvJPEG pools and other processes count) and GPU utilization. Without a
   driver ``nvmlInit`` raises; those metrics are then *absent* with the reason, never zeros.
@@ -35,16 +40,42 @@ NVML_METRICS = (("gpu_mem_used_peak_bytes", "bytes"), ("gpu_mem_used_start_bytes
 TORCH_METRICS = (("torch_peak_allocated_bytes", "bytes"), ("torch_peak_reserved_bytes", "bytes"))
 
 
-def _tree_cpu_rss(root: Any) -> tuple[float, int, int]:
-    """(cpu seconds, rss bytes, process count) summed over ``root`` and its live descendants."""
+def _tree(root: Any) -> list[Any]:
     import psutil
 
-    cpu, rss, n = 0.0, 0, 0
     procs = [root]
     try:
         procs += root.children(recursive=True)
     except psutil.Error:
         pass
+    return procs
+
+
+def _pss(pid: int) -> int | None:
+    """Proportional set size of ``pid`` in bytes (``smaps_rollup``), None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _tree_pss(root: Any) -> int | None:
+    vals = [_pss(p.pid) for p in _tree(root)]
+    if vals[0] is None:  # not even our own: no smaps_rollup here (not Linux, or too old a kernel)
+        return None
+    return sum(v for v in vals if v is not None)
+
+
+def _tree_cpu_rss(root: Any) -> tuple[float, int, int]:
+    """(cpu seconds, rss bytes, process count) summed over ``root`` and its live descendants."""
+    import psutil
+
+    cpu, rss, n = 0.0, 0, 0
+    procs = _tree(root)
     for p in procs:
         try:
             with p.oneshot():
@@ -117,9 +148,11 @@ class MonitorResult:
     """
 
     wall_s: float
-    cpu_seconds: float
+    cpu_seconds: float  # the tree's CPU over the region, the monitor's own CPU excluded
     rss_peak_bytes: int
     cores_busy_max: float
+    monitor_cpu_seconds: float = 0.0
+    pss_peak_bytes: int | None = None
     samples: list[tuple[float, float, int, int | None, int | None]] = field(default_factory=list)
     nvml: dict[str, float] = field(default_factory=dict)
     torch_cuda: dict[str, float] = field(default_factory=dict)
@@ -135,7 +168,10 @@ class MonitorResult:
             ("cpu_cores_busy_max", self.cores_busy_max, "cores"),
             ("cpu_seconds", self.cpu_seconds, "s"),
             ("host_rss_peak_bytes", float(self.rss_peak_bytes), "bytes"),
+            ("monitor_cpu_seconds", self.monitor_cpu_seconds, "s"),
         ]
+        if self.pss_peak_bytes is not None:
+            out.append(("host_pss_peak_bytes", float(self.pss_peak_bytes), "bytes"))
         units = dict(NVML_METRICS + TORCH_METRICS)
         out += [(k, v, units[k]) for k, v in {**self.nvml, **self.torch_cuda}.items()]
         return out
@@ -144,9 +180,11 @@ class MonitorResult:
 class Monitor:
     """Samples the process tree of ``pid`` (default: this process) every ``period_s`` seconds."""
 
-    def __init__(self, device: str = "cpu", period_s: float = 0.1, pid: int | None = None):
-        if period_s <= 0:
-            raise ValueError(f"period_s must be > 0, got {period_s}")
+    def __init__(self, device: str = "cpu", period_s: float = 0.1, pid: int | None = None,
+                 pss_period_s: float = 1.0):
+        if period_s <= 0 or pss_period_s <= 0:
+            raise ValueError(f"periods must be > 0, got {period_s}, {pss_period_s}")
+        self.pss_period_s = pss_period_s
         import psutil
 
         self.device = device
@@ -169,6 +207,9 @@ class Monitor:
         self._samples: list[tuple[float, float, int, int | None, int | None]] = []
         self._nvml_start = self._nvml.sample() if self._nvml.handle is not None else None
         self._t0 = time.perf_counter()
+        self._own_cpu = 0.0
+        self._pss_peak = _tree_pss(self._proc)
+        self._pss_next = self._t0 + self.pss_period_s
         self._cpu0, rss, _ = _tree_cpu_rss(self._proc)
         self._rss_peak = rss
         self._last = (self._t0, self._cpu0)
@@ -178,8 +219,19 @@ class Monitor:
         return self
 
     def _sample(self) -> None:
+        if self._pss_peak is not None and time.perf_counter() >= self._pss_next:
+            c0 = time.thread_time()
+            self._pss_next += self.pss_period_s
+            self._pss_peak = max(self._pss_peak, _tree_pss(self._proc) or 0)
+            self._own_cpu += time.thread_time() - c0  # before the CPU reading that subtracts it
+        c0 = time.thread_time()
+        self._sample_cpu()
+        self._own_cpu += time.thread_time() - c0
+
+    def _sample_cpu(self) -> None:
         now = time.perf_counter()
         cpu, rss, _ = _tree_cpu_rss(self._proc)
+        cpu -= self._own_cpu  # the monitor's own work so far is not the workload's
         t_prev, cpu_prev = self._last
         busy = (cpu - cpu_prev) / (now - t_prev) if now > t_prev else 0.0
         self._last = (now, cpu)
@@ -209,6 +261,8 @@ class Monitor:
         self._stop.set()
         self._thread.join()
         self._thread = None
+        if self._pss_peak is not None:
+            self._pss_next = time.perf_counter()  # one last PSS reading at the end
         self._sample()  # the tail interval, so the region is covered end to end
         t_end, cpu_end = self._last
         res = MonitorResult(
@@ -217,7 +271,11 @@ class Monitor:
             rss_peak_bytes=self._rss_peak,
             cores_busy_max=max((s[1] for s in self._samples), default=float("nan")),
             samples=list(self._samples),
+            monitor_cpu_seconds=self._own_cpu,
+            pss_peak_bytes=self._pss_peak,
         )
+        if self._pss_peak is None:
+            res.unavailable.append(("host_pss_peak_bytes", "bytes", "no /proc/PID/smaps_rollup here (Linux only)"))
         nv = self._nvml
         assert nv is not None
         if nv.handle is not None:

@@ -4,7 +4,9 @@ Per repeat (every repeat builds a fresh pipeline and, for replay/train, a fresh 
 
 1. ``build_s``: ``pipelines.create(...)`` (loading a store, starting workers, copying to the device).
 2. ``ttfb_s``: ``iter()`` on the fresh pipeline until its first batch is on the device (the
-   first batch of the repeat's first epoch; in replay, of the caching epoch).
+   first batch of the repeat's first epoch; in replay, of the caching epoch). It excludes
+   ``build_s``: an adapter that prefetches while it is built (DALI) shows a tiny ttfb and
+   a larger build_s; compare ``build_s + ttfb_s`` across adapters for "time to first batch".
 3. ``warmup`` epochs (``warmup_epoch_s``, ``warmup_images_per_s``), not monitored.
 4. ``epochs`` measured epochs inside the monitors: per epoch ``epoch_s``, ``images_per_s``,
    ``images``, ``steps``, ``first_batch_s``, ``data_wait_s`` and ``compute_s`` (the per-step
@@ -61,6 +63,7 @@ class BenchConfig:
     replay_batches: int = 16
     step_sync: bool = True
     monitor_period_s: float = 0.1
+    pss_period_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.mode not in results.MODES:
@@ -70,8 +73,8 @@ class BenchConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
-        if self.monitor_period_s <= 0:
-            raise ValueError(f"monitor_period_s must be > 0, got {self.monitor_period_s}")
+        if self.monitor_period_s <= 0 or self.pss_period_s <= 0:
+            raise ValueError(f"monitor periods must be > 0, got {self.monitor_period_s}, {self.pss_period_s}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -174,7 +177,7 @@ def _repeat(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: D
             rows.add("warmup_epoch_s", t.seconds, "s", repeat=r, epoch=e)
             rows.add("warmup_images_per_s", t.images_per_s, "img/s", repeat=r, epoch=e)
             _add_loss(rows, trainer, r, e)
-        mon = Monitor(cfg.pipe.device, cfg.monitor_period_s).start()
+        mon = Monitor(cfg.pipe.device, cfg.monitor_period_s, pss_period_s=cfg.pss_period_s).start()
         try:
             for e in range(cfg.warmup, cfg.warmup + cfg.epochs):
                 drawn = counted.drawn
