@@ -144,7 +144,7 @@ class EncodeCell(Cell):
     """``inrbench encode DATA --preset P [--iterations ...] [--prune ...] [--bits ...] --out CELL/name.inr``.
 
     data: a prepare cell. name: the variant label (``fp32``, ``pruned-8bit``...): the store's file name.
-    prune: passed as ``--prune`` verbatim (e.g. ``0.15``); bits: ``--bits`` values (e.g. ``[16, 8, 8, 8, 16]``).
+    prune: ``--prune`` fraction (e.g. ``0.15``); bits: ``--bits`` verbatim (``"8"``, ``"16:8:16"``, ``"16,8,8,8,8,16"``).
     """
 
     kind: ClassVar[str] = "encode"
@@ -158,8 +158,8 @@ class EncodeCell(Cell):
     hidden: int | None = None
     w0: float | None = None
     lr: float | None = None
-    prune: str | None = None
-    bits: tuple[int, ...] | None = None
+    prune: float | None = None
+    bits: str | None = None
     device: str | None = None
 
     def output(self, ctx: Context) -> Path:
