@@ -77,7 +77,7 @@ PRESETS: dict[str, FitConfig] = {
     "cifar10": FitConfig(arch=SirenArch(5, 13), iterations=5000, lr=1e-3),
     "flowers102": FitConfig(arch=SirenArch(10, 32), iterations=5000, lr=5e-4),
     "mini-imagenet": FitConfig(arch=SirenArch(10, 40), iterations=5000, lr=5e-4),
-    "demo": FitConfig(arch=SirenArch(5, 13), iterations=500, lr=2e-3),
+    "demo": FitConfig(arch=SirenArch(5, 13), iterations=300, lr=3e-3),
 }
 
 
@@ -246,7 +246,7 @@ def optimize(
 
 def images_to_targets(images: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
     """uint8 ``[B, H, W, 3]`` -> uint8 ``[B, H*W, 3]`` on ``device`` (row-major, matches ``coord_grid``)."""
-    t = torch.from_numpy(np.ascontiguousarray(images))
+    t = torch.from_numpy(np.array(images, dtype=np.uint8, copy=True))
     return t.reshape(t.shape[0], -1, 3).to(device)
 
 
@@ -259,7 +259,7 @@ def decode_psnr(weights: Weights, images: np.ndarray, arch: SirenArch, batch: in
     for s in range(0, n, batch):
         ws = [(W[s : s + batch], b[s : s + batch]) for W, b in weights]
         rgb = forward(ws, coords, arch).view(-1, h, w, 3)
-        out.append(psnr_per_image(rgb.cpu(), torch.from_numpy(np.ascontiguousarray(images[s : s + batch]))))
+        out.append(psnr_per_image(rgb.cpu(), torch.from_numpy(np.array(images[s : s + batch], dtype=np.uint8, copy=True))))
     return torch.cat(out).numpy() if out else np.zeros(0)
 
 

@@ -10,7 +10,7 @@ File layout (little-endian)::
                                           per_channel / pruned, array table (name, dtype,
                                           shape, offset, nbytes, crc32), file_length, meta
     ...        arrays, each 64-byte aligned, layer-major:
-               labels int64 [N], psnr float32 [N],
+               labels [N] (smallest int dtype), psnr float16 [N],
                per layer l: codes{l} uint8 bit stream, scales{l} float16 [N, 2, C],
                             mask{l} uint8 [N, ceil(in*out/8)] (pruned layers only)
 
@@ -91,6 +91,17 @@ def _crc(a: np.ndarray) -> int:
     return zlib.crc32(np.ascontiguousarray(a).view(np.uint8).reshape(-1)) & 0xFFFFFFFF
 
 
+def _label_dtype(labels: np.ndarray) -> np.dtype:
+    """Smallest integer dtype holding the labels (they are read back as int64)."""
+    if labels.size == 0:
+        return np.dtype(np.uint8)
+    lo, hi = int(labels.min()), int(labels.max())
+    for dt in (np.uint8, np.int16, np.int32):
+        if np.iinfo(dt).min <= lo and hi <= np.iinfo(dt).max:
+            return np.dtype(dt)
+    return np.dtype(np.int64)
+
+
 def _layer_arrays(li: int, ql: QLayer) -> dict[str, np.ndarray]:
     n, r, o = ql.codes.shape
     keep = keep_matrix(ql.mask, (n, r, o))
@@ -119,9 +130,9 @@ def encode_bytes(
     n = labels.shape[0]
     if any(ql.codes.shape[0] != n for ql in layers):
         raise ValueError(f"{n} labels but layers hold {[ql.codes.shape[0] for ql in layers]} images")
-    arrays: dict[str, np.ndarray] = {"labels": labels}
+    arrays: dict[str, np.ndarray] = {"labels": labels.astype(_label_dtype(labels))}
     if psnr is not None:
-        arrays["psnr"] = np.asarray(psnr, dtype=np.float32).reshape(n)
+        arrays["psnr"] = np.asarray(psnr, dtype=np.float16).reshape(n)
     for li, ql in enumerate(layers):
         arrays.update(_layer_arrays(li, ql))
     table = []
@@ -392,11 +403,12 @@ def load(path: str | Path, device: torch.device | str = "cpu") -> StoredINR:
     except (KeyError, ValueError, TypeError) as e:
         raise InputError(f"INR store header is inconsistent: {e}", path) from None
     psnr = arrays.get("psnr")
+    psnr = None if psnr is None else psnr.astype(np.float32)
     return StoredINR(
         path=path,
         arch=arch,
         image_size=(int(header["image_size"][0]), int(header["image_size"][1])),
-        labels=torch.from_numpy(arrays["labels"]).to(dev),
+        labels=torch.from_numpy(arrays["labels"].astype(np.int64)).to(dev),
         psnr=psnr,
         bits=tuple(int(linfo["bits"]) for linfo in header["layers"]),
         per_channel=any(linfo.get("per_channel", False) for linfo in header["layers"]),

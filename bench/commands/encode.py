@@ -1,4 +1,4 @@
-"""`inrbench encode PREPARED_DIR --preset NAME --out FILE`: fit, prune, quantize, store."""
+"""`inrbench encode PREPARED_DIR --preset NAME --out FILE`: fit, prune, quantize, store (resumable)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,100 @@ HELP = "encode a prepared split as per-image SIRENs (fit, prune, quantize) into 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("prepared", help="a prepared dataset folder")
+    p.add_argument("prepared", help="a prepared dataset folder (`inrbench prepare`)")
+    p.add_argument("--preset", default="demo", help="cifar10, flowers102, mini-imagenet or demo (default demo)")
+    p.add_argument("--split", default="train", help="split to encode (default train)")
+    p.add_argument("--out", required=True, help="the store file to write")
+    g = p.add_argument_group("fit (override the preset)")
+    g.add_argument("--iterations", type=int)
+    g.add_argument("--layers", type=int)
+    g.add_argument("--hidden", type=int)
+    g.add_argument("--w0", type=float, help="w0 of every sine layer")
+    g.add_argument("--w0-first", type=float, help="w0 of the first layer (default: --w0)")
+    g.add_argument("--lr", type=float)
+    g.add_argument("--seed", type=int)
+    g.add_argument("--batch", type=int, help="images fitted together (default: from --memory-mb)")
+    g.add_argument("--memory-mb", type=int, help="memory budget per chunk in MiB (default 2048)")
+    g.add_argument("--autocast", choices=["none", "bf16", "fp16"], help="CUDA mixed precision for fitting")
+    g = p.add_argument_group("pruning")
+    g.add_argument("--prune", type=float, default=0.0, help="fraction of weights to prune per layer, exact (iterative)")
+    g.add_argument("--prune-budget-db", type=float, help="dynamic pruning: per image, prune while PSNR drop <= this")
+    g.add_argument("--prune-max", type=float, default=0.6, help="dynamic pruning: largest ratio tried (default 0.6)")
+    g.add_argument("--prune-step", type=float, default=0.05, help="dynamic pruning: ratio step (default 0.05)")
+    g.add_argument("--prune-rounds", type=int, default=3, help="iterative pruning rounds (default 3)")
+    g.add_argument("--prune-finetune", type=int, default=200, help="fine-tune iterations per round (default 200)")
+    g.add_argument("--prune-lr", type=float, default=5e-4, help="fine-tune learning rate (default 5e-4)")
+    g = p.add_argument_group("quantization")
+    g.add_argument("--bits", default="32", help="N | FIRST:HIDDEN:LAST | comma list per layer; 4..16, 32 = float32 (default 32)")
+    g.add_argument("--per-channel", action="store_true", help="one scale per output channel (default: per layer)")
+    g.add_argument("--qat", type=int, default=0, help="quantization-aware fine-tune iterations (default 0)")
+    g.add_argument("--qat-lr", type=float, default=1e-4)
+    g = p.add_argument_group("run")
+    g.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
+    g.add_argument("--shard-size", type=int, default=1024, help="images per resumable shard (default 1024)")
+    g.add_argument("--limit", type=int, help="encode only the first N images of the split")
+    g.add_argument("--keep-work", action="store_true", help="keep the shard folder after success")
+    g.add_argument("--no-progress", action="store_true")
+
+
+def build_config(args: argparse.Namespace):
+    from bench.errors import InputError
+    from inr.encode import EncodeConfig
+    from inr.fit import preset
+    from inr.prune import PruneConfig
+    from inr.quantize import QuantConfig, parse_bits
+
+    try:
+        fit_cfg = preset(
+            args.preset, iterations=args.iterations, layers=args.layers, hidden=args.hidden, w0=args.w0,
+            w0_first=args.w0_first, lr=args.lr, seed=args.seed, batch=args.batch,
+            memory_budget_mb=args.memory_mb, autocast=args.autocast,
+        )
+        prune = PruneConfig(
+            ratio=args.prune, rounds=args.prune_rounds, finetune_iterations=args.prune_finetune, lr=args.prune_lr,
+            budget_db=args.prune_budget_db, max_ratio=args.prune_max, step=args.prune_step,
+        )
+        quant = QuantConfig(parse_bits(args.bits, fit_cfg.arch.num_linear), per_channel=args.per_channel)
+        return EncodeConfig(fit=fit_cfg, quant=quant, prune=prune, qat_iterations=args.qat, qat_lr=args.qat_lr, shard_size=args.shard_size)
+    except ValueError as e:
+        raise InputError(f"bad encode options: {e}") from None
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.errors import InputError
+    import numpy as np
+    from tqdm import tqdm
 
-    raise InputError("encode: not wired yet (issue #3 in progress; use inr.fit / inr.store from Python)")
+    from bench.datasets.prepared import open_prepared
+    from bench.errors import InputError
+    from inr.encode import _identity, encode_split
+    from inr.store import load
+
+    cfg = build_config(args)
+    ds = open_prepared(args.prepared)
+    split = ds.split(args.split)
+    n = len(split) if args.limit is None else min(len(split), args.limit)
+    if n < 1:
+        raise InputError(f"split {args.split!r} has no images to encode", args.prepared)
+    images, labels = split.images[:n], split.labels[:n]
+    source = {"prepared": str(ds.root), "split": args.split, "limit": args.limit, **_identity(split)}
+    prune = f"dynamic <= {cfg.prune.budget_db:g} dB" if cfg.prune.budget_db is not None else f"{cfg.prune.ratio:g}"
+    print(f"encode {ds.root} [{args.split}] {n} images {split.image_size[0]}x{split.image_size[1]}: {cfg.fit.arch}, "
+          f"{cfg.fit.iterations} iterations, lr {cfg.fit.lr}, bits {list(cfg.quant.bits)}, "
+          f"prune {prune}, device {args.device}")
+    psnrs: list[np.ndarray] = []
+    bar = tqdm(total=n, unit="img", desc="encode", disable=args.no_progress, dynamic_ncols=True)
+
+    def progress(k: int, p) -> None:
+        psnrs.append(np.asarray(p, dtype=np.float64))
+        bar.update(k)
+        bar.set_postfix(psnr=f"{np.nanmean(np.concatenate(psnrs)):.2f}dB")
+
+    try:
+        out = encode_split(images, labels, cfg, args.out, device=args.device, source=source, progress=progress, keep_work=args.keep_work)
+    finally:
+        bar.close()
+    st = load(out, "cpu")
+    p = st.psnr.astype(np.float64)
+    print(f"wrote {out}: {st.num_images} images, {st.bytes_per_image:.1f} bytes/image "
+          f"({100 * st.bytes_per_image / st.raw_bytes_per_image:.1f}% of raw RGB), PSNR mean {p.mean():.2f} dB (min {p.min():.2f})")
+    return 0

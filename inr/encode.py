@@ -1,0 +1,208 @@
+"""The whole encode of a split: fit -> prune -> (QAT) -> quantize -> store, sharded and resumable.
+
+Images are encoded in shards of ``shard_size`` images. Each finished shard is written
+atomically as a complete store file in a work folder beside the output
+(``OUT.work/shard_00000.inr``, plus ``config.json`` naming the configuration and input).
+A rerun with the same configuration and input skips the finished shards; the final file is
+the concatenation of the shards' codes, re-packed, written atomically, and the work folder
+is removed. Fitting is seeded per image (``inr.siren.init_weights``) and shards have fixed
+boundaries, so an interrupted-and-resumed encode writes the same bytes as an uninterrupted
+one (on the same machine, device and thread count).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench.atomic import atomic_write_json
+from bench.errors import InputError
+from inr import store
+from inr.fit import FitConfig, as_image_array, decode_psnr, fit, images_to_targets, optimize
+from inr.prune import PruneConfig, prune_dynamic, prune_iterative
+from inr.quantize import QLayer, QuantConfig, dequantize, fake_quantize, quantize
+from inr.siren import coord_grid
+
+WORK_SUFFIX = ".work"
+
+
+@dataclass(frozen=True)
+class EncodeConfig:
+    """fit / prune / quant as in their modules; qat_iterations > 0 adds a quantization-aware
+    fine-tune at ``qat_lr`` (straight-through fake quantization) before the final quantization."""
+
+    fit: FitConfig
+    quant: QuantConfig
+    prune: PruneConfig = field(default_factory=PruneConfig)
+    qat_iterations: int = 0
+    qat_lr: float = 1e-4
+    shard_size: int = 1024
+
+    def __post_init__(self) -> None:
+        if len(self.quant.bits) != self.fit.arch.num_linear:
+            raise ValueError(f"{len(self.quant.bits)} bit widths for {self.fit.arch.num_linear} layers")
+        if self.shard_size < 1 or self.qat_iterations < 0:
+            raise ValueError("shard_size >= 1 and qat_iterations >= 0 required")
+
+    def to_dict(self) -> dict:
+        return {
+            "fit": self.fit.to_dict(),
+            "quant": self.quant.to_dict(),
+            "prune": self.prune.to_dict(),
+            "qat_iterations": self.qat_iterations,
+            "qat_lr": self.qat_lr,
+            "shard_size": self.shard_size,
+        }
+
+
+@dataclass
+class Encoded:
+    """One encoded block of images: quantized layers and the PSNR of their dequantized weights."""
+
+    layers: list[QLayer]
+    psnr: np.ndarray
+    stages: dict = field(default_factory=dict)  # mean PSNR after each stage, prune ratios
+
+
+def encode_images(
+    images, cfg: EncodeConfig, device: str | torch.device = "cpu", first_index: int = 0,
+    progress: Callable[[int, np.ndarray], None] | None = None,
+) -> Encoded:
+    """Encode uint8 ``[N, H, W, 3]`` images (no files): the unit of work of a shard."""
+    imgs = as_image_array(images)
+    dev = torch.device(device)
+    arch = cfg.fit.arch
+    # progress is reported once the images are final (after prune / quantize) when those stages run
+    late = cfg.prune.enabled or cfg.qat_iterations > 0
+    res = fit(imgs, cfg.fit, device=dev, first_index=first_index, progress=None if late else progress)
+    stages = {"fit_psnr": float(res.psnr.mean()) if len(res.psnr) else None}
+    weights, masks = res.weights, None
+    if cfg.prune.budget_db is not None:
+        weights, masks, p, ratio = prune_dynamic(weights, imgs, arch, cfg.prune, res.psnr, device=dev)
+        stages.update(prune_psnr=float(p.mean()), prune_ratio_mean=float(ratio.mean()))
+    elif cfg.prune.ratio > 0:
+        weights, masks, p = prune_iterative(weights, imgs, arch, cfg.prune, device=dev)
+        stages.update(prune_psnr=float(p.mean()), prune_ratio_mean=cfg.prune.ratio)
+    if cfg.qat_iterations > 0 and not cfg.quant.is_float:
+        fq = masks
+
+        def transform(ws):
+            return fake_quantize(ws, cfg.quant, fq)
+
+        h, w = imgs.shape[1:3]
+        weights, p = optimize(
+            weights, images_to_targets(imgs, dev), coord_grid(h, w, device=dev), arch, cfg.qat_iterations,
+            cfg.qat_lr, masks=None if masks is None else [m.float() for m in masks], transform=transform,
+        )
+        weights = [(W.cpu(), b.cpu()) for W, b in weights]
+        stages["qat_psnr"] = float(p.mean())
+    layers = quantize(weights, cfg.quant, masks)
+    psnr = decode_psnr(dequantize(layers), imgs, arch)
+    stages["final_psnr"] = float(psnr.mean()) if len(psnr) else None
+    if late and progress is not None:
+        progress(imgs.shape[0], psnr)
+    return Encoded(layers=layers, psnr=psnr, stages=stages)
+
+
+def concat_layers(parts: list[list[QLayer]]) -> list[QLayer]:
+    """Concatenate shards' ``QLayer``s along the image axis (a layer pruned in any shard gets masks everywhere)."""
+    out = []
+    for li in range(len(parts[0])):
+        ls = [p[li] for p in parts]
+        any_mask = any(q.mask is not None for q in ls)
+        masks = None
+        if any_mask:
+            masks = torch.cat([q.mask if q.mask is not None else torch.ones(q.codes.shape[0], q.codes.shape[1] - 1, q.codes.shape[2], dtype=torch.bool) for q in ls])
+        lo = None if ls[0].lo is None else torch.cat([q.lo for q in ls])
+        step = None if ls[0].step is None else torch.cat([q.step for q in ls])
+        out.append(QLayer(ls[0].bits, torch.cat([q.codes for q in ls]), lo, step, masks))
+    return out
+
+
+def _identity(split) -> dict:
+    """What the input is, for resume checks: count, size and a checksum of pixels and labels."""
+    from bench.datasets.prepared import sha256_array
+
+    return {
+        "count": len(split),
+        "image_size": list(split.image_size),
+        "pixels_sha256": sha256_array(np.asarray(split.images)),
+        "labels_sha256": sha256_array(np.asarray(split.labels, dtype=np.int64)),
+    }
+
+
+def encode_split(
+    images,
+    labels,
+    cfg: EncodeConfig,
+    out: str | Path,
+    device: str | torch.device = "cpu",
+    source: dict | None = None,
+    progress: Callable[[int, np.ndarray], None] | None = None,
+    keep_work: bool = False,
+) -> Path:
+    """Encode ``images`` (uint8 ``[N, H, W, 3]``) with ``labels`` (int64 ``[N]``) into the store ``out``.
+
+    Resumable: finished shards in ``OUT.work/`` are reused when ``config.json`` there matches.
+    ``source`` (e.g. the prepared dataset's identity) is recorded in the store's meta and
+    checked on resume. ``progress(n_images, psnr [n])`` is called as images finish
+    (immediately for shards found finished).
+    """
+    out = Path(out)
+    imgs = as_image_array(images, str(out))
+    labels = np.asarray(labels, dtype=np.int64).reshape(-1)
+    n, h, w, _ = imgs.shape
+    if labels.shape[0] != n:
+        raise InputError(f"{n} images but {labels.shape[0]} labels", out)
+    work = out.with_name(out.name + WORK_SUFFIX)
+    job = {"encode": cfg.to_dict(), "source": source or {}, "num_images": int(n), "image_size": [h, w]}
+    cfg_path = work / "config.json"
+    if work.exists():
+        try:
+            old = json.loads(cfg_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            old = None
+        if old != json.loads(json.dumps(job, default=str)):
+            raise InputError(
+                f"work folder {work} belongs to an encode with another configuration or input; delete it to start over",
+                out,
+            )
+    else:
+        work.mkdir(parents=True)
+        atomic_write_json(cfg_path, job)
+    shard_paths = []
+    for si, s in enumerate(range(0, n, cfg.shard_size)):
+        e = min(n, s + cfg.shard_size)
+        sp = work / f"shard_{si:05d}.inr"
+        shard_paths.append(sp)
+        if sp.exists():
+            try:
+                st = store.load(sp, "cpu")
+                if st.num_images == e - s:
+                    if progress is not None:
+                        progress(e - s, st.psnr if st.psnr is not None else np.full(e - s, np.nan))
+                    continue
+            except InputError:
+                pass  # a damaged shard is recomputed
+        enc = encode_images(imgs[s:e], cfg, device=device, first_index=s, progress=progress)
+        store.save(sp, cfg.fit.arch, (h, w), labels[s:e], enc.layers, psnr=enc.psnr,
+                   meta={"shard": si, "first_index": s, "stages": enc.stages}, per_channel=cfg.quant.per_channel)
+    parts, psnrs = [], []
+    for sp in shard_paths:
+        st = store.load(sp, "cpu")
+        parts.append(st.quantized_layers())
+        psnrs.append(st.psnr)
+    layers = concat_layers(parts) if parts else quantize(
+        [(torch.zeros(0, i, o), torch.zeros(0, 1, o)) for i, o in cfg.fit.arch.shapes], cfg.quant)
+    psnr = np.concatenate(psnrs) if psnrs else np.zeros(0, np.float32)
+    meta = {"encode": cfg.to_dict(), "source": source or {}, "fit": cfg.fit.to_dict(), "bits": list(cfg.quant.bits)}
+    store.save(out, cfg.fit.arch, (h, w), labels, layers, psnr=psnr, meta=meta, per_channel=cfg.quant.per_channel)
+    if not keep_work:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
