@@ -28,6 +28,11 @@ COMMANDS: dict[str, str] = {
 }
 
 
+def escape_help(text: str) -> str:
+    """argparse %-formats help strings; a literal '%' (\"% of raw RGB\") must be doubled."""
+    return text.replace("%", "%%")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="inrbench",
@@ -36,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, modname in COMMANDS.items():
         mod = importlib.import_module(modname)
-        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        p = sub.add_parser(name, help=escape_help(mod.HELP), description=escape_help(mod.HELP))
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from bench.cli import escape_help
 from bench.perf import TARGETS
 
 HELP = "benchmarks that print figures: " + ", ".join(TARGETS)
@@ -14,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="target", metavar="TARGET", required=True)
     for name, modname in TARGETS.items():
         mod = importlib.import_module(modname)
-        sp = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        sp = sub.add_parser(name, help=escape_help(mod.HELP), description=escape_help(mod.HELP))
         mod.add_arguments(sp)
         sp.set_defaults(_perf_run=mod.run)
 
