@@ -186,3 +186,20 @@ def test_cli_jpeg_only_run(prepared, tmp_path, capsys):
     s = pd.read_csv(tmp_path / "o" / "summary.csv")
     assert list(s.quality) == [20, 80] and (s.n_images == 2).all()
     assert "JPEG quality sweep" in capsys.readouterr().out
+
+
+def test_crossover_on_the_inr_frontier():
+    from bench.compare.table import crossovers, inr_frontier
+
+    rows = [dict(method="jpeg-sweep", variant="", match="", quality=q, file_bytes=b, header_free_bytes=b - 50, psnr=p)
+            for q, b, p in ((10, 100.0, 25.0), (90, 1000.0, 40.0))]
+    rows += [dict(method="inr", variant=v, match="", file_bytes=b, psnr=p)
+             for v, b, p in (("a", 100.0, 30.0), ("bad", 300.0, 20.0), ("b", 1000.0, 32.0))]
+    s = pd.DataFrame(rows)
+    assert list(inr_frontier(s)["variant"]) == ["a", "b"]  # "bad" is dominated by "a"
+    lines = crossovers(s, pixels=100)
+    # diff(log b) goes +5 dB at 100 bytes to -8 dB at 1000 bytes: zero at t = 5/13 in log10 bytes
+    expected = 10 ** (2 + 5 / 13)
+    cross = [ln for ln in lines if ln.startswith("crossing")]
+    assert len(cross) == 1 and "INR ahead of JPEG below" in cross[0]
+    assert f"~{expected * 8 / 100:.2f} bpp" in cross[0] and f"~{expected:.0f} bytes" in cross[0]

@@ -155,7 +155,9 @@ def weights_figure(weights: dict[str, np.ndarray], variant: str, bins: int = 80)
         nz = counts.sum()
         centres = (edges[:-1] + edges[1:]) / 2
         mean = float((counts * centres).sum() / nz) if nz else float("nan")
-        ax.set_title(f"{g} layer(s): {nz} weights, mean {mean:+.3f}" + (f"\n{zeros} zeros (pruned) left out" if zeros else ""), fontsize=9)
+        std = float(np.sqrt((counts * (centres - mean) ** 2).sum() / nz)) if nz else float("nan")
+        ax.set_title(f"{g} layer(s): {nz} weights\nmean {mean:+.3f}, std {std:.3f}"
+                     + (f", {zeros} zeros (pruned) left out" if zeros else ""), fontsize=9)
         ax.set_xlabel("weight")
     axes[0].set_ylabel("count")
     fig.suptitle(f"weight distributions, {plotstyle.inr_method(variant)}", fontsize=10, y=1.06)
