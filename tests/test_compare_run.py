@@ -203,3 +203,11 @@ def test_crossover_on_the_inr_frontier():
     cross = [ln for ln in lines if ln.startswith("crossing")]
     assert len(cross) == 1 and "INR ahead of JPEG below" in cross[0]
     assert f"~{expected * 8 / 100:.2f} bpp" in cross[0] and f"~{expected:.0f} bytes" in cross[0]
+
+
+def test_inrbench_compare_bad_input_exits_2_with_one_line(tmp_path, capsys):
+    from bench.cli import main
+
+    assert main(["compare", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("inrbench: error:") and "missing" in err[0]
