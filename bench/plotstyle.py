@@ -7,9 +7,11 @@ and ``inr-8bit`` the same in a rate-distortion curve as in a PSNR box plot.
 Keys are method names as they appear in result rows: the four pipelines
 (``torch-jpeg``, ``dali``, ``inr``, ``raw``), the codecs (``jpeg`` and its header-free
 variant ``jpeg-header-free``) and the INR store variants (``inr-fp32``, ``inr-pruned``,
-``inr-16bit``, ``inr-8bit``, ``inr-pruned-8bit``, ...). An unknown name gets a colour
-from ``EXTRA`` chosen by a stable hash of the name (same name -> same colour, in every
-process), never a matplotlib default that depends on plotting order.
+``inr-16bit``, ``inr-8bit``, ``inr-pruned-8bit``, ...). A name not in the table takes the entry of the longest known
+key it ends with (``inr-5x13-8bit`` -> ``inr-8bit``'s colour: same method, another
+architecture); failing that a colour from ``EXTRA`` chosen by a stable hash of the name
+(same name -> same colour, in every process), never a matplotlib default that depends on
+plotting order.
 """
 
 from __future__ import annotations
@@ -35,9 +37,12 @@ COLORS: dict[str, str] = {
     "inr-4bit": "#AA4499",
     "inr-pruned-16bit": "#44AA99",
     "inr-demo": "#117733",
+    "inr-6bit": "#DDCC77",
+    "inr-16-8-16bit": "#6699CC",
+    "inr-pruned-16-8-16bit": "#BB5566",
 }
 
-EXTRA: tuple[str, ...] = ("#999933", "#DDCC77", "#661100", "#6699CC", "#888888", "#117733", "#AA4466")
+EXTRA: tuple[str, ...] = ("#999933", "#661100", "#888888", "#AA4466", "#4477AA", "#228833", "#CCBB44", "#EE6677")
 
 MARKERS: dict[str, str] = {
     "torch-jpeg": "s",
@@ -54,6 +59,9 @@ MARKERS: dict[str, str] = {
     "inr-4bit": "*",
     "inr-pruned-16bit": "h",
     "inr-demo": "p",
+    "inr-6bit": "X",
+    "inr-16-8-16bit": "<",
+    "inr-pruned-16-8-16bit": ">",
 }
 _EXTRA_MARKERS = ("p", "h", "<", ">", "*", "X", "d")
 
@@ -62,14 +70,27 @@ def _stable_index(name: str, n: int) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big") % n
 
 
+def _by_suffix(method: str, table: dict[str, str]) -> str | None:
+    if method in table:
+        return table[method]
+    # "inr-5x13-8bit" -> the longest key whose variant part ("8bit") ends the name
+    best = None
+    for key in table:
+        part = key[4:] if key.startswith("inr-") else None
+        if part and method.startswith("inr-") and method.endswith("-" + part):
+            if best is None or len(key) > len(best):
+                best = key
+    return None if best is None else table[best]
+
+
 def color(method: str) -> str:
     """The colour of ``method`` (hex string); stable for names not in ``COLORS``."""
-    return COLORS.get(method) or EXTRA[_stable_index(method, len(EXTRA))]
+    return _by_suffix(method, COLORS) or EXTRA[_stable_index(method, len(EXTRA))]
 
 
 def marker(method: str) -> str:
     """The matplotlib marker of ``method``; stable for names not in ``MARKERS``."""
-    return MARKERS.get(method) or _EXTRA_MARKERS[_stable_index(method, len(_EXTRA_MARKERS))]
+    return _by_suffix(method, MARKERS) or _EXTRA_MARKERS[_stable_index(method, len(_EXTRA_MARKERS))]
 
 
 def inr_method(variant: str) -> str:

@@ -62,24 +62,35 @@ def rd_figure(summary: pd.DataFrame, image_size: tuple[int, int], title: str = "
         m = plotstyle.inr_method(r["variant"])
         ax.plot([r["file_bytes"]], [r["psnr"]], ls="", marker=plotstyle.marker(m), ms=8,
                 color=plotstyle.color(m), label=m, gid=f"inr:{r['variant']}")
+        ax.annotate(r["variant"], (r["file_bytes"], r["psnr"]), textcoords="offset points", xytext=(5, -9),
+                    fontsize=6.5, color=plotstyle.color(m))
     mt = summary[(summary["method"] == "jpeg-matched") & (summary["n_ok"] > 0)]
+    labelled = set()
     for _, r in mt.iterrows():
         m = plotstyle.inr_method(r["variant"])
         key = "jpeg" if r["match"] == "file" else "jpeg-header-free"
         x = r["file_bytes"] if r["match"] == "file" else r["header_free_bytes"]
-        part = "" if r["status"] == "ok" else f", {r['n_ok']}/{r['n_images']} images"
+        # one legend entry per match kind; the marker says which INR variant it was matched to
+        label = "_nolegend_" if key in labelled else (
+            f"JPEG at each INR's bytes ({r['match']}; hollow, that INR's marker)")
+        labelled.add(key)
         ax.plot([x], [r["psnr"]], ls="", marker=plotstyle.marker(m), ms=8, mfc="none", mew=1.5,
-                color=plotstyle.color(key), label=f"JPEG matched to {m} ({r['match']}{part})",
-                gid=f"jpeg-matched:{r['match']}:{r['variant']}")
+                color=plotstyle.color(key), label=label, gid=f"jpeg-matched:{r['match']}:{r['variant']}")
     unreach = summary[(summary["method"] == "jpeg-matched") & (summary["n_ok"] == 0)]
     if len(unreach):
-        names = ", ".join(f"{plotstyle.inr_method(v)} ({mm})" for v, mm in zip(unreach["variant"], unreach["match"], strict=True))
-        ax.text(0.01, 0.01, f"JPEG cannot reach: {names}", transform=ax.transAxes, fontsize=7, va="bottom")
+        names = ", ".join(f"{v} ({mm})" for v, mm in zip(unreach["variant"], unreach["match"], strict=True))
+        ax.text(0.01, 0.01, f"JPEG cannot reach the bytes of: {names}", transform=ax.transAxes, fontsize=7,
+                va="bottom", wrap=True)
     ax.set_xscale("log")
     ax.set_xlabel("bytes per image")
     ax.set_ylabel("PSNR (dB)")
     top = ax.secondary_xaxis("top", functions=(lambda b: b * 8.0 / px, lambda bpp: bpp * px / 8.0))
     top.set_xlabel("bits per pixel")
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+
+    top.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    top.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+    top.xaxis.set_minor_formatter(NullFormatter())
     ax.set_title(title or f"PSNR vs bytes per image ({image_size[0]}x{image_size[1]})")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return fig
