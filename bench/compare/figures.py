@@ -107,20 +107,21 @@ def spread_groups(per_image: pd.DataFrame) -> list[tuple[str, str, np.ndarray]]:
             g = ok[(ok["method"] == "jpeg-matched") & (ok["variant"] == v) & (ok["match"] == match)]
             if len(g):
                 key = "jpeg" if match == "file" else "jpeg-header-free"
-                groups.append((f"jpeg@{m}\n({match})", key, g["psnr"].to_numpy(float)))
+                groups.append((f"jpeg@{m} ({match})", key, g["psnr"].to_numpy(float)))
     return groups
 
 
 def spread_figure(per_image: pd.DataFrame, title: str = ""):
     """Per-image PSNR box plots (with the points) for every INR variant and matched JPEG."""
     groups = [g for g in spread_groups(per_image) if np.isfinite(g[2]).any()]
-    fig, (ax,) = _new(figsize=(max(5.0, 1.1 * len(groups) + 1.5), 4.5))
+    fig, (ax,) = _new(figsize=(max(5.0, 0.55 * len(groups) + 1.5), 4.5))
     if not groups:
         ax.text(0.5, 0.5, "no per-image PSNR to show", ha="center", transform=ax.transAxes)
         return fig
     data = [g[2][np.isfinite(g[2])] for g in groups]
     bp = ax.boxplot(data, patch_artist=True, widths=0.6, showfliers=False)
-    ax.set_xticks(range(1, len(groups) + 1), [g[0] for g in groups], fontsize=7)
+    ax.set_xticks(range(1, len(groups) + 1), [g[0] for g in groups], fontsize=7, rotation=40, ha="right",
+                  rotation_mode="anchor")
     for i, ((label, key, _), box, med) in enumerate(zip(groups, bp["boxes"], bp["medians"], strict=True)):
         box.set_facecolor(plotstyle.color(key))
         box.set_alpha(0.6)
