@@ -31,6 +31,7 @@ def variant_name(store, path: Path) -> str:
 
 
 WEIGHT_ARRAYS = ("codes", "scales", "mask")
+PIXELS_PER_FORWARD = 1 << 21
 
 
 def weight_data_bytes(store) -> int | None:
@@ -78,9 +79,11 @@ def load_variant(
         if not np.array_equal(sl, np.asarray(labels)[:n_images]):
             raise InputError("labels differ from the prepared split's: is it a store of another dataset or split?", path)
     decoded = []
+    # at most ~2M pixels per forward (activations [B, H*W, hidden] float32 stay ~0.25 GB at 32 wide)
+    step = max(1, min(batch, PIXELS_PER_FORWARD // (image_size[0] * image_size[1])))
     with torch.no_grad():
-        for s in range(0, n_images, batch):
-            idx = torch.arange(s, min(n_images, s + batch), device=device)
+        for s in range(0, n_images, step):
+            idx = torch.arange(s, min(n_images, s + step), device=device)
             x = store.decode(idx)
             if x.shape[-2:] != tuple(image_size):
                 raise InputError(f"store images are {tuple(x.shape[-2:])}, the split's are {tuple(image_size)}", path)
