@@ -36,6 +36,9 @@ Storage layout under a results folder ``OUT`` (chosen so concurrent runs never l
     OUT/runs/<run_id>/rows.csv     the run's rows: written once, atomically (the source of truth)
     OUT/runs/<run_id>/config.json  the resolved config (also flattened into the rows' cfg.*)
     OUT/runs/<run_id>/env.json     ``bench.envinfo.collect()`` (``write_env``)
+    OUT/runs/<run_id>/steps.csv    ok runs only: per-step samples of every measured epoch
+                                   (``repeat, epoch, step, wait_s, compute_s, images``), for
+                                   distributions (stalls, worker start-up); not in the merged views
     OUT/results.csv                merged view of every runs/*/rows.csv, rebuilt atomically
                                    (temp file + rename) after each run
     OUT/results.parquet            the same view, when pyarrow is importable
@@ -83,6 +86,7 @@ RUNS_DIR = "runs"
 ROWS_FILE = "rows.csv"
 CONFIG_FILE = "config.json"
 ENV_FILE = "env.json"
+STEPS_FILE = "steps.csv"
 MERGED_CSV = "results.csv"
 MERGED_PARQUET = "results.parquet"
 
@@ -126,6 +130,7 @@ class RunRows:
     mode: str
     config: Mapping[str, Any] = field(default_factory=dict)
     _rows: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
     status: str = "ok"
 
     def __post_init__(self) -> None:
@@ -151,6 +156,14 @@ class RunRows:
         self._rows.append({**self._base(), "repeat": repeat, "epoch": epoch, "metric": metric,
                            "value": value, "unit": unit, "status": "ok", "reason": ""})
 
+    def add_steps(self, repeat: int, epoch: int, wait_s: Sequence[float], compute_s: Sequence[float],
+                  images: Sequence[int]) -> None:
+        """Per-step samples of one measured epoch (kept apart from the rows: ``steps.csv``)."""
+        if not len(wait_s) == len(compute_s) == len(images):
+            raise ValueError("per-step sample lists differ in length")
+        self.steps += [{"repeat": repeat, "epoch": epoch, "step": i, "wait_s": w, "compute_s": c, "images": n}
+                       for i, (w, c, n) in enumerate(zip(wait_s, compute_s, images, strict=True))]
+
     def unavailable(self, metric: str, unit: str, reason: str, repeat: int | None = None) -> None:
         """One metric cannot be measured here: a ``skip`` row for it with the reason."""
         if self.status != "ok":
@@ -162,6 +175,7 @@ class RunRows:
     def _mark(self, status: str, reason: str) -> None:
         reason = _one_line(reason, status)
         self.status = status
+        self.steps = []
         self._rows = [{**self._base(), "repeat": None, "epoch": None, "metric": "run",
                        "value": float("nan"), "unit": "", "status": status, "reason": reason}]
 
@@ -219,6 +233,11 @@ def write_run(out: str | Path, run: RunRows) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / CONFIG_FILE, dict(run.config))
     df = to_frame(rows)
+    if run.steps:
+        import pandas as pd
+
+        steps = pd.DataFrame(run.steps).to_csv(index=False).encode("utf-8")
+        atomic_write_bytes(run_dir / STEPS_FILE, steps)
     atomic_write_bytes(run_dir / ROWS_FILE, df.to_csv(index=False).encode("utf-8"))
     rebuild_views(out)
     return run_dir

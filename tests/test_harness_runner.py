@@ -10,6 +10,7 @@ import argparse
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -138,6 +139,10 @@ def test_loader_rows_protocol(data, tmp_path):
     assert saved["pipe"]["batch_size"] == BS and saved["mode"] == "loader"
     assert json.loads((out.run_dir / "env.json").read_text())["schema_version"] >= 1
     assert (df["cfg.pipe.batch_size"] == BS).all()
+    # per-step samples: 2 repeats x 2 measured epochs x 3 steps, summing to the per-epoch rows
+    steps = pd.read_csv(out.run_dir / "steps.csv")
+    assert len(steps) == 12 and steps.groupby(["repeat", "epoch"]).images.sum().eq(N_TRAIN).all()
+    assert steps.groupby(["repeat", "epoch"]).wait_s.sum().values == pytest.approx(w.sort_index().values)
 
 
 def test_replay_does_no_decoding(data, tmp_path):
@@ -189,6 +194,7 @@ def test_crash_mid_run_is_one_error_row_nonzero_exit(data, tmp_path, exc, code):
     assert out.exit_code == code != 0 and out.status == "error"
     df = R.read_results(tmp_path)
     assert len(df) == 1  # the rows measured before the crash are NOT kept
+    assert not (out.run_dir / "steps.csv").exists()
     assert df.iloc[0].status == "error" and df.iloc[0].metric == "run"
     assert ("out of memory" in df.iloc[0].reason) == (code == EXIT_OOM)
 

@@ -249,6 +249,7 @@ def _add_epoch(rows: results.RunRows, t: EpochTiming, r: int, e: int, drawn: int
     if step_sync:
         rows.add("data_wait_s", sum(t.wait_ns) / 1e9, "s", repeat=r, epoch=e)
         rows.add("compute_s", sum(t.compute_ns) / 1e9, "s", repeat=r, epoch=e)
+        rows.add_steps(r, e, [w / 1e9 for w in t.wait_ns], [c / 1e9 for c in t.compute_ns], t.step_images)
 
 
 def _add_loss(rows: results.RunRows, trainer: Any, r: int, e: int) -> None:

@@ -63,6 +63,7 @@ class EpochTiming:
     compute_ns: list[int] = field(default_factory=list)
     images: int = 0
     steps: int = 0
+    step_images: list[int] = field(default_factory=list)  # per timed step (as wait_ns)
 
     @property
     def ttfb_ns(self) -> int | None:
@@ -105,6 +106,7 @@ def timed_epoch(batches: Iterable[Any], step: Callable[[Any], Any], clock: Devic
         if step_sync or first:
             t2 = clock.now()
             t.compute_ns.append(t2 - t1)
+            t.step_images.append(batch_size_of(batch))
             prev = t2
         first = False
     t.total_ns = clock.now() - t0
