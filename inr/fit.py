@@ -21,7 +21,8 @@ import torch
 
 from bench.errors import InputError
 from bench.metrics import psnr_per_image
-from inr.siren import SirenArch, Weights, coord_grid, forward, forward_train, init_weights
+from inr.engine import SirenEngine, from_theta, mask_theta, to_theta
+from inr.siren import SirenArch, Weights, coord_grid, forward, init_weights
 
 AUTOCAST = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -134,10 +135,15 @@ def auto_batch(cfg: FitConfig, n: int, pixels: int, device: torch.device) -> int
     return max(1, min(b, n))
 
 
-def _psnr_from_rgb(rgb: torch.Tensor, target255: torch.Tensor) -> torch.Tensor:
-    """``[B, P, 3]`` float RGB and float targets in 0..255 -> ``[B]`` PSNR (bench.metrics convention)."""
-    q = torch.round(rgb.detach().float().clamp(0.0, 1.0) * 255.0)
-    mse = (q - target255).pow_(2).flatten(1).mean(dim=1, dtype=torch.float64)
+def _psnr_from_rgb(rgb: torch.Tensor, target255: torch.Tensor, exact: bool = True) -> torch.Tensor:
+    """Float RGB and float targets in 0..255 (same shape ``[B, ...]``) -> ``[B]`` PSNR float64.
+
+    The ``bench.metrics`` convention (clamp, round to 8 bits). ``exact=False`` sums the squared
+    errors in float32 (relative error ~1e-7: fine for choosing the best iterate, cheaper).
+    """
+    q = torch.round(rgb.detach().float().clamp(0.0, 1.0).mul_(255.0))
+    d = q.sub_(target255).pow_(2).flatten(1)
+    mse = d.mean(dim=1, dtype=torch.float64) if exact else d.mean(dim=1).double()
     return 10.0 * torch.log10(65025.0 / mse)  # inf where identical
 
 
@@ -179,69 +185,69 @@ def optimize(
         (best weights float32 on ``targets.device``, best PSNR ``[B]`` float64).
     """
     dev = targets.device
-    params = [t.detach().to(dev, torch.float32).clone().requires_grad_(True) for wb in weights for t in wb]
-    pairs = [(params[2 * i], params[2 * i + 1]) for i in range(len(weights))]
-    if masks is not None:
-        masks = [None if m is None else m.to(dev, torch.float32) for m in masks]
-        with torch.no_grad():
-            for (W, _), m in zip(pairs, masks, strict=True):
-                if m is not None:
-                    W.mul_(m)
+    B = targets.shape[0]
+    thetas = [T.to(dev, torch.float32) for T in to_theta([(W.detach(), b.detach()) for W, b in weights])]
+    mts = mask_theta(list(masks), arch.shapes, B, dev) if masks is not None else [None] * arch.num_linear
+    for T, m in zip(thetas, mts, strict=True):
+        if m is not None:
+            T.mul_(m)
     if best_weights is None:
-        best = [p.detach().clone() for p in params]
-        best_p = torch.full((targets.shape[0],), -math.inf, dtype=torch.float64, device=dev)
+        best = [T.clone() for T in thetas]
+        best_p = torch.full((B,), -math.inf, dtype=torch.float64, device=dev)
     else:
-        best = [t.detach().to(dev, torch.float32).clone() for wb in best_weights for t in wb]
+        best = [T.to(dev, torch.float32) for T in to_theta(best_weights)]
         best_p = best_psnr.to(dev, torch.float64).clone()
-    t255 = targets.to(torch.float32)
+    t255 = targets.permute(0, 2, 1).to(torch.float32)  # [B, 3, P]
     t01 = t255 / 255.0
+    P = t255.shape[2]
     coords = coords.to(dev, torch.float32)
-    opt = _make_adam(params, lr)
     ac_dtype = AUTOCAST[autocast] if dev.type == "cuda" else None
+    eng = SirenEngine(arch, coords, B, mm_dtype=ac_dtype)
+    opt = _make_adam(thetas, lr)
     lr_min = lr * lr_final_factor
 
-    def keep_best(psnr: torch.Tensor) -> None:
+    def keep_best(psnr: torch.Tensor, cur: list[torch.Tensor]) -> None:
         better = psnr > best_p
         if bool(better.any()):
             best_p.copy_(torch.where(better, psnr, best_p))
-            for b, p in zip(best, params, strict=True):
-                b.copy_(torch.where(better.view(-1, *([1] * (p.dim() - 1))), p.detach(), b))
+            for b, T in zip(best, cur if transform is None else thetas, strict=True):
+                b.copy_(torch.where(better.view(-1, 1, 1), T, b))
 
-    def net(ws: Weights, train: bool) -> torch.Tensor:
-        ws = transform(ws) if transform is not None else ws
-        return forward_train(ws, coords, arch) if train else forward(ws, coords, arch)
+    def current() -> list[torch.Tensor]:
+        if transform is None:
+            return thetas
+        return to_theta(transform(from_theta(thetas)))
 
-    for it in range(iterations):
-        evaluate = it % eval_every == 0
-        if ac_dtype is not None:
-            if evaluate:
-                with torch.no_grad():
-                    keep_best(_psnr_from_rgb(net(pairs, False), t255))
-            with torch.autocast("cuda", dtype=ac_dtype):
-                rgb = net(pairs, True)
-        else:
-            rgb = net(pairs, True)
-            if evaluate:
-                keep_best(_psnr_from_rgb(rgb, t255))
-        loss = (rgb.float() - t01).pow(2).mean(dim=(1, 2)).sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if masks is not None:
-            for (W, _), m in zip(pairs, masks, strict=True):
-                if m is not None:
-                    W.grad.mul_(m)
-        for g in opt.param_groups:
-            g["lr"] = lr_min + 0.5 * (lr - lr_min) * (1.0 + math.cos(math.pi * it / iterations))
-        opt.step()
-        if masks is not None:
-            with torch.no_grad():
-                for (W, _), m in zip(pairs, masks, strict=True):
-                    if m is not None:
-                        W.mul_(m)
+    def evaluate_fp32(cur: list[torch.Tensor]) -> None:
+        eng.mm_dtype = None
+        keep_best(_psnr_from_rgb(eng.forward(cur, need_grad=False), t255), cur)
+        eng.mm_dtype = ac_dtype
+
     with torch.no_grad():
-        keep_best(_psnr_from_rgb(net(pairs, False), t255))
-    out = [(best[2 * i], best[2 * i + 1]) for i in range(len(weights))]
-    return out, best_p
+        for it in range(iterations):
+            cur = current()
+            evaluate = it % eval_every == 0
+            if evaluate and ac_dtype is not None:
+                evaluate_fp32(cur)
+            rgb = eng.forward(cur)
+            if evaluate and ac_dtype is None:
+                keep_best(_psnr_from_rgb(rgb, t255, exact=False), cur)
+            grad_out = rgb.sub_(t01).mul_(2.0 / (3 * P))  # d/d rgb of sum_b mean (rgb - t)^2
+            for T, g, m in zip(thetas, eng.backward(grad_out), mts, strict=True):
+                T.grad = g if m is None else g.mul_(m)
+            for grp in opt.param_groups:
+                grp["lr"] = lr_min + 0.5 * (lr - lr_min) * (1.0 + math.cos(math.pi * it / iterations))
+            opt.step()
+            for T, m in zip(thetas, mts, strict=True):
+                T.grad = None
+                if m is not None:
+                    T.mul_(m)
+        evaluate_fp32(current())
+        kept = from_theta(best)
+        # report the PSNR of decoding the kept weights with ``siren.forward`` (the decoder everyone uses)
+        dec = forward(transform(kept) if transform is not None else kept, coords, arch)
+        best_p = _psnr_from_rgb(dec, targets.to(torch.float32))
+    return kept, best_p
 
 
 def images_to_targets(images: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:

@@ -38,6 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--qat-lr", type=float, default=1e-4)
     g = p.add_argument_group("run")
     g.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
+    g.add_argument("--threads", type=int, help="torch CPU threads (default: torch's default)")
     g.add_argument("--shard-size", type=int, default=1024, help="images per resumable shard (default 1024)")
     g.add_argument("--limit", type=int, help="encode only the first N images of the split")
     g.add_argument("--keep-work", action="store_true", help="keep the shard folder after success")
@@ -77,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
     from inr.store import load
 
     cfg = build_config(args)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     ds = open_prepared(args.prepared)
     split = ds.split(args.split)
     n = len(split) if args.limit is None else min(len(split), args.limit)

@@ -1,0 +1,120 @@
+"""Hand-written forward + backward of many SIRENs at once, for fitting (no autograd).
+
+Internal layout ("theta"): layer ``l`` of all images is one tensor ``T [B, out, in + 1]``
+= ``[W^T | b]`` (bias as the last column). Activations are channel-major ``[B, ch + 1, P]``
+with a constant row of ones last, so each layer is *one* batched matmul with the bias
+included and its weight-and-bias gradient is one batched matmul too. The first layer's
+input (coordinates + ones, ``[3, P]``) is shared by all images, so its forward and gradient
+are single matrix products over ``B * hidden`` rows. Per sine layer and iteration this is
+3 matmuls + ``sin`` + ``cos`` (in place) + one multiply: about the least memory traffic
+eager PyTorch allows. Buffers are allocated once per chunk and reused.
+
+Maths are those of ``inr.siren.forward_train`` (``sin(w0 * (x W + b))``, output
+``rgb = 0.5 * (x W + b) + 0.5``), and gradients are exact (tested against autograd).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from inr.siren import SirenArch, Weights
+
+
+def to_theta(weights: Weights) -> list[torch.Tensor]:
+    """``[(W [B, in, out], b [B, 1, out])]`` -> ``[T [B, out, in + 1]]`` (new contiguous tensors)."""
+    return [torch.cat([W.transpose(1, 2), b.transpose(1, 2)], dim=2).contiguous() for W, b in weights]
+
+
+def from_theta(thetas: list[torch.Tensor]) -> Weights:
+    """Inverse of ``to_theta`` (contiguous copies)."""
+    return [(T[:, :, :-1].transpose(1, 2).contiguous(), T[:, :, -1:].transpose(1, 2).contiguous()) for T in thetas]
+
+
+def mask_theta(masks: list[torch.Tensor | None], shapes: list[tuple[int, int]], B: int, device) -> list[torch.Tensor | None]:
+    """Keep-masks ``[B, in, out]`` -> float ``[B, out, in + 1]`` (bias column always 1)."""
+    out = []
+    for m, (_, o) in zip(masks, shapes, strict=True):
+        if m is None:
+            out.append(None)
+        else:
+            mt = m.to(device, torch.float32).transpose(1, 2)
+            out.append(torch.cat([mt, torch.ones(B, o, 1, device=device)], dim=2).contiguous())
+    return out
+
+
+class SirenEngine:
+    """Forward (keeping what backward needs) and backward for ``B`` images at ``P`` shared points.
+
+    ``mm_dtype``: optional lower precision (bf16/fp16, CUDA) for the matmul inputs; activations,
+    sines and gradients stay float32.
+    """
+
+    def __init__(self, arch: SirenArch, coords: torch.Tensor, B: int, mm_dtype: torch.dtype | None = None):
+        self.arch, self.B = arch, B
+        dev = coords.device
+        P = coords.shape[0]
+        self.P = P
+        self.a0 = torch.cat([coords.t().to(torch.float32), torch.ones(1, P, device=dev)], dim=0).contiguous()  # [3, P]
+        self.mm_dtype = mm_dtype
+        self.scale = [arch.omega(li) or 0.5 for li in range(arch.num_linear)]
+        self.acts: list[torch.Tensor] = []  # [B, h + 1, P] per sine layer, last row ones
+        self.cos: list[torch.Tensor] = []  # [B, h, P]: z, then cos(z) after forward
+        for _, o in arch.shapes[:-1]:
+            a = torch.empty(B, o + 1, P, device=dev)
+            a[:, o].fill_(1.0)
+            self.acts.append(a)
+            self.cos.append(torch.empty(B, o, P, device=dev))
+        self.out = torch.empty(B, arch.out_features, P, device=dev)
+        # two ping-pong buffers for the activation gradients (fresh large allocations cost page faults)
+        self.gbuf = [torch.empty(B, arch.hidden, P, device=dev) for _ in range(2)]
+        self.scaled: list[torch.Tensor] = []
+
+    def _mm(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        if self.mm_dtype is None:
+            return torch.matmul(a, b, out=out) if out is not None else torch.matmul(a, b)
+        r = torch.matmul(a.to(self.mm_dtype), b.to(self.mm_dtype)).float()
+        if out is not None:
+            out.copy_(r)
+            return out
+        return r
+
+    def forward(self, thetas: list[torch.Tensor], need_grad: bool = True) -> torch.Tensor:
+        """``thetas`` (``[B, out, in + 1]`` per layer) -> RGB ``[B, 3, P]`` (a reused buffer)."""
+        L = self.arch.layers
+        self.scaled = []
+        x = self.a0
+        for li in range(L):
+            T = thetas[li] * self.scale[li]
+            self.scaled.append(T)
+            z = self.cos[li]
+            if li == 0 and self.mm_dtype is None:
+                # [B, h, 3] @ [3, P] with K = 3: three fused multiply-adds beat a tiny-K matmul
+                torch.mul(T[:, :, 0:1], x[0], out=z).addcmul_(T[:, :, 1:2], x[1]).add_(T[:, :, 2:3])
+            else:
+                self._mm(T, x, out=z)  # [B, h, in+1] @ [B, in+1, P] (first layer: @ [3, P], broadcast)
+            a = self.acts[li]
+            torch.sin(z, out=a[:, :-1])
+            if need_grad:
+                z.cos_()
+            x = a
+        T = thetas[L] * 0.5
+        T[:, :, -1] += 0.5
+        self.scaled.append(T)
+        return self._mm(T, x, out=self.out)
+
+    def backward(self, grad_out: torch.Tensor) -> list[torch.Tensor]:
+        """d(loss)/d(thetas) from d(loss)/d(rgb) ``[B, 3, P]`` (consumed) of the last ``forward``."""
+        L = self.arch.layers
+        grads: list[torch.Tensor] = [None] * (L + 1)  # type: ignore[list-item]
+        g = grad_out
+        for li in range(L, -1, -1):
+            x = self.a0 if li == 0 else self.acts[li - 1]
+            gT = self._mm(g, x.transpose(-1, -2))  # [B, out, in+1]
+            gT.mul_(self.scale[li])
+            grads[li] = gT
+            if li > 0:
+                T = self.scaled[li]
+                ga = self._mm(T[:, :, :-1].transpose(1, 2).contiguous(), g, out=self.gbuf[li % 2])  # [B, in, P]
+                ga.mul_(self.cos[li - 1])
+                g = ga
+        return grads
