@@ -22,8 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "header-free (entropy-coded data only) or both (default)")
     p.add_argument("--exhaustive-jpeg", action="store_true",
                    help="try all 100 qualities per image instead of binary search + repair window")
-    p.add_argument("--window", type=int, default=3,
-                   help="repair window of the binary search (qualities tried above its answer; default 3)")
+    p.add_argument("--window", type=int, default=5,
+                   help="repair window of the binary search (qualities tried above its answer; default 5)")
     p.add_argument("--subsampling", choices=SUBSAMPLINGS, default="4:2:0", help="JPEG chroma subsampling")
     p.add_argument("--weight-images", type=int, default=256, help="images sampled for the weight histograms")
     p.add_argument("--out", required=True, help="output folder (written atomically, replaced if present)")

