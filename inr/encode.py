@@ -125,18 +125,6 @@ def concat_layers(parts: list[list[QLayer]]) -> list[QLayer]:
     return out
 
 
-def _identity(split) -> dict:
-    """What the input is, for resume checks: count, size and a checksum of pixels and labels."""
-    from bench.datasets.prepared import sha256_array
-
-    return {
-        "count": len(split),
-        "image_size": list(split.image_size),
-        "pixels_sha256": sha256_array(np.asarray(split.images)),
-        "labels_sha256": sha256_array(np.asarray(split.labels, dtype=np.int64)),
-    }
-
-
 def encode_split(
     images,
     labels,

@@ -33,7 +33,8 @@ class FitConfig:
 
     lr: Adam peak learning rate, cosine-annealed to ``lr * lr_final_factor`` over ``iterations``.
     batch: images fitted together (one chunk); 0 = automatic from ``memory_budget_mb``
-    (capped at ``cpu_batch_cap`` on CPU, where cache-sized chunks are fastest).
+    (0 = 60% of free CUDA memory, 2 GiB on CPU; capped at ``cpu_batch_cap`` on CPU, where
+    cache-sized chunks are fastest).
     eval_every: check PSNR / keep-best every this many iterations (and always at the end).
     autocast: "none", "bf16" or "fp16" (CUDA only; PSNR for keep-best is then measured in fp32).
     """
@@ -44,7 +45,7 @@ class FitConfig:
     lr_final_factor: float = 0.0
     seed: int = 0
     batch: int = 0
-    memory_budget_mb: int = 2048
+    memory_budget_mb: int = 0
     cpu_batch_cap: int = 32
     eval_every: int = 1
     autocast: str = "none"
@@ -56,8 +57,8 @@ class FitConfig:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if not 0.0 <= self.lr_final_factor <= 1.0:
             raise ValueError(f"lr_final_factor must be in [0, 1], got {self.lr_final_factor}")
-        if self.batch < 0 or self.memory_budget_mb < 1 or self.eval_every < 1 or self.cpu_batch_cap < 1:
-            raise ValueError("batch >= 0, memory_budget_mb >= 1, eval_every >= 1, cpu_batch_cap >= 1 required")
+        if self.batch < 0 or self.memory_budget_mb < 0 or self.eval_every < 1 or self.cpu_batch_cap < 1:
+            raise ValueError("batch >= 0, memory_budget_mb >= 0, eval_every >= 1, cpu_batch_cap >= 1 required")
         if self.autocast not in AUTOCAST:
             raise ValueError(f"autocast must be one of {sorted(AUTOCAST)}, got {self.autocast!r}")
 
@@ -122,14 +123,28 @@ def as_image_array(images, where: str = "images") -> np.ndarray:
     return a
 
 
+def fit_bytes_per_image(arch: SirenArch, pixels: int) -> int:
+    """Device bytes one image needs while fitting (``inr.engine`` buffers + loss/PSNR temporaries + Adam)."""
+    L, h = arch.layers, arch.hidden
+    return pixels * 4 * (2 * L * (h + 1) + 2 * h + 24) + arch.params_per_image * 4 * 8
+
+
 def auto_batch(cfg: FitConfig, n: int, pixels: int, device: torch.device) -> int:
-    """Images per chunk: an explicit ``cfg.batch``, else what ``memory_budget_mb`` allows."""
+    """Images per chunk: an explicit ``cfg.batch``, else what the memory budget allows.
+
+    Budget: ``memory_budget_mb``, or when it is 0, 60% of the free memory of a CUDA device
+    (2 GiB on CPU, where chunks are also capped at ``cpu_batch_cap``: cache-sized is fastest).
+    """
     if cfg.batch:
         return max(1, min(cfg.batch, n))
-    a = cfg.arch
-    # per image: z, sin(z), cos, grad for each sine layer + output/target/loss temporaries
-    per_image = pixels * 4 * (4 * a.layers * a.hidden + 6 * a.out_features) + a.params_per_image * 4 * 6
-    b = max(1, int(cfg.memory_budget_mb * 2**20 // per_image))
+    budget = cfg.memory_budget_mb * 2**20
+    if not budget:
+        if device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(device)
+            budget = int(0.6 * free)
+        else:
+            budget = 2 * 2**30
+    b = max(1, int(budget // fit_bytes_per_image(cfg.arch, pixels)))
     if device.type != "cuda":
         b = min(b, cfg.cpu_batch_cap)
     return max(1, min(b, n))

@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lr", type=float)
     g.add_argument("--seed", type=int)
     g.add_argument("--batch", type=int, help="images fitted together (default: from --memory-mb)")
-    g.add_argument("--memory-mb", type=int, help="memory budget per chunk in MiB (default 2048)")
+    g.add_argument("--memory-mb", type=int, help="memory budget per chunk in MiB (default: 60%% of free GPU memory, 2048 on CPU)")
     g.add_argument("--autocast", choices=["none", "bf16", "fp16"], help="CUDA mixed precision for fitting")
     g = p.add_argument_group("pruning")
     g.add_argument("--prune", type=float, default=0.0, help="fraction of weights to prune per layer, exact (iterative)")
@@ -39,13 +39,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("run")
     g.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
     g.add_argument("--threads", type=int, help="torch CPU threads (default: torch's default)")
-    g.add_argument("--shard-size", type=int, default=1024, help="images per resumable shard (default 1024)")
+    g.add_argument("--shard-size", type=int, help="images per resumable shard (default 1024 on CPU, 16384 on CUDA)")
     g.add_argument("--limit", type=int, help="encode only the first N images of the split")
     g.add_argument("--keep-work", action="store_true", help="keep the shard folder after success")
     g.add_argument("--no-progress", action="store_true")
 
 
 def build_config(args: argparse.Namespace):
+    """The validated ``EncodeConfig`` from the preset and the command-line overrides."""
     from bench.errors import InputError
     from inr.encode import EncodeConfig
     from inr.fit import preset
@@ -63,7 +64,8 @@ def build_config(args: argparse.Namespace):
             budget_db=args.prune_budget_db, max_ratio=args.prune_max, step=args.prune_step,
         )
         quant = QuantConfig(parse_bits(args.bits, fit_cfg.arch.num_linear), per_channel=args.per_channel)
-        return EncodeConfig(fit=fit_cfg, quant=quant, prune=prune, qat_iterations=args.qat, qat_lr=args.qat_lr, shard_size=args.shard_size)
+        return EncodeConfig(fit=fit_cfg, quant=quant, prune=prune, qat_iterations=args.qat, qat_lr=args.qat_lr,
+                            shard_size=args.shard_size or (16384 if args.device.startswith("cuda") else 1024))
     except ValueError as e:
         raise InputError(f"bad encode options: {e}") from None
 
@@ -74,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
     from bench.datasets.prepared import open_prepared
     from bench.errors import InputError
-    from inr.encode import _identity, encode_split
+    from inr.encode import encode_split
     from inr.store import load
 
     cfg = build_config(args)
@@ -88,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
     if n < 1:
         raise InputError(f"split {args.split!r} has no images to encode", args.prepared)
     images, labels = split.images[:n], split.labels[:n]
-    source = {"prepared": str(ds.root), "split": args.split, "limit": args.limit, **_identity(split)}
+    info = ds.manifest["splits"][args.split]
+    source = {"prepared": str(ds.root), "split": args.split, "limit": args.limit, "count": len(split),
+              "pixels_sha256": info.get("pixels_sha256"), "labels_sha256": info.get("labels_sha256")}
     prune = f"dynamic <= {cfg.prune.budget_db:g} dB" if cfg.prune.budget_db is not None else f"{cfg.prune.ratio:g}"
     print(f"encode {ds.root} [{args.split}] {n} images {split.image_size[0]}x{split.image_size[1]}: {cfg.fit.arch}, "
           f"{cfg.fit.iterations} iterations, lr {cfg.fit.lr}, bits {list(cfg.quant.bits)}, "
