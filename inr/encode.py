@@ -103,7 +103,7 @@ def encode_images(
         weights = [(W.cpu(), b.cpu()) for W, b in weights]
         stages["qat_psnr"] = float(p.mean())
     layers = quantize(weights, cfg.quant, masks)
-    psnr = decode_psnr(dequantize(layers), imgs, arch)
+    psnr = decode_psnr(dequantize(layers), imgs, arch, device=dev)
     stages["final_psnr"] = float(psnr.mean()) if len(psnr) else None
     if late and progress is not None:
         progress(imgs.shape[0], psnr)

@@ -222,11 +222,10 @@ def optimize(
     lr_min = lr * lr_final_factor
 
     def keep_best(psnr: torch.Tensor, cur: list[torch.Tensor]) -> None:
-        better = psnr > best_p
-        if bool(better.any()):
-            best_p.copy_(torch.where(better, psnr, best_p))
-            for b, T in zip(best, cur if transform is None else thetas, strict=True):
-                b.copy_(torch.where(better.view(-1, 1, 1), T, b))
+        better = psnr > best_p  # no host sync: the copies are tiny next to the fit
+        best_p.copy_(torch.where(better, psnr, best_p))
+        for b, T in zip(best, cur if transform is None else thetas, strict=True):
+            b.copy_(torch.where(better.view(-1, 1, 1), T, b))
 
     def current() -> list[torch.Tensor]:
         if transform is None:
@@ -271,16 +270,20 @@ def images_to_targets(images: np.ndarray, device: torch.device | str = "cpu") ->
     return t.reshape(t.shape[0], -1, 3).to(device)
 
 
-def decode_psnr(weights: Weights, images: np.ndarray, arch: SirenArch, batch: int = 256) -> np.ndarray:
-    """PSNR ``[N]`` of decoding ``weights`` with ``siren.forward``, via ``bench.metrics``."""
+def decode_psnr(weights: Weights, images: np.ndarray, arch: SirenArch, batch: int = 256, device=None) -> np.ndarray:
+    """PSNR ``[N]`` of decoding ``weights`` with ``siren.forward``, via ``bench.metrics``.
+
+    Runs on ``device`` (default: the weights' device); only the PSNR values come back.
+    """
     n, h, w, _ = images.shape
-    dev = weights[0][0].device
+    dev = torch.device(device) if device is not None else weights[0][0].device
     coords = coord_grid(h, w, device=dev)
     out = []
     for s in range(0, n, batch):
-        ws = [(W[s : s + batch], b[s : s + batch]) for W, b in weights]
+        ws = [(W[s : s + batch].to(dev), b[s : s + batch].to(dev)) for W, b in weights]
         rgb = forward(ws, coords, arch).view(-1, h, w, 3)
-        out.append(psnr_per_image(rgb.cpu(), torch.from_numpy(np.array(images[s : s + batch], dtype=np.uint8, copy=True))))
+        ref = torch.from_numpy(np.array(images[s : s + batch], dtype=np.uint8, copy=True)).to(dev)
+        out.append(psnr_per_image(rgb, ref).cpu())
     return torch.cat(out).numpy() if out else np.zeros(0)
 
 
@@ -317,8 +320,8 @@ def fit(
             w0, tg, coords, arch, config.iterations, config.lr, config.lr_final_factor,
             config.eval_every, autocast=config.autocast,
         )
+        p = decode_psnr(best, imgs[s:e], arch)
         best_cpu = [(W.cpu(), b.cpu()) for W, b in best]
-        p = decode_psnr(best_cpu, imgs[s:e], arch)
         parts.append(best_cpu)
         psnrs.append(p)
         if progress is not None:
