@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from bench.errors import InputError
 from bench.sweep import layout
@@ -41,8 +42,6 @@ def _yaml(tmp: Path, counter: Path, started: Path, go: Path) -> Path:
             {"kind": "python", "id": "last", "needs": ["wait", "a-2"], "command": ["-c", COUNT, str(counter), "last"]},
         ],
     }
-    import yaml
-
     p = tmp / "fake.yaml"
     p.write_text(yaml.safe_dump(doc))
     return p
@@ -53,16 +52,11 @@ def _counts(counter: Path) -> dict[str, int]:
     return {k: lines.count(k) for k in set(lines)}
 
 
-DRIVER = ("import argparse, sys\nfrom bench.commands import sweep as s\n"
-          "p = argparse.ArgumentParser(); s.add_arguments(p)\n"
-          "try:\n    sys.exit(s.run(p.parse_args(sys.argv[1:])))\n"
-          "except KeyboardInterrupt:\n    sys.exit(130)\n")
-
-
 def _sweep_proc(yaml_path: Path, out: Path) -> subprocess.Popen:
+    """``inrbench sweep`` (the real CLI) in a subprocess."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-c", DRIVER, str(yaml_path), "--out", str(out), "--no-report",
-                             "--no-progress"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "bench", "sweep", str(yaml_path), "--out", str(out),
+                             "--no-report", "--no-progress"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -159,6 +153,13 @@ def test_changed_cell_is_redone_with_its_dependents(tmp_path):
     y.write_text(y.read_text().replace("- wait\n", "- WAIT\n", 1))  # change cell wait's argv
     s = run_sweep(load_sweep(str(y)), out, progress=False)
     assert sorted(s.kept) == ["a-1", "a-2"] and sorted(s.ran) == ["after-fail", "fail", "last", "wait"]
+    # a cell removed from the sweep leaves its folder on disk but no rows in the results
+    doc = yaml.safe_load(y.read_text())
+    doc["cells"] = [c for c in doc["cells"] if c["id"] != "last"]
+    y.write_text(yaml.safe_dump(doc))
+    s = run_sweep(load_sweep(str(y)), out, progress=False)
+    assert "last" not in s.status and (out / "cells" / "last" / "cell.json").exists()
+    assert "sweep:last" not in set(pd.read_csv(out / "results.csv")["run_id"])
 
 
 def test_resume_without_previous_run_is_an_input_error(tmp_path):

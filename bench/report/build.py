@@ -18,6 +18,7 @@ from bench.report import markdown as md
 from bench.report import names as N
 from bench.report import tables as T
 from bench.report.load import ReportInputs, jpeg_bytes_per_image, load
+from bench.sweep.cells import store_stem
 
 DESIGN_PARAMS = ("layers", "hidden", "w0", "lr", "iterations")
 
@@ -350,7 +351,7 @@ def design_space_points(x: ReportInputs) -> pd.DataFrame:
     for c in x.compares:
         s = c.summary[c.summary["method"] == "inr"]
         psnr.update(dict(zip(s["variant"].astype(str), s["psnr"], strict=True)))
-    enc = [c for c in enc if (c.get("name") or c["id"]) in psnr]
+    enc = [c for c in enc if store_stem(c.get("name") or c["id"]) in psnr]
     if len(enc) < 3:
         return pd.DataFrame(columns=["param", "value", "psnr", "cell"])
     varying = [p for p in DESIGN_PARAMS if len({str(c.get(p)) for c in enc}) > 1]
@@ -360,7 +361,8 @@ def design_space_points(x: ReportInputs) -> pd.DataFrame:
         for c in enc:
             if c.get(p) is None or any(str(c.get(q)) != mode[q] for q in varying if q != p):
                 continue
-            out.append({"param": p, "value": float(c[p]), "psnr": psnr[c.get("name") or c["id"]], "cell": c["id"]})
+            out.append({"param": p, "value": float(c[p]), "psnr": psnr[store_stem(c.get("name") or c["id"])],
+                        "cell": c["id"]})
     return pd.DataFrame(out, columns=["param", "value", "psnr", "cell"])
 
 

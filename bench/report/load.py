@@ -15,6 +15,7 @@ from typing import Any
 
 from bench.errors import InputError
 from bench.sweep import layout
+from bench.sweep.cells import store_stem
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def _load_sweep(root: Path) -> ReportInputs:
     for c in cells:
         if c["kind"] != "encode" or markers.get(c["id"], {}).get("status") != "ok":
             continue
-        store = cell_dir[c["id"]] / f"{c.get('name') or c['id']}.inr"
+        store = cell_dir[c["id"]] / f"{store_stem(c.get('name') or c['id'])}.inr"
         m = manifests.get(prep_dataset.get(c.get("data", ""), ""))
         n = _split_count(m, "train")
         if store.is_file() and n:

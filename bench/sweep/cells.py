@@ -23,6 +23,12 @@ class Context(Protocol):
     def output(self, cell_id: str) -> Path: ...
 
 
+def store_stem(name: str) -> str:
+    """File stem of an encode cell's store: its name with dots replaced (``compare`` names a
+    variant by the file name up to the first dot, so ``ds-lr-0.001`` becomes ``ds-lr-0_001``)."""
+    return name.replace(".", "_")
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -163,7 +169,7 @@ class EncodeCell(Cell):
     device: str | None = None
 
     def output(self, ctx: Context) -> Path:
-        return ctx.cell_dir(self.id) / f"{self.name or self.id}.inr"
+        return ctx.cell_dir(self.id) / f"{store_stem(self.name or self.id)}.inr"
 
     def argv(self, ctx: Context) -> list[str]:
         argv = ["encode", str(ctx.output(self.data))]

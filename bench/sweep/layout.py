@@ -44,7 +44,7 @@ def read_marker(cell_dir: Path) -> dict[str, Any] | None:
 
 
 def finished_cells(out: str | Path) -> list[tuple[Path, dict[str, Any]]]:
-    """``(cell_dir, marker)`` for every finished cell, in the sweep's cell order."""
+    """``(cell_dir, marker)`` for every finished cell of the current ``sweep.json``, in its order."""
     out = Path(out)
     order: list[str] = []
     try:
@@ -52,7 +52,8 @@ def finished_cells(out: str | Path) -> list[tuple[Path, dict[str, Any]]]:
     except (OSError, ValueError, KeyError):
         pass
     dirs = {p.name: p for p in (out / CELLS_DIR).glob("*") if p.is_dir()}
-    ids = [i for i in order if i in dirs] + sorted(set(dirs) - set(order))
+    # cells of an older version of the sweep (no longer in sweep.json) are left on disk, unread
+    ids = [i for i in order if i in dirs] if order else sorted(dirs)
     res = []
     for i in ids:
         m = read_marker(dirs[i])
