@@ -32,9 +32,9 @@ class PruneConfig:
     """
 
     ratio: float = 0.0
-    rounds: int = 3
+    rounds: int = 2
     finetune_iterations: int = 200
-    lr: float = 2e-4
+    lr: float = 2e-3
     budget_db: float | None = None
     max_ratio: float = 0.6
     step: float = 0.05
