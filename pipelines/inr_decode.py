@@ -10,9 +10,10 @@ Same function as ``inr.siren.forward`` at coordinates ``theta @ (u, v, 1)``, com
 * a channels-first layout: activations ``[B, hidden, P]`` so each layer is a ``baddbmm``
   with the long pixel axis as the GEMM's N (``[B, out, in] x [B, in, P]``), and the output
   is already ``[B, 3, H, W]``;
-* on the CPU images go through in chunks (default 16) so activations stay in L2;
-  ``compile=True`` fuses bias, sine and clamp into the GEMM epilogues with ``torch.compile``
-  (chunks are padded to one fixed shape, so it compiles once).
+* on the CPU images go through in chunks (default 16) so activations stay in L2; each chunk's
+  folded weights are one contiguous row (few guards, contiguous GEMM operands);
+  ``compile=True`` fuses bias + sine (+ clamp) into one elementwise kernel per layer with
+  ``torch.compile`` (chunks are zero-padded to one fixed shape, so it compiles once).
 """
 
 from __future__ import annotations
@@ -41,22 +42,60 @@ def fast_sin(x: torch.Tensor) -> torch.Tensor:
     return r + r * r2 * p
 
 
-def _net(weights_t: Weights, uv: torch.Tensor, sin: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    """weights_t: per layer ``(W^T [B, out, in], b^T [B, out, 1])`` with w0 and the rgb map folded in;
-    uv: ``[2, P]`` shared grid. Returns clamped rgb ``[B, 3, P]``."""
-    x = uv.to(weights_t[0][0].dtype).unsqueeze(0).expand(weights_t[0][0].shape[0], -1, -1)
-    last = len(weights_t) - 1
-    for li, (W, b) in enumerate(weights_t):
-        x = torch.baddbmm(b, W, x)
+def layer_shapes(arch) -> list[tuple[int, int]]:
+    """``(out, in)`` of each linear layer, in the transposed orientation the decoder uses."""
+    return [(o, i) for i, o in arch.shapes]
+
+
+def unpack(flat: torch.Tensor, shapes: list[tuple[int, int]], n: int) -> Weights:
+    """One chunk ``flat [F]`` (per layer: ``W^T [n,out,in]`` then ``b^T [n,out,1]``, each contiguous)
+    -> ``[(W^T, b^T)]`` views."""
+    out, off = [], 0
+    for o, i in shapes:
+        W = flat[off : off + n * o * i].view(n, o, i)
+        off += n * o * i
+        b = flat[off : off + n * o].view(n, o, 1)
+        off += n * o
+        out.append((W, b))
+    return out
+
+
+def pack_chunks(layers: Weights, chunk: int) -> torch.Tensor:
+    """Folded ``[(W^T [B,out,in], b^T [B,out,1])]`` -> ``[ceil(B/chunk), F]``: one contiguous row per
+    chunk of images (zero-padded to whole chunks), so a chunk is one tensor for the compiled core."""
+    n = layers[0][0].shape[0]
+    m = -(-n // chunk)
+    pad = m * chunk - n
+    rows = []
+    for W, b in layers:
+        for t in (W, b):
+            t = F.pad(t, (0, 0, 0, 0, 0, pad)) if pad else t
+            rows.append(t.reshape(m, -1))
+    return torch.cat(rows, dim=1)
+
+
+def _net(flat: torch.Tensor, uv: torch.Tensor, shapes: list[tuple[int, int]], n: int,
+         sin: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """flat: one chunk of ``n`` images' folded weights (``pack_chunks``); uv: ``[2, P]`` shared grid.
+    Returns clamped rgb ``[n, 3, P]``. ``bmm``, then bias + sine as one elementwise pass
+    (``torch.compile`` fuses it into a single kernel per layer).
+    """
+    layers = unpack(flat, shapes, n)
+    x = uv.to(flat.dtype).unsqueeze(0).expand(n, -1, -1)
+    last = len(layers) - 1
+    for li, (W, b) in enumerate(layers):
+        x = torch.bmm(W, x) + b
         if li < last:
             x = sin(x)
     return x.clamp(0.0, 1.0)
 
 
-def _net_eager(weights_t: Weights, uv: torch.Tensor) -> torch.Tensor:
-    x = uv.to(weights_t[0][0].dtype).unsqueeze(0).expand(weights_t[0][0].shape[0], -1, -1)
-    last = len(weights_t) - 1
-    for li, (W, b) in enumerate(weights_t):
+def _net_eager(flat: torch.Tensor, uv: torch.Tensor, shapes: list[tuple[int, int]], n: int) -> torch.Tensor:
+    """The same as ``_net`` with in-place sines (eager mode: fewer passes over memory)."""
+    layers = unpack(flat, shapes, n)
+    x = uv.to(flat.dtype).unsqueeze(0).expand(n, -1, -1)
+    last = len(layers) - 1
+    for li, (W, b) in enumerate(layers):
         x = torch.baddbmm(b, W, x)
         if li < last:
             x.sin_()
@@ -71,7 +110,7 @@ def output_grid(size: int, device: torch.device | str | None = None) -> torch.Te
 
 
 def fold_weights(weights: Weights, theta: torch.Tensor, arch, dtype: torch.dtype = torch.float32) -> Weights:
-    """Per-layer ``(W [B,in,out], b [B,1,out])`` + ``theta [B,2,3]`` -> transposed weights for ``_net``.
+    """Per-layer ``(W [B,in,out], b [B,1,out])`` + ``theta [B,2,3]`` -> ``[(W^T [B,out,in], b^T [B,out,1])]``.
 
     Layer 0 absorbs the affine coordinate map and ``w0_first``; sine layers absorb ``w0``; the output
     layer absorbs ``rgb = 0.5 * out + 0.5``.
@@ -81,14 +120,10 @@ def fold_weights(weights: Weights, theta: torch.Tensor, arch, dtype: torch.dtype
     W1f = torch.bmm(A.transpose(1, 2), W1)  # (x, y) = A (u, v) + t  =>  z = (u, v) A^T W1 + t^T W1 + b1
     b1f = b1 + torch.bmm(t.transpose(1, 2), W1)
     out: Weights = []
-    layers = [(W1f, b1f), *weights[1:]]
-    for li, (W, b) in enumerate(layers):
+    for li, (W, b) in enumerate([(W1f, b1f), *weights[1:]]):
         w0 = arch.omega(li)
-        if w0 is None:
-            W, b = W * 0.5, b * 0.5 + 0.5
-        else:
-            W, b = W * w0, b * w0
-        out.append((W.transpose(1, 2).contiguous().to(dtype), b.transpose(1, 2).contiguous().to(dtype)))
+        scale, shift = (0.5, 0.5) if w0 is None else (w0, 0.0)
+        out.append(((W.transpose(1, 2) * scale).to(dtype), (b.transpose(1, 2) * scale + shift).to(dtype)))
     return out
 
 
@@ -115,28 +150,19 @@ class SirenDecoder:
         self.dtype = dtype
         self.chunk = chunk if chunk is not None else (16 if self.device.type == "cpu" else None)
         self.uv = output_grid(size, self.device)
+        shapes = layer_shapes(arch)
         if compile:
             sin = fast_sin if fast_sine else torch.sin
-            self._core = torch.compile(lambda w, uv: _net(w, uv, sin), dynamic=False)
-            self._pad = True  # one chunk shape -> one compiled graph
+            self._core = torch.compile(lambda w, uv, n: _net(w, uv, shapes, n, sin), dynamic=False)
         elif fast_sine:
-            self._core = lambda w, uv: _net(w, uv, fast_sin)
-            self._pad = False
+            self._core = lambda w, uv, n: _net(w, uv, shapes, n, fast_sin)
         else:
-            self._core = _net_eager
-            self._pad = False
+            self._core = lambda w, uv, n: _net_eager(w, uv, shapes, n)
 
     @torch.no_grad()
     def __call__(self, weights: Weights, theta: torch.Tensor) -> torch.Tensor:
-        wt = fold_weights(weights, theta.to(self.device), self.arch, self.dtype)
-        n = wt[0][0].shape[0]
+        n = weights[0][0].shape[0]
         step = self.chunk or n
-        parts = []
-        for s in range(0, n, step):
-            chunk = [(W[s : s + step], b[s : s + step]) for W, b in wt]
-            k = chunk[0][0].shape[0]
-            if self._pad and k < step:
-                chunk = [(F.pad(W, (0, 0, 0, 0, 0, step - k)), F.pad(b, (0, 0, 0, 0, 0, step - k))) for W, b in chunk]
-            parts.append(self._core(chunk, self.uv)[:k])
-        out = parts[0] if len(parts) == 1 else torch.cat(parts)
+        chunks = pack_chunks(fold_weights(weights, theta.to(self.device), self.arch, self.dtype), step)
+        out = torch.cat([self._core(row, self.uv, step) for row in chunks])[:n]
         return out.float().view(n, 3, self.size, self.size)
