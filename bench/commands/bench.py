@@ -69,6 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     h.add_argument("--monitor-period", type=float, default=0.1, help="monitor sampling period, s (default 0.1)")
     h.add_argument("--pss-period", type=float, default=1.0,
                    help="host PSS sampling period, s (default 1; each read costs ~20 ms per process)")
+    h.add_argument("--threads", type=int,
+                   help="torch intra-op threads (default: torch's, usually the core count)")
     p.add_argument("--compile", action="store_true", help="let adapters torch.compile their device work")
     p.add_argument("--out", required=True, help="results folder (rows are added to it)")
 
@@ -110,7 +112,7 @@ def build_config(args: argparse.Namespace):
             epochs=args.epochs, warmup=args.warmup, repeats=args.repeats, pipe=pipe, backbone=backbone,
             train=train, eval_split=args.eval_split, replay_batches=args.replay_batches,
             step_sync=not args.no_step_sync, monitor_period_s=args.monitor_period,
-            pss_period_s=args.pss_period,
+            pss_period_s=args.pss_period, torch_threads=args.threads,
         )
     except ValueError as e:
         raise InputError(f"bad configuration: {e}") from None

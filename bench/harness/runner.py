@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import sys
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +63,7 @@ class BenchConfig:
     step_sync: bool = True
     monitor_period_s: float = 0.1
     pss_period_s: float = 1.0
+    torch_threads: int | None = None  # torch intra-op threads for the run; None = torch's default
 
     def __post_init__(self) -> None:
         if self.mode not in results.MODES:
@@ -71,6 +71,8 @@ class BenchConfig:
         for name in ("epochs", "repeats", "replay_batches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.torch_threads is not None and self.torch_threads < 1:
+            raise ValueError(f"torch_threads must be >= 1, got {self.torch_threads}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
         if self.monitor_period_s <= 0 or self.pss_period_s <= 0:
@@ -94,29 +96,23 @@ class RunOutcome:
     input_error: InputError | None = None
 
 
-Factory = Callable[..., Any]
+def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = None) -> RunOutcome:
+    """Run ``cfg`` and write its ``env.json``, ``config.json`` and rows under ``out``.
 
-
-def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = None,
-              factory: Factory | None = None) -> RunOutcome:
-    """Run ``cfg`` and write its rows, ``config.json`` and ``env.json`` under ``out``.
-
-    ``factory(name, data, pipeline_config, store=...)`` defaults to ``pipelines.create``;
-    ``clock`` defaults to ``clock_for(cfg.pipe.device)``.
+    The pipeline comes from ``pipelines.create`` (the registry) and nothing else; ``clock``
+    defaults to ``clock_for(cfg.pipe.device)``. ``rows.csv`` is written last: it marks the run done.
     """
-    import pipelines
-
-    factory = factory or pipelines.create
     rows = results.RunRows(results.new_run_id(cfg.pipeline, cfg.mode), cfg.pipeline, cfg.dataset,
                            cfg.mode, cfg.to_dict())
     code, input_error = EXIT_OK, None
+    threads = _set_threads(cfg.torch_threads)
     try:
         from bench.datasets.prepared import open_prepared
 
         data = open_prepared(cfg.data)
         clock = clock or clock_for(cfg.pipe.device)
         for r in range(cfg.repeats):
-            _repeat(cfg, data, rows, r, clock, factory)
+            _repeat(cfg, data, rows, r, clock)
     except Unavailable as e:
         rows.skip(f"unavailable: {e}")
     except InputError as e:
@@ -127,10 +123,21 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
         rows.error(f"{'out of memory: ' if code == EXIT_OOM else ''}{type(e).__name__}: {e}")
         traceback.print_exc(file=sys.stderr)
     finally:
+        _set_threads(threads)
         _free_device_memory(cfg.pipe.device)
+    results.write_env(Path(out) / results.RUNS_DIR / rows.run_id)
     run_dir = results.write_run(out, rows)
-    results.write_env(run_dir)
     return RunOutcome(rows.run_id, run_dir, rows.status, code, rows, input_error)
+
+
+def _set_threads(n: int | None) -> int:
+    """Set torch's intra-op threads (if ``n``); returns the previous count."""
+    import torch
+
+    prev = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    return prev
 
 
 def _is_oom(e: BaseException) -> bool:
@@ -140,21 +147,23 @@ def _is_oom(e: BaseException) -> bool:
 
 
 def _free_device_memory(device: str) -> None:
+    """After a CUDA run (an OOM above all): drop cached blocks so the next run starts clean."""
     import gc
 
     import torch
 
-    gc.collect()
     if torch.device(device).type == "cuda" and torch.cuda.is_available():
+        gc.collect()
         torch.cuda.empty_cache()
 
 
-def _repeat(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: DeviceClock,
-            factory: Factory) -> None:
+def _repeat(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: DeviceClock) -> None:
     """One repeat: build, first batch, warm-up, measured epochs under the monitors, eval."""
     t0 = clock.now()
     store = Path(cfg.store) if cfg.store else None
-    pipe = factory(cfg.pipeline, data, cfg.pipe, store=store)
+    import pipelines
+
+    pipe = pipelines.create(cfg.pipeline, data, cfg.pipe, store=store)
     try:
         rows.add("build_s", (clock.now() - t0) / 1e9, "s", repeat=r)
         res = pipe.resident_bytes()
