@@ -34,5 +34,17 @@ Public API (what the ``inr`` pipeline, ``perf decode`` and reports use):
     iterative magnitude pruning to an exact ratio, dynamic per-image pruning within a PSNR
     budget (masks ``[N, in, out]`` bool per layer).
 ``inr.encode``
-    the whole encode (fit -> prune -> quantize -> store), sharded and resumable.
+    ``EncodeConfig``, ``encode_images`` (fit -> prune -> QAT -> quantize, in memory) and
+    ``encode_split`` (sharded, resumable: ``OUT.work/shard_*.inr``; a rerun continues and
+    writes the identical file).
+``inr.engine``
+    the hand-written batched forward/backward used by ``fit.optimize`` (channel-major,
+    bias folded into the matmuls; gradients tested equal to autograd).
+``inr.reference``
+    the one-image-at-a-time ``nn.Module`` design (baseline of ``perf encode``, test oracle).
+``inr.testing``
+    ``fit_store_for_tests(prepared, out)``: a quickly fitted 16-bit store for other tests.
+
+Sizes: ``L x h`` has ``sum((in + 1) * out)`` parameters per image (5x13: 809; 10x32: 9,699;
+10x40: 15,003). A store's bytes per image are its file bytes / N (header amortized).
 """
