@@ -288,6 +288,8 @@ class Monitor:
                 res.nvml["gpu_mem_used_peak_bytes"] = float(max(used))
             if util:
                 res.nvml["gpu_util_mean_pct"] = float(sum(util) / len(util))
+            res.unavailable += [(m, u, "every NVML sample failed") for m, u in NVML_METRICS
+                                if m not in res.nvml]
         else:
             res.unavailable += [(m, u, nv.reason or "NVML unavailable") for m, u in NVML_METRICS]
         nv.close()
