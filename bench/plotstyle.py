@@ -9,7 +9,8 @@ Keys are method names as they appear in result rows: the four pipelines
 variant ``jpeg-header-free``) and the INR store variants (``inr-fp32``, ``inr-pruned``,
 ``inr-16bit``, ``inr-8bit``, ``inr-pruned-8bit``, ...). A name not in the table takes the entry of the longest known
 key it ends with (``inr-5x13-8bit`` -> ``inr-8bit``'s colour: same method, another
-architecture); failing that a colour from ``EXTRA`` chosen by a stable hash of the name
+architecture; a ratio after ``pruned`` is ignored: ``inr-pruned15-8bit`` -> ``inr-pruned-8bit``);
+failing that a colour from ``EXTRA`` chosen by a stable hash of the name
 (same name -> same colour, in every process), never a matplotlib default that depends on
 plotting order.
 """
@@ -17,6 +18,7 @@ plotting order.
 from __future__ import annotations
 
 import hashlib
+import re
 
 # Colour-blind-safe base (Okabe-Ito + Tol), fixed forever: add keys, never recolour one.
 COLORS: dict[str, str] = {
@@ -73,6 +75,7 @@ def _stable_index(name: str, n: int) -> int:
 def _by_suffix(method: str, table: dict[str, str]) -> str | None:
     if method in table:
         return table[method]
+    method = re.sub(r"pruned[0-9.]+", "pruned", method)  # "pruned15-8bit" is a "pruned-8bit"
     # "inr-5x13-8bit" -> the longest key whose variant part ("8bit") ends the name
     best = None
     for key in table:

@@ -21,6 +21,8 @@ def test_variant_of_another_architecture_keeps_its_method_colour():
     assert plotstyle.color("inr-10x32-8bit") == plotstyle.color("inr-8bit")
     assert plotstyle.color("inr-5x13-pruned-8bit") == plotstyle.color("inr-pruned-8bit")  # longest suffix wins
     assert plotstyle.color("inr-5x13-16-8-16bit") == plotstyle.color("inr-16-8-16bit")
+    assert plotstyle.color("inr-pruned15-16-8-16bit") == plotstyle.color("inr-pruned-16-8-16bit")
+    assert plotstyle.color("inr-pruned15-16-8-16bit") != plotstyle.color("inr-16-8-16bit")
     assert plotstyle.marker("inr-10x32-8bit") == plotstyle.marker("inr-8bit")
     assert plotstyle.inr_method("8bit") == "inr-8bit" and plotstyle.inr_method("inr-8bit") == "inr-8bit"
 
