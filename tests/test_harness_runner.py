@@ -133,7 +133,7 @@ def test_loader_rows_protocol(data, tmp_path):
     warm = _ok(df, "warmup_epoch_s")
     assert warm.epoch.tolist() == [0, 0] and warm.repeat.tolist() == [0, 1]
     assert len(_ok(df, "ttfb_s")) == 2 and len(_ok(df, "build_s")) == 2
-    for m in ("cpu_cores_busy", "host_rss_peak_bytes"):
+    for m in ("cpu_cores_busy", "host_rss_peak_bytes", "images_per_cpu_s"):
         assert len(_ok(df, m)) == 2
     # per-step split sums to at most the epoch
     e = _ok(df, "epoch_s").set_index(["repeat", "epoch"]).value

@@ -24,6 +24,7 @@ SUMMARY = {
     "data_wait_s": ("wait", 1.0, "s"),
     "compute_s": ("compute", 1.0, "s"),
     "cpu_cores_busy": ("cores", 1.0, ""),
+    "images_per_cpu_s": ("img/cpu-s", 1.0, ""),
     "build_s": ("build", 1.0, "s"),
     "host_pss_peak_bytes": ("PSS", 2.0**-20, "MiB"),
     "host_rss_peak_bytes": ("RSS sum", 2.0**-20, "MiB"),

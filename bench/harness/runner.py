@@ -11,7 +11,9 @@ Per repeat (every repeat builds a fresh pipeline and, for replay/train, a fresh 
 4. ``epochs`` measured epochs inside the monitors: per epoch ``epoch_s``, ``images_per_s``,
    ``images``, ``steps``, ``first_batch_s``, ``data_wait_s`` and ``compute_s`` (the per-step
    split; only with ``step_sync``), ``pipeline_batches`` (batches drawn from the pipeline:
-   0 in replay), and ``train_loss`` (replay/train); per repeat the monitor metrics.
+   0 in replay), and ``train_loss`` (replay/train); per repeat the monitor metrics and
+   ``images_per_cpu_s`` (measured images / the process tree's CPU seconds: the CPU cost of
+   an image, robust to other jobs stealing cores on a shared machine).
 5. train: ``test_acc``/``test_loss`` on the ORIGINAL pixels of ``eval_split`` (``eval_s``).
 
 Modes share that protocol and differ only in the batch source and the step:
@@ -187,10 +189,12 @@ def _repeat(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: D
             rows.add("warmup_images_per_s", t.images_per_s, "img/s", repeat=r, epoch=e)
             _add_loss(rows, trainer, r, e)
         mon = Monitor(cfg.pipe.device, cfg.monitor_period_s, pss_period_s=cfg.pss_period_s).start()
+        images = 0
         try:
             for e in range(cfg.warmup, cfg.warmup + cfg.epochs):
                 drawn = counted.drawn
                 t = timed_epoch(source, step, clock, cfg.step_sync)
+                images += t.images
                 if e == 0 and cfg.mode != "replay":  # no warm-up: the first epoch is measured
                     rows.add("ttfb_s", (t.ttfb_ns or 0) / 1e9, "s", repeat=r)
                 _add_epoch(rows, t, r, e, counted.drawn - drawn, cfg.step_sync)
@@ -199,6 +203,8 @@ def _repeat(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: D
             mres = mon.stop()
         for metric, value, unit in mres.metrics():
             rows.add(metric, value, unit, repeat=r)
+        if mres.cpu_seconds > 0:  # CPU cost per image: robust to other jobs stealing the cores
+            rows.add("images_per_cpu_s", images / mres.cpu_seconds, "img/cpu-s", repeat=r)
         for metric, unit, reason in mres.unavailable:
             rows.unavailable(metric, unit, reason, repeat=r)
         if cfg.mode == "train":
