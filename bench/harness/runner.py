@@ -205,6 +205,9 @@ def _repeat(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: D
             rows.add(metric, value, unit, repeat=r)
         if mres.cpu_seconds > 0:  # CPU cost per image: robust to other jobs stealing the cores
             rows.add("images_per_cpu_s", images / mres.cpu_seconds, "img/cpu-s", repeat=r)
+        else:
+            rows.unavailable("images_per_cpu_s", "img/cpu-s", "no CPU time measured (region shorter "
+                             "than the kernel's CPU accounting tick)", repeat=r)
         for metric, unit, reason in mres.unavailable:
             rows.unavailable(metric, unit, reason, repeat=r)
         if cfg.mode == "train":
