@@ -66,6 +66,8 @@ def load_variant(
     or labels that differ from the prepared split's.
     """
     path = Path(path)
+    if path.is_dir():
+        raise InputError("is a folder, not an INR store file", path)
     if not path.is_file():
         raise InputError("no such INR store file", path)
     from inr.store import load
