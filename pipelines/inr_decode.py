@@ -7,10 +7,10 @@ Same function as ``inr.siren.forward`` at coordinates ``theta @ (u, v, 1)``, com
   output grid ``(u, v)`` and augmentation costs nothing per pixel;
 * ``w0`` is folded into the weights and the ``rgb = 0.5 * out + 0.5`` map into the output
   layer once per batch;
-* a channels-first layout: activations ``[B, hidden, P]`` so each layer is a ``baddbmm``
+* a channels-first layout: activations ``[B, hidden, P]`` so each layer is a ``bmm``
   with the long pixel axis as the GEMM's N (``[B, out, in] x [B, in, P]``), and the output
-  is already ``[B, 3, H, W]``;
-* on the CPU images go through in chunks (default 16) so activations stay in L2; each chunk's
+  is already ``[B, 3, H, W]``; the first layer (2 inputs) is two broadcast FMAs instead of a GEMM;
+* on the CPU images go through in chunks (``cpu_chunk``: ~512 KiB of activations) so they stay in L2; each chunk's
   folded weights are one contiguous row (few guards, contiguous GEMM operands);
   ``compile=True`` fuses bias + sine (+ clamp) into one elementwise kernel per layer with
   ``torch.compile`` (chunks are zero-padded to one fixed shape, so it compiles once).
@@ -81,9 +81,11 @@ def _net(flat: torch.Tensor, uv: torch.Tensor, shapes: list[tuple[int, int]], n:
     (``torch.compile`` fuses it into a single kernel per layer).
     """
     layers = unpack(flat, shapes, n)
-    x = uv.to(flat.dtype).unsqueeze(0).expand(n, -1, -1)
+    uv = uv.to(flat.dtype)
+    W, b = layers[0]  # in = 2: two broadcast FMAs, fused with the sine (no K=2 GEMM)
+    x = sin(W[:, :, 0:1] * uv[0] + W[:, :, 1:2] * uv[1] + b)
     last = len(layers) - 1
-    for li, (W, b) in enumerate(layers):
+    for li, (W, b) in enumerate(layers[1:], start=1):
         x = torch.bmm(W, x) + b
         if li < last:
             x = sin(x)
@@ -127,6 +129,14 @@ def fold_weights(weights: Weights, theta: torch.Tensor, arch, dtype: torch.dtype
     return out
 
 
+CPU_ACTIVATION_BYTES = 1 << 19  # one chunk's [n, hidden, P] fp32 activations: ~512 KiB, inside L2
+
+
+def cpu_chunk(arch, size: int) -> int:
+    """Images per chunk on the CPU so a layer's activations stay in L2 (8 for 5x13 at 32x32)."""
+    return max(1, CPU_ACTIVATION_BYTES // (arch.hidden * size * size * 4))
+
+
 class SirenDecoder:
     """Decode ``B`` images at output ``size`` x ``size`` through per-image affine maps ``theta``.
 
@@ -148,7 +158,9 @@ class SirenDecoder:
         self.size = size
         self.device = torch.device(device)
         self.dtype = dtype
-        self.chunk = chunk if chunk is not None else (16 if self.device.type == "cpu" else None)
+        if chunk is None and self.device.type == "cpu":
+            chunk = cpu_chunk(arch, size)
+        self.chunk = chunk
         self.uv = output_grid(size, self.device)
         shapes = layer_shapes(arch)
         if compile:

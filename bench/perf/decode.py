@@ -5,7 +5,8 @@ Per size (default 32 and 224): PIL, ``torchvision.io.decode_jpeg`` and DALI CPU 
 SIREN-initialized weights: decode cost does not depend on the values) in several
 implementations. All on ``--threads`` CPU threads (default 1: per-core figures). INR rows
 also give achieved GFLOP/s (2 * MACs of the linear layers; sines not counted) as a percentage
-of this machine's dense fp32 matmul rate, measured in the same run (``torch.mm`` 2048^3),
+of this machine's dense matmul rate in the same dtype, measured in the same run (``torch.mm``
+2048^3, fp32 and bf16),
 and their agreement with the reference decode (PSNR against ``inr.siren.forward``).
 """
 
@@ -48,12 +49,12 @@ def rate(fn: Callable[[], int], seconds: float, repeats: int) -> dict[str, float
     return {"median": statistics.median(rates), "best": max(rates)}
 
 
-def matmul_peak(threads: int, seconds: float, repeats: int) -> float:
-    """Dense fp32 ``torch.mm`` GFLOP/s (2048 x 2048 x 2048) on ``threads`` threads."""
+def matmul_peak(seconds: float, repeats: int, dtype: Any = None) -> float:
+    """Dense ``torch.mm`` GFLOP/s (2048 x 2048 x 2048, best of ``repeats``) on the current threads."""
     import torch
 
     n = 2048
-    a, b = torch.randn(n, n), torch.randn(n, n)
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     r = rate(lambda: (torch.mm(a, b), 1)[1], seconds, repeats)
     return r["best"] * 2 * n**3 / 1e9
 
@@ -122,12 +123,12 @@ def dali_row(root: Path, n: int, args: argparse.Namespace) -> dict[str, Any]:
     return row
 
 
-def inr_rows(size: int, args: argparse.Namespace, peak: float) -> list[dict[str, Any]]:
+def inr_rows(size: int, args: argparse.Namespace, peaks: dict[str, float]) -> list[dict[str, Any]]:
     import torch
 
     from bench.metrics import mean_psnr, psnr_per_image, to_uint8
     from inr.siren import SirenArch, coord_grid, forward, init_weights
-    from pipelines.inr_decode import SirenDecoder
+    from pipelines.inr_decode import SirenDecoder, cpu_chunk
 
     layers, hidden = ARCH_FOR_SIZE.get(size, (10, 32))
     arch = SirenArch(layers, hidden)
@@ -139,7 +140,7 @@ def inr_rows(size: int, args: argparse.Namespace, peak: float) -> list[dict[str,
     theta = torch.tensor([[1.0, 0, 0], [0, 1.0, 0]]).expand(batch, 2, 3).contiguous()
     ref = forward(weights, coords, arch).clamp(0, 1).view(batch, size, size, 3).permute(0, 3, 1, 2)
     ref8 = to_uint8(ref)
-    auto_chunk = max(1, (1 << 20) // (hidden * pixels * 4))  # activations of a chunk ~ 1 MiB (L2)
+    auto_chunk = cpu_chunk(arch, size)  # activations of a chunk stay in L2
 
     variants: list[tuple[str, Callable[[], torch.Tensor]]] = [
         ("inr.siren.forward (reference: [B,P,h] baddbmm, w0 folded, in-place sin_)", lambda: forward(weights, coords, arch)),
@@ -155,9 +156,10 @@ def inr_rows(size: int, args: argparse.Namespace, peak: float) -> list[dict[str,
     ]):
         dec = SirenDecoder(arch, size, "cpu", **kw)
         variants.append((label, lambda dec=dec: dec(weights, theta)))
+    dtypes = ["fp32"] + ["bf16" if "bf16" in label else "fp32" for label, _ in variants[1:]]
 
     rows = []
-    for label, fn in variants:
+    for (label, fn), dt in zip(variants, dtypes, strict=True):
         t0 = time.perf_counter()
         out = fn()
         first_s = time.perf_counter() - t0
@@ -168,37 +170,43 @@ def inr_rows(size: int, args: argparse.Namespace, peak: float) -> list[dict[str,
         gflops = r["median"] * flops / 1e9
         rows.append({
             "method": f"INR decode SIREN {layers}x{hidden}", "variant": label, "rate": r,
-            "gflops": gflops, "pct_peak": 100 * gflops / peak, "psnr_vs_reference_db": psnr, "first_call_s": first_s,
+            "gflops": gflops, "pct_peak": 100 * gflops / peaks[dt], "peak_dtype": dt,
+            "psnr_vs_reference_db": psnr, "first_call_s": first_s,
         })
     return rows
+
+
+def _line(r: dict[str, Any]) -> str:
+    if "skipped" in r:
+        return f"{r['size']:>4}  {'skipped':>9}  {'':>7}  {'':>5}  {'':>6}  {r['method']}: {r['skipped']}"
+    g = f"{r['gflops']:7.1f}" if "gflops" in r else f"{'':>7}"
+    pp = f"{r['pct_peak']:5.1f}" if "pct_peak" in r else f"{'':>5}"
+    ps = f"{r['psnr_vs_reference_db']:6.1f}" if "psnr_vs_reference_db" in r else f"{'':>6}"
+    return f"{r['size']:>4}  {r['images_per_s']:9.0f}  {g}  {pp}  {ps}  {r['method']} / {r['variant']}"
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    peak = matmul_peak(args.threads, args.seconds, args.repeats)
-    results: dict[str, Any] = {"threads": args.threads, "matmul_peak_gflops": peak, "rows": []}
+    peaks = {"fp32": matmul_peak(args.seconds, args.repeats), "bf16": matmul_peak(args.seconds, args.repeats, torch.bfloat16)}
+    results: dict[str, Any] = {"threads": args.threads, "matmul_peak_gflops": peaks, "rows": []}
+    if not args.json:
+        print(f"threads: {args.threads}   dense matmul (torch.mm 2048^3): fp32 {peaks['fp32']:.1f} GFLOP/s, "
+              f"bf16 {peaks['bf16']:.1f} GFLOP/s (%peak of an INR row: against its own dtype)")
+        print("PSNR: INR variant vs the reference decode (8-bit, 100 = identical)")
+        print(f"{'size':>4}  {'img/s':>9}  {'GFLOP/s':>7}  {'%peak':>5}  {'PSNR':>6}  method / variant", flush=True)
     with tempfile.TemporaryDirectory(prefix="inrbench-perf-decode-") as tmp:
         for size in args.sizes:
             root, blobs = photo_jpegs(size, Path(tmp))
-            for row in jpeg_rows(size, root, blobs, args) + inr_rows(size, args, peak):
+            for row in jpeg_rows(size, root, blobs, args) + inr_rows(size, args, peaks):
                 row["size"] = size
                 if "rate" in row:
                     row["images_per_s"] = row["rate"]["median"]
                     row["images_per_s_per_thread"] = row["rate"]["median"] / args.threads
                 results["rows"].append(row)
+                if not args.json:
+                    print(_line(row), flush=True)
     if args.json:
         print(json.dumps(results, indent=2))
-        return 0
-    print(f"threads: {args.threads}   dense fp32 matmul (torch.mm 2048^3): {peak:.1f} GFLOP/s")
-    print(f"{'size':>4}  {'img/s':>9}  {'GFLOP/s':>7}  {'%peak':>5}  {'PSNR':>6}  method / variant")
-    for r in results["rows"]:
-        if "skipped" in r:
-            print(f"{r['size']:>4}  {'skipped':>9}  {'':>7}  {'':>5}  {'':>6}  {r['method']}: {r['skipped']}")
-            continue
-        g = f"{r['gflops']:7.1f}" if "gflops" in r else f"{'':>7}"
-        pp = f"{r['pct_peak']:5.1f}" if "pct_peak" in r else f"{'':>5}"
-        ps = f"{r['psnr_vs_reference_db']:6.1f}" if "psnr_vs_reference_db" in r else f"{'':>6}"
-        print(f"{r['size']:>4}  {r['images_per_s']:9.0f}  {g}  {pp}  {ps}  {r['method']} / {r['variant']}")
     return 0
