@@ -204,3 +204,42 @@ def _assert_gone(pids: list[int], timeout: float = 10.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"cell processes {alive} outlived the sweep")
+
+
+def test_builtin_sweeps_are_valid_and_cover_every_stage(capsys):
+    from bench.cli import main as cli_main
+    from bench.sweep.spec import builtin_names
+
+    assert {"demo", "paper", "design-space"} <= set(builtin_names())
+    demo = load_sweep("demo")
+    kinds = {c.kind for c in demo.cells}
+    assert kinds == {"prepare", "encode", "compare", "bench"} and demo.device == "cpu" and demo.report
+    bench = {(c.pipeline, c.mode) for c in demo.cells if c.kind == "bench"}
+    assert bench == {(p, m) for p in ("raw", "torch-jpeg", "dali", "inr") for m in ("loader", "replay", "train")}
+    assert all(c.store for c in demo.cells if c.kind == "bench" and c.pipeline == "inr")
+    enc = {c.name: c for c in demo.cells if c.kind == "encode"}
+    assert enc["pruned-8bit"].prune and enc["pruned-8bit"].bits and enc["8bit"].bits and not enc["fp32"].bits
+
+    paper = load_sweep("paper", device="cpu")  # --device overrides the file's cuda
+    assert paper.device == "cpu" and all(c.device == "cpu" for c in paper.cells if hasattr(c, "device"))
+    roots = {c.root for c in paper.cells if c.kind == "prepare"}
+    assert roots == {"cifar-10-batches-py", "flowers102", "mini-imagenet"}
+
+    ds = load_sweep("design-space")
+    axes = {k for c in ds.cells if c.kind == "encode" for k in ("layers", "hidden", "w0", "lr", "iterations")
+            if len({getattr(e, k) for e in ds.cells if e.kind == "encode"}) > 1}
+    assert axes == {"layers", "hidden", "w0", "lr", "iterations"}
+
+    assert cli_main(["sweep", "paper", "--list", "--data-root", "/data/sets"]) == 0
+    listing = capsys.readouterr().out
+    assert "inrbench prepare cifar10 --root /data/sets/cifar-10-batches-py" in listing
+
+
+def test_cli_bad_sweep_names(tmp_path, capsys):
+    from bench.cli import main as cli_main
+
+    assert cli_main(["sweep", "no-such-sweep", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown sweep 'no-such-sweep'; built-in: " in err and "Traceback" not in err
+    assert cli_main(["sweep", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml: no such sweep file" in capsys.readouterr().err
