@@ -363,7 +363,9 @@ def design_space_points(x: ReportInputs) -> pd.DataFrame:
                 continue
             out.append({"param": p, "value": float(c[p]), "psnr": psnr[store_stem(c.get("name") or c["id"])],
                         "cell": c["id"]})
-    return pd.DataFrame(out, columns=["param", "value", "psnr", "cell"])
+    df = pd.DataFrame(out, columns=["param", "value", "psnr", "cell"])
+    df["_p"] = [varying.index(p) for p in df["param"]]
+    return df.sort_values(["_p", "value"]).drop(columns="_p").reset_index(drop=True)
 
 
 def _design_space(doc: _Doc, x: ReportInputs) -> None:

@@ -146,6 +146,8 @@ def design_space_figure(ds: pd.DataFrame):
         ax.plot(d["value"], d["psnr"], marker="o", color=plotstyle.color("inr"))
         if p in ("lr", "iterations") and (d["value"] > 0).all():
             ax.set_xscale("log")
+            ax.minorticks_off()
+        ax.set_xticks(list(d["value"]), [f"{v:g}" for v in d["value"]])
         ax.set_xlabel(p)
         ax.set_ylabel("PSNR (dB)")
     fig.suptitle("INR design space")
