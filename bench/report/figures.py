@@ -122,6 +122,8 @@ def accuracy_figure(acc: pd.DataFrame):
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    rank = {p: i for i, p in enumerate(N.PIPELINE_ORDER)}
+    d = d.assign(_k=[rank.get(p, len(rank)) for p in d["pipeline"]]).sort_values(["dataset", "_k", "pipeline"])
     for _, r in d.iterrows():
         p = r["pipeline"]
         ax.errorbar(r["bytes_per_image"], 100 * r["median"],
