@@ -181,8 +181,6 @@ def optimize(
     masks: Sequence[torch.Tensor | None] | None = None,
     transform: Callable[[Weights], Weights] | None = None,
     autocast: str = "none",
-    best_psnr: torch.Tensor | None = None,
-    best_weights: Weights | None = None,
 ) -> tuple[Weights, torch.Tensor]:
     """Adam + cosine schedule on a chunk; returns the best weights per image and their PSNR.
 
@@ -194,8 +192,9 @@ def optimize(
         transform: applied to the weights inside the forward (e.g. straight-through fake
             quantization); the kept weights are the *untransformed* ones whose transform
             scored best, and the returned PSNR is the PSNR of ``transform(kept)``.
-        best_psnr / best_weights: a starting "best" to beat (e.g. the weights before a fine-tune);
-            without them the starting weights are the first candidate.
+        autocast: "bf16" / "fp16" run the matmuls in that precision on CUDA (ignored on CPU);
+            the keep-best PSNR is then measured with a float32 forward.
+    The starting weights are the first keep-best candidate (a fine-tune never returns worse).
     Returns:
         (best weights float32 on ``targets.device``, best PSNR ``[B]`` float64).
     """
@@ -206,12 +205,8 @@ def optimize(
     for T, m in zip(thetas, mts, strict=True):
         if m is not None:
             T.mul_(m)
-    if best_weights is None:
-        best = [T.clone() for T in thetas]
-        best_p = torch.full((B,), -math.inf, dtype=torch.float64, device=dev)
-    else:
-        best = [T.to(dev, torch.float32) for T in to_theta(best_weights)]
-        best_p = best_psnr.to(dev, torch.float64).clone()
+    best = [T.clone() for T in thetas]
+    best_p = torch.full((B,), -math.inf, dtype=torch.float64, device=dev)
     t255 = targets.permute(0, 2, 1).to(torch.float32)  # [B, 3, P]
     t01 = t255 / 255.0
     P = t255.shape[2]
