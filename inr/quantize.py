@@ -86,7 +86,13 @@ def keep_matrix(mask: torch.Tensor | None, shape: tuple[int, int, int], device=N
 
 
 def _next_half(x: torch.Tensor, up: bool) -> torch.Tensor:
-    return torch.nextafter(x, torch.full_like(x, float("inf") if up else float("-inf")))
+    """The float16 neighbour of float16 ``x`` towards +inf (``up``) or -inf, by bit arithmetic
+    (same as ``torch.nextafter``, which not every device implements for half)."""
+    i = x.contiguous().view(torch.int16)
+    away = (x > 0) if up else (x < 0)  # moving away from zero: magnitude + 1 ulp
+    step = torch.where(away, i + 1, i - 1)
+    tiny = torch.tensor(0x0001 if up else -0x7FFF, dtype=torch.int16, device=x.device)  # +-smallest subnormal
+    return torch.where(x == 0, tiny, step).view(torch.float16)
 
 
 def scales(M: torch.Tensor, keep: torch.Tensor, bits: int, per_channel: bool) -> tuple[torch.Tensor, torch.Tensor]:
