@@ -161,16 +161,15 @@ def _free_device_memory(device: str) -> None:
 
 def _repeat(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: DeviceClock) -> None:
     """One repeat: build, first batch, warm-up, measured epochs under the monitors, eval."""
-    t0 = clock.now()
-    store = Path(cfg.store) if cfg.store else None
     import pipelines
 
-    pipe = pipelines.create(cfg.pipeline, data, cfg.pipe, store=store)
+    t0 = clock.now()
+    pipe = pipelines.create(cfg.pipeline, data, cfg.pipe, store=Path(cfg.store) if cfg.store else None)
     try:
         rows.add("build_s", (clock.now() - t0) / 1e9, "s", repeat=r)
-        res = pipe.resident_bytes()
-        rows.add("resident_device_bytes", res.get("device", 0), "bytes", repeat=r)
-        rows.add("resident_host_bytes", res.get("host", 0), "bytes", repeat=r)
+        held = pipe.resident_bytes()
+        rows.add("resident_device_bytes", held.get("device", 0), "bytes", repeat=r)
+        rows.add("resident_host_bytes", held.get("host", 0), "bytes", repeat=r)
         counted = CountingSource(pipe)
         steps_per_epoch = len(pipe)
         source: Any = counted
@@ -180,40 +179,51 @@ def _repeat(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: D
         trainer = _trainer(cfg, data, steps_per_epoch) if cfg.mode != "loader" else None
         step = trainer.step if trainer is not None else _no_step
         for e in range(cfg.warmup):
-            t = timed_epoch(source, step, clock, cfg.step_sync)
-            if t.steps == 0:
-                raise RuntimeError(f"warm-up epoch {e} of repeat {r} yielded no batch")
-            if e == 0 and cfg.mode != "replay":
-                rows.add("ttfb_s", (t.ttfb_ns or 0) / 1e9, "s", repeat=r)
+            t = _epoch(cfg, source, step, clock, rows, r, e)
             rows.add("warmup_epoch_s", t.seconds, "s", repeat=r, epoch=e)
             rows.add("warmup_images_per_s", t.images_per_s, "img/s", repeat=r, epoch=e)
             _add_loss(rows, trainer, r, e)
-        mon = Monitor(cfg.pipe.device, cfg.monitor_period_s, pss_period_s=cfg.pss_period_s).start()
-        images = 0
-        try:
-            for e in range(cfg.warmup, cfg.warmup + cfg.epochs):
-                drawn = counted.drawn
-                t = timed_epoch(source, step, clock, cfg.step_sync)
-                images += t.images
-                if e == 0 and cfg.mode != "replay":  # no warm-up: the first epoch is measured
-                    rows.add("ttfb_s", (t.ttfb_ns or 0) / 1e9, "s", repeat=r)
-                _add_epoch(rows, t, r, e, counted.drawn - drawn, cfg.step_sync)
-                _add_loss(rows, trainer, r, e)
-        finally:
-            mres = mon.stop()
-        for metric, value, unit in mres.metrics():
-            rows.add(metric, value, unit, repeat=r)
-        if mres.cpu_seconds > 0:  # CPU cost per image: robust to other jobs stealing the cores
-            rows.add("images_per_cpu_s", images / mres.cpu_seconds, "img/cpu-s", repeat=r)
-        else:
-            rows.unavailable("images_per_cpu_s", "img/cpu-s", "no CPU time measured (region shorter "
-                             "than the kernel's CPU accounting tick)", repeat=r)
-        for metric, unit, reason in mres.unavailable:
-            rows.unavailable(metric, unit, reason, repeat=r)
+        _measure(cfg, source, counted, step, trainer, clock, rows, r)
         if cfg.mode == "train":
             _add_eval(cfg, data, trainer, clock, rows, r)
     finally:
         pipe.close()
+
+
+def _epoch(cfg: BenchConfig, source: Any, step: Any, clock: DeviceClock, rows: results.RunRows,
+           r: int, e: int) -> EpochTiming:
+    """One timed epoch; the repeat's first epoch also gives ``ttfb_s`` (replay took it earlier)."""
+    t = timed_epoch(source, step, clock, cfg.step_sync)
+    if t.steps == 0:
+        raise RuntimeError(f"epoch {e} of repeat {r} yielded no batch")
+    if e == 0 and cfg.mode != "replay":
+        rows.add("ttfb_s", (t.ttfb_ns or 0) / 1e9, "s", repeat=r)
+    return t
+
+
+def _measure(cfg: BenchConfig, source: Any, counted: CountingSource, step: Any, trainer: Any,
+             clock: DeviceClock, rows: results.RunRows, r: int) -> None:
+    """The measured epochs, inside the monitors; then the monitors' rows."""
+    mon = Monitor(cfg.pipe.device, cfg.monitor_period_s, pss_period_s=cfg.pss_period_s).start()
+    images = 0
+    try:
+        for e in range(cfg.warmup, cfg.warmup + cfg.epochs):
+            drawn = counted.drawn
+            t = _epoch(cfg, source, step, clock, rows, r, e)
+            images += t.images
+            _add_epoch(rows, t, r, e, counted.drawn - drawn, cfg.step_sync)
+            _add_loss(rows, trainer, r, e)
+    finally:
+        mres = mon.stop()
+    for metric, value, unit in mres.metrics():
+        rows.add(metric, value, unit, repeat=r)
+    if mres.cpu_seconds > 0:  # CPU cost per image: robust to other jobs stealing the cores
+        rows.add("images_per_cpu_s", images / mres.cpu_seconds, "img/cpu-s", repeat=r)
+    else:
+        rows.unavailable("images_per_cpu_s", "img/cpu-s", "no CPU time measured (region shorter "
+                         "than the kernel's CPU accounting tick)", repeat=r)
+    for metric, unit, reason in mres.unavailable:
+        rows.unavailable(metric, unit, reason, repeat=r)
 
 
 def _no_step(batch: Any) -> None:
@@ -255,8 +265,6 @@ def _trainer(cfg: BenchConfig, data: Any, steps_per_epoch: int) -> Any:
 
 
 def _add_epoch(rows: results.RunRows, t: EpochTiming, r: int, e: int, drawn: int, step_sync: bool) -> None:
-    if t.steps == 0:
-        raise RuntimeError(f"epoch {e} of repeat {r} yielded no batch")
     rows.add("epoch_s", t.seconds, "s", repeat=r, epoch=e)
     rows.add("images_per_s", t.images_per_s, "img/s", repeat=r, epoch=e)
     rows.add("images", t.images, "1", repeat=r, epoch=e)
