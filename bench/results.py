@@ -39,6 +39,9 @@ Storage layout under a results folder ``OUT`` (chosen so concurrent runs never l
     OUT/runs/<run_id>/steps.csv    ok runs only: per-step samples of every measured epoch
                                    (``repeat, epoch, step, wait_s, compute_s, images``), for
                                    distributions (stalls, worker start-up); not in the merged views
+    OUT/runs/<run_id>/monitor.csv  ok runs only: the monitors' samples over the measured region
+                                   (``repeat, t_s, cores_busy, rss_bytes, gpu_mem_used_bytes,
+                                   gpu_util_pct``; GPU columns empty without NVML)
     OUT/results.csv                merged view of every runs/*/rows.csv, rebuilt atomically
                                    (temp file + rename) after each run
     OUT/results.parquet            the same view, when pyarrow is importable
@@ -87,6 +90,7 @@ ROWS_FILE = "rows.csv"
 CONFIG_FILE = "config.json"
 ENV_FILE = "env.json"
 STEPS_FILE = "steps.csv"
+MONITOR_FILE = "monitor.csv"
 MERGED_CSV = "results.csv"
 MERGED_PARQUET = "results.parquet"
 
@@ -131,6 +135,7 @@ class RunRows:
     config: Mapping[str, Any] = field(default_factory=dict)
     _rows: list[dict[str, Any]] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
+    monitor: list[dict[str, Any]] = field(default_factory=list)
     status: str = "ok"
 
     def __post_init__(self) -> None:
@@ -164,6 +169,11 @@ class RunRows:
         self.steps += [{"repeat": repeat, "epoch": epoch, "step": i, "wait_s": w, "compute_s": c, "images": n}
                        for i, (w, c, n) in enumerate(zip(wait_s, compute_s, images, strict=True))]
 
+    def add_monitor_samples(self, repeat: int, samples: Iterable[Sequence[Any]]) -> None:
+        """Monitor samples ``(t_s, cores_busy, rss_bytes, gpu_mem_used_bytes, gpu_util_pct)``."""
+        cols = ("t_s", "cores_busy", "rss_bytes", "gpu_mem_used_bytes", "gpu_util_pct")
+        self.monitor += [{"repeat": repeat, **dict(zip(cols, smp, strict=True))} for smp in samples]
+
     def unavailable(self, metric: str, unit: str, reason: str, repeat: int | None = None) -> None:
         """One metric cannot be measured here: a ``skip`` row for it with the reason."""
         if self.status != "ok":
@@ -175,7 +185,7 @@ class RunRows:
     def _mark(self, status: str, reason: str) -> None:
         reason = _one_line(reason, status)
         self.status = status
-        self.steps = []
+        self.steps, self.monitor = [], []
         self._rows = [{**self._base(), "repeat": None, "epoch": None, "metric": "run",
                        "value": float("nan"), "unit": "", "status": status, "reason": reason}]
 
@@ -233,11 +243,11 @@ def write_run(out: str | Path, run: RunRows) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / CONFIG_FILE, dict(run.config))
     df = to_frame(rows)
-    if run.steps:
-        import pandas as pd
+    import pandas as pd
 
-        steps = pd.DataFrame(run.steps).to_csv(index=False).encode("utf-8")
-        atomic_write_bytes(run_dir / STEPS_FILE, steps)
+    for records, name in ((run.steps, STEPS_FILE), (run.monitor, MONITOR_FILE)):
+        if records:
+            atomic_write_bytes(run_dir / name, pd.DataFrame(records).to_csv(index=False).encode("utf-8"))
     atomic_write_bytes(run_dir / ROWS_FILE, df.to_csv(index=False).encode("utf-8"))
     rebuild_views(out)
     return run_dir

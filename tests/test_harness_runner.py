@@ -156,6 +156,8 @@ def test_loader_rows_protocol(data, tmp_path):
     steps = pd.read_csv(out.run_dir / "steps.csv")
     assert len(steps) == 12 and steps.groupby(["repeat", "epoch"]).images.sum().eq(N_TRAIN).all()
     assert steps.groupby(["repeat", "epoch"]).wait_s.sum().values == pytest.approx(w.sort_index().values)
+    mon = pd.read_csv(out.run_dir / "monitor.csv")
+    assert set(mon.repeat) == {0, 1} and (mon.rss_bytes > 0).all() and mon.gpu_mem_used_bytes.isna().all()
 
 
 def test_replay_does_no_decoding(data, tmp_path):
@@ -199,6 +201,23 @@ def test_unavailable_is_a_skip_row_exit_0(data, tmp_path, capsys):
     assert "SKIP" in capsys.readouterr().out
 
 
+def test_cli_ok_run_prints_summary(data, tmp_path, capsys):
+    from bench.commands import bench as cmd
+
+    p = argparse.ArgumentParser()
+    cmd.add_arguments(p)
+    args = p.parse_args(["--pipeline", "test-counting", "--data", str(data), "--device", "cpu",
+                         "--mode", "train", "--backbone", "small-cnn", "--crop", "random-pad",
+                         "--repeats", "1", "--epochs", "1", "--warmup", "0", "--batch-size", "16",
+                         "--workers", "0", "--threads", "1", "--out", str(tmp_path)])
+    assert cmd.run(args) == 0
+    text = capsys.readouterr().out
+    assert "test-counting train on tiny8" in text and "img/s" in text and "test acc" in text
+    cfg = json.loads(next((tmp_path / "runs").glob("*/config.json")).read_text())
+    assert cfg["pipe"]["augment"]["crop"] == "random-pad" and cfg["pipe"]["augment"]["size"] == 8
+    assert cfg["backbone"] == "small-cnn" and cfg["torch_threads"] == 1
+
+
 @pytest.mark.parametrize("exc, code", [(RuntimeError, EXIT_ERROR), (torch.OutOfMemoryError, EXIT_OOM)])
 def test_crash_mid_run_is_one_error_row_nonzero_exit(data, tmp_path, exc, code):
     CountingFake.fail_after = 7  # warm-up (3) and measured epoch 1 (3) give rows, then it fails
@@ -207,7 +226,7 @@ def test_crash_mid_run_is_one_error_row_nonzero_exit(data, tmp_path, exc, code):
     assert out.exit_code == code != 0 and out.status == "error"
     df = R.read_results(tmp_path)
     assert len(df) == 1  # the rows measured before the crash are NOT kept
-    assert not (out.run_dir / "steps.csv").exists()
+    assert not (out.run_dir / "steps.csv").exists() and not (out.run_dir / "monitor.csv").exists()
     assert df.iloc[0].status == "error" and df.iloc[0].metric == "run"
     assert ("out of memory" in df.iloc[0].reason) == (code == EXIT_OOM)
 

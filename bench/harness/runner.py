@@ -224,6 +224,7 @@ def _measure(cfg: BenchConfig, source: Any, counted: CountingSource, step: Any, 
                          "than the kernel's CPU accounting tick)", repeat=r)
     for metric, unit, reason in mres.unavailable:
         rows.unavailable(metric, unit, reason, repeat=r)
+    rows.add_monitor_samples(r, mres.samples)
 
 
 def _no_step(batch: Any) -> None:
