@@ -218,6 +218,17 @@ def test_cli_ok_run_prints_summary(data, tmp_path, capsys):
     assert cfg["backbone"] == "small-cnn" and cfg["torch_threads"] == 1
 
 
+def test_cuda_requested_without_cuda_is_a_skip_row(data, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here: the no-CUDA path cannot be exercised")
+    cfg = _cfg(data, "loader")
+    cfg = BenchConfig(**{**cfg.__dict__, "pipe": PipelineConfig(batch_size=BS, device="cuda", workers=0)})
+    out = run_bench(cfg, tmp_path)
+    df = R.read_results(tmp_path)
+    assert out.exit_code == EXIT_OK and out.status == "skip" and len(df) == 1
+    assert "cuda" in df.iloc[0].reason and CountingFake.decoded == 0
+
+
 @pytest.mark.parametrize("exc, code", [(RuntimeError, EXIT_ERROR), (torch.OutOfMemoryError, EXIT_OOM)])
 def test_crash_mid_run_is_one_error_row_nonzero_exit(data, tmp_path, exc, code):
     CountingFake.fail_after = 7  # warm-up (3) and measured epoch 1 (3) give rows, then it fails

@@ -20,7 +20,8 @@ Modes share that protocol and differ only in the batch source and the step:
 ``loader`` = pipeline, no-op step; ``replay`` = cached batches, train step; ``train`` =
 pipeline, train step. Epoch indices count warm-up epochs first (0-based within a repeat).
 
-Outcomes: ``Unavailable`` -> one skip row, exit 0. Out of memory -> one error row, exit 3.
+Outcomes: ``Unavailable`` (from the adapter, or ``--device cuda`` on a machine without CUDA)
+-> one skip row, exit 0. Out of memory -> one error row, exit 3.
 Any other exception -> one error row, exit 1 (traceback on stderr). Bad input
 (``InputError``) -> one error row, then the CLI prints one line and exits 2. Rows are written
 together when the run ends, so a failed run never leaves partial rows that read as results.
@@ -112,6 +113,7 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
         from bench.datasets.prepared import open_prepared
 
         data = open_prepared(cfg.data)
+        _require_device(cfg.pipe.device)
         clock = clock or clock_for(cfg.pipe.device)
         for r in range(cfg.repeats):
             _repeat(cfg, data, rows, r, clock)
@@ -130,6 +132,18 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
     results.write_env(Path(out) / results.RUNS_DIR / rows.run_id)
     run_dir = results.write_run(out, rows)
     return RunOutcome(rows.run_id, run_dir, rows.status, code, rows, input_error)
+
+
+def _require_device(device: str) -> None:
+    """A CUDA run on a machine without CUDA cannot run here: ``Unavailable`` (a skip row)."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise Unavailable(f"device {device} requested but torch.cuda.is_available() is False here")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise Unavailable(f"device {device} requested but only {torch.cuda.device_count()} CUDA device(s) here")
 
 
 def _set_threads(n: int | None) -> int:
