@@ -38,8 +38,8 @@ def _rusage_cpu() -> float:
 
 def test_child_burning_one_core_reads_about_one_core():
     """The monitor's cores-busy equals the kernel's own accounting within 0.15 cores, and is
-    ~1 core: 0.6 .. 1.4 on an idle machine. When other jobs steal the CPU (2 shared cores),
-    the child itself gets less; the absolute check then uses the kernel's figure as truth.
+    ~1 core (0.6 .. 1.4) whenever the kernel says the child got its core. When other jobs
+    steal the CPU (2 shared cores) the child gets less, and only the accounting check applies.
     """
     ctx = mp.get_context("fork")
     cpu0 = _rusage_cpu()
@@ -48,13 +48,13 @@ def test_child_burning_one_core_reads_about_one_core():
     child.start()
     child.join()
     res = mon.stop()
-    truth = (_rusage_cpu() - cpu0) / res.wall_s
+    # the kernel's figure, less the monitor's own reads (which the monitor excludes by design)
+    truth = (_rusage_cpu() - cpu0 - res.monitor_cpu_seconds) / res.wall_s
     assert 1.4 < res.wall_s < 3.0
     assert abs(res.cores_busy - truth) <= 0.15, (res.cores_busy, truth)
     if truth >= 0.8:  # the child got (nearly) its core: the headline reading
         assert 0.6 <= res.cores_busy <= 1.4, res.cores_busy
-    else:
-        assert res.cores_busy >= 0.3, f"machine overloaded: kernel says {truth:.2f} cores"
+    # else: other jobs took the cores; the accounting check above is the one that holds
     busy = sorted(s[1] for s in res.samples)
     assert len(busy) >= 10
     assert res.rss_peak_bytes > 10 * 2**20  # this python + torch at least
