@@ -12,6 +12,7 @@ one (on the same machine, device and thread count).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections.abc import Callable
@@ -22,11 +23,20 @@ import numpy as np
 import torch
 
 from bench.atomic import atomic_write_json
+from bench.datasets.prepared import sha256_array
 from bench.errors import InputError
 from inr import store
-from inr.fit import FitConfig, as_image_array, decode_psnr, fit, images_to_targets, optimize
+from inr.fit import (
+    FitConfig,
+    FitResult,
+    as_image_array,
+    decode_psnr,
+    fit,
+    images_to_targets,
+    optimize,
+)
 from inr.prune import PruneConfig, prune_dynamic, prune_iterative
-from inr.quantize import QLayer, QuantConfig, dequantize, fake_quantize, quantize
+from inr.quantize import FLOAT_BITS, QLayer, QuantConfig, dequantize, fake_quantize, quantize
 from inr.siren import coord_grid
 
 WORK_SUFFIX = ".work"
@@ -70,17 +80,46 @@ class Encoded:
     stages: dict = field(default_factory=dict)  # mean PSNR after each stage, prune ratios
 
 
+def _cached_fit(imgs: np.ndarray, cfg: EncodeConfig, dev, first_index: int, cache: Path | None, progress) -> FitResult:
+    """``fit``, or its float32 result from ``cache`` (a store file keyed by fit config, images, index)."""
+    if cache is None:
+        return fit(imgs, cfg.fit, device=dev, first_index=first_index, progress=progress)
+    key = hashlib.sha256(json.dumps(
+        {"fit": cfg.fit.to_dict(), "first_index": first_index, "pixels": sha256_array(np.asarray(imgs))},
+        sort_keys=True, default=str).encode()).hexdigest()[:24]
+    path = Path(cache) / f"fit_{key}.inr"
+    if path.exists():
+        try:
+            st = store.load(path, "cpu")
+            weights = dequantize(st.quantized_layers())
+            psnr = decode_psnr(weights, imgs, cfg.fit.arch, device=dev)
+            if progress is not None:
+                progress(imgs.shape[0], psnr)
+            return FitResult(weights=weights, psnr=psnr, config=cfg.fit, extra={"cached": str(path)})
+        except InputError:
+            pass  # a damaged cache entry is refitted and rewritten
+    res = fit(imgs, cfg.fit, device=dev, first_index=first_index, progress=progress)
+    layers = quantize(res.weights, QuantConfig((FLOAT_BITS,) * cfg.fit.arch.num_linear))
+    store.save(path, cfg.fit.arch, imgs.shape[1:3], np.zeros(imgs.shape[0], np.int64), layers, psnr=res.psnr,
+               meta={"fit_cache": cfg.fit.to_dict(), "first_index": first_index})
+    return res
+
+
 def encode_images(
     images, cfg: EncodeConfig, device: str | torch.device = "cpu", first_index: int = 0,
-    progress: Callable[[int, np.ndarray], None] | None = None,
+    progress: Callable[[int, np.ndarray], None] | None = None, fit_cache: str | Path | None = None,
 ) -> Encoded:
-    """Encode uint8 ``[N, H, W, 3]`` images (no files): the unit of work of a shard."""
+    """Encode uint8 ``[N, H, W, 3]`` images (no files but the optional fit cache): the unit of work of a shard.
+
+    ``fit_cache``: a folder where float32 fits are kept and reused by later encodes of the same
+    images with the same ``FitConfig`` (e.g. the fp32 / 8-bit / pruned variants of one sweep).
+    """
     imgs = as_image_array(images)
     dev = torch.device(device)
     arch = cfg.fit.arch
     # progress is reported once the images are final (after prune / quantize) when those stages run
     late = cfg.prune.enabled or cfg.qat_iterations > 0
-    res = fit(imgs, cfg.fit, device=dev, first_index=first_index, progress=None if late else progress)
+    res = _cached_fit(imgs, cfg, dev, first_index, None if fit_cache is None else Path(fit_cache), None if late else progress)
     stages = {"fit_psnr": float(res.psnr.mean()) if len(res.psnr) else None}
     weights, masks = res.weights, None
     if cfg.prune.budget_db is not None:
@@ -134,13 +173,15 @@ def encode_split(
     source: dict | None = None,
     progress: Callable[[int, np.ndarray], None] | None = None,
     keep_work: bool = False,
+    fit_cache: str | Path | None = None,
 ) -> Path:
     """Encode ``images`` (uint8 ``[N, H, W, 3]``) with ``labels`` (int64 ``[N]``) into the store ``out``.
 
     Resumable: finished shards in ``OUT.work/`` are reused when ``config.json`` there matches.
     ``source`` (e.g. the prepared dataset's identity) is recorded in the store's meta and
     checked on resume. ``progress(n_images, psnr [n])`` is called as images finish
-    (immediately for shards found finished).
+    (immediately for shards found finished). ``fit_cache``: see ``encode_images`` (the fit is
+    deterministic, so a cached fit gives the same file as a fresh one).
     """
     out = Path(out)
     imgs = as_image_array(images, str(out))
@@ -178,7 +219,7 @@ def encode_split(
                     continue
             except InputError:
                 pass  # a damaged shard is recomputed
-        enc = encode_images(imgs[s:e], cfg, device=device, first_index=s, progress=progress)
+        enc = encode_images(imgs[s:e], cfg, device=device, first_index=s, progress=progress, fit_cache=fit_cache)
         store.save(sp, cfg.fit.arch, (h, w), labels[s:e], enc.layers, psnr=enc.psnr,
                    meta={"shard": si, "first_index": s, "stages": enc.stages}, per_channel=cfg.quant.per_channel)
     parts, psnrs = [], []

@@ -96,3 +96,16 @@ def test_cli_encode_and_inspect(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "nope.inr")]) == 2
     assert "no such INR store file" in capsys.readouterr().err
     assert main(["encode", str(prepared), "--bits", "3", "--out", str(tmp_path / "x.inr")]) == 2
+
+
+def test_fit_cache_reuses_fits_and_changes_nothing(tmp_path):
+    imgs, labels = smooth_images(4, 10, 10), np.arange(4)
+    cache = tmp_path / "cache"
+    plain = encode_split(imgs, labels, small_cfg(), tmp_path / "plain.inr")
+    first = encode_split(imgs, labels, small_cfg(), tmp_path / "first.inr", fit_cache=cache)
+    entries = sorted(cache.glob("fit_*.inr"))
+    assert len(entries) == 2  # one per shard
+    stamp = [p.stat().st_mtime_ns for p in entries]
+    again = encode_split(imgs, labels, small_cfg(), tmp_path / "again.inr", fit_cache=cache)
+    assert [p.stat().st_mtime_ns for p in entries] == stamp  # reused, not refitted
+    assert plain.read_bytes() == first.read_bytes() == again.read_bytes()

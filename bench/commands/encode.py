@@ -42,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--shard-size", type=int, help="images per resumable shard (default 1024 on CPU, 16384 on CUDA)")
     g.add_argument("--limit", type=int, help="encode only the first N images of the split")
     g.add_argument("--keep-work", action="store_true", help="keep the shard folder after success")
+    g.add_argument("--fit-cache", help="folder of float32 fits reused by encodes of the same images and fit config")
     g.add_argument("--no-progress", action="store_true")
 
 
@@ -106,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
         bar.set_postfix(psnr=f"{np.nanmean(np.concatenate(psnrs)):.2f}dB")
 
     try:
-        out = encode_split(images, labels, cfg, args.out, device=args.device, source=source, progress=progress, keep_work=args.keep_work)
+        out = encode_split(images, labels, cfg, args.out, device=args.device, source=source, progress=progress,
+                           keep_work=args.keep_work, fit_cache=args.fit_cache)
     finally:
         bar.close()
     st = load(out, "cpu")
