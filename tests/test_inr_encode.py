@@ -74,7 +74,7 @@ def test_resume_refuses_a_work_folder_of_another_config(tmp_path):
 def test_cli_encode_and_inspect(tmp_path, capsys):
     from bench.datasets.prepared import SplitData, write_prepared
 
-    imgs = smooth_images(5, 12, 12)
+    imgs = smooth_images(5, 12, 16)  # non-square
     prepared = write_prepared(tmp_path / "prep", {"train": SplitData(imgs, np.arange(5) % 2)}, {"source": "test", "classes": ["a", "b"]})
     out = tmp_path / "s.inr"
     rc = main([
@@ -86,12 +86,14 @@ def test_cli_encode_and_inspect(tmp_path, capsys):
     capsys.readouterr()
     assert main(["inspect", str(out), "--json"]) == 0
     s = json.loads(capsys.readouterr().out)
-    assert s["num_images"] == 5 and s["bits"] == [16, 8, 16] and s["image_size"] == [12, 12]
+    assert s["num_images"] == 5 and s["bits"] == [16, 8, 16] and s["image_size"] == [12, 16]
     assert s["bytes_per_image"] == out.stat().st_size / 5
     assert abs(s["pruned_fraction_of_weights"] - 0.2) < 0.01
     assert abs(s["psnr_db"]["mean"] - float(store.load(out).psnr.mean())) < 1e-6 and s["psnr_db"]["min"] > 10
     assert main(["inspect", str(out)]) == 0
     assert "bytes/image" in capsys.readouterr().out
+    decoded = store.load(out).decode(torch.arange(5))
+    assert decoded.shape == (5, 3, 12, 16)
     # bad input: one line, exit 2
     assert main(["inspect", str(tmp_path / "nope.inr")]) == 2
     assert "no such INR store file" in capsys.readouterr().err
