@@ -8,7 +8,8 @@ File layout (little-endian)::
     offset 16  u32 CRC-32 of the header
     offset 20  header: UTF-8 JSON         arch, image_size, num_images, per-layer bits /
                                           per_channel / pruned, array table (name, dtype,
-                                          shape, offset, nbytes, crc32), file_length, meta
+                                          shape, offset, nbytes, crc32), file_length,
+                                          data_crc32 (the whole data region), meta
     ...        arrays, each 64-byte aligned, layer-major:
                labels [N] (smallest int dtype), psnr float16 [N],
                per layer l: codes{l} uint8 bit stream, scales{l} float16 [N, 2, C],
@@ -18,8 +19,9 @@ The codes of layer ``l`` are the kept entries of ``M = [W; b]`` (``[in+1, out]``
 pruned weights skipped, bias row always kept), image after image, each ``bits`` wide,
 packed LSB-first into one contiguous bit stream (8 zero bytes of padding at the end), so one
 read loads a layer for all images. ``scales`` hold ``lo, step`` (see ``inr.quantize``);
-masks are packed LSB-first per image. Loading checks magic, version, length and every CRC
-and refuses the file with an ``InputError`` that says which check failed.
+masks are packed LSB-first per image. Loading checks magic, version, length, the header CRC,
+every array's CRC and the data region's CRC (so any flipped byte is caught) and refuses the
+file with an ``InputError`` that says which check failed.
 """
 
 from __future__ import annotations
@@ -157,6 +159,11 @@ def encode_bytes(
     # data offsets are relative to the first aligned byte after the header; file_length is
     # part of the header, so iterate until the header length is stable
     data_len = off
+    body = bytearray(data_len)  # the data region: arrays at their offsets, zero padding between
+    for entry in table:
+        a = arrays[entry["name"]]
+        body[entry["offset"] : entry["offset"] + a.nbytes] = a.view(np.uint8).reshape(-1).data
+    header["data_crc32"] = zlib.crc32(body) & 0xFFFFFFFF  # covers the padding too
     file_length = 0
     for _ in range(4):
         header["file_length"] = file_length
@@ -169,10 +176,7 @@ def encode_bytes(
     buf = bytearray(file_length)
     PREFIX.pack_into(buf, 0, MAGIC, FORMAT_VERSION, len(hbytes), zlib.crc32(hbytes) & 0xFFFFFFFF)
     buf[PREFIX.size : PREFIX.size + len(hbytes)] = hbytes
-    for entry in table:
-        a = arrays[entry["name"]]
-        s = data_start + entry["offset"]
-        buf[s : s + a.nbytes] = a.view(np.uint8).reshape(-1).data
+    buf[data_start:] = body
     return bytes(buf)
 
 
@@ -227,6 +231,11 @@ def read_verified(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarra
         if got != e["crc32"]:
             raise InputError(f"checksum mismatch in array {e['name']!r} (stored crc32 {e['crc32']:08x}, computed {got:08x}): file is corrupt", path)
         arrays[e["name"]] = np.frombuffer(raw, dtype=np.dtype(e["dtype"])).reshape(e["shape"]).copy()
+    got = zlib.crc32(memoryview(data)[data_start:]) & 0xFFFFFFFF
+    if got != header.get("data_crc32"):
+        raise InputError(f"checksum mismatch in the padding between arrays (stored crc32 {header.get('data_crc32', 0):08x}, computed {got:08x}): file is corrupt", path)
+    if any(data[PREFIX.size + hlen : data_start]):
+        raise InputError("non-zero bytes between the header and the data: file is corrupt", path)
     return header, arrays, len(data)
 
 

@@ -210,3 +210,14 @@ def test_not_a_store(tmp_path):
         store.load(p)
     with pytest.raises(InputError, match="no such"):
         store.load(tmp_path / "missing.inr")
+
+
+def test_every_single_byte_flip_is_detected(good_store):
+    """Flip one bit in every byte position (a sample of them) — every one is refused."""
+    data = good_store.read_bytes()
+    for pos in list(range(0, 40)) + list(range(40, len(data), max(1, len(data) // 300))):
+        bad = bytearray(data)
+        bad[pos] ^= 0x04
+        good_store.write_bytes(bytes(bad))
+        with pytest.raises(InputError):
+            store.load(good_store)
