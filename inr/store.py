@@ -231,9 +231,11 @@ def read_verified(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarra
         if got != e["crc32"]:
             raise InputError(f"checksum mismatch in array {e['name']!r} (stored crc32 {e['crc32']:08x}, computed {got:08x}): file is corrupt", path)
         arrays[e["name"]] = np.frombuffer(raw, dtype=np.dtype(e["dtype"])).reshape(e["shape"]).copy()
+    if "data_crc32" not in header:
+        raise InputError("header has no data_crc32 (written by a pre-release inrbench); re-encode it", path)
     got = zlib.crc32(memoryview(data)[data_start:]) & 0xFFFFFFFF
-    if got != header.get("data_crc32"):
-        raise InputError(f"checksum mismatch in the padding between arrays (stored crc32 {header.get('data_crc32', 0):08x}, computed {got:08x}): file is corrupt", path)
+    if got != header["data_crc32"]:
+        raise InputError(f"checksum mismatch in the padding between arrays (stored crc32 {header['data_crc32']:08x}, computed {got:08x}): file is corrupt", path)
     if any(data[PREFIX.size + hlen : data_start]):
         raise InputError("non-zero bytes between the header and the data: file is corrupt", path)
     return header, arrays, len(data)
