@@ -10,10 +10,11 @@ run_id             string    one ``inrbench bench`` invocation (``<utc>-<pipelin
 pipeline           string    registry name (``raw``, ``torch-jpeg``, ``dali``, ``inr``, ...)
 dataset            string    prepared dataset (its folder name)
 mode               string    ``loader`` | ``replay`` | ``train``
-repeat             Int64     0-based repeat index; <NA> for run-level rows (skip/error, eval)
+repeat             Int64     0-based repeat index; <NA> for run-level rows (skip/error)
 epoch              Int64     0-based epoch index within the repeat (warm-up epochs come first
                              and carry their own metric names); <NA> for per-repeat rows
 metric             string    e.g. ``epoch_s``, ``images_per_s``, ``ttfb_s``, ``cpu_cores_busy``
+                             (the full list, with what each measures: ``bench.harness.runner``)
 value              float64   the number; NaN only on skip/error rows
 unit               string    ``s``, ``img/s``, ``bytes``, ``cores``, ``%``, ``1`` (ratio), ...
 status             string    ``ok`` | ``skip`` | ``error``
