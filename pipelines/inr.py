@@ -55,11 +55,15 @@ class InrPipeline(Pipeline):
             raise Unavailable(f"the INR codec cannot be imported: {e}") from None
         self.device = torch.device(config.device)
         self.stored = load(Path(store), self.device)
-        n = len(data.split(config.split))
-        if int(self.stored.labels.shape[0]) != n:
+        split = data.split(config.split)
+        n = len(split)
+        if int(self.stored.labels.shape[0]) != n or tuple(self.stored.image_size) != split.image_size:
             from bench.errors import InputError
 
-            raise InputError(f"store holds {self.stored.labels.shape[0]} images, split {config.split!r} has {n}", store)
+            raise InputError(
+                f"store holds {self.stored.labels.shape[0]} images of {self.stored.image_size}, "
+                f"split {config.split!r} has {n} of {split.image_size}", store,
+            )
         self.labels = self.stored.labels.to(self.device, torch.int64)
         self.n = n
         self.height, self.width = self.stored.image_size
@@ -99,9 +103,11 @@ class InrPipeline(Pipeline):
     def close(self) -> None:
         self.stored = None
         self.labels = None
+        self.decoder = None
 
     def resident_bytes(self) -> dict[str, int]:
-        """``device``: the store's bytes on ``config.device`` (even when that is the CPU)."""
-        if self.stored is None:
+        """``device``: the store (codes, scales, masks) + labels on ``config.device`` (even the CPU)."""
+        if self.stored is None or self.labels is None:
             return {"device": 0, "host": 0}
-        return {"device": int(self.stored.resident_bytes()), "host": 0}
+        labels = self.labels.numel() * self.labels.element_size()
+        return {"device": int(self.stored.resident_bytes()) + labels, "host": 0}

@@ -423,3 +423,12 @@ def test_doc_example_adapter_runs(coords_data):
             next(iter(p))
     finally:
         _REGISTRY.pop("memmap", None)
+
+
+def test_inr_store_of_another_dataset_is_refused(labels_data, stores):
+    from bench.errors import InputError
+
+    if stores["coords"][0] is None:
+        pytest.skip(f"inr unavailable here: {stores['coords'][1]}")
+    with pytest.raises(InputError, match=r"coords\.inr.*store holds 32 images"):
+        pipelines.create("inr", labels_data, PipelineConfig(workers=0), store=stores["coords"][0])
