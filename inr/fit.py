@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -37,6 +38,7 @@ class FitConfig:
     cache-sized chunks are fastest).
     eval_every: check PSNR / keep-best every this many iterations (and always at the end).
     autocast: "none", "bf16" or "fp16" (CUDA only; PSNR for keep-best is then measured in fp32).
+    cpu_workers: chunks fitted concurrently on the CPU, one thread each (0: torch's thread count).
     """
 
     arch: SirenArch
@@ -47,6 +49,7 @@ class FitConfig:
     batch: int = 0
     memory_budget_mb: int = 0
     cpu_batch_cap: int = 32
+    cpu_workers: int = 0
     eval_every: int = 1
     autocast: str = "none"
 
@@ -57,7 +60,7 @@ class FitConfig:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if not 0.0 <= self.lr_final_factor <= 1.0:
             raise ValueError(f"lr_final_factor must be in [0, 1], got {self.lr_final_factor}")
-        if self.batch < 0 or self.memory_budget_mb < 0 or self.eval_every < 1 or self.cpu_batch_cap < 1:
+        if self.batch < 0 or self.memory_budget_mb < 0 or self.eval_every < 1 or self.cpu_batch_cap < 1 or self.cpu_workers < 0:
             raise ValueError("batch >= 0, memory_budget_mb >= 0, eval_every >= 1, cpu_batch_cap >= 1 required")
         if self.autocast not in AUTOCAST:
             raise ValueError(f"autocast must be one of {sorted(AUTOCAST)}, got {self.autocast!r}")
@@ -169,7 +172,7 @@ def _make_adam(params: list[torch.Tensor], lr: float) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=lr, foreach=True)
 
 
-def optimize(
+def _optimize_chunk(
     weights: Weights,
     targets: torch.Tensor,
     coords: torch.Tensor,
@@ -182,22 +185,7 @@ def optimize(
     transform: Callable[[Weights], Weights] | None = None,
     autocast: str = "none",
 ) -> tuple[Weights, torch.Tensor]:
-    """Adam + cosine schedule on a chunk; returns the best weights per image and their PSNR.
-
-    Args:
-        weights: starting point ``[(W [B, in, out], b [B, 1, out])]`` (copied, not modified).
-        targets: uint8 ``[B, P, 3]``; coords: ``[P, 2]``.
-        masks: per layer a ``[B, in, out]`` 0/1 float mask for ``W`` (or None): masked weights
-            are zero before, during and after fitting (gradients masked, weights re-masked).
-        transform: applied to the weights inside the forward (e.g. straight-through fake
-            quantization); the kept weights are the *untransformed* ones whose transform
-            scored best, and the returned PSNR is the PSNR of ``transform(kept)``.
-        autocast: "bf16" / "fp16" run the matmuls in that precision on CUDA (ignored on CPU);
-            the keep-best PSNR is then measured with a float32 forward.
-    The starting weights are the first keep-best candidate (a fine-tune never returns worse).
-    Returns:
-        (best weights float32 on ``targets.device``, best PSNR ``[B]`` float64).
-    """
+    """One chunk of ``optimize`` (same arguments), on one engine."""
     dev = targets.device
     B = targets.shape[0]
     thetas = [T.to(dev, torch.float32) for T in to_theta([(W.detach(), b.detach()) for W, b in weights])]
@@ -259,6 +247,78 @@ def optimize(
     return kept, best_p
 
 
+def cpu_workers(requested: int = 0) -> int:
+    """Chunks fitted concurrently on the CPU: ``requested``, or torch's thread count when 0."""
+    return max(1, requested or torch.get_num_threads())
+
+
+def optimize(
+    weights: Weights,
+    targets: torch.Tensor,
+    coords: torch.Tensor,
+    arch: SirenArch,
+    iterations: int,
+    lr: float,
+    lr_final_factor: float = 0.0,
+    eval_every: int = 1,
+    masks: Sequence[torch.Tensor | None] | None = None,
+    transform: Callable[[Weights], Weights] | None = None,
+    autocast: str = "none",
+    chunk: int = 0,
+    workers: int = 0,
+) -> tuple[Weights, torch.Tensor]:
+    """Adam + cosine schedule for ``B`` images; returns the best weights per image and their PSNR.
+
+    Args:
+        weights: starting point ``[(W [B, in, out], b [B, 1, out])]`` (copied, not modified).
+        targets: uint8 ``[B, P, 3]``; coords: ``[P, 2]``.
+        masks: per layer a ``[B, in, out]`` 0/1 mask for ``W`` (or None): masked weights
+            are zero before, during and after fitting (gradients masked, weights re-masked).
+        transform: applied to the weights inside the forward (e.g. straight-through fake
+            quantization; it must act per image); the kept weights are the *untransformed*
+            ones whose transform scored best, and the returned PSNR is that of ``transform(kept)``.
+        autocast: "bf16" / "fp16" run the matmuls in that precision on CUDA (ignored on CPU);
+            the keep-best PSNR is then measured with a float32 forward.
+        chunk: images per chunk (0: from the memory budget, see ``auto_batch``). Images are
+            independent, so chunking changes nothing but speed and memory.
+        workers: on the CPU, chunks fitted concurrently, each on one thread (0: torch's thread
+            count). One thread per chunk avoids the per-op synchronization of intra-op
+            threads, which dominates on small tensors and on shared cores.
+    The starting weights are the first keep-best candidate (a fine-tune never returns worse).
+    Returns:
+        (best weights float32 on ``targets.device``, best PSNR ``[B]`` float64: the
+        ``bench.metrics`` PSNR of decoding them with ``siren.forward``).
+    """
+    B = targets.shape[0]
+    dev = targets.device
+    if not chunk:
+        chunk = auto_batch(FitConfig(arch=arch), max(B, 1), targets.shape[1], dev)
+    ranges = [(s, min(B, s + chunk)) for s in range(0, B, chunk)] or [(0, 0)]
+
+    def one(se: tuple[int, int]) -> tuple[Weights, torch.Tensor]:
+        s, e = se
+        return _optimize_chunk(
+            [(W[s:e], b[s:e]) for W, b in weights], targets[s:e], coords, arch, iterations, lr, lr_final_factor,
+            eval_every, None if masks is None else [None if m is None else m[s:e] for m in masks], transform, autocast,
+        )
+
+    n_workers = min(cpu_workers(workers), len(ranges)) if dev.type == "cpu" else 1
+    if n_workers > 1:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with ThreadPoolExecutor(n_workers) as ex:
+                results = list(ex.map(one, ranges))
+        finally:
+            torch.set_num_threads(threads)
+    else:
+        results = [one(r) for r in ranges]
+    if len(results) == 1:
+        return results[0]
+    kept = [(torch.cat([r[0][li][0] for r in results]), torch.cat([r[0][li][1] for r in results])) for li in range(arch.num_linear)]
+    return kept, torch.cat([r[1] for r in results])
+
+
 def images_to_targets(images: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
     """uint8 ``[B, H, W, 3]`` -> uint8 ``[B, H*W, 3]`` on ``device`` (row-major, matches ``coord_grid``)."""
     t = torch.from_numpy(np.array(images, dtype=np.uint8, copy=True))
@@ -305,15 +365,17 @@ def fit(
     arch = config.arch
     coords = coord_grid(h, w, device=dev)
     chunk = auto_batch(config, max(n, 1), h * w, dev)
+    workers = cpu_workers(config.cpu_workers) if dev.type == "cpu" else 1
+    step = chunk * workers * (2 if workers > 1 else 1)  # images per progress report
     parts: list[Weights] = []
     psnrs: list[np.ndarray] = []
-    for s in range(0, n, chunk):
-        e = min(n, s + chunk)
+    for s in range(0, n, step):
+        e = min(n, s + step)
         w0 = init_weights(arch, e - s, seed=config.seed, first_index=first_index + s, device=dev)
         tg = images_to_targets(imgs[s:e], dev)
         best, _ = optimize(
             w0, tg, coords, arch, config.iterations, config.lr, config.lr_final_factor,
-            config.eval_every, autocast=config.autocast,
+            config.eval_every, autocast=config.autocast, chunk=chunk, workers=workers,
         )
         p = decode_psnr(best, imgs[s:e], arch)
         best_cpu = [(W.cpu(), b.cpu()) for W, b in best]

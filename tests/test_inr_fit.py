@@ -55,6 +55,12 @@ def test_chunking_does_not_change_the_fit(photos32):
     for (W1, _), (W2, _) in zip(a.weights, b.weights, strict=True):
         assert torch.allclose(W1, W2, atol=1e-4)
     assert np.allclose(a.psnr, b.psnr, atol=0.05)
+    # chunks fitted concurrently by worker threads: bit-identical to one after the other
+    c = fit(photos32, preset("demo", iterations=40, batch=2, cpu_workers=2))
+    d = fit(photos32, preset("demo", iterations=40, batch=2, cpu_workers=1))
+    assert torch.get_num_threads() == 1  # restored
+    for (W1, b1), (W2, b2) in zip(c.weights, d.weights, strict=True):
+        assert torch.equal(W1, W2) and torch.equal(b1, b2)
 
 
 def test_optimize_keeps_the_best_weights_per_image(photos32):
