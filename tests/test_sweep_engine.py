@@ -153,6 +153,11 @@ def test_changed_cell_is_redone_with_its_dependents(tmp_path):
     y.write_text(y.read_text().replace("- wait\n", "- WAIT\n", 1))  # change cell wait's argv
     s = run_sweep(load_sweep(str(y)), out, progress=False)
     assert sorted(s.kept) == ["a-1", "a-2"] and sorted(s.ran) == ["after-fail", "fail", "last", "wait"]
+    # --redo re-runs a finished cell and everything downstream of it
+    s = run_sweep(load_sweep(str(y)), out, progress=False, redo=("wai?",))
+    assert sorted(s.kept) == ["a-1", "a-2"] and sorted(s.ran) == ["after-fail", "fail", "last", "wait"]
+    with pytest.raises(InputError, match="--redo 'nope' matches no cell"):
+        run_sweep(load_sweep(str(y)), out, progress=False, redo=("nope",))
     # a cell removed from the sweep leaves its folder on disk but no rows in the results
     doc = yaml.safe_load(y.read_text())
     doc["cells"] = [c for c in doc["cells"] if c["id"] != "last"]

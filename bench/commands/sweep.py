@@ -20,6 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-report", action="store_true", help="do not build the report at the end")
     p.add_argument("--resume", action="store_true",
                    help="continue an existing results folder (a plain rerun also never redoes finished cells)")
+    p.add_argument("--redo", nargs="+", default=[], metavar="ID_GLOB",
+                   help="run these finished cells again (glob over cell ids), and every cell downstream")
     p.add_argument("--list", action="store_true", help="print the resolved cells and their commands, run nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -36,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         _print_cells(cfg, out, args.data_root)
         return 0
     summary = run_sweep(cfg, out, data_root=args.data_root, resume=args.resume,
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, redo=tuple(args.redo))
     counts = {s: list(summary.status.values()).count(s) for s in ("ok", "skip", "error")}
     print(f"sweep {cfg.name}: {len(summary.status)} cells ({counts['ok']} ok, {counts['skip']} skip, "
           f"{counts['error']} error; {len(summary.kept)} kept from before) in {summary.wall_s:.1f} s -> {out}")

@@ -3,7 +3,8 @@
 Protocol per cell (in file order, which is dependency order):
 
 1. A marker with the same hash and a final status (``ok``, or ``skip`` not caused by a
-   dependency) -> the cell is finished: kept as is, never re-run.
+   dependency) -> the cell is finished: kept as is, never re-run (unless ``redo`` names it
+   or a cell it depends on is re-run in this invocation).
 2. Otherwise its folder (a killed run's partial output, a stale config, an error) is
    discarded. A dependency that is not ``ok`` -> a ``skip`` marker naming it.
 3. Else ``python -m bench <argv>`` runs with the cell folder as working directory, stdout and
@@ -171,10 +172,19 @@ def _run_cell(cell: Cell, argv: list[str], cell_dir: Path) -> tuple[str, str, in
 
 
 def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = None,
-              resume: bool = False, progress: bool = True) -> SweepSummary:
-    """Run every cell not already finished; return what was kept, run and each cell's status."""
+              resume: bool = False, progress: bool = True, redo: tuple[str, ...] = ()) -> SweepSummary:
+    """Run every cell not already finished; return what was kept, run and each cell's status.
+
+    redo: glob patterns over cell ids to run again even if finished (e.g. after a code change
+    made their outputs stale); every cell depending on a re-run cell is re-run too.
+    """
+    import fnmatch
+
     from tqdm import tqdm
 
+    for pat in redo:
+        if not any(fnmatch.fnmatchcase(c.id, pat) for c in cfg.cells):
+            raise InputError(f"--redo {pat!r} matches no cell of sweep {cfg.name!r}")
     out = Path(out).resolve()
     if resume and not layout.is_sweep_dir(out):
         raise InputError(f"--resume: nothing to resume (no {layout.SWEEP_FILE})", out)
@@ -197,7 +207,10 @@ def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = 
         todo: list[Cell] = []
         for cell in cfg.cells:
             m = layout.read_marker(ctx.cell_dir(cell.id))
-            if m and m.get("hash") == hashes[cell.id] and m["status"] in FINAL and not m.get("blocked_by"):
+            forced = any(fnmatch.fnmatchcase(cell.id, p) for p in redo)
+            upstream = any(d in {t.id for t in todo} for d in cell.deps())
+            if (m and m.get("hash") == hashes[cell.id] and m["status"] in FINAL and not m.get("blocked_by")
+                    and not forced and not upstream):
                 status[cell.id] = (m["status"], m.get("reason", ""))
                 summary.kept.append(cell.id)
             else:
