@@ -30,6 +30,7 @@ from inr.fit import (
     FitConfig,
     FitResult,
     as_image_array,
+    auto_batch,
     decode_psnr,
     fit,
     images_to_targets,
@@ -122,22 +123,23 @@ def encode_images(
     res = _cached_fit(imgs, cfg, dev, first_index, None if fit_cache is None else Path(fit_cache), None if late else progress)
     stages = {"fit_psnr": float(res.psnr.mean()) if len(res.psnr) else None}
     weights, masks = res.weights, None
+    chunk = auto_batch(cfg.fit, max(1, imgs.shape[0]), imgs.shape[1] * imgs.shape[2], dev)
+    run = {"chunk": chunk, "workers": cfg.fit.cpu_workers}
     if cfg.prune.budget_db is not None:
-        weights, masks, p, ratio = prune_dynamic(weights, imgs, arch, cfg.prune, res.psnr, device=dev)
+        weights, masks, p, ratio = prune_dynamic(weights, imgs, arch, cfg.prune, res.psnr, device=dev, **run)
         stages.update(prune_psnr=float(p.mean()), prune_ratio_mean=float(ratio.mean()))
     elif cfg.prune.ratio > 0:
-        weights, masks, p = prune_iterative(weights, imgs, arch, cfg.prune, device=dev)
+        weights, masks, p = prune_iterative(weights, imgs, arch, cfg.prune, device=dev, **run)
         stages.update(prune_psnr=float(p.mean()), prune_ratio_mean=cfg.prune.ratio)
     if cfg.qat_iterations > 0 and not cfg.quant.is_float:
-        fq = masks
 
-        def transform(ws):
-            return fake_quantize(ws, cfg.quant, fq)
+        def transform(ws, chunk_masks):
+            return fake_quantize(ws, cfg.quant, chunk_masks)
 
         h, w = imgs.shape[1:3]
         weights, p = optimize(
             weights, images_to_targets(imgs, dev), coord_grid(h, w, device=dev), arch, cfg.qat_iterations,
-            cfg.qat_lr, masks=None if masks is None else [m.float() for m in masks], transform=transform,
+            cfg.qat_lr, masks=masks, transform=transform, chunk=chunk, workers=cfg.fit.cpu_workers,
         )
         weights = [(W.cpu(), b.cpu()) for W, b in weights]
         stages["qat_psnr"] = float(p.mean())

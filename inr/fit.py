@@ -182,7 +182,7 @@ def _optimize_chunk(
     lr_final_factor: float = 0.0,
     eval_every: int = 1,
     masks: Sequence[torch.Tensor | None] | None = None,
-    transform: Callable[[Weights], Weights] | None = None,
+    transform: Callable[[Weights, list | None], Weights] | None = None,
     autocast: str = "none",
 ) -> tuple[Weights, torch.Tensor]:
     """One chunk of ``optimize`` (same arguments), on one engine."""
@@ -213,7 +213,7 @@ def _optimize_chunk(
     def current() -> list[torch.Tensor]:
         if transform is None:
             return thetas
-        return to_theta(transform(from_theta(thetas)))
+        return to_theta(transform(from_theta(thetas), masks))
 
     def evaluate_fp32(cur: list[torch.Tensor]) -> None:
         eng.mm_dtype = None
@@ -242,7 +242,7 @@ def _optimize_chunk(
         evaluate_fp32(current())
         kept = from_theta(best)
         # report the PSNR of decoding the kept weights with ``siren.forward`` (the decoder everyone uses)
-        dec = forward(transform(kept) if transform is not None else kept, coords, arch)
+        dec = forward(transform(kept, masks) if transform is not None else kept, coords, arch)
         best_p = _psnr_from_rgb(dec, targets.to(torch.float32))
     return kept, best_p
 
@@ -262,7 +262,7 @@ def optimize(
     lr_final_factor: float = 0.0,
     eval_every: int = 1,
     masks: Sequence[torch.Tensor | None] | None = None,
-    transform: Callable[[Weights], Weights] | None = None,
+    transform: Callable[[Weights, list | None], Weights] | None = None,
     autocast: str = "none",
     chunk: int = 0,
     workers: int = 0,
@@ -274,9 +274,10 @@ def optimize(
         targets: uint8 ``[B, P, 3]``; coords: ``[P, 2]``.
         masks: per layer a ``[B, in, out]`` 0/1 mask for ``W`` (or None): masked weights
             are zero before, during and after fitting (gradients masked, weights re-masked).
-        transform: applied to the weights inside the forward (e.g. straight-through fake
-            quantization; it must act per image); the kept weights are the *untransformed*
-            ones whose transform scored best, and the returned PSNR is that of ``transform(kept)``.
+        transform: ``transform(weights, masks)`` is applied to the weights inside the forward
+            (e.g. straight-through fake quantization; per image; called with the chunk's
+            weights and masks); the kept weights are the *untransformed* ones whose transform
+            scored best, and the returned PSNR is that of ``transform(kept, masks)``.
         autocast: "bf16" / "fp16" run the matmuls in that precision on CUDA (ignored on CPU);
             the keep-best PSNR is then measured with a float32 forward.
         chunk: images per chunk (0: from the memory budget, see ``auto_batch``). Images are

@@ -76,21 +76,22 @@ def apply_masks(weights: Weights, masks: list[torch.Tensor]) -> Weights:
     return [(W * m, b) for (W, b), m in zip(weights, masks, strict=True)]
 
 
-def _finetune(weights: Weights, masks, targets, coords, arch, cfg: PruneConfig):
+def _finetune(weights: Weights, masks, targets, coords, arch, cfg: PruneConfig, chunk: int = 0, workers: int = 0):
     """Fine-tune masked weights; the pruned starting point is the first keep-best candidate."""
     return optimize(
         apply_masks(weights, masks), targets, coords, arch, cfg.finetune_iterations, cfg.lr,
-        masks=[m.float() for m in masks],
+        masks=[m.float() for m in masks], chunk=chunk, workers=workers,
     )
 
 
 def prune_iterative(
-    weights: Weights, images: np.ndarray, arch: SirenArch, cfg: PruneConfig, device="cpu"
+    weights: Weights, images: np.ndarray, arch: SirenArch, cfg: PruneConfig, device="cpu", chunk: int = 0, workers: int = 0
 ) -> tuple[Weights, list[torch.Tensor], torch.Tensor]:
     """Prune to ``cfg.ratio`` in ``cfg.rounds`` rounds with fine-tuning.
 
     Args: weights ``[(W [N, in, out], b [N, 1, out])]``; images uint8 ``[N, H, W, 3]``.
     Returns: (weights with pruned entries 0, masks bool ``[N, in, out]`` per layer, PSNR ``[N]``).
+    ``chunk`` / ``workers``: as in ``inr.fit.optimize``.
     """
     dev = torch.device(device)
     n, h, w, _ = images.shape
@@ -101,7 +102,7 @@ def prune_iterative(
     psnr = torch.zeros(n, dtype=torch.float64)
     for r in range(1, cfg.rounds + 1):
         masks = magnitude_masks(cur, cfg.ratio * r / cfg.rounds)
-        cur, psnr = _finetune(cur, masks, targets, coords, arch, cfg)
+        cur, psnr = _finetune(cur, masks, targets, coords, arch, cfg, chunk, workers)
     return [(W.cpu(), b.cpu()) for W, b in cur], [m.cpu() for m in masks], psnr.cpu()
 
 
@@ -113,6 +114,8 @@ def prune_dynamic(
     base_psnr: torch.Tensor | np.ndarray,
     device="cpu",
     progress: Callable[[float, int], None] | None = None,
+    chunk: int = 0,
+    workers: int = 0,
 ) -> tuple[Weights, list[torch.Tensor], torch.Tensor, torch.Tensor]:
     """Per image, prune as far as the PSNR stays within ``cfg.budget_db`` of ``base_psnr``.
 
@@ -136,7 +139,7 @@ def prune_dynamic(
         r = s * cfg.step
         sub = [(W[idx].to(dev), b[idx].to(dev)) for W, b in acc_w]
         masks = magnitude_masks(sub, r)
-        tw, tp = _finetune(sub, masks, images_to_targets(images[idx.numpy()], dev), coords, arch, cfg)
+        tw, tp = _finetune(sub, masks, images_to_targets(images[idx.numpy()], dev), coords, arch, cfg, chunk, workers)
         ok = (base[idx] - tp.cpu()) <= cfg.budget_db
         good = idx[ok]
         for li in range(len(acc_w)):

@@ -111,3 +111,20 @@ def test_fit_cache_reuses_fits_and_changes_nothing(tmp_path):
     again = encode_split(imgs, labels, small_cfg(), tmp_path / "again.inr", fit_cache=cache)
     assert [p.stat().st_mtime_ns for p in entries] == stamp  # reused, not refitted
     assert plain.read_bytes() == first.read_bytes() == again.read_bytes()
+
+
+def test_prune_and_qat_work_in_chunks():
+    """Pruning fine-tunes and QAT run chunk by chunk (masks follow their images)."""
+    from inr.encode import encode_images
+    from inr.quantize import dequantize
+
+    imgs = smooth_images(5, 10, 10)
+    fit = preset("demo", iterations=30, layers=2, hidden=8, batch=2)
+    cfg = EncodeConfig(fit=fit, quant=QuantConfig((16, 8, 16)), prune=PruneConfig(ratio=0.25, rounds=1, finetune_iterations=5), qat_iterations=5)
+    enc = encode_images(imgs, cfg)
+    for ql, (i, o) in zip(enc.layers, fit.arch.shapes, strict=True):
+        assert torch.all((~ql.mask).reshape(5, -1).sum(1) == round(0.25 * i * o))
+    from inr.fit import decode_psnr
+
+    assert np.allclose(enc.psnr, decode_psnr(dequantize(enc.layers), imgs, fit.arch))
+    assert set(enc.stages) >= {"fit_psnr", "prune_psnr", "qat_psnr", "final_psnr"}
