@@ -224,6 +224,12 @@ def test_builtin_sweeps_are_valid_and_cover_every_stage(capsys):
     assert all(c.store for c in demo.cells if c.kind == "bench" and c.pipeline == "inr")
     enc = {c.name: c for c in demo.cells if c.kind == "encode"}
     assert enc["pruned-8bit"].prune and enc["pruned-8bit"].bits and enc["8bit"].bits and not enc["fp32"].bits
+    from bench.sweep.runner import SweepContext
+
+    ctx = SweepContext(out=Path("/o"), data_root=None, cells=demo.by_id())
+    argv = enc["8bit"].argv(ctx)  # one float32 fit shared by every variant of the demo
+    assert argv[argv.index("--fit-cache") + 1] == "/o/shared/fit-cache"
+    assert argv[argv.index("--out") + 1] == "/o/cells/encode-8bit/8bit.inr"
 
     paper = load_sweep("paper", device="cpu")  # --device overrides the file's cuda
     assert paper.device == "cpu" and all(c.device == "cpu" for c in paper.cells if hasattr(c, "device"))

@@ -20,6 +20,10 @@ class Context(Protocol):
 
     def cell_dir(self, cell_id: str) -> Path: ...
 
+    def shared_dir(self, name: str) -> Path:
+        """A folder shared by cells of one sweep (``OUT/shared/<name>``), e.g. a fit cache."""
+        ...
+
     def output(self, cell_id: str) -> Path: ...
 
 
@@ -151,6 +155,8 @@ class EncodeCell(Cell):
 
     data: a prepare cell. name: the variant label (``fp32``, ``pruned-8bit``...): the store's file name.
     prune: ``--prune`` fraction (e.g. ``0.15``); bits: ``--bits`` verbatim (``"8"``, ``"16:8:16"``, ``"16,8,8,8,8,16"``).
+    fit_cache: share float32 fits between variants of the same images and fit config
+      (``--fit-cache OUT/shared/fit-cache``): one fit, then each variant prunes/quantizes.
     """
 
     kind: ClassVar[str] = "encode"
@@ -167,6 +173,9 @@ class EncodeCell(Cell):
     prune: float | None = None
     bits: str | None = None
     device: str | None = None
+    fit_cache: bool = False
+
+    FIT_CACHE: ClassVar[str] = "fit-cache"
 
     def output(self, ctx: Context) -> Path:
         return ctx.cell_dir(self.id) / f"{store_stem(self.name or self.id)}.inr"
@@ -175,6 +184,8 @@ class EncodeCell(Cell):
         argv = ["encode", str(ctx.output(self.data))]
         for f in ("preset", "iterations", "layers", "hidden", "w0", "lr", "prune", "bits", "device"):
             _opt(argv, f, getattr(self, f))
+        if self.fit_cache:
+            argv += ["--fit-cache", str(ctx.shared_dir(self.FIT_CACHE))]
         argv += ["--out", str(self.output(ctx))]
         return argv + extra_argv(self.args)
 

@@ -7,6 +7,7 @@
     OUT/results.csv               merged view: every finished cell's rows + one status row per cell
     OUT/cells/<id>/               one folder per cell: its outputs, stdout.log, stderr.log
     OUT/cells/<id>/cell.json      the completion marker, written atomically *after* the outputs
+    OUT/shared/<name>/            caches shared by cells (``encode --fit-cache``), never read as results
 
 A cell folder without ``cell.json`` is a killed or running cell: it is never read, and the
 next run discards and redoes it. Status rows use the results schema (``bench.results``):
@@ -26,6 +27,7 @@ from bench.errors import InputError
 SWEEP_FILE = "sweep.json"
 ENV_FILE = "env.json"
 CELLS_DIR = "cells"
+SHARED_DIR = "shared"  # caches shared between cells (e.g. encode --fit-cache); never results
 MARKER = "cell.json"
 MERGED_CSV = "results.csv"
 STATUS_METRIC = "cell_s"

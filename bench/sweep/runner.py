@@ -39,7 +39,7 @@ from typing import Any
 from bench.atomic import atomic_write_json
 from bench.errors import InputError
 from bench.sweep import layout
-from bench.sweep.cells import Cell, PythonCell
+from bench.sweep.cells import Cell, EncodeCell, PythonCell
 from bench.sweep.spec import SweepConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -54,6 +54,9 @@ class SweepContext:
 
     def cell_dir(self, cell_id: str) -> Path:
         return self.out / layout.CELLS_DIR / cell_id
+
+    def shared_dir(self, name: str) -> Path:
+        return self.out / layout.SHARED_DIR / name
 
     def output(self, cell_id: str) -> Path:
         return self.cells[cell_id].output(self)
@@ -203,6 +206,10 @@ def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = 
         atomic_write_json(out / layout.SWEEP_FILE, resolved)
         _write_env(out)
 
+        forced_encode = [c for c in cfg.cells if c.kind == "encode"
+                         and any(fnmatch.fnmatchcase(c.id, p) for p in redo)]
+        if forced_encode:  # redone fits must not come back from the cache of the stale ones
+            shutil.rmtree(ctx.shared_dir(EncodeCell.FIT_CACHE), ignore_errors=True)
         status: dict[str, tuple[str, str]] = {}
         todo: list[Cell] = []
         for cell in cfg.cells:
