@@ -19,3 +19,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One torch intra-op thread for the duration of a test, restored afterwards.
+
+    The tests are tiny, and on 2 cores shared with other jobs OpenMP's spinning barriers make
+    2 threads ~20x slower than 1. Modules opt in with
+    ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``.
+    """
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

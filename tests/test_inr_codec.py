@@ -15,13 +15,7 @@ from inr.prune import PruneConfig, magnitude_masks, prune_dynamic, prune_iterati
 from inr.quantize import QuantConfig, dequantize, keep_matrix, layer_matrix, parse_bits, quantize
 from inr.siren import SirenArch, coord_grid, init_weights
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def smooth_images(n: int, h: int = 16, w: int = 16) -> np.ndarray:

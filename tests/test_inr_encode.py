@@ -17,13 +17,7 @@ from inr.prune import PruneConfig
 from inr.quantize import QuantConfig
 from tests.test_inr_codec import smooth_images
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def small_cfg(**kw) -> EncodeConfig:

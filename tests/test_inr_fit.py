@@ -11,14 +11,7 @@ from bench.metrics import psnr_per_image
 from inr.fit import decode_psnr, fit, images_to_targets, optimize, preset
 from inr.siren import SirenArch, coord_grid, forward, init_weights
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: these tests are tiny, and the 2 cores are shared with other suites."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -18,14 +18,7 @@ from pipelines.base import Augment, Batch
 CHANCE = 0.10
 MARGIN = 0.40
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """One intra-op thread while these tests run: on 2 cores shared with other jobs, OpenMP's
-    spinning barriers make 2 threads ~20x slower than 1 for these tiny convolutions."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 
