@@ -1,0 +1,154 @@
+"""Intervals and tests behind every comparison the report makes (numpy/scipy, no hand-rolled stats).
+
+- ``ratio_ci(base, other)``: speedup = median(base) / median(other) of two independent samples of
+  epoch times (repeats x epochs, pooled per pipeline) with a seeded two-sample bootstrap interval
+  (``scipy.stats.bootstrap``, BCa; percentile when BCa is degenerate).
+- ``wilson(k, n)``: the Wilson score interval of a proportion
+  (``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``).
+- ``mcnemar(a_correct, b_correct)``: exact McNemar test on paired predictions (the same test
+  images): discordant pairs ``b`` (only A right) and ``c`` (only B right), two-sided exact
+  binomial p-value of ``b`` among ``b + c`` at 1/2 (``scipy.stats.binomtest``).
+- ``paired_diff_ci(x, y)``: mean of the per-item differences ``x - y`` with a seeded bootstrap
+  interval (BCa), e.g. per-image PSNR of INR minus matched JPEG.
+
+An ``Interval`` ``excludes(v)`` only when ``v`` lies outside ``[lo, hi]``: a difference whose
+interval contains the null value (1.0 for a ratio, 0 for a difference) is "no difference detected".
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+CONFIDENCE = 0.95
+N_RESAMPLES = 2000
+SEED = 0
+NO_DIFFERENCE = "no difference detected"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its confidence interval; NaN everywhere when it cannot be computed."""
+
+    value: float
+    lo: float
+    hi: float
+    n: int = 0  # samples behind it (smaller of the two for two-sample statistics)
+
+    @property
+    def ok(self) -> bool:
+        return all(math.isfinite(v) for v in (self.value, self.lo, self.hi))
+
+    def excludes(self, v: float) -> bool:
+        """True when ``v`` lies outside the interval (the difference from ``v`` is supported)."""
+        return self.ok and (v < self.lo or v > self.hi)
+
+
+NAN = Interval(math.nan, math.nan, math.nan, 0)
+
+
+def _clean(x: Sequence[float]) -> np.ndarray:
+    a = np.asarray(x, dtype=float).ravel()
+    return a[np.isfinite(a)]
+
+
+def _bootstrap(data: tuple[np.ndarray, ...], statistic, seed: int, n_resamples: int,
+               confidence: float) -> tuple[float, float]:
+    from scipy import stats
+
+    for method in ("BCa", "percentile"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # BCa on degenerate data warns and returns NaN: fall back
+            res = stats.bootstrap(data, statistic, n_resamples=n_resamples, confidence_level=confidence,
+                                  method=method, vectorized=True, rng=np.random.default_rng(seed))
+        lo, hi = (float(v) for v in res.confidence_interval)
+        if math.isfinite(lo) and math.isfinite(hi):
+            return lo, hi
+    return math.nan, math.nan
+
+
+def _median_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.median(a, axis=axis) / np.median(b, axis=axis)
+
+
+def ratio_ci(base: Sequence[float], other: Sequence[float], seed: int = SEED,
+             n_resamples: int = N_RESAMPLES, confidence: float = CONFIDENCE) -> Interval:
+    """median(base) / median(other) with a two-sample bootstrap interval (each sample resampled
+    on its own). For epoch times, > 1 means ``other`` is faster. Needs >= 2 finite samples each."""
+    a, b = _clean(base), _clean(other)
+    if a.size < 2 or b.size < 2 or np.median(b) <= 0:
+        return NAN
+    value = float(np.median(a) / np.median(b))
+    if np.ptp(a) == 0 and np.ptp(b) == 0:  # no spread at all: the interval is the point
+        return Interval(value, value, value, int(min(a.size, b.size)))
+    lo, hi = _bootstrap((a, b), _median_ratio, seed, n_resamples, confidence)
+    return Interval(value, lo, hi, int(min(a.size, b.size)))
+
+
+def wilson(k: int, n: int, confidence: float = CONFIDENCE) -> Interval:
+    """Proportion ``k/n`` with its Wilson score interval."""
+    from scipy import stats
+
+    if n <= 0:
+        return NAN
+    ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
+    return Interval(k / n, float(ci.low), float(ci.high), int(n))
+
+
+@dataclass(frozen=True)
+class McNemar:
+    """Exact McNemar test of paired correct/incorrect outcomes of A and B on the same items."""
+
+    n: int  # paired items
+    only_a: int  # A right, B wrong
+    only_b: int  # A wrong, B right
+    p_value: float
+
+    def significant(self, alpha: float = 1 - CONFIDENCE) -> bool:
+        return self.p_value < alpha
+
+
+def mcnemar(a_correct: Sequence[bool], b_correct: Sequence[bool]) -> McNemar:
+    """Exact (binomial) McNemar test; ``p = 1`` when there is no discordant pair."""
+    from scipy import stats
+
+    a = np.asarray(a_correct, dtype=bool)
+    b = np.asarray(b_correct, dtype=bool)
+    if a.shape != b.shape:
+        raise ValueError(f"paired outcomes differ in shape: {a.shape} vs {b.shape}")
+    only_a, only_b = int((a & ~b).sum()), int((~a & b).sum())
+    p = 1.0 if only_a + only_b == 0 else float(stats.binomtest(only_a, only_a + only_b, 0.5).pvalue)
+    return McNemar(int(a.size), only_a, only_b, min(1.0, p))
+
+
+def _mean(d: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(d, axis=axis)
+
+
+def paired_diff_ci(x: Sequence[float], y: Sequence[float], seed: int = SEED,
+                   n_resamples: int = N_RESAMPLES, confidence: float = CONFIDENCE) -> Interval:
+    """Mean of ``x - y`` over paired items with a bootstrap interval (pairs resampled together)."""
+    a, b = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
+    if a.shape != b.shape:
+        raise ValueError(f"paired samples differ in length: {a.size} vs {b.size}")
+    d = a - b
+    d = d[np.isfinite(d)]
+    if d.size == 0:
+        return NAN
+    value = float(d.mean())
+    if d.size < 2 or np.ptp(d) == 0:
+        return Interval(value, value, value, int(d.size))
+    lo, hi = _bootstrap((d,), _mean, seed, n_resamples, confidence)
+    return Interval(value, lo, hi, int(d.size))
+
+
+def fmt_ratio(iv: Interval) -> str:
+    """``1.21x [0.97-1.48]``, or ``no difference detected [0.97-1.48]`` when the interval holds 1."""
+    if not iv.ok:
+        return "—"
+    span = f"[{iv.lo:.2f}-{iv.hi:.2f}]"
+    return f"{iv.value:.2f}x {span}" if iv.excludes(1.0) else f"{NO_DIFFERENCE} {span}"

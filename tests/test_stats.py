@@ -1,0 +1,97 @@
+"""bench.stats against known distributions and hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from bench import stats as S
+
+TRIALS = 200
+# 95% intervals over 200 independent trials: the hit count is Binomial(200, 0.95), sd ~ 3 hits;
+# [180, 198] hits is about -5 to +1 sd and fails for a badly calibrated method.
+COVERAGE_BAND = (0.90, 0.99)
+
+
+def test_ratio_ci_covers_a_known_ratio_of_medians():
+    rng = np.random.default_rng(1)
+    true = 1.2  # lognormal epoch times: median(base) / median(other) = exp(log 1.2 - 0) = 1.2
+    hits, widths = 0, []
+    for i in range(TRIALS):
+        base = np.exp(rng.normal(math.log(true), 0.1, 15))
+        other = np.exp(rng.normal(0.0, 0.1, 15))
+        iv = S.ratio_ci(base, other, seed=i)
+        assert iv.ok and iv.lo <= iv.value <= iv.hi and iv.n == 15
+        hits += iv.lo <= true <= iv.hi
+        widths.append(iv.hi - iv.lo)
+    assert COVERAGE_BAND[0] <= hits / TRIALS <= COVERAGE_BAND[1], hits
+    assert 0.05 < float(np.median(widths)) < 0.3  # informative, not trivially wide
+
+
+def test_ratio_ci_is_seeded_and_says_no_difference_for_equal_distributions():
+    rng = np.random.default_rng(7)
+    a, b = rng.normal(1.0, 0.05, 12), rng.normal(1.0, 0.05, 12)
+    assert S.ratio_ci(a, b, seed=3) == S.ratio_ci(a, b, seed=3)
+    iv = S.ratio_ci(a, b)
+    assert iv.lo < 1.0 < iv.hi and not iv.excludes(1.0)
+    assert S.fmt_ratio(iv).startswith("no difference detected [")
+    fast = S.ratio_ci(np.full(8, 2.0) + rng.normal(0, 0.01, 8), np.full(8, 1.0) + rng.normal(0, 0.01, 8))
+    assert fast.excludes(1.0) and 1.9 < fast.lo <= fast.value <= fast.hi < 2.1
+    assert S.fmt_ratio(fast) == f"{fast.value:.2f}x [{fast.lo:.2f}-{fast.hi:.2f}]"
+
+
+def test_ratio_ci_degenerate_inputs():
+    assert not S.ratio_ci([1.0], [1.0, 2.0]).ok  # one sample: no interval
+    assert not S.ratio_ci([1.0, float("nan")], [1.0, 1.0]).ok  # NaNs dropped -> one sample left
+    iv = S.ratio_ci([2.0, 2.0, 2.0], [1.0, 1.0])  # no spread: the interval is the point
+    assert (iv.value, iv.lo, iv.hi) == (2.0, 2.0, 2.0) and iv.excludes(1.0)
+    assert S.fmt_ratio(S.NAN) == "—"
+
+
+def test_wilson_matches_the_reference_values():
+    iv = S.wilson(8, 10)  # the textbook example: 8/10 -> [0.490, 0.943]
+    assert iv.value == 0.8
+    assert iv.lo == pytest.approx(0.4902, abs=5e-4) and iv.hi == pytest.approx(0.9433, abs=5e-4)
+    # the closed form: (p + z^2/2n +- z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)
+    k, n, z = 75, 80, 1.959963984540054
+    p = k / n
+    c, h = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    iv = S.wilson(k, n)
+    assert iv.lo == pytest.approx((c - h) / (1 + z * z / n), abs=1e-9)
+    assert iv.hi == pytest.approx((c + h) / (1 + z * z / n), abs=1e-9)
+    assert S.wilson(10, 10).hi == 1.0 and S.wilson(10, 10).lo < 1.0
+    assert not S.wilson(0, 0).ok
+
+
+def test_mcnemar_exact_p_value_by_hand():
+    # 8 images only A gets right, 2 only B, 30 both, 10 neither:
+    # p = 2 * P(X <= 2), X ~ Bin(10, 1/2) = 2 * (1 + 10 + 45) / 1024 = 0.109375
+    a = [True] * 8 + [False] * 2 + [True] * 30 + [False] * 10
+    b = [False] * 8 + [True] * 2 + [True] * 30 + [False] * 10
+    t = S.mcnemar(a, b)
+    assert (t.n, t.only_a, t.only_b) == (50, 8, 2)
+    assert t.p_value == pytest.approx(112 / 1024, abs=1e-12) and not t.significant()
+    t = S.mcnemar([True] * 10 + [False] * 5, [False] * 10 + [False] * 5)  # 10 vs 0: p = 2/1024
+    assert t.p_value == pytest.approx(2 / 1024) and t.significant()
+    assert S.mcnemar([True, False], [True, False]).p_value == 1.0  # no discordant pair
+    with pytest.raises(ValueError, match="differ in shape"):
+        S.mcnemar([True], [True, False])
+
+
+def test_paired_diff_ci_covers_a_known_mean_difference():
+    rng = np.random.default_rng(5)
+    hits = 0
+    for i in range(TRIALS):
+        y = rng.normal(30.0, 3.0, 40)  # per-image PSNR of one method
+        x = y + rng.normal(0.5, 1.0, 40)  # the other: +0.5 dB on average, paired per image
+        iv = S.paired_diff_ci(x, y, seed=i)
+        hits += iv.lo <= 0.5 <= iv.hi
+    assert COVERAGE_BAND[0] <= hits / TRIALS <= COVERAGE_BAND[1], hits
+    # pairing matters: a constant per-image offset is known exactly despite the spread across images
+    y = rng.normal(30.0, 5.0, 20)
+    iv = S.paired_diff_ci(y + 1.0, y)
+    assert iv.value == pytest.approx(1.0) and iv.hi - iv.lo < 1e-9
+    with pytest.raises(ValueError, match="differ in length"):
+        S.paired_diff_ci([1.0, 2.0], [1.0])
