@@ -40,6 +40,8 @@ Storage layout under a results folder ``OUT`` (chosen so concurrent runs never l
     OUT/runs/<run_id>/steps.csv    ok runs only: per-step samples of every measured epoch
                                    (``repeat, epoch, step, wait_s, compute_s, images``), for
                                    distributions (stalls, worker start-up); not in the merged views
+    OUT/runs/<run_id>/predictions.csv  ok train runs only: every test image's predicted class
+                                   (``repeat, image, label, prediction``), for paired tests
     OUT/runs/<run_id>/monitor.csv  ok runs only: the monitors' samples over the measured region
                                    (``repeat, t_s, cores_busy, rss_bytes, gpu_mem_used_bytes,
                                    gpu_util_pct``; GPU columns empty without NVML)
@@ -92,6 +94,7 @@ CONFIG_FILE = "config.json"
 ENV_FILE = "env.json"
 STEPS_FILE = "steps.csv"
 MONITOR_FILE = "monitor.csv"
+PREDICTIONS_FILE = "predictions.csv"
 MERGED_CSV = "results.csv"
 MERGED_PARQUET = "results.parquet"
 
@@ -137,6 +140,7 @@ class RunRows:
     _rows: list[dict[str, Any]] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     monitor: list[dict[str, Any]] = field(default_factory=list)
+    predictions: list[dict[str, Any]] = field(default_factory=list)
     status: str = "ok"
 
     def __post_init__(self) -> None:
@@ -175,6 +179,13 @@ class RunRows:
         cols = ("t_s", "cores_busy", "rss_bytes", "gpu_mem_used_bytes", "gpu_util_pct")
         self.monitor += [{"repeat": repeat, **dict(zip(cols, smp, strict=True))} for smp in samples]
 
+    def add_predictions(self, repeat: int, labels: Sequence[int], predictions: Sequence[int]) -> None:
+        """One repeat's test predictions, image ``i`` of the evaluation split at position ``i``."""
+        if len(labels) != len(predictions):
+            raise ValueError(f"{len(labels)} labels but {len(predictions)} predictions")
+        self.predictions += [{"repeat": repeat, "image": i, "label": int(y), "prediction": int(p)}
+                             for i, (y, p) in enumerate(zip(labels, predictions, strict=True))]
+
     def unavailable(self, metric: str, unit: str, reason: str, repeat: int | None = None) -> None:
         """One metric cannot be measured here: a ``skip`` row for it with the reason."""
         if self.status != "ok":
@@ -186,7 +197,7 @@ class RunRows:
     def _mark(self, status: str, reason: str) -> None:
         reason = _one_line(reason, status)
         self.status = status
-        self.steps, self.monitor = [], []
+        self.steps, self.monitor, self.predictions = [], [], []
         self._rows = [{**self._base(), "repeat": None, "epoch": None, "metric": "run",
                        "value": float("nan"), "unit": "", "status": status, "reason": reason}]
 
@@ -246,7 +257,8 @@ def write_run(out: str | Path, run: RunRows) -> Path:
     df = to_frame(rows)
     import pandas as pd
 
-    for records, name in ((run.steps, STEPS_FILE), (run.monitor, MONITOR_FILE)):
+    for records, name in ((run.steps, STEPS_FILE), (run.monitor, MONITOR_FILE),
+                          (run.predictions, PREDICTIONS_FILE)):
         if records:
             atomic_write_bytes(run_dir / name, pd.DataFrame(records).to_csv(index=False).encode("utf-8"))
     atomic_write_bytes(run_dir / ROWS_FILE, df.to_csv(index=False).encode("utf-8"))

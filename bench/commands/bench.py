@@ -26,6 +26,7 @@ SUMMARY = {
     "cpu_cores_busy": ("cores", 1.0, ""),
     "images_per_cpu_s": ("img/cpu-s", 1.0, ""),
     "build_s": ("build", 1.0, "s"),
+    "measured_epochs": ("epochs/rep", 1.0, ""),
     "host_pss_peak_bytes": ("PSS", 2.0**-20, "MiB"),
     "host_rss_peak_bytes": ("RSS sum", 2.0**-20, "MiB"),
     "gpu_mem_used_peak_bytes": ("GPU mem", 2.0**-20, "MiB"),
@@ -43,6 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=1, help="measured epochs per repeat (default 1)")
     p.add_argument("--warmup", type=int, default=1, help="warm-up epochs per repeat, reported apart (default 1)")
     p.add_argument("--repeats", type=int, default=3, help="repeats, each with a fresh pipeline/model (default 3)")
+    p.add_argument("--min-seconds", type=float, default=1.0, metavar="S",
+                   help="autorange: after --epochs, more measured epochs per repeat until they add up to "
+                        "S seconds (default 1; 0 = exactly --epochs); the count is recorded (measured_epochs)")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=2, help="loader workers/threads (default 2)")
     p.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (cuda when available)")
@@ -110,7 +114,8 @@ def build_config(args: argparse.Namespace):
         train = TrainConfig(lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, amp=args.amp)
         return BenchConfig(
             pipeline=args.pipeline, data=str(data.root), mode=args.mode, store=args.store,
-            epochs=args.epochs, warmup=args.warmup, repeats=args.repeats, pipe=pipe, backbone=backbone,
+            epochs=args.epochs, warmup=args.warmup, repeats=args.repeats,
+            min_seconds=args.min_seconds, pipe=pipe, backbone=backbone,
             train=train, eval_split=args.eval_split, replay_batches=args.replay_batches,
             step_sync=not args.no_step_sync, monitor_period_s=args.monitor_period,
             pss_period_s=args.pss_period, torch_threads=args.threads,

@@ -8,13 +8,19 @@ Per repeat (every repeat builds a fresh pipeline and, for replay/train, a fresh 
    ``build_s``: an adapter that prefetches while it is built (DALI) shows a tiny ttfb and
    a larger build_s; compare ``build_s + ttfb_s`` across adapters for "time to first batch".
 3. ``warmup`` epochs (``warmup_epoch_s``, ``warmup_images_per_s``), not monitored.
-4. ``epochs`` measured epochs inside the monitors: per epoch ``epoch_s``, ``images_per_s``,
+4. measured epochs inside the monitors: ``epochs`` of them, then more (like ``timeit``'s
+   autorange) until the repeat's measured epochs add up to ``min_seconds``
+   (``measured_epochs``/``measured_s`` per repeat record how many and how long); per epoch ``epoch_s``, ``images_per_s``,
    ``images``, ``steps``, ``first_batch_s``, ``data_wait_s`` and ``compute_s`` (the per-step
    split; only with ``step_sync``), ``pipeline_batches`` (batches drawn from the pipeline:
    0 in replay), and ``train_loss`` (replay/train); per repeat the monitor metrics and
    ``images_per_cpu_s`` (measured images / the process tree's CPU seconds: the CPU cost of
    an image, robust to other jobs stealing cores on a shared machine).
-5. train: ``test_acc``/``test_loss`` on the ORIGINAL pixels of ``eval_split`` (``eval_s``).
+5. train: ``test_acc``/``test_loss``/``test_images`` on the ORIGINAL pixels of ``eval_split``
+   (``eval_s``), and each test image's prediction (``predictions.csv``: paired tests between
+   pipelines). The learning-rate schedule spans ``warmup + epochs``; epochs added by the
+   autorange are timed like the others but their updates are discarded (the model is restored
+   before evaluation), so accuracy never depends on how fast a pipeline is.
 
 Modes share that protocol and differ only in the batch source and the step:
 ``loader`` = pipeline, no-op step; ``replay`` = cached batches, train step; ``train`` =
@@ -45,6 +51,7 @@ from bench.train.loop import TrainConfig
 from pipelines.base import PipelineConfig, Unavailable
 
 EXIT_OK, EXIT_ERROR, EXIT_INPUT, EXIT_OOM = 0, 1, 2, 3
+AUTORANGE_MAX_EPOCHS = 10_000  # per repeat: a bound on the autorange whatever min_seconds says
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,7 @@ class BenchConfig:
     epochs: int = 1
     warmup: int = 1
     repeats: int = 3
+    min_seconds: float = 0.0  # measured seconds per repeat at least (autorange: more epochs)
     pipe: PipelineConfig = field(default_factory=PipelineConfig)
     backbone: str = "small-cnn"
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -78,6 +86,8 @@ class BenchConfig:
             raise ValueError(f"torch_threads must be >= 1, got {self.torch_threads}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        if not self.min_seconds >= 0:
+            raise ValueError(f"min_seconds must be >= 0, got {self.min_seconds}")
         if self.monitor_period_s <= 0 or self.pss_period_s <= 0:
             raise ValueError(f"monitor periods must be > 0, got {self.monitor_period_s}, {self.pss_period_s}")
 
@@ -217,18 +227,28 @@ def _epoch(cfg: BenchConfig, source: Any, step: Any, clock: DeviceClock, rows: r
 
 def _measure(cfg: BenchConfig, source: Any, counted: CountingSource, step: Any, trainer: Any,
              clock: DeviceClock, rows: results.RunRows, r: int) -> None:
-    """The measured epochs, inside the monitors; then the monitors' rows."""
+    """The measured epochs (``epochs``, then autorange to ``min_seconds``), inside the monitors;
+    then the monitors' rows. A trained model is restored to its state after the scheduled epochs."""
     mon = Monitor(cfg.pipe.device, cfg.monitor_period_s, pss_period_s=cfg.pss_period_s).start()
-    images = 0
+    images, measured_s, n, scheduled = 0, 0.0, 0, None
     try:
-        for e in range(cfg.warmup, cfg.warmup + cfg.epochs):
+        while n < cfg.epochs or (measured_s < cfg.min_seconds and n < AUTORANGE_MAX_EPOCHS):
+            if n == cfg.epochs and cfg.mode == "train":  # past the schedule: timing only
+                scheduled = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+            e = cfg.warmup + n
             drawn = counted.drawn
             t = _epoch(cfg, source, step, clock, rows, r, e)
             images += t.images
+            measured_s += t.seconds
+            n += 1
             _add_epoch(rows, t, r, e, counted.drawn - drawn, cfg.step_sync)
             _add_loss(rows, trainer, r, e)
     finally:
         mres = mon.stop()
+    if scheduled is not None:
+        trainer.model.load_state_dict(scheduled)
+    rows.add("measured_epochs", n, "1", repeat=r)
+    rows.add("measured_s", measured_s, "s", repeat=r)
     for metric, value, unit in mres.metrics():
         rows.add(metric, value, unit, repeat=r)
     if mres.cpu_seconds > 0:  # CPU cost per image: robust to other jobs stealing the cores
@@ -313,3 +333,6 @@ def _add_eval(cfg: BenchConfig, data: Any, trainer: Any, clock: DeviceClock, row
     rows.add("eval_s", (clock.now() - t0) / 1e9, "s", repeat=r, epoch=last)
     rows.add("test_acc", ev.accuracy, "1", repeat=r, epoch=last)
     rows.add("test_loss", ev.loss, "1", repeat=r, epoch=last)
+    rows.add("test_images", ev.images, "1", repeat=r, epoch=last)
+    if ev.predictions is not None:
+        rows.add_predictions(r, split.labels, ev.predictions)

@@ -44,16 +44,18 @@ class EvalResult:
     accuracy: float  # fraction in [0, 1]
     loss: float  # mean cross-entropy
     images: int
+    predictions: np.ndarray | None = None  # [N] int64 predicted class per image, in input order
 
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, images: np.ndarray, labels: np.ndarray, train_augment: Augment,
              device: str | torch.device, batch_size: int = 500, amp: str = "auto") -> EvalResult:
-    """Top-1 accuracy and loss of ``model`` on uint8 ``images [N, H, W, 3]``, ``labels [N]``."""
+    """Top-1 accuracy, loss and per-image predictions of ``model`` on uint8 ``images [N, H, W, 3]``,
+    ``labels [N]``."""
     dev = torch.device(device)
     aug = Augment.eval_for(train_augment)
     model.eval()
-    correct, loss_sum, n = 0, 0.0, int(labels.shape[0])
+    correct, loss_sum, n, preds = 0, 0.0, int(labels.shape[0]), []
     if n == 0:
         raise ValueError("evaluation split is empty")
     for i in range(0, n, batch_size):
@@ -62,5 +64,8 @@ def evaluate(model: torch.nn.Module, images: np.ndarray, labels: np.ndarray, tra
         with autocast_for(dev, amp):  # type: ignore[arg-type]
             logits = model(x).float()
         loss_sum += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
-        correct += int((logits.argmax(1) == y).sum())
-    return EvalResult(accuracy=correct / n, loss=loss_sum / n, images=n)
+        pred = logits.argmax(1)
+        correct += int((pred == y).sum())
+        preds.append(pred.cpu())
+    return EvalResult(accuracy=correct / n, loss=loss_sum / n, images=n,
+                      predictions=torch.cat(preds).numpy().astype(np.int64))
