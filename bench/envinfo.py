@@ -1,4 +1,10 @@
-"""Run metadata (``env.json``): commit, library versions, which PIL, CPU, GPU, driver.
+"""Run metadata (``env.json``): commit, code version, library versions, which PIL, CPU, GPU, driver.
+
+``code_identity()`` is what ties a result to the code that produced it (a sweep cell's identity
+includes it): the code version of the package folders ``bench/``, ``pipelines/``, ``inr/`` (in a
+git checkout: their git trees at HEAD plus a hash of their uncommitted changes, untracked files
+included; elsewhere: a hash of the package files) and the versions of torch, torchvision, DALI
+and PIL. A commit that changes no package file leaves it as it was.
 
 Every run writes one; every value is read, never assumed. Absent facts are recorded
 with the reason (``{"available": false, "reason": ...}``), never as zeros.
@@ -6,7 +12,9 @@ with the reason (``{"available": false, "reason": ...}``), never as zeros.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata as md
+import json
 import os
 import platform
 import subprocess
@@ -63,6 +71,69 @@ def git_info(cwd: str | Path | None = None) -> dict[str, Any]:
         return {"sha": sha, "dirty": dirty}
     except (OSError, subprocess.CalledProcessError) as e:
         return {"sha": None, "dirty": None, "reason": f"git unavailable: {e.__class__.__name__}"}
+
+
+PACKAGE_DIRS = ("bench", "pipelines", "inr")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _git(args: list[str], cwd: Path) -> bytes:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=True).stdout
+
+
+def _package_files(root: Path) -> list[Path]:
+    return sorted(p for d in PACKAGE_DIRS for p in (root / d).rglob("*")
+                  if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo"))
+
+
+def code_version(root: str | Path | None = None) -> dict[str, Any]:
+    """``{"id", "label", "commit", "dirty", "source"}`` of the package folders under ``root``.
+
+    ``id`` changes exactly when a package file changes (committed or not); ``label`` is for people
+    (``<commit> (clean)``, ``<commit> + uncommitted <hash>``, ``files <hash>``).
+    """
+    root = Path(root or REPO_ROOT)
+    h = hashlib.sha256()
+    try:
+        commit = _git(["rev-parse", "HEAD"], root).decode().strip()
+        if _git(["rev-parse", "--show-toplevel"], root).decode().strip() != str(root.resolve()):
+            raise subprocess.CalledProcessError(1, "git")  # the package is not the checkout's root
+        for d in PACKAGE_DIRS:
+            h.update(_git(["rev-parse", f"HEAD:{d}"], root))
+        diff = _git(["diff", "HEAD", "--binary", "--", *PACKAGE_DIRS], root)
+        untracked = [u for u in _git(["ls-files", "--others", "--exclude-standard", "-z", "--", *PACKAGE_DIRS],
+                                     root).decode().split("\0") if u]
+        h.update(diff)
+        for u in sorted(untracked):
+            h.update(u.encode() + b"\0")
+            h.update((root / u).read_bytes() if (root / u).is_file() else b"")
+        dirty = bool(diff or untracked)
+        cid = h.hexdigest()[:12]
+        label = f"{commit[:10]} + uncommitted {cid[:8]}" if dirty else f"{commit[:10]} (clean)"
+        return {"id": cid, "label": label, "commit": commit, "dirty": dirty, "source": "git"}
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    for f in _package_files(root):
+        h.update(str(f.relative_to(root)).encode() + b"\0")
+        h.update(f.read_bytes())
+    cid = h.hexdigest()[:12]
+    return {"id": cid, "label": f"package files {cid[:8]}", "commit": None, "dirty": None, "source": "files"}
+
+
+def library_versions() -> dict[str, str | None]:
+    """torch, torchvision, DALI and PIL versions from package metadata (nothing heavy imported)."""
+    dali = sorted(f"{d.metadata['Name']} {d.version}" for d in md.distributions()
+                  if (d.metadata["Name"] or "").lower().startswith("nvidia-dali"))
+    pil = pil_info()
+    return {"torch": _version("torch"), "torchvision": _version("torchvision"),
+            "nvidia-dali": ", ".join(dali) or None, "PIL": f"{pil['flavor']} {pil['version']}"}
+
+
+def code_identity(root: str | Path | None = None) -> dict[str, Any]:
+    """``{"id", "code": code_version(), "libraries": library_versions()}``; ``id`` hashes both."""
+    code, libs = code_version(root), library_versions()
+    ident = hashlib.sha256(json.dumps([code["id"], libs], sort_keys=True).encode()).hexdigest()[:12]
+    return {"id": ident, "code": code, "libraries": libs}
 
 
 def _version(dist: str) -> str | None:
@@ -138,6 +209,7 @@ def collect() -> dict[str, Any]:
     return {
         "schema_version": ENV_SCHEMA_VERSION,
         "git": git_info(),
+        "code": code_identity(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "versions": {

@@ -22,6 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="continue an existing results folder (a plain rerun also never redoes finished cells)")
     p.add_argument("--redo", nargs="+", default=[], metavar="ID_GLOB",
                    help="run these finished cells again (glob over cell ids), and every cell downstream")
+    p.add_argument("--keep-stale", action="store_true",
+                   help="keep cells finished under another code version or library versions (stale) "
+                        "instead of recomputing them; the report marks them")
     p.add_argument("--list", action="store_true", help="print the resolved cells and their commands, run nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -38,7 +41,14 @@ def run(args: argparse.Namespace) -> int:
         _print_cells(cfg, out, args.data_root)
         return 0
     summary = run_sweep(cfg, out, data_root=args.data_root, resume=args.resume,
-                        progress=not args.no_progress, redo=tuple(args.redo))
+                        progress=not args.no_progress, redo=tuple(args.redo),
+                        keep_stale=args.keep_stale)
+    if summary.stale:
+        print(f"{len(summary.stale)} stale cells (finished under another code version) recomputed: "
+              f"{', '.join(summary.stale)}")
+    if summary.kept_stale:
+        print(f"{len(summary.kept_stale)} stale cells kept (--keep-stale; marked in the report): "
+              f"{', '.join(summary.kept_stale)}")
     counts = {s: list(summary.status.values()).count(s) for s in ("ok", "skip", "error")}
     print(f"sweep {cfg.name}: {len(summary.status)} cells ({counts['ok']} ok, {counts['skip']} skip, "
           f"{counts['error']} error; {len(summary.kept)} kept from before) in {summary.wall_s:.1f} s -> {out}")

@@ -5,7 +5,8 @@
 1-based image ids). Splits ``train``/``val``/``test`` come from ``setid.mat`` (1,020 /
 1,020 / 6,149 in the official files); labels are shifted to 0..101. Class names are the
 102 category names in label order. Images are resampled to S x S (default 224,
-``shorter-side-center-crop``; see ``bench.datasets.resize``).
+``shorter-side-center-crop``; see ``bench.datasets.resize``). An image that resolves
+(symlinks included) outside ``--root`` stops the run (``bench.datasets.paths``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 from bench.datasets.config import PrepareConfig
 from bench.datasets.decode import split_from_files
+from bench.datasets.paths import ReadOnce, list_dir
 from bench.datasets.sources import Loaded, Source, register_source
 from bench.errors import InputError
 
@@ -82,13 +84,14 @@ class Flowers102(Source):
         labels_path, setid_path = root / "imagelabels.mat", root / "setid.mat"
         labels = _vector(_loadmat(labels_path), "labels", labels_path)
         setid = _loadmat(setid_path)
-        n_files = sum(1 for p in jpg.iterdir() if p.suffix.lower() == ".jpg" and not p.name.startswith("."))
+        n_files = sum(1 for p in list_dir(jpg) if p.suffix.lower() == ".jpg" and not p.name.startswith("."))
         if n_files != labels.size:
             raise InputError(f"has {labels.size} labels but {jpg} holds {n_files} .jpg images", labels_path)
         if labels.min() < 1 or labels.max() > len(CLASS_NAMES):
             raise InputError(f"labels must be 1..{len(CLASS_NAMES)}, found {labels.min()}..{labels.max()}", labels_path)
         num_classes = int(labels.max())
         splits, skipped, counts = {}, [], {}
+        tree = ReadOnce(root)
         for k, (split, key) in enumerate(SPLIT_KEYS):
             ids = _vector(setid, key, setid_path)
             if ids.min() < 1 or ids.max() > labels.size:
@@ -97,6 +100,7 @@ class Flowers102(Source):
             for p in paths:
                 if not p.is_file():
                     raise InputError(f"image listed in setid.mat ({key}) is missing", p)
+                tree.inside(p)
             counts[split] = int(ids.size)
             splits[split], sk = split_from_files(paths, labels[ids - 1] - 1, cfg, root, k, progress, scratch)
             skipped += sk

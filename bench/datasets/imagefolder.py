@@ -10,6 +10,11 @@ Two layouts under ``--root``:
 
 Files: JPEG, PNG (and BMP/WebP/PPM/TIFF), any mode converted to RGB; hidden files are
 ignored. Label = index of the class name in sorted order (like torchvision ``ImageFolder``).
+
+Symlinks (``bench.datasets.paths``): a symlinked class folder or image file is read when
+it resolves inside ``--root``; one that resolves outside it, or that reaches a file the
+tree already holds (a class folder linked to another, or back to the root), stops the run
+with one line naming it. Symlinked folders inside a class folder are not followed.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import numpy as np
 
 from bench.datasets.config import PrepareConfig
 from bench.datasets.decode import is_image_file, split_from_files
+from bench.datasets.paths import ReadOnce, list_dir, list_tree
 from bench.datasets.sources import Loaded, Source, register_source
 from bench.datasets.splitting import ratio_split
 from bench.errors import InputError
@@ -29,13 +35,24 @@ DEFAULT_VAL_FRACTION = 0.2
 HELD_OUT = ("val", "test")
 
 
-def _class_dirs(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+def _class_dirs(folder: Path, once: ReadOnce) -> list[Path]:
+    dirs = [p for p in list_dir(folder) if p.is_dir() and not p.name.startswith(".")]
+    for d in dirs:
+        real = once.inside(d)
+        if folder.resolve().is_relative_to(real):
+            raise InputError(f"is a symlink to {real}, which holds this folder (a loop)", d)
+    return dirs
 
 
-def scan(folder: Path, classes: list[str] | None = None) -> tuple[list[str], list[Path], np.ndarray]:
-    """``folder/<class>/<image>`` -> (class names, image paths, int64 labels ``[N]``), sorted."""
-    dirs = _class_dirs(folder)
+def scan(
+    folder: Path, classes: list[str] | None = None, once: ReadOnce | None = None
+) -> tuple[list[str], list[Path], np.ndarray]:
+    """``folder/<class>/<image>`` -> (class names, image paths, int64 labels ``[N]``), sorted.
+
+    once: the files (resolved) already taken from this root; each file is taken once.
+    """
+    once = once if once is not None else ReadOnce(folder)
+    dirs = _class_dirs(folder, once)
     if not dirs:
         raise InputError("no class folders (expected CLASS/image.jpg, or train/CLASS/... and val/CLASS/...)", folder)
     names = [d.name for d in dirs]
@@ -48,9 +65,11 @@ def scan(folder: Path, classes: list[str] | None = None) -> tuple[list[str], lis
     index = {c: i for i, c in enumerate(classes)}
     paths, labels = [], []
     for d in dirs:
-        files = sorted(p for p in d.rglob("*") if is_image_file(p))
+        files = [p for p in list_tree(d) if is_image_file(p)]
         if not files:
             raise InputError("class folder holds no images (.jpg/.jpeg/.png/...)", d)
+        for p in files:
+            once.take(p)
         paths += files
         labels += [index[d.name]] * len(files)
     return classes, paths, np.asarray(labels, dtype=np.int64)
@@ -66,16 +85,17 @@ class ImageFolder(Source):
         self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
     ) -> Loaded:
         root = Path(cfg.root)
+        once = ReadOnce(root)
         held = [h for h in HELD_OUT if (root / h).is_dir()]
         if (root / "train").is_dir() and held:
-            classes, tr_paths, tr_labels = scan(root / "train")
+            classes, tr_paths, tr_labels = scan(root / "train", once=once)
             parts = {"train": (tr_paths, tr_labels)}
             for h in held:
-                _, p, lab = scan(root / h, classes)
+                _, p, lab = scan(root / h, classes, once)
                 parts[h] = (p, lab)
             rule = f"folders: train/ + {'/ + '.join(held)}/"
         else:
-            classes, paths, labels = scan(root)
+            classes, paths, labels = scan(root, once=once)
             frac = cfg.val_fraction if cfg.val_fraction is not None else DEFAULT_VAL_FRACTION
             tr, va = ratio_split(labels, frac, cfg.seed)
             parts = {"train": ([paths[i] for i in tr], labels[tr]), "val": ([paths[i] for i in va], labels[va])}

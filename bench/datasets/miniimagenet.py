@@ -7,7 +7,8 @@ csvs present are pooled and each class is split by a seeded ratio into ``train``
 ``val``: ``--val-fraction`` of each class (default 12/54 = 0.222, the paper's
 12,000 : 42,000 proportion; with 600 images per class that is 133 val + 467 train).
 Classes are the sorted wnids. Images are resampled to S x S (default 224,
-``shorter-side-center-crop``).
+``shorter-side-center-crop``). A row whose file name resolves (symlinks included)
+outside ``images/`` stops the run naming the csv and row (``bench.datasets.paths``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 
 from bench.datasets.config import PrepareConfig
 from bench.datasets.decode import split_from_files
+from bench.datasets.paths import cannot_read, inside_root
 from bench.datasets.sources import Loaded, Source, register_source
 from bench.datasets.splitting import ratio_split
 from bench.errors import InputError
@@ -38,12 +40,14 @@ def read_csv(path: Path, images: Path) -> list[tuple[Path, str]]:
                     continue
                 if len(row) != 2 or not row[0].strip() or not row[1].strip():
                     raise InputError(f"line {lineno}: expected 'filename,label', got {','.join(row)!r}", path)
-                img = images / row[0].strip()
+                img = inside_root(images, row[0].strip(), path, row=lineno)
                 if not img.is_file():
                     raise InputError(f"line {lineno}: names image {row[0].strip()!r}, which is not in {images}", path)
                 rows.append((img, row[1].strip()))
     except UnicodeDecodeError:
         raise InputError("not a text csv file", path) from None
+    except OSError as e:
+        raise cannot_read(e, path) from None
     return rows
 
 

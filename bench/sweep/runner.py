@@ -13,7 +13,11 @@ Protocol per cell (in file order, which is dependency order):
    crash); otherwise exit 0 -> ok, else error with the tail of stderr.
 4. The marker is written atomically (temp file + rename) after the subprocess has exited.
 
-A cell's hash covers its fields, its argv and its dependencies' hashes, so changing a cell
+A cell's identity (``hash``) is its ``config_hash`` (its fields, its argv and its dependencies'
+config hashes) plus the code identity (``bench.envinfo.code_identity``: the package code version
+and the torch/torchvision/DALI/PIL versions), both recorded in the marker with ``code``. A finished
+cell whose config hash matches but whose code identity does not is *stale*: it is recomputed, or
+kept as it is with ``keep_stale`` (the report marks it). Changing a cell
 (or anything upstream) redoes exactly what it affects. Killing the sweep (SIGKILL, SIGINT)
 leaves no marker for the running cell; the child dies with its parent (``PR_SET_PDEATHSIG``).
 """
@@ -67,6 +71,8 @@ class SweepSummary:
     """Counts of this run: ``kept`` finished earlier, ``ran`` executed now; statuses of all cells."""
 
     kept: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)  # finished under other code: recomputed now
+    kept_stale: list[str] = field(default_factory=list)  # finished under other code: kept (keep_stale)
     ran: list[str] = field(default_factory=list)
     status: dict[str, str] = field(default_factory=dict)
     wall_s: float = 0.0
@@ -76,13 +82,23 @@ class SweepSummary:
         return [k for k, v in self.status.items() if v == "error"]
 
 
-def cell_hashes(cfg: SweepConfig, ctx: SweepContext) -> dict[str, str]:
-    """Merkle hash per cell: its fields + argv + its dependencies' hashes."""
+def cell_hashes(cfg: SweepConfig, ctx: SweepContext, code: str | None = None) -> dict[str, str]:
+    """Merkle hash per cell: its fields + argv + its dependencies' hashes; with ``code`` (a code
+    identity id, ``bench.envinfo.code_identity()["id"]``) each hash also covers the code."""
     hashes: dict[str, str] = {}
     for c in cfg.cells:
         doc = {"cell": c.to_dict(), "argv": c.argv(ctx), "deps": [hashes[d] for d in c.deps()]}
         hashes[c.id] = hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    return hashes
+    if code is None:
+        return hashes
+    return {k: hashlib.sha256(f"{h}:{code}".encode()).hexdigest()[:16] for k, h in hashes.items()}
+
+
+def code_identity() -> dict[str, Any]:
+    """The code identity every cell hash of this run includes (``bench.envinfo.code_identity``)."""
+    from bench import envinfo
+
+    return envinfo.code_identity()
 
 
 def _dataset_of(cell: Cell, cells: dict[str, Cell]) -> str:
@@ -175,8 +191,11 @@ def _run_cell(cell: Cell, argv: list[str], cell_dir: Path) -> tuple[str, str, in
 
 
 def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = None,
-              resume: bool = False, progress: bool = True, redo: tuple[str, ...] = ()) -> SweepSummary:
+              resume: bool = False, progress: bool = True, redo: tuple[str, ...] = (),
+              keep_stale: bool = False) -> SweepSummary:
     """Run every cell not already finished; return what was kept, run and each cell's status.
+
+    A cell finished under another code identity (stale) is run again, or kept with ``keep_stale``.
 
     redo: glob patterns over cell ids to run again even if finished (e.g. after a code change
     made their outputs stale); every cell depending on a re-run cell is re-run too.
@@ -196,38 +215,50 @@ def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = 
     t_start = time.perf_counter()
     summary = SweepSummary()
     with _lock(out):
-        hashes = cell_hashes(cfg, ctx)
+        ident = code_identity()
+        config_hashes = cell_hashes(cfg, ctx)
+        hashes = cell_hashes(cfg, ctx, ident["id"])
         resolved = cfg.to_dict()
         resolved["data_root"] = str(ctx.data_root) if ctx.data_root else None
+        resolved["code"] = ident
         for c in resolved["cells"]:
             c["argv"] = cells[c["id"]].argv(ctx)
             c["hash"] = hashes[c["id"]]
+            c["config_hash"] = config_hashes[c["id"]]
             c["deps"] = list(cells[c["id"]].deps())
         atomic_write_json(out / layout.SWEEP_FILE, resolved)
         _write_env(out)
 
-        forced_encode = [c for c in cfg.cells if c.kind == "encode"
-                         and any(fnmatch.fnmatchcase(c.id, p) for p in redo)]
-        if forced_encode:  # redone fits must not come back from the cache of the stale ones
-            shutil.rmtree(ctx.shared_dir(EncodeCell.FIT_CACHE), ignore_errors=True)
         status: dict[str, tuple[str, str]] = {}
         todo: list[Cell] = []
         for cell in cfg.cells:
             m = layout.read_marker(ctx.cell_dir(cell.id))
             forced = any(fnmatch.fnmatchcase(cell.id, p) for p in redo)
             upstream = any(d in {t.id for t in todo} for d in cell.deps())
-            if (m and m.get("hash") == hashes[cell.id] and m["status"] in FINAL and not m.get("blocked_by")
-                    and not forced and not upstream):
+            done = bool(m) and m["status"] in FINAL and not m.get("blocked_by")
+            # same config, other code (a marker from before code identities: its hash is the config hash)
+            stale = done and m.get("hash") != hashes[cell.id] and \
+                m.get("config_hash", m.get("hash")) == config_hashes[cell.id]
+            if done and not forced and not upstream and (m.get("hash") == hashes[cell.id] or (stale and keep_stale)):
                 status[cell.id] = (m["status"], m.get("reason", ""))
                 summary.kept.append(cell.id)
+                if stale:
+                    summary.kept_stale.append(cell.id)
             else:
                 todo.append(cell)
+                if stale:
+                    summary.stale.append(cell.id)
+        redone_fits = [c for c in todo if c.kind == "encode"
+                       and (c.id in summary.stale or any(fnmatch.fnmatchcase(c.id, p) for p in redo))]
+        if redone_fits:  # redone fits must not come back from the cache of the stale ones
+            shutil.rmtree(ctx.shared_dir(EncodeCell.FIT_CACHE), ignore_errors=True)
         bar = tqdm(total=len(cfg.cells), initial=len(summary.kept), unit="cell", desc=cfg.name,
                    disable=not progress, dynamic_ncols=True)
         try:
             for cell in todo:
                 bar.set_postfix_str(cell.id, refresh=True)
-                st, reason = _do_cell(cell, ctx, hashes[cell.id], status, cells, bar.write)
+                st, reason = _do_cell(cell, ctx, hashes[cell.id], status, cells, bar.write,
+                                      identity={"config_hash": config_hashes[cell.id], "code": ident})
                 status[cell.id] = (st, reason)
                 summary.ran.append(cell.id)
                 layout.write_merged(out)
@@ -248,7 +279,7 @@ def _write_env(out: Path) -> None:
 
 
 def _do_cell(cell: Cell, ctx: SweepContext, h: str, status: dict[str, tuple[str, str]], cells: dict[str, Cell],
-             write) -> tuple[str, str]:
+             write, identity: dict[str, Any] | None = None) -> tuple[str, str]:
     cell_dir = ctx.cell_dir(cell.id)
     if cell_dir.exists():
         shutil.rmtree(cell_dir)
@@ -256,7 +287,7 @@ def _do_cell(cell: Cell, ctx: SweepContext, h: str, status: dict[str, tuple[str,
     argv = cell.argv(ctx)
     marker: dict[str, Any] = {
         "id": cell.id, "kind": cell.kind, "hash": h, "argv": argv,
-        **cell.labels(), "dataset": _dataset_of(cell, cells) or cell.labels()["dataset"],
+        **cell.labels(), "dataset": _dataset_of(cell, cells) or cell.labels()["dataset"], **(identity or {}),
     }
     blocked = [(d, status[d]) for d in cell.deps() if status.get(d, ("error", ""))[0] != "ok"]
     t0 = time.perf_counter()
