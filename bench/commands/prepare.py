@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from bench.datasets.config import DEFAULT_MAX_PIXELS
+
 HELP = "read a dataset source once and write pixels + labels, a JPEG tree and manifest.json"
 
 
@@ -24,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--val-fraction", type=float,
                    help="held-out fraction per class where a source splits by ratio")
     p.add_argument("--workers", type=int, help="decode threads (default min(8, CPUs))")
+    p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
+                   help="refuse (or with --on-error skip, skip) an image file with more pixels than this, "
+                        f"read from its header before decoding (default {DEFAULT_MAX_PIXELS:,})")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
 
 
@@ -39,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         source=args.source, root=args.root, size=args.size, limit=args.limit,
         jpeg_quality=args.jpeg_quality, on_error=args.on_error, seed=args.seed,
         resize_policy=args.resize_policy, per_class=args.per_class, num_classes=args.num_classes,
-        val_fraction=args.val_fraction, workers=args.workers,
+        val_fraction=args.val_fraction, workers=args.workers, max_pixels=args.max_pixels,
     )
     out = prepare_config(cfg, args.out, overwrite=args.overwrite, progress=True)
     wall = time.perf_counter() - t0

@@ -10,6 +10,13 @@ from bench.errors import InputError
 RESIZE_POLICIES = ("shorter-side-center-crop", "resize")
 ON_ERROR = ("fail", "skip")
 
+# Largest image ``prepare`` decodes, in pixels (width x height), read from the header
+# before decoding. 50 MP passes every common camera sensor (8K UHD is 33 MP); one such
+# image costs up to ~1 GB to decode and convert, so on the 2-core, 24 GB machines this
+# project targets a hostile or accidental giant (a 200 KB PNG can claim 10000 x 10000)
+# is refused instead of taking the machine's memory. Raise it with ``--max-pixels``.
+DEFAULT_MAX_PIXELS = 50_000_000
+
 
 @dataclass(frozen=True)
 class PrepareConfig:
@@ -22,7 +29,9 @@ class PrepareConfig:
     manifest; seed: every random choice (crops, subsets, ratio splits) derives from it;
     resize_policy: one of ``RESIZE_POLICIES``; per_class: images per class for generated
     sources (``photos``, ``synthetic``); num_classes: classes for ``synthetic``;
-    val_fraction: held-out fraction per class where a source splits by ratio.
+    val_fraction: held-out fraction per class where a source splits by ratio;
+    workers: decode threads; max_pixels: an image file with more pixels (width x height,
+    from its header) is unreadable (``on_error`` applies) and is never decoded.
     """
 
     source: str
@@ -37,6 +46,7 @@ class PrepareConfig:
     num_classes: int | None = None
     val_fraction: float | None = None
     workers: int | None = None
+    max_pixels: int = DEFAULT_MAX_PIXELS
 
     def __post_init__(self) -> None:
         if self.size is not None and not 8 <= self.size <= 4096:
@@ -57,6 +67,8 @@ class PrepareConfig:
             raise InputError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
         if self.workers is not None and self.workers < 1:
             raise InputError(f"--workers must be >= 1, got {self.workers}")
+        if self.max_pixels < 1:
+            raise InputError(f"--max-pixels must be >= 1, got {self.max_pixels}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,17 +1,32 @@
-"""Decode image files to S x S uint8 arrays in a thread pool, with ``--on-error fail|skip``."""
+"""Decode image files to S x S uint8 arrays in a thread pool, with ``--on-error fail|skip``.
+
+Limits on hostile images: the header is read first and an image over ``--max-pixels``
+(width x height) is refused before any pixel is decoded; decode threads share a memory
+budget (``DECODE_BUDGET_BYTES``, ``bench.datasets.budget``) estimated from the header's
+size and mode, so a few huge images are never decoded at once however many threads run.
+While ``decode_files`` runs, that header check replaces PIL's own decompression-bomb
+guard (``Image.MAX_IMAGE_PIXELS``), so there is one limit and its message names the size;
+elsewhere in the process PIL's ``DecompressionBombWarning`` is raised as an error, and
+``read_image`` turns either PIL bomb signal into an ``InputError``: it never reaches the
+user raw.
+"""
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image
 
+from bench.datasets.budget import ByteBudget
+from bench.datasets.config import DEFAULT_MAX_PIXELS
 from bench.datasets.prepared import SplitData
 from bench.datasets.resize import resize_image
 from bench.datasets.splitting import limit_indices
@@ -26,20 +41,64 @@ MEMMAP_BYTES = 1 << 30
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".ppm", ".tif", ".tiff")
 
+# Memory all decode threads together may hold (estimated, see ``decode_bytes``): 2 GiB
+# lets 8 threads decode 12 MP photos at once, and two 50 MP images, on a 24 GB machine.
+DECODE_BUDGET_BYTES = 2 << 30
+# Bytes per pixel PIL holds for a decoded image of each mode (4 for the rest).
+MODE_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}
+# Bytes per pixel of the conversion to RGB on top of the decoded image (worst case:
+# RGBA composited on black holds three 4-byte copies plus the RGB result).
+CONVERT_BYTES = 16
+
+warnings.filterwarnings("error", category=Image.DecompressionBombWarning)
+
 
 def is_image_file(p: Path) -> bool:
     return p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_EXTENSIONS
 
 
-def read_image(path: Path, size: int, policy: str) -> np.ndarray:
-    """One file -> uint8 ``[S, S, 3]``. Raises ``InputError`` naming the file when it cannot be read."""
+def decode_bytes(width: int, height: int, mode: str) -> int:
+    """Estimated peak bytes to decode a ``width`` x ``height`` image of PIL ``mode`` and convert it to RGB."""
+    return width * height * (MODE_BYTES.get(mode, 4) + CONVERT_BYTES)
+
+
+def read_image(
+    path: Path, size: int, policy: str, max_pixels: int = DEFAULT_MAX_PIXELS, budget: ByteBudget | None = None
+) -> np.ndarray:
+    """One file -> uint8 ``[S, S, 3]``. Raises ``InputError`` naming the file when it cannot be read.
+
+    The header is checked first: over ``max_pixels`` pixels is refused without decoding.
+    ``budget``: the decode holds ``decode_bytes(...)`` of it while it runs.
+    """
     try:
-        with Image.open(path) as img:
-            img.load()  # decode fully now: a truncated file fails here, not later
-            return resize_image(img, size, policy)
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise InputError(f"cannot read image ({msg})", path) from None
+        with Image.open(path) as img:  # reads the header only
+            w, h = img.size
+            if w * h > max_pixels:
+                raise InputError(f"image is {w}x{h} ({w * h:,} pixels), over the --max-pixels limit {max_pixels:,}", path)
+            with budget.hold(decode_bytes(w, h, img.mode)) if budget is not None else nullcontext():
+                img.load()  # decode fully now: a truncated file fails here, not later
+                return resize_image(img, size, policy)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        raise InputError(f"refused as a decompression bomb ({_first_line(e)})", path) from None
+    except MemoryError:
+        raise InputError("out of memory decoding the image (lower --max-pixels or --workers)", path) from None
+    except (OSError, SyntaxError, ValueError) as e:
+        raise InputError(f"cannot read image ({_first_line(e)})", path) from None
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+@contextmanager
+def header_check_only() -> Iterator[None]:
+    """While decoding, ``read_image``'s ``--max-pixels`` check stands in for PIL's bomb guard."""
+    old = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = None
+    try:
+        yield
+    finally:
+        Image.MAX_IMAGE_PIXELS = old
 
 
 def decode_files(
@@ -50,29 +109,33 @@ def decode_files(
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
     scratch: Path | None = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    budget_bytes: int = DECODE_BUDGET_BYTES,
 ) -> tuple[np.ndarray, np.ndarray, list[dict[str, str]]]:
     """Decode ``paths`` in order.
 
     Returns images uint8 ``[M, S, S, 3]`` of the readable files, ``kept`` int64 ``[M]``
     (their indices into ``paths``) and ``skipped`` (``{"file", "error"}`` per unreadable
     file; empty unless ``on_error == "skip"``: with ``fail`` the first one raises).
-    Splits over ``MEMMAP_BYTES`` are held in a memory-mapped file under ``scratch``.
+    Splits over ``MEMMAP_BYTES`` are held in a memory-mapped file under ``scratch``. An
+    image over ``max_pixels`` is unreadable; threads share ``budget_bytes`` of decode memory.
     """
     n = len(paths)
     out = allocate((n, size, size, 3), scratch)
     ok = np.zeros(n, dtype=bool)
     skipped: list[dict[str, str]] = []
+    budget = ByteBudget(budget_bytes)
 
     def one(i: int) -> InputError | None:
         try:
-            out[i] = read_image(paths[i], size, policy)
+            out[i] = read_image(paths[i], size, policy, max_pixels, budget)
         except InputError as e:
             return e
         ok[i] = True
         return None
 
     workers = workers or min(8, os.cpu_count() or 1)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    with header_check_only(), ThreadPoolExecutor(max_workers=workers) as pool:
         for i, err in enumerate(pool.map(one, range(n))):
             if err is not None:
                 if on_error == "fail":
@@ -116,7 +179,9 @@ def split_from_files(
     labels = np.asarray(labels, dtype=np.int64)
     sel = limit_indices(len(paths), cfg.limit, cfg.seed + split_index)
     chosen = [paths[i] for i in sel]
-    images, kept, skipped = decode_files(chosen, cfg.size, cfg.resize_policy, cfg.on_error, cfg.workers, progress, scratch)
+    images, kept, skipped = decode_files(
+        chosen, cfg.size, cfg.resize_policy, cfg.on_error, cfg.workers, progress, scratch, cfg.max_pixels
+    )
     ids = [_rel(chosen[i], root) for i in kept]
     return SplitData(images=images, labels=labels[sel][kept], ids=ids), skipped
 

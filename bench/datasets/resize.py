@@ -19,6 +19,8 @@ import numpy as np
 from PIL import Image
 
 FILTER = "bicubic"
+# 16-bit and float images are scaled to 8 bits this many pixels at a time.
+CHUNK_PIXELS = 1 << 20
 
 
 def resample_info() -> dict[str, str]:
@@ -38,9 +40,14 @@ def to_rgb(img: Image.Image) -> Image.Image:
         bg = Image.new("RGBA", rgba.size, (0, 0, 0, 255))
         return Image.alpha_composite(bg, rgba).convert("RGB")
     if img.mode.startswith("I;16") or img.mode in ("I", "F"):
-        a = np.asarray(img, dtype=np.float64)
-        hi = 65535.0 if img.mode.startswith("I;16") or a.max() > 255 else 255.0
-        return Image.fromarray(np.clip(a / hi * 255.0 + 0.5, 0, 255).astype(np.uint8)).convert("RGB")
+        hi = 65535.0 if img.mode.startswith("I;16") or img.getextrema()[1] > 255 else 255.0
+        w, h = img.size
+        out = np.empty((h, w), dtype=np.uint8)
+        step = max(1, CHUNK_PIXELS // max(1, w))  # rows at a time: float64 copies stay small
+        for y in range(0, h, step):
+            a = np.asarray(img.crop((0, y, w, min(h, y + step))), dtype=np.float64)
+            out[y : y + step] = np.clip(a / hi * 255.0 + 0.5, 0, 255).astype(np.uint8)
+        return Image.fromarray(out).convert("RGB")
     return img.convert("RGB")
 
 
