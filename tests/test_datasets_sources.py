@@ -14,7 +14,7 @@ from fixtures_datasets import (
 
 from bench.datasets.flowers102 import CLASS_NAMES
 from bench.datasets.prepare import prepare_dataset
-from bench.datasets.prepared import open_prepared
+from bench.datasets.prepared import open_prepared, read_source_ids
 from bench.datasets.sources import get_source, source_names
 from bench.datasets.synthetic import recover_labels
 
@@ -63,7 +63,7 @@ def test_flowers102_splits_labels_names(tmp_path):
         assert len(s) == ids.size
         assert np.array_equal(s.labels, fx["labels"][ids - 1] - 1)  # 1..K -> 0..K-1, setid order
         assert np.array_equal(recover_labels(s.images, 27), s.labels)
-        ids = (s.root / "source_ids.txt").read_text().split()
+        ids = read_source_ids(s.root)
         assert ids == [f"jpg/image_{i:05d}.jpg" for i in fx["setid"][key]]
     assert ds.manifest["splits"]["train"]["count"] + ds.manifest["splits"]["val"]["count"] + \
         ds.manifest["splits"]["test"]["count"] == 24
@@ -108,7 +108,7 @@ def test_imagefolder_presplit(tmp_path):
     assert np.bincount(ds.split("train").labels).tolist() == [4, 4, 4]
     assert np.bincount(ds.split("val").labels).tolist() == [2, 2, 2]
     val = ds.split("val")
-    ids = (val.root / "source_ids.txt").read_text().split()
+    ids = read_source_ids(val.root)
     assert [ds.classes[c] for c in val.labels] == [i.split("/")[1] for i in ids]  # val/<class>/<file>
     assert np.array_equal(recover_labels(ds.split("val").images, 27), ds.split("val").labels)
 

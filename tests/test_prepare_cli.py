@@ -22,6 +22,7 @@ from fixtures_datasets import (
 )
 
 from bench import cli
+from bench.datasets.prepared import read_source_ids
 
 MINE = {"datasets": "bench.commands.datasets", "prepare": "bench.commands.prepare"}
 
@@ -195,7 +196,7 @@ def test_corrupt_image_skipped_and_listed(run, tmp_path):
     assert m["splits"]["train"]["count"] == 11 and m["splits"]["val"]["count"] == 6
     labels = np.load(tmp_path / "o" / "train" / "labels.npy")
     assert np.bincount(labels).tolist() == [4, 4, 3]
-    ids = (tmp_path / "o" / "train" / "source_ids.txt").read_text().split()
+    ids = read_source_ids(tmp_path / "o" / "train")
     assert len(ids) == 11 and "train/eel/002.jpeg" not in ids and "train/eel/001.PNG" in ids
 
 

@@ -10,8 +10,12 @@ Layout of a prepared folder ``DIR``::
     DIR/<split>/jpeg/000000.jpg    one JPEG per image, index-aligned with pixels.npy
     DIR/<split>/file_list.txt      "jpeg/000000.jpg <label>" per line (DALI ``readers.file`` format,
                                    paths relative to DIR/<split>)
-    DIR/<split>/source_ids.txt     optional: the source id of each image, one per line (a file path
-                                   relative to the source root, or ``batch:index``), index-aligned
+    DIR/<split>/source_ids.json    optional: JSON list of the source id of each image (a file path
+                                   relative to the source root, or ``batch:index``), index-aligned;
+                                   JSON, so a file name holding a newline or non-UTF-8 bytes (kept
+                                   as surrogate escapes, ``os.fsencode`` gives the bytes back) cannot
+                                   shift it. Folders written before this read ``source_ids.txt``,
+                                   one id per line (``read_source_ids`` reads both)
 
 ``write_prepared`` builds all of it in a temp folder and renames at the end, so an
 interrupted run never leaves a folder that looks complete (no manifest = not prepared).
@@ -34,6 +38,7 @@ from bench.errors import InputError
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
+SOURCE_IDS = "source_ids.json"
 
 
 @dataclass(frozen=True)
@@ -123,7 +128,7 @@ def write_prepared(
                     progress(1)
             (d / "file_list.txt").write_text("\n".join(lines) + "\n")
             if s.ids:
-                (d / "source_ids.txt").write_text("\n".join(s.ids) + "\n")
+                (d / SOURCE_IDS).write_text(json.dumps(list(s.ids)) + "\n")
             manifest["splits"][name] = {
                 "count": int(s.images.shape[0]),
                 "pixels_sha256": sha256_array(s.images),
@@ -224,6 +229,22 @@ def open_prepared(path: str | Path) -> PreparedDataset:
             f"manifest schema_version {manifest.get('schema_version')!r}, this inrbench reads {SCHEMA_VERSION}", mpath
         )
     return PreparedDataset(root=root, manifest=manifest)
+
+
+def read_source_ids(split_dir: str | Path) -> list[str] | None:
+    """The source ids of a prepared split folder (``source_ids.json``, or an older ``source_ids.txt``); ``None`` if absent."""
+    d = Path(split_dir)
+    if (d / SOURCE_IDS).is_file():
+        try:
+            ids = json.loads((d / SOURCE_IDS).read_text())
+        except json.JSONDecodeError as e:
+            raise InputError(f"not valid JSON: {e}", d / SOURCE_IDS) from None
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise InputError("is not a JSON list of strings", d / SOURCE_IDS)
+        return ids
+    if (d / "source_ids.txt").is_file():
+        return (d / "source_ids.txt").read_text().splitlines()
+    return None
 
 
 def iter_splits(ds: PreparedDataset, names: Iterable[str] | None = None) -> Iterable[PreparedSplit]:
