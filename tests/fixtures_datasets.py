@@ -116,3 +116,17 @@ def truncate(path: Path, keep: float = 0.5) -> None:
     """Cut a file to ``keep`` of its bytes (a truncated download)."""
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * keep)])
+
+
+def png_claiming(path: Path, width: int, height: int, mode: str = "L") -> None:
+    """A tiny PNG whose header claims ``width`` x ``height`` (a decompression bomb's header, no pixels)."""
+    import struct
+    import zlib
+
+    Image.new(mode, (1, 1)).save(path)
+    data = bytearray(path.read_bytes())
+    # The IHDR chunk follows the 8-byte signature: length, b"IHDR", width, height, ..., crc.
+    assert data[12:16] == b"IHDR"
+    data[16:24] = struct.pack(">II", width, height)
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+    path.write_bytes(bytes(data))

@@ -1,0 +1,236 @@
+"""Hostile dataset sources through the real CLI: paths that escape the root, symlink loops,
+pixel bombs, unreadable folders and odd file names.
+
+Each refused case must exit 2 with exactly one line on stderr (``inrbench: error: ...``)
+naming the offending file, write no output, and leave every file under ``tmp_path``
+byte-identical. Each accepted case exits 0 and the check on its output passes.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fixtures_datasets import png_claiming, write_flowers102, write_imagefolder, write_miniimagenet
+from PIL import Image
+
+from bench import cli
+from bench.datasets.prepared import read_source_ids
+
+MINE = {"prepare": "bench.commands.prepare"}
+
+
+def _snapshot(top: Path) -> dict[str, str]:
+    """Relative path -> sha256 of the bytes (or the link target of a symlink), symlinks not followed."""
+    out = {}
+    for d, dirs, files in os.walk(top, followlinks=False):
+        for name in files + [x for x in dirs if os.path.islink(os.path.join(d, x))]:
+            p = os.path.join(d, name)
+            rel = os.path.relpath(p, top)
+            if os.path.islink(p):
+                out[rel] = "-> " + os.readlink(p)
+            else:
+                with open(p, "rb") as f:
+                    out[rel] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def _png(path: Path) -> Path:
+    Image.fromarray(np.full((12, 12, 3), 99, np.uint8)).save(path)
+    return path
+
+
+def _mini_row(src: Path, row: str) -> Path:
+    """mini-ImageNet tree whose train.csv ends with ``row``; returns train.csv."""
+    write_miniimagenet(src, per_class=2)
+    with open(src / "train.csv", "a") as f:
+        f.write(row + "\n")
+    return src / "train.csv"
+
+
+def _deny_scandir(monkeypatch, folder: Path) -> None:
+    """``os.scandir(folder)`` raises EACCES, as on a chmod 000 folder (tests run as root)."""
+    real, denied = os.scandir, os.fspath(folder.resolve())
+
+    def scandir(path="."):
+        if not isinstance(path, int) and os.fspath(path) == denied:  # shutil.rmtree passes fds
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
+# Builders: (src, tmp_path, monkeypatch) -> (source, extra argv, file the message must name).
+def csv_dotdot(src, tmp, mp):
+    _png(tmp / "x.png")
+    return "mini-imagenet", [], f"{_mini_row(src, '../../x.png,n01532829')}: row 6"
+
+
+def csv_absolute(src, tmp, mp):
+    p = _png(tmp / "abs.png")
+    return "mini-imagenet", [], f"{_mini_row(src, f'{p},n01532829')}: row 6"
+
+
+def csv_etc_passwd(src, tmp, mp):
+    return "mini-imagenet", [], f"{_mini_row(src, '/etc/passwd,n01532829')}: row 6"
+
+
+def symlink_file_escape(src, tmp, mp):
+    write_imagefolder(src, per_class=3)
+    (src / "cat" / "evil.png").symlink_to(_png(tmp / "outside.png"))
+    return "imagefolder", [], src / "cat" / "evil.png"
+
+
+def symlink_class_loop(src, tmp, mp):
+    write_imagefolder(src, per_class=3)
+    (src / "loop").symlink_to(src, target_is_directory=True)
+    return "imagefolder", [], src / "loop"
+
+
+def symlink_class_duplicate(src, tmp, mp):
+    write_imagefolder(src, per_class=3)
+    (src / "zebra").symlink_to(src / "cat", target_is_directory=True)
+    return "imagefolder", [], src / "zebra" / "000.png"
+
+
+def flowers_symlink_escape(src, tmp, mp):
+    write_flowers102(src, num_classes=2, per_class=4)
+    img = src / "jpg" / "image_00001.jpg"
+    img.rename(tmp / "moved.jpg")
+    img.symlink_to(tmp / "moved.jpg")
+    return "flowers102", [], img
+
+
+def png16_over_max_pixels(src, tmp, mp):
+    write_imagefolder(src, per_class=3)
+    Image.fromarray(np.zeros((10000, 10000), np.uint16)).save(src / "cat" / "huge.png")  # ~200 KB, I;16
+    return "imagefolder", [], src / "cat" / "huge.png"
+
+
+def unreadable_root(src, tmp, mp):
+    write_imagefolder(src, per_class=3)
+    _deny_scandir(mp, src)
+    return "imagefolder", [], src
+
+
+def unreadable_class_folder(src, tmp, mp):
+    write_imagefolder(src, per_class=3)
+    _deny_scandir(mp, src / "dog")
+    return "imagefolder", [], src / "dog"
+
+
+REFUSED = [
+    ("csv-dotdot", csv_dotdot, "path '../../x.png' resolves outside the dataset root"),
+    ("csv-absolute", csv_absolute, "resolves outside the dataset root"),
+    ("csv-etc-passwd", csv_etc_passwd, "path '/etc/passwd' resolves outside the dataset root"),
+    ("symlink-file-escape", symlink_file_escape, "outside the dataset root"),
+    ("symlink-class-loop", symlink_class_loop, "which holds this folder (a loop)"),
+    ("symlink-class-duplicate", symlink_class_duplicate, "the tree would be read twice"),
+    ("flowers-symlink-escape", flowers_symlink_escape, "outside the dataset root"),
+    ("png16-10000x10000", png16_over_max_pixels, "10000x10000 (100,000,000 pixels), over the --max-pixels limit 50,000,000"),
+    ("unreadable-root", unreadable_root, "cannot read (Permission denied)"),
+    ("unreadable-class-folder", unreadable_class_folder, "cannot read (Permission denied)"),
+]
+
+
+@pytest.fixture
+def run(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "COMMANDS", MINE)
+
+    def _run(*argv):
+        rc = cli.main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    return _run
+
+
+@pytest.mark.parametrize("build,expect", [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])
+def test_refused(build, expect, run, tmp_path, monkeypatch):
+    source, extra, named = build(tmp_path / "src", tmp_path, monkeypatch)
+    before = _snapshot(tmp_path)
+    rc, out, err = run("prepare", source, "--root", tmp_path / "src", "--out", tmp_path / "out", "--size", 8, *extra)
+    assert rc == 2, err
+    assert err.count("\n") == 1 and err.startswith("inrbench: error: "), err
+    assert "Traceback" not in err and expect in err and str(named) in err, err
+    assert not (tmp_path / "out").exists()
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a chmod 000 folder; unreadable-root covers it by monkeypatch")
+def test_unreadable_root_chmod(run, tmp_path):
+    write_imagefolder(tmp_path / "src", per_class=3)
+    (tmp_path / "src").chmod(0)
+    try:
+        rc, _, err = run("prepare", "imagefolder", "--root", tmp_path / "src", "--out", tmp_path / "out", "--size", 8)
+    finally:
+        (tmp_path / "src").chmod(0o755)
+    assert rc == 2 and err.count("\n") == 1 and "cannot read (Permission denied)" in err, err
+
+
+# Accepted: (src) -> (extra argv, check(out folder, manifest)).
+def bomb_skipped(src):
+    write_imagefolder(src, per_class=3)
+    png_claiming(src / "cat" / "bomb.png", 20000, 20000)  # 400 MP: past PIL's own bomb error limit
+
+    def check(out, m):
+        assert [s["file"] for s in m["skipped"]] == [str(src / "cat" / "bomb.png")]
+        assert m["skipped"][0]["error"] == "image is 20000x20000 (400,000,000 pixels), over the --max-pixels limit 50,000,000"
+
+    return ["--on-error", "skip"], check
+
+
+def non_utf8_name(src):
+    write_imagefolder(src, per_class=3)
+    with open(os.path.join(os.fsencode(src / "cat"), b"\xff\xfe.png"), "wb") as f:
+        f.write(_png(src / "tmp.png").read_bytes())
+    (src / "tmp.png").unlink()
+
+    def check(out, m):
+        ids = [i for s in ("train", "val") for i in read_source_ids(out / s)]
+        assert os.fsencode(src / "cat") + b"/\xff\xfe.png" in {os.fsencode(src / i) for i in ids}
+
+    return [], check
+
+
+def newline_name(src):
+    write_imagefolder(src, per_class=3)
+    _png(src / "cat" / "a\nb.png")
+
+    def check(out, m):
+        for s in ("train", "val"):
+            ids = read_source_ids(out / s)
+            assert len(ids) == m["splits"][s]["count"] == len(np.load(out / s / "labels.npy"))
+        assert "cat/a\nb.png" in read_source_ids(out / "train") + read_source_ids(out / "val")
+        assert json.loads((out / "train" / "source_ids.json").read_text()) == read_source_ids(out / "train")
+
+    return [], check
+
+
+ACCEPTED = [
+    ("bomb-png-skipped", bomb_skipped),
+    ("non-utf8-file-name", non_utf8_name),
+    ("newline-file-name", newline_name),
+]
+
+
+@pytest.mark.parametrize("build", [c[1] for c in ACCEPTED], ids=[c[0] for c in ACCEPTED])
+def test_accepted(build, run, tmp_path):
+    extra, check = build(tmp_path / "src")
+    before = _snapshot(tmp_path)
+    rc, out, err = run("prepare", "imagefolder", "--root", tmp_path / "src", "--out", tmp_path / "out", "--size", 8, *extra)
+    assert rc == 0 and err == "", err
+    check(tmp_path / "out", json.loads((tmp_path / "out" / "manifest.json").read_text()))
+    after = _snapshot(tmp_path)
+    assert {k: v for k, v in after.items() if not k.startswith("out" + os.sep)} == before
+
+
+def test_max_pixels_option_is_validated(run, tmp_path):
+    write_imagefolder(tmp_path / "src", per_class=3)
+    rc, _, err = run("prepare", "imagefolder", "--root", tmp_path / "src", "--out", tmp_path / "out", "--max-pixels", 0)
+    assert rc == 2 and err == "inrbench: error: --max-pixels must be >= 1, got 0\n"
