@@ -5,7 +5,10 @@ Summary: one row per (method, variant, match, quality-for-the-sweep). Means are 
 images whose status is ``ok``; ``n_ok`` / ``n_images`` say how many that is; ``status`` is
 ``ok`` (all reached), ``partial`` or ``unreachable`` (none reached: ``min_bytes`` is the
 mean smallest JPEG). For matched JPEG rows ``inr_psnr_same_images`` is the INR variant's
-mean PSNR over the same reached images, so the two PSNRs compare like with like.
+mean PSNR over the same reached images, so the two PSNRs compare like with like, and
+``psnr_diff`` [``psnr_diff_lo``, ``psnr_diff_hi``] is the mean per-image difference INR minus
+JPEG over those images with its 95% paired bootstrap interval (``bench.stats.paired_diff_ci``;
+lossless images count as ``PSNR_CAP_DB``): an interval that holds 0 is no difference detected.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ import math
 import numpy as np
 import pandas as pd
 
-from bench.metrics import mean_psnr
+from bench import stats
+from bench.metrics import PSNR_CAP_DB, mean_psnr
 
 SUMMARY_COLUMNS = [
     "method", "variant", "match", "quality", "quality_min", "quality_max", "n_images", "n_ok",
     "status", "target_bytes", "file_bytes", "header_free_bytes", "bpp", "bpp_header_free",
     "pct_raw", "psnr", "psnr_median", "psnr_min", "ssim", "min_bytes", "inr_psnr_same_images",
+    "psnr_diff", "psnr_diff_lo", "psnr_diff_hi",
 ]
 
 
@@ -49,6 +54,9 @@ def summarize(per_image: pd.DataFrame) -> pd.DataFrame:
         if method == "jpeg-matched" and k:
             same = inr.loc[[(variant, int(i)) for i in ok["image"]]].to_numpy(float, copy=True)
             row["inr_psnr_same_images"] = mean_psnr(same)
+            jpeg = ok["psnr"].to_numpy(float, copy=True)
+            d = stats.paired_diff_ci(np.minimum(same, PSNR_CAP_DB), np.minimum(jpeg, PSNR_CAP_DB))
+            row.update(psnr_diff=d.value, psnr_diff_lo=d.lo, psnr_diff_hi=d.hi)
         out.append(row)
     s = pd.DataFrame(out)
     for c in SUMMARY_COLUMNS:
@@ -130,6 +138,17 @@ def _fmt(v, nd=2) -> str:
     return f"{v:.{nd}f}"
 
 
+def psnr_diff_text(r) -> str:
+    """``+1.23 dB [0.95, 1.51]`` (INR minus matched JPEG, paired per image), or ``no difference
+    detected [-0.20, 0.31] dB`` when the interval holds 0; ``–`` without the columns."""
+    v, lo, hi = (r.get(c, np.nan) for c in ("psnr_diff", "psnr_diff_lo", "psnr_diff_hi"))
+    if any(x is None or pd.isna(x) for x in (v, lo, hi)):
+        return "–"
+    if lo <= 0 <= hi:
+        return f"{stats.NO_DIFFERENCE} [{lo:+.2f}, {hi:+.2f}] dB"
+    return f"{v:+.2f} dB [{lo:+.2f}, {hi:+.2f}]"
+
+
 def markdown(summary: pd.DataFrame, meta: dict) -> str:
     """The short README-style summary (``summary.md``)."""
     h, w = meta["image_size"]
@@ -142,7 +161,9 @@ def markdown(summary: pd.DataFrame, meta: dict) -> str:
         "(header amortized); JPEG = whole file, or header-free = entropy-coded data only. "
         "Matched JPEG = highest quality whose bytes fit the INR's bytes per image, per image. "
         f"Raw RGB = {px * 3} bytes/image. bpp and % raw are of the bytes a row is matched on "
-        "(header-free rows: header-free bytes). `unreachable`: even JPEG's smallest output is larger than the target.",
+        "(header-free rows: header-free bytes). `unreachable`: even JPEG's smallest output is larger than the target. "
+        "INR − JPEG: mean per-image PSNR difference over the images JPEG reached, with its 95% paired "
+        "bootstrap interval; an interval holding 0 reads `no difference detected`.",
         "",
         "| method | match | file bytes/img | header-free bytes/img | bpp | % raw | quality | PSNR dB | SSIM | images reached | status |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -160,7 +181,7 @@ def markdown(summary: pd.DataFrame, meta: dict) -> str:
             q = "–" if r["method"] == "inr" else f"{r['quality']:.1f} ({r['quality_min']:.0f}-{r['quality_max']:.0f})"
             extra = ""
             if r["method"] == "jpeg-matched":
-                extra = f" (INR {r['inr_psnr_same_images']:.2f} on same)"
+                extra = f" (INR {r['inr_psnr_same_images']:.2f} on same; INR − JPEG {psnr_diff_text(r)})"
             lines.append(
                 f"| {name} | {r['match'] or '–'} | {r['file_bytes']:.0f} | {_fmt(r['header_free_bytes'], 0)} | {b * 8 / px:.2f} | {b * 100 / (3 * px):.1f} | {q} | "
                 f"{r['psnr']:.2f}{extra} | {r['ssim']:.3f} | {r['n_ok']}/{r['n_images']} | {r['status']} |"
