@@ -80,6 +80,10 @@ def csv_etc_passwd(src, tmp, mp):
     return "mini-imagenet", [], f"{_mini_row(src, '/etc/passwd,n01532829')}: row 6"
 
 
+def csv_nul_byte(src, tmp, mp):
+    return "mini-imagenet", [], f"{_mini_row(src, 'a' + chr(0) + 'b.png,n01532829')}: row 6"
+
+
 def symlink_file_escape(src, tmp, mp):
     write_imagefolder(src, per_class=3)
     (src / "cat" / "evil.png").symlink_to(_png(tmp / "outside.png"))
@@ -128,6 +132,7 @@ REFUSED = [
     ("csv-dotdot", csv_dotdot, "path '../../x.png' resolves outside the dataset root"),
     ("csv-absolute", csv_absolute, "resolves outside the dataset root"),
     ("csv-etc-passwd", csv_etc_passwd, "path '/etc/passwd' resolves outside the dataset root"),
+    ("csv-nul-byte", csv_nul_byte, "path 'a\\x00b.png' is not a usable path (embedded null byte)"),
     ("symlink-file-escape", symlink_file_escape, "outside the dataset root"),
     ("symlink-class-loop", symlink_class_loop, "which holds this folder (a loop)"),
     ("symlink-class-duplicate", symlink_class_duplicate, "the tree would be read twice"),
@@ -234,3 +239,39 @@ def test_max_pixels_option_is_validated(run, tmp_path):
     write_imagefolder(tmp_path / "src", per_class=3)
     rc, _, err = run("prepare", "imagefolder", "--root", tmp_path / "src", "--out", tmp_path / "out", "--max-pixels", 0)
     assert rc == 2 and err == "inrbench: error: --max-pixels must be >= 1, got 0\n"
+
+
+def test_pil_bomb_error_is_an_input_error(tmp_path):
+    """Outside ``decode_files`` PIL's own guard stays on; its error still becomes one InputError line."""
+    from bench.datasets.decode import read_image
+    from bench.errors import InputError
+
+    png_claiming(tmp_path / "bomb.png", 20000, 20000)
+    with pytest.raises(InputError, match=r"bomb\.png: refused as a decompression bomb \(Image size \(400000000 pixels\)"):
+        read_image(tmp_path / "bomb.png", 8, "resize", max_pixels=10**12)
+
+
+def test_decode_budget_holds_big_images_one_at_a_time():
+    """Threads asking for more than half the budget never overlap; an oversize ask runs alone."""
+    import threading
+    import time
+
+    from bench.datasets.budget import ByteBudget
+
+    budget, lock, held, peak = ByteBudget(100), threading.Lock(), [0], [0]
+
+    def work(n):
+        with budget.hold(n):
+            with lock:
+                held[0] += 1
+                peak[0] = max(peak[0], held[0])
+            time.sleep(0.02)
+            with lock:
+                held[0] -= 1
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in (60, 60, 250, 60)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=5)
+    assert not any(t.is_alive() for t in threads) and peak[0] == 1 and budget.free == 100

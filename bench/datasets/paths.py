@@ -20,9 +20,12 @@ from bench.errors import InputError
 def inside_root(root: str | Path, rel: str | Path, where: str | Path, row: int | None = None) -> Path:
     """``root / rel`` resolved; an ``InputError`` naming ``where`` (and ``row``) when it is outside ``root``."""
     base = Path(root).resolve()
-    path = (base / rel).resolve()
+    at = f"row {row}: " if row is not None else ""
+    try:
+        path = (base / rel).resolve()
+    except (ValueError, OSError) as e:  # an embedded NUL byte, a symlink loop
+        raise InputError(f"{at}path {str(rel)!r} is not a usable path ({e})", where) from None
     if not path.is_relative_to(base):
-        at = f"row {row}: " if row is not None else ""
         raise InputError(f"{at}path {str(rel)!r} resolves outside the dataset root {base}", where)
     return path
 
