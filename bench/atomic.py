@@ -1,6 +1,9 @@
 """Atomic writes: a temp file (or folder) beside the target, renamed into place.
 
 An interrupted writer never leaves a half-written file or dataset that looks complete.
+Temporaries are named ``.<name>.inrbench-XXXX.tmp|partial|old`` (``bench.outputs``), so a later
+run of a command writing the same output can recognize and remove what a killed run left, and
+they get the permissions the umask gives, like any other file.
 """
 
 from __future__ import annotations
@@ -9,17 +12,19 @@ import contextlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from bench import outputs
+from bench.errors import InputError
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temp file in the same folder + ``os.replace``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = outputs.make_temp_file(path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -41,23 +46,31 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(final: str | Path, overwrite: bool = False) -> Iterator[Path]:
+def atomic_dir(final: str | Path, kind: str | None = None, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temp folder beside ``final``; on success rename it to ``final``.
 
-    On any exception the temp folder is removed and ``final`` is untouched.
-    With ``overwrite`` an existing ``final`` is replaced only after the new one is complete.
+    On any exception the temp folder is removed and ``final`` is untouched. ``kind`` (a
+    ``bench.outputs`` kind) marks the new folder as this project's output of that kind. With
+    ``overwrite`` an existing ``final`` is replaced only after the new one is complete, and only
+    when it is an output of the same ``kind`` this project wrote (or an empty folder): callers
+    check with ``bench.outputs.claim`` before any work; this is the last line of defence.
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
+    tmp = outputs.make_temp_dir(final, ".partial")
     try:
         yield tmp
-        if final.exists():
+        if kind is not None:
+            outputs.write_marker(tmp, kind)
+        if final.exists() or final.is_symlink():
             if not overwrite:
                 raise FileExistsError(f"{final} already exists")
-            old = final.with_name(f".{final.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(final, old)
+            own = final.is_dir() and not final.is_symlink() and (
+                not any(final.iterdir()) or (kind is not None and outputs.is_own(final, kind)))
+            if not own:
+                raise InputError(f"{final}: not a {kind or 'folder'} output of inr-bench; refusing to replace it")
+            old = outputs.make_temp_dir(final, ".old")
+            os.replace(final, old)  # onto the empty temp folder: atomic
             os.replace(tmp, final)
             shutil.rmtree(old, ignore_errors=True)
         else:

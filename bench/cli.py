@@ -47,13 +47,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(text: str) -> str:
+    """Messages are one line: embedded newlines (a file name holding one) are shown escaped."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args._run(args) or 0)
     except InputError as e:
-        print(f"inrbench: error: {e}", file=sys.stderr)
+        print(f"inrbench: error: {_one_line(str(e))}", file=sys.stderr)
+        return 2
+    except OSError as e:  # disk full, permission denied, read-only file system: the machine, not a bug
+        from bench.outputs import os_error_message
+
+        print(f"inrbench: error: {_one_line(os_error_message(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("inrbench: interrupted", file=sys.stderr)

@@ -307,7 +307,7 @@ def read_results(out: str | Path):
 
     out = Path(out)
     if not out.is_dir():
-        raise InputError("no such results folder", out)
+        raise InputError("is a file, not a results folder" if out.exists() else "no such results folder", out)
     files = sorted((out / RUNS_DIR).glob(f"*/{ROWS_FILE}"))
     if not files:
         raise InputError(f"no results (no {RUNS_DIR}/*/{ROWS_FILE}; run `inrbench bench --out {out}`)", out)

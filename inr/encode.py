@@ -166,6 +166,50 @@ def concat_layers(parts: list[list[QLayer]]) -> list[QLayer]:
     return out
 
 
+def _job(cfg: EncodeConfig, source: dict | None, n: int, h: int, w: int) -> dict:
+    """What a work folder's shards depend on: the configuration and the images (not where they lie)."""
+    src = {k: v for k, v in (source or {}).items() if k != "prepared"}  # a moved dataset is the same input
+    return json.loads(json.dumps({"encode": cfg.to_dict(), "source": src, "num_images": int(n), "image_size": [h, w]},
+                                 default=str))
+
+
+def _open_work(work: Path, job: dict) -> None:
+    """Create the work folder, or check that an existing one holds shards of this very job."""
+    cfg_path = work / "config.json"
+    if work.is_symlink() or (work.exists() and not work.is_dir()):
+        raise InputError("exists and is not an encode work folder; refusing to use or remove it", work)
+    if work.exists():
+        names = {p.name for p in work.iterdir()}
+        if not names:  # killed between mkdir and writing config.json: nothing to keep
+            atomic_write_json(cfg_path, job)
+            return
+        try:
+            old = json.loads(cfg_path.read_text())
+        except (OSError, ValueError):
+            old = None
+        if not isinstance(old, dict) or "encode" not in old:
+            raise InputError("exists and is not an encode work folder (no config.json of inrbench encode); "
+                             "refusing to use or remove it", work)
+        old = {**old, "source": {k: v for k, v in old.get("source", {}).items() if k != "prepared"}}
+        if old != job:
+            diff = sorted(_diff_keys(old, job))
+            raise InputError(f"holds shards of an encode with other settings ({', '.join(diff[:6])} differ); "
+                             "delete it to start over, or rerun with those settings to resume", work)
+        return
+    work.mkdir(parents=True)
+    atomic_write_json(cfg_path, job)
+
+
+def _diff_keys(a, b, prefix: str = "") -> list[str]:
+    """Dotted keys where two JSON documents differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for k in sorted(set(a) | set(b)):
+            out += _diff_keys(a.get(k), b.get(k), f"{prefix}{k}.")
+        return out
+    return [] if a == b else [prefix.rstrip(".") or "(root)"]
+
+
 def encode_split(
     images,
     labels,
@@ -176,6 +220,7 @@ def encode_split(
     progress: Callable[[int, np.ndarray], None] | None = None,
     keep_work: bool = False,
     fit_cache: str | Path | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Encode ``images`` (uint8 ``[N, H, W, 3]``) with ``labels`` (int64 ``[N]``) into the store ``out``.
 
@@ -184,29 +229,33 @@ def encode_split(
     checked on resume. ``progress(n_images, psnr [n])`` is called as images finish
     (immediately for shards found finished). ``fit_cache``: see ``encode_images`` (the fit is
     deterministic, so a cached fit gives the same file as a fresh one).
+
+    ``out`` is claimed before any work (``bench.outputs.claim``): it must not overlap the
+    prepared dataset named in ``source`` nor ``fit_cache``; an existing store there is replaced
+    only with ``overwrite``; anything else there is refused. A second encode to the same
+    ``out`` while this one runs is refused (a lock naming this process).
     """
-    out = Path(out)
+    from bench.outputs import claim
+
+    inputs = {"prepared dataset": (source or {}).get("prepared"), "fit cache (--fit-cache)": fit_cache}
+    with claim(out, "store", inputs=inputs, mode="replace" if overwrite else "new") as out:
+        if fit_cache is not None:
+            from bench.outputs import check_output
+
+            check_output(fit_cache, "fit-cache", inputs={"prepared dataset": inputs["prepared dataset"]},
+                         mode="append", option="--fit-cache")
+        return _encode_split(images, labels, cfg, out, device, source, progress, keep_work, fit_cache)
+
+
+def _encode_split(images, labels, cfg: EncodeConfig, out: Path, device, source, progress, keep_work, fit_cache) -> Path:
     imgs = as_image_array(images, str(out))
     labels = np.asarray(labels, dtype=np.int64).reshape(-1)
     n, h, w, _ = imgs.shape
     if labels.shape[0] != n:
         raise InputError(f"{n} images but {labels.shape[0]} labels", out)
     work = out.with_name(out.name + WORK_SUFFIX)
-    job = {"encode": cfg.to_dict(), "source": source or {}, "num_images": int(n), "image_size": [h, w]}
-    cfg_path = work / "config.json"
-    if work.exists():
-        try:
-            old = json.loads(cfg_path.read_text())
-        except (OSError, json.JSONDecodeError):
-            old = None
-        if old != json.loads(json.dumps(job, default=str)):
-            raise InputError(
-                f"work folder {work} belongs to an encode with another configuration or input; delete it to start over",
-                out,
-            )
-    else:
-        work.mkdir(parents=True)
-        atomic_write_json(cfg_path, job)
+    job = _job(cfg, source, n, h, w)
+    _open_work(work, job)
     shard_paths = []
     for si, s in enumerate(range(0, n, cfg.shard_size)):
         e = min(n, s + cfg.shard_size)

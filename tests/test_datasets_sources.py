@@ -42,8 +42,8 @@ def test_cifar10_native(tmp_path, protocol):
 
 
 def test_cifar10_parent_folder_limit_and_resize(tmp_path):
-    exp = write_cifar10(tmp_path / "cifar-10-batches-py", per_batch=6, n_test=8)
-    ds = open_prepared(prepare_dataset("cifar10", tmp_path / "out", root=tmp_path, size=48, limit=5))
+    exp = write_cifar10(tmp_path / "src" / "cifar-10-batches-py", per_batch=6, n_test=8)
+    ds = open_prepared(prepare_dataset("cifar10", tmp_path / "out", root=tmp_path / "src", size=48, limit=5))
     assert ds.image_size == (48, 48) and ds.manifest["resize_policy"] == "resize"
     tr = ds.split("train")
     assert len(tr) == 5 and len(ds.split("test")) == 5

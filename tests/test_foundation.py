@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from bench.atomic import atomic_dir, atomic_write_bytes
+from bench.errors import InputError
 from bench.metrics import PSNR_CAP_DB, mean_psnr, psnr_per_image, to_uint8
 
 
@@ -38,9 +39,19 @@ def test_atomic_dir_refuses_to_clobber_unless_asked(tmp_path):
         with atomic_dir(final) as tmp:
             (tmp / "new").write_text("2")
     assert (final / "keep").exists()
-    with atomic_dir(final, overwrite=True) as tmp:
+    # a folder this project did not write is never replaced, even when asked
+    with pytest.raises(InputError, match="refusing to replace"):
+        with atomic_dir(final, kind="compare", overwrite=True) as tmp:
+            (tmp / "new").write_text("2")
+    assert sorted(x.name for x in final.iterdir()) == ["keep"]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["out"]  # no temp folder left
+    # its own output of the same kind is replaced whole, marker included
+    (final / "keep").unlink()
+    with atomic_dir(final, kind="compare", overwrite=True) as tmp:
+        (tmp / "old").write_text("1")
+    with atomic_dir(final, kind="compare", overwrite=True) as tmp:
         (tmp / "new").write_text("2")
-    assert sorted(x.name for x in final.iterdir()) == ["new"]
+    assert sorted(x.name for x in final.iterdir()) == [".inrbench.json", "new"]
 
 
 def test_psnr_hand_computed():

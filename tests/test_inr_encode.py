@@ -61,7 +61,7 @@ def test_resume_refuses_a_work_folder_of_another_config(tmp_path):
     out = tmp_path / "o.inr"
     with pytest.raises(Killed):
         encode_split(imgs, labels, small_cfg(), out, progress=lambda n, p: (_ for _ in ()).throw(Killed()))
-    with pytest.raises(InputError, match="another configuration or input"):
+    with pytest.raises(InputError, match=r"other settings \(encode.qat_iterations differ\)"):
         encode_split(imgs, labels, small_cfg(qat_iterations=3), out)
 
 

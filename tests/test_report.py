@@ -133,8 +133,9 @@ def test_cli_report_and_bad_input(tmp_path, capsys):
     assert cli_main(["report", str(tmp_path / "missing"), "--out", str(tmp_path / "r2")]) == 2
     err = capsys.readouterr().err
     assert "missing: no such results folder" in err and "Traceback" not in err
+    (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="no results"):
-        build_report(tmp_path, tmp_path / "r3")  # a folder with neither sweep.json nor runs/
+        build_report(tmp_path / "empty", tmp_path / "r3")  # a folder with neither sweep.json nor runs/
 
 
 def test_headline_table(report):

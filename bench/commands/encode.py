@@ -11,7 +11,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("prepared", help="a prepared dataset folder (`inrbench prepare`)")
     p.add_argument("--preset", default="demo", help="cifar10, flowers102, mini-imagenet or demo (default demo)")
     p.add_argument("--split", default="train", help="split to encode (default train)")
-    p.add_argument("--out", required=True, help="the store file to write")
+    p.add_argument("--out", required=True,
+                   help="the store file to write (not inside the prepared folder; an existing store needs --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store file written by inrbench encode")
     g = p.add_argument_group("fit (override the preset)")
     g.add_argument("--iterations", type=int)
     g.add_argument("--layers", type=int)
@@ -108,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         out = encode_split(images, labels, cfg, args.out, device=args.device, source=source, progress=progress,
-                           keep_work=args.keep_work, fit_cache=args.fit_cache)
+                           keep_work=args.keep_work, fit_cache=args.fit_cache,
+                           overwrite=args.overwrite)
     finally:
         bar.close()
     st = load(out, "cpu")

@@ -9,15 +9,19 @@ HELP = "print the environment record (commit, versions, which PIL, CPU, GPU) as 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", help="also write it atomically to this file")
+    p.add_argument("--out", help="also write it atomically to this file (new, or an env record written by inrbench)")
 
 
 def run(args: argparse.Namespace) -> int:
     from bench import envinfo
     from bench.atomic import atomic_write_json
+    from bench.outputs import claim
 
-    info = envinfo.collect()
-    print(json.dumps(info, indent=2, sort_keys=True))
-    if args.out:
-        atomic_write_json(args.out, info)
+    if not args.out:
+        print(json.dumps(envinfo.collect(), indent=2, sort_keys=True))
+        return 0
+    with claim(args.out, "env", mode="replace") as out:
+        info = envinfo.collect()
+        print(json.dumps(info, indent=2, sort_keys=True))
+        atomic_write_json(out, info)
     return 0

@@ -32,6 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from bench.outputs import check_output
     from bench.sweep.runner import run_sweep
     from bench.sweep.spec import load_sweep
 
@@ -40,6 +41,12 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         _print_cells(cfg, out, args.data_root)
         return 0
+    # both outputs are checked before any cell runs: neither may overlap the other or --data-root
+    check_output(out, "sweep", inputs={"--data-root": args.data_root}, mode="append")
+    report_dir = Path(args.report or Path("reports") / cfg.name)
+    if cfg.report and not args.no_report:
+        check_output(report_dir, "report", inputs={"sweep results folder (--out)": out, "--data-root": args.data_root},
+                     mode="replace", option="--report")
     summary = run_sweep(cfg, out, data_root=args.data_root, resume=args.resume,
                         progress=not args.no_progress, redo=tuple(args.redo),
                         keep_stale=args.keep_stale)
@@ -55,7 +62,6 @@ def run(args: argparse.Namespace) -> int:
     if cfg.report and not args.no_report:
         from bench.report import build_report
 
-        report_dir = Path(args.report or Path("reports") / cfg.name)
         build_report(out, report_dir)
         print(f"report -> {report_dir / 'README.md'}")
     if summary.errors:

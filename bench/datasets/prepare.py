@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from bench.datasets.prepared import write_prepared
 from bench.datasets.resize import resample_info
 from bench.datasets.sources import get_source
 from bench.errors import InputError
+from bench.outputs import claim, make_temp_dir
 
 
 def resolve(cfg: PrepareConfig) -> PrepareConfig:
@@ -48,18 +48,23 @@ def resolve(cfg: PrepareConfig) -> PrepareConfig:
 
 
 def prepare_config(cfg: PrepareConfig, out: str | Path, overwrite: bool = False, progress: bool = False) -> Path:
-    """Run one prepare described by ``cfg`` into ``out``; returns ``out``."""
-    out = Path(out).expanduser()
-    if out.exists() and not overwrite:
-        raise InputError("output folder already exists (pass --overwrite to replace it)", out)
+    """Run one prepare described by ``cfg`` into ``out``; returns ``out``.
+
+    ``out`` is claimed before any work (``bench.outputs.claim``): it must not overlap
+    ``--root``, and an existing folder is replaced only with ``overwrite`` and only when it is
+    a prepared dataset this project wrote. A killed run's scratch and partial folders beside
+    ``out`` are removed by the next run.
+    """
     cfg = resolve(cfg)
     src = get_source(cfg.source)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".scratch", dir=out.parent))
-    try:
-        return _load_and_write(src, cfg, out, scratch, overwrite, progress)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    with claim(out, "prepared", inputs={"source root (--root)": cfg.root},
+               mode="replace" if overwrite else "new") as out:
+        scratch = make_temp_dir(out, ".scratch")
+        try:
+            _load_and_write(src, cfg, out, scratch, overwrite, progress)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return out
 
 
 def _load_and_write(src, cfg: PrepareConfig, out: Path, scratch: Path, overwrite: bool, progress: bool) -> Path:

@@ -111,7 +111,7 @@ def write_prepared(
         jpeg={"quality": int(jpeg_quality), "subsampling": jpeg_subsampling, "encoder": "PIL"},
         splits={},
     )
-    with atomic_dir(out, overwrite=overwrite) as tmp:
+    with atomic_dir(out, kind="prepared", overwrite=overwrite) as tmp:
         for name, s in splits.items():
             d = tmp / name
             (d / "jpeg").mkdir(parents=True)
@@ -242,6 +242,8 @@ def read_source_ids(split_dir: str | Path) -> list[str] | None:
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise InputError("is not a JSON list of strings", d / SOURCE_IDS)
         return ids
+    if not root.is_dir():
+        raise InputError("is a file, not a prepared dataset folder", root)
     if (d / "source_ids.txt").is_file():
         return (d / "source_ids.txt").read_text().splitlines()
     return None

@@ -114,7 +114,10 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
 
     The pipeline comes from ``pipelines.create`` (the registry) and nothing else; ``clock``
     defaults to ``clock_for(cfg.pipe.device)``. ``rows.csv`` is written last: it marks the run done.
+    ``out`` is checked before any work (``bench.outputs``): a results folder of this project,
+    an empty folder or a new path, never overlapping ``cfg.data`` or ``cfg.store``.
     """
+    out = _claim_results(cfg, out)
     rows = results.RunRows(results.new_run_id(cfg.pipeline, cfg.mode), cfg.pipeline, cfg.dataset,
                            cfg.mode, cfg.to_dict())
     code, input_error = EXIT_OK, None
@@ -142,6 +145,15 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
     results.write_env(Path(out) / results.RUNS_DIR / rows.run_id)
     run_dir = results.write_run(out, rows)
     return RunOutcome(rows.run_id, run_dir, rows.status, code, rows, input_error)
+
+
+def _claim_results(cfg: BenchConfig, out: str | Path) -> Path:
+    """Check ``out`` and create/mark it as a results folder (appended to; concurrent runs are fine)."""
+    from bench.outputs import claim
+
+    with claim(out, "results", inputs={"prepared dataset (--data)": cfg.data, "store (--store)": cfg.store},
+               mode="append", lock=False) as p:
+        return p
 
 
 def _require_device(device: str) -> None:

@@ -53,13 +53,19 @@ class _Doc:
 
 def build_report(results_dir: str | Path, out: str | Path) -> Path:
     """Build the report of ``results_dir`` into ``out`` (replaced atomically); returns ``out``."""
-    inputs = load(results_dir)
-    out = Path(out)
-    with atomic_dir(out, overwrite=True) as tmp:
+    from bench.outputs import claim
+
+    with claim(out, "report", inputs={"results folder": results_dir}, mode="replace") as out:
+        inputs = load(results_dir)
+        _build(inputs, out)
+    return out
+
+
+def _build(inputs: ReportInputs, out: Path) -> None:
+    with atomic_dir(out, kind="report", overwrite=True) as tmp:
         doc = _Doc(tmp)
         _write(doc, inputs)
         (tmp / "README.md").write_text(doc.text())
-    return out
 
 
 def _rank(v: str, order: tuple[str, ...]) -> tuple[int, str]:

@@ -48,7 +48,7 @@ class ReportInputs:
 def load(results_dir: str | Path) -> ReportInputs:
     root = Path(results_dir)
     if not root.is_dir():
-        raise InputError("no such results folder", root)
+        raise InputError("is a file, not a results folder" if root.exists() else "no such results folder", root)
     if layout.is_sweep_dir(root):
         return _load_sweep(root)
     from bench import results as R

@@ -37,6 +37,11 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+# where bench and command cells write inside their folder (bench.sweep.layout.cell_rows reads both)
+RESULTS_SUBDIR = "results"
+OUT_SUBDIR = "out"
+
+
 def extra_argv(args: tuple[tuple[str, Any], ...]) -> list[str]:
     """``(("jpeg_qualities", [10, 50]), ("fast", True))`` -> ``--jpeg-qualities 10 50 --fast``."""
     out: list[str] = []
@@ -222,7 +227,7 @@ class CompareCell(Cell):
 
 @dataclass(frozen=True)
 class BenchCell(Cell):
-    """``inrbench bench --pipeline P --data DATA [--store S] --mode M ... --out CELL``."""
+    """``inrbench bench --pipeline P --data DATA [--store S] --mode M ... --out CELL/results``."""
 
     kind: ClassVar[str] = "bench"
     REF_FIELDS: ClassVar[tuple[str, ...]] = ("data", "store")
@@ -239,6 +244,10 @@ class BenchCell(Cell):
     workers: int | None = None
     device: str | None = None
     backbone: str | None = None
+
+    def output(self, ctx: Context) -> Path:
+        # a results folder of its own: the cell folder also holds the runner's logs
+        return ctx.cell_dir(self.id) / RESULTS_SUBDIR
 
     def __post_init__(self) -> None:
         if self.mode not in self.MODES:
@@ -260,11 +269,15 @@ class BenchCell(Cell):
 
 @dataclass(frozen=True)
 class CommandCell(Cell):
-    """Any other ``inrbench`` subcommand, ``command`` given verbatim (``{out}`` -> this cell's folder)."""
+    """Any other ``inrbench`` subcommand, ``command`` given verbatim (``{out}`` -> ``CELL/out``)."""
 
     kind: ClassVar[str] = "inrbench"
 
     command: tuple[str, ...] = ()
+
+    def output(self, ctx: Context) -> Path:
+        # a fresh path inside the cell folder (which holds the runner's logs): commands claim it
+        return ctx.cell_dir(self.id) / OUT_SUBDIR
 
     def argv(self, ctx: Context) -> list[str]:
         out = str(self.output(ctx))

@@ -88,12 +88,23 @@ def status_row(marker: dict[str, Any]) -> dict[str, Any]:
 
 
 def cell_rows(cell_dir: Path):
-    """The result rows a finished cell wrote itself (``inrbench bench`` layout), or ``None``."""
-    from bench import results as R
+    """The result rows a finished cell wrote itself (``inrbench bench`` layout), or ``None``.
 
-    if not (cell_dir / R.RUNS_DIR).is_dir() or not any((cell_dir / R.RUNS_DIR).glob(f"*/{R.ROWS_FILE}")):
+    Read from ``CELL/results`` (bench cells), ``CELL/out`` (command cells) or, for sweeps
+    written before those existed, ``CELL`` itself: the first that holds runs.
+    """
+    import pandas as pd
+
+    from bench import results as R
+    from bench.sweep.cells import OUT_SUBDIR, RESULTS_SUBDIR
+
+    frames = []
+    for d in (cell_dir / RESULTS_SUBDIR, cell_dir / OUT_SUBDIR, cell_dir):
+        if (d / R.RUNS_DIR).is_dir() and any((d / R.RUNS_DIR).glob(f"*/{R.ROWS_FILE}")):
+            frames.append(R.read_results(d))
+    if not frames:
         return None
-    return R.read_results(cell_dir)
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 
 def read_sweep_results(out: str | Path):

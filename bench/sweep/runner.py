@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import hashlib
 import json
 import os
@@ -42,6 +41,7 @@ from typing import Any
 
 from bench.atomic import atomic_write_json
 from bench.errors import InputError
+from bench.outputs import claim
 from bench.sweep import layout
 from bench.sweep.cells import Cell, EncodeCell, PythonCell
 from bench.sweep.spec import SweepConfig
@@ -112,13 +112,9 @@ def _dataset_of(cell: Cell, cells: dict[str, Cell]) -> str:
 
 
 @contextlib.contextmanager
-def _lock(out: Path) -> Iterator[None]:
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / ".lock", "w") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise InputError("another sweep is running in this folder", out) from None
+def _lock(out: Path, data_root: Path | None) -> Iterator[None]:
+    """Claim ``out`` as a sweep folder (``bench.outputs``) and hold its lock while the sweep runs."""
+    with claim(out, "sweep", inputs={"--data-root": data_root}, mode="append"):
         yield
 
 
@@ -214,7 +210,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = 
     ctx = SweepContext(out=out, data_root=Path(data_root).resolve() if data_root else None, cells=cells)
     t_start = time.perf_counter()
     summary = SweepSummary()
-    with _lock(out):
+    with _lock(out, ctx.data_root):
         ident = code_identity()
         config_hashes = cell_hashes(cfg, ctx)
         hashes = cell_hashes(cfg, ctx, ident["id"])

@@ -1,0 +1,331 @@
+"""Claiming an output: the one place that decides whether a command may write to a path.
+
+Every command that writes (``prepare``, ``encode``, ``compare``, ``bench``, ``report``,
+``sweep``, ``env --out``) claims its output first, before any work::
+
+    with claim(out, "compare", inputs={"prepared dataset": data, "store": store}, mode="replace") as out:
+        ...  # write under out (bench.atomic.atomic_dir(out, kind="compare", overwrite=True))
+
+``claim`` refuses, with one ``InputError`` line (exit 2 at the CLI):
+
+* an output that equals, contains or lies inside any input of the same command
+  (symlinks resolved): no output ever sits on an input;
+* an existing file or folder that is not an output of the same kind written by this
+  project: the project replaces only what it wrote itself. Folders are recognized by the
+  marker file ``.inrbench.json`` (``{"kind": ...}``) written into every output folder; files
+  by their own format (an INR store's magic bytes, an env record's schema). Outputs written
+  before markers existed are recognized by their layout (``LEGACY``). An empty folder holds
+  nothing to lose and is accepted;
+* a file where a folder is expected and the reverse, naming which is which;
+* an existing output of the right kind when ``mode="new"`` (the command's ``--overwrite``
+  turns that into ``"replace"``; ``"append"`` is for folders that accumulate: results, sweeps).
+
+It also holds a lock beside the output (``.<name>.inrbench-lock``, ``fcntl.flock``) for the
+command's duration: a second writer of the same output is refused with the first one's pid,
+and a lock left by a dead process is taken over (the kernel drops it with the process).
+Under the lock, temporary siblings left by killed runs of a command writing the same output
+(``.<name>.inrbench-*.partial|scratch|old|tmp``: names only this project makes) are removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.errors import InputError
+
+MARKER = ".inrbench.json"
+TEMP_TAG = "inrbench-"  # every temp name this project makes beside an output carries it
+TEMP_SUFFIXES = (".partial", ".scratch", ".old", ".tmp")
+MODES = ("new", "replace", "append")
+
+
+def _json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _is_prepared(p: Path) -> bool:
+    m = _json(p / "manifest.json")
+    return isinstance(m, dict) and "schema_version" in m and "splits" in m
+
+
+def _is_store(p: Path) -> bool:
+    try:
+        with open(p, "rb") as f:
+            return f.read(8) == b"INRSTORE"
+    except OSError:
+        return False
+
+
+def _is_results(p: Path) -> bool:
+    names = {c.name for c in p.iterdir()}
+    return (p / "runs").is_dir() and names <= {"runs", "results.csv", "results.parquet", MARKER}
+
+
+def _is_report(p: Path) -> bool:
+    try:
+        first = (p / "README.md").read_text().splitlines()[0]
+    except (OSError, IndexError, UnicodeDecodeError):
+        return False
+    rest = [c for c in p.iterdir() if c.name not in ("README.md", MARKER)]
+    return first.startswith("# inr-bench report") and all(c.is_file() and c.suffix == ".png" for c in rest)
+
+
+def _is_compare(p: Path) -> bool:
+    return all((p / f).is_file() for f in ("config.json", "summary.csv", "per_image.csv"))
+
+
+def _is_sweep(p: Path) -> bool:
+    return (p / "sweep.json").is_file() and (p / "cells").is_dir()
+
+
+def _is_fit_cache(p: Path) -> bool:
+    return all(c.is_file() and c.name.startswith("fit_") and c.suffix == ".inr"
+               for c in p.iterdir() if TEMP_TAG not in c.name)
+
+
+def _is_env(p: Path) -> bool:
+    m = _json(p)
+    return isinstance(m, dict) and {"schema_version", "git", "versions"} <= set(m)
+
+
+@dataclass(frozen=True)
+class OutputKind:
+    """What a command writes: a folder (with a marker) or a file (recognized by its format)."""
+
+    name: str
+    noun: str  # how messages call it: "prepared dataset folder", "INR store file"
+    is_dir: bool
+    legacy: Callable[[Path], bool]  # recognizes this project's outputs (files: always; folders: pre-marker)
+
+
+KINDS: dict[str, OutputKind] = {k.name: k for k in (
+    OutputKind("prepared", "prepared dataset folder", True, _is_prepared),
+    OutputKind("store", "INR store file", False, _is_store),
+    OutputKind("compare", "compare output folder", True, _is_compare),
+    OutputKind("results", "results folder", True, _is_results),
+    OutputKind("report", "report folder", True, _is_report),
+    OutputKind("sweep", "sweep results folder", True, _is_sweep),
+    OutputKind("fit-cache", "fit cache folder", True, _is_fit_cache),
+    OutputKind("env", "environment record file", False, _is_env),
+)}
+
+
+def kind_of(name: str) -> OutputKind:
+    if name not in KINDS:
+        raise ValueError(f"unknown output kind {name!r}; known: {', '.join(KINDS)}")
+    return KINDS[name]
+
+
+def marker_kind(folder: Path) -> str | None:
+    """The kind named by ``folder``'s marker, or ``None`` (no marker, unreadable)."""
+    m = _json(folder / MARKER)
+    return m.get("kind") if isinstance(m, dict) else None
+
+
+def write_marker(folder: Path, kind: str) -> None:
+    """Mark ``folder`` as this project's ``kind`` output (atomically)."""
+    from bench.atomic import atomic_write_json
+
+    kind_of(kind)
+    atomic_write_json(folder / MARKER, {"kind": kind, "written_by": "inr-bench",
+                                        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+
+
+def is_own(path: str | Path, kind: str) -> bool:
+    """True when ``path`` is an existing output of ``kind`` that this project wrote."""
+    k, p = kind_of(kind), Path(path)
+    if k.is_dir:
+        if not p.is_dir():
+            return False
+        mk = marker_kind(p)
+        return mk == kind if mk is not None else k.legacy(p)
+    return p.is_file() and k.legacy(p)
+
+
+def _is_empty_dir(p: Path) -> bool:
+    return p.is_dir() and not any(p.iterdir())
+
+
+def _describe(p: Path) -> str:
+    if p.is_symlink() and not p.exists():
+        return "a dangling symlink"
+    if p.is_dir():
+        mk = marker_kind(p)
+        own = next((k for k in KINDS.values() if k.is_dir and (mk == k.name or (mk is None and k.legacy(p)))), None)
+        return f"an existing {own.noun}" if own else "an existing folder that inr-bench did not write"
+    own = next((k for k in KINDS.values() if not k.is_dir and k.legacy(p)), None)
+    return f"an existing {own.noun}" if own else "an existing file that inr-bench did not write"
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[0].lower() in "aeiou" or noun.startswith("INR") else "a ") + noun
+
+
+def check_output(path: str | Path, kind: str, *, inputs: Mapping[str, object] | None = None,
+                 mode: str = "new", option: str = "--out") -> Path:
+    """Validate ``path`` as the ``kind`` output of a command (see the module docstring); returns it resolved.
+
+    inputs: label -> path (or a list of paths, or None) of everything the command reads.
+    Raises ``InputError`` (one line) when the command must not write there. Writes nothing.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    k = kind_of(kind)
+    raw = Path(path).expanduser()
+    out = raw.resolve()
+    where = f"{option} {raw}"
+    for label, value in (inputs or {}).items():
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for v in values:
+            if v is None or str(v) == "":
+                continue
+            inp = Path(str(v)).expanduser().resolve()
+            if out == inp:
+                rel = f"is the {label} itself"
+            elif inp in out.parents:
+                rel = f"lies inside the {label} {v}"
+            elif out in inp.parents:
+                rel = f"contains the {label} {v}"
+            else:
+                continue
+            raise InputError(f"{where}: {rel}; an output must not overlap an input (choose another {option})")
+    for parent in out.parents:
+        if parent.exists() and not parent.is_dir():
+            raise InputError(f"{where}: {parent} is a file, not a folder")
+    if raw.is_symlink() or out.exists():
+        if k.is_dir and out.is_file():
+            raise InputError(f"{where}: is a file, not {_a(k.noun)}; refusing to replace it")
+        if not k.is_dir and out.is_dir():
+            raise InputError(f"{where}: is a folder, not {_a(k.noun)}; refusing to replace it")
+        if not out.exists():
+            raise InputError(f"{where}: is {_describe(raw)}; refusing to write through it")
+        if not (is_own(out, kind) or (k.is_dir and _is_empty_dir(out))):
+            raise InputError(f"{where}: is {_describe(out)}, not {_a(k.noun)}; "
+                             "inr-bench replaces only what it wrote itself (choose another path)")
+        if mode == "new" and not _is_empty_dir(out):
+            raise InputError(f"{where}: {k.noun} already exists (pass --overwrite to replace it)")
+    return out
+
+
+@contextlib.contextmanager
+def claim(path: str | Path, kind: str, *, inputs: Mapping[str, object] | None = None, mode: str = "new",
+          option: str = "--out", lock: bool = True) -> Iterator[Path]:
+    """``check_output``, then hold the output's lock and clear stale temporaries while the body runs.
+
+    Yields the resolved output path. Append-mode folders are created and marked here, so
+    that they are recognized as this project's from their first file on.
+    """
+    out = check_output(path, kind, inputs=inputs, mode=mode, option=option)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with output_lock(out, option) if lock else contextlib.nullcontext():
+        if lock:
+            remove_stale_temps(out)
+        if mode == "append" and kind_of(kind).is_dir:
+            out.mkdir(exist_ok=True)
+            if marker_kind(out) is None:
+                write_marker(out, kind)
+        yield out
+
+
+def _lock_path(out: Path) -> Path:
+    return out.with_name(f".{out.name}.{TEMP_TAG}lock")
+
+
+@contextlib.contextmanager
+def output_lock(out: Path, option: str = "--out") -> Iterator[None]:
+    """Exclusive lock on ``out`` held by this process (a dead holder's lock is free again)."""
+    lp = _lock_path(out)
+    while True:
+        fd = os.open(lp, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise InputError(f"{option} {out}: another inrbench process (pid {holder}) is writing it; "
+                             "wait for it or choose another path") from None
+        try:  # the file we locked must still be the lock file (a releaser unlinks it)
+            same = os.fstat(fd).st_ino == os.stat(lp).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lp)
+        os.close(fd)
+
+
+def temp_name(out: Path, suffix: str) -> str:
+    """Prefix for ``tempfile`` names beside ``out`` (``.<name>.inrbench-XXXX<suffix>``)."""
+    assert suffix in TEMP_SUFFIXES, suffix
+    return f".{out.name}.{TEMP_TAG}"
+
+
+def remove_stale_temps(out: Path) -> list[Path]:
+    """Remove temporaries beside ``out`` left by killed writers of ``out``; call under its lock."""
+    removed = []
+    prefix = f".{out.name}.{TEMP_TAG}"
+    with contextlib.suppress(FileNotFoundError):
+        for c in out.parent.iterdir():
+            if c.name.startswith(prefix) and c.name.endswith(TEMP_SUFFIXES):
+                if c.is_dir() and not c.is_symlink():
+                    shutil.rmtree(c, ignore_errors=True)
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        c.unlink()
+                removed.append(c)
+    return removed
+
+
+def _umask() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def make_temp_dir(out: Path, suffix: str) -> Path:
+    """A fresh temp folder beside ``out`` with the permissions the umask gives (not 0700)."""
+    tmp = Path(tempfile.mkdtemp(prefix=temp_name(out, suffix), suffix=suffix, dir=out.parent))
+    os.chmod(tmp, 0o777 & ~_umask())
+    return tmp
+
+
+def make_temp_file(out: Path) -> tuple[int, Path]:
+    """A fresh temp file beside ``out`` (fd, path), permissions from the umask (not 0600)."""
+    fd, tmp = tempfile.mkstemp(prefix=temp_name(out, ".tmp"), suffix=".tmp", dir=out.parent)
+    os.fchmod(fd, 0o666 & ~_umask())
+    return fd, Path(tmp)
+
+
+def os_error_message(e: OSError) -> str:
+    """One line for an ``OSError`` (disk full, permission denied...) naming the file."""
+    what = e.strerror or type(e).__name__
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        what += " (free some space and rerun: finished work is kept and resumed)"
+    name = e.filename if e.filename is not None else None
+    return f"{name}: {what}" if name is not None else what
