@@ -36,13 +36,14 @@ def save(fig, path: str | Path) -> Path:
 
 
 def _grouped_bars(ax, table: pd.DataFrame, value: str, lo: str | None = None, hi: str | None = None,
-                  group: str = "mode", series: str = "pipeline") -> None:
-    """Bars of ``value`` grouped by ``group`` (x), one coloured bar per ``series`` value."""
+                  group: str = "mode", series: str = "pipeline", solid: str | None = None) -> None:
+    """Bars of ``value`` grouped by ``group`` (x), one coloured bar per ``series`` value; with
+    ``solid`` (a boolean column) the rows where it is False are drawn faded and hatched."""
     groups = order_key(table[group].unique(), N.MODE_ORDER)
     series_vals = order_key(table[series].unique(), N.PIPELINE_ORDER)
     width = 0.8 / max(1, len(series_vals))
     for j, s in enumerate(series_vals):
-        xs, ys, err = [], [], []
+        xs, ys, err, faded = [], [], [], []
         for i, g in enumerate(groups):
             hit = table[(table[group] == g) & (table[series] == s)]
             if hit.empty:
@@ -50,28 +51,35 @@ def _grouped_bars(ax, table: pd.DataFrame, value: str, lo: str | None = None, hi
             h = hit.iloc[0]
             xs.append(i + (j - (len(series_vals) - 1) / 2) * width)
             ys.append(h[value])
+            faded.append(bool(solid) and not bool(h[solid]))
             if lo and hi:
                 err.append((h[value] - h[lo], h[hi] - h[value]))
         if not xs:
             continue
         yerr = np.array(err).T if err else None
-        ax.bar(xs, ys, width, color=plotstyle.color(s), label=s, yerr=yerr, capsize=3 if err else 0)
+        bars = ax.bar(xs, ys, width, color=plotstyle.color(s), label=s, yerr=yerr, capsize=3 if err else 0)
+        for b, f in zip(bars, faded, strict=True):
+            if f:
+                b.set_alpha(0.35)
+                b.set_hatch("//")
     ax.set_xticks(range(len(groups)), groups)
     ax.legend()
 
 
 def speedup_figure(sp: pd.DataFrame, dataset: str):
-    """Speedup bars per mode, one panel per baseline; error bars: the quartile spread."""
-    d = sp[sp["dataset"] == dataset]
+    """Speedup bars per mode, one panel per baseline; error bars: the 95% bootstrap interval.
+    Faded hatched bars: no difference detected (the interval holds 1.0); flagged train
+    speedups (a failed sanity check) are not drawn."""
+    d = sp[(sp["dataset"] == dataset) & ~sp["flagged"].astype(bool)].dropna(subset=["ratio", "lo", "hi"])
     if d.empty:
         return None
     plt = _plt()
     bases = [b for b in N.BASELINES if b in set(d["baseline"])]
     fig, axes = plt.subplots(1, len(bases), figsize=(5.5 * len(bases), 4), squeeze=False)
     for ax, b in zip(axes[0], bases, strict=True):
-        _grouped_bars(ax, d[d["baseline"] == b], "ratio", "lo", "hi")
+        _grouped_bars(ax, d[d["baseline"] == b], "ratio", "lo", "hi", solid="detected")
         ax.axhline(1.0, color="black", lw=0.8)
-        ax.set_ylabel(f"speedup vs {b} (epoch time ratio)")
+        ax.set_ylabel(f"speedup vs {b} (epoch time ratio, 95% CI)")
         ax.set_title(f"{dataset}: speedup vs {b}")
     return fig
 

@@ -3,7 +3,9 @@
 A results folder is either a sweep folder (``sweep.json`` + ``cells/``, see
 ``bench.sweep.layout``) or a plain ``inrbench bench --out`` folder (``runs/*/rows.csv``).
 From a sweep folder the report also reads each finished compare cell's ``summary.csv`` and
-figures, prepared manifests (image size, JPEG bytes) and store file sizes.
+figures, prepared manifests (image size, JPEG bytes) and store file sizes. From either: the
+train runs' per-image test predictions (``predictions.csv``) and the code identity of every result
+(sweep: each cell's marker; plain folder: each run's ``env.json``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class ReportInputs:
     compares: list[CompareResult] = field(default_factory=list)
     manifests: dict[str, dict[str, Any]] = field(default_factory=dict)  # dataset -> manifest.json
     store_bytes: dict[str, float] = field(default_factory=dict)  # encode cell id -> bytes/image
+    predictions: Any = None  # pandas.DataFrame: run_id, dataset, pipeline, repeat, image, label, prediction
+    code: dict[str, Any] | None = None  # the sweep's current code identity (sweep.json), if recorded
+    code_of: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # cell or run id -> code identity
 
 
 def load(results_dir: str | Path) -> ReportInputs:
@@ -55,7 +60,32 @@ def load(results_dir: str | Path) -> ReportInputs:
 
     rows = R.read_results(root)
     env = _read_json(next(iter(sorted(root.glob("runs/*/env.json"))), None))
-    return ReportInputs(root=root, name=root.name, description="", rows=rows, env=env)
+    code_of = {p.parent.name: (_read_json(p) or {}).get("code") for p in sorted(root.glob("runs/*/env.json"))}
+    return ReportInputs(root=root, name=root.name, description="", rows=rows, env=env,
+                        predictions=_predictions([root], rows), code_of=code_of)
+
+
+def _predictions(folders: list[Path], rows: Any) -> Any:
+    """Every ``runs/<run_id>/predictions.csv`` under ``folders``, labelled with its run's dataset
+    and pipeline (from ``rows``); an empty frame when there are none."""
+    import pandas as pd
+
+    from bench import results as R
+
+    cols = ["run_id", "dataset", "pipeline", "repeat", "image", "label", "prediction"]
+    frames = []
+    for f in folders:
+        for p in sorted(f.glob(f"{R.RUNS_DIR}/*/{R.PREDICTIONS_FILE}")):
+            try:
+                d = pd.read_csv(p)
+            except (OSError, ValueError):
+                continue
+            frames.append(d.assign(run_id=p.parent.name))
+    if not frames:
+        return pd.DataFrame(columns=cols)
+    d = pd.concat(frames, ignore_index=True)
+    runs = rows[["run_id", "dataset", "pipeline"]].drop_duplicates("run_id").astype(str)
+    return d.merge(runs, on="run_id", how="inner")[cols]
 
 
 def _read_json(path: Path | None) -> dict[str, Any] | None:
@@ -111,10 +141,13 @@ def _load_sweep(root: Path) -> ReportInputs:
         size = tuple(m["image_size"]) if m and "image_size" in m else None
         compares.append(CompareResult(cell=c["id"], dataset=ds, folder=folder,
                                       summary=pd.read_csv(folder / "summary.csv"), image_size=size))
+    ok_dirs = [d for d, m in finished if m.get("status") == "ok"]
     return ReportInputs(
         root=root, name=sweep.get("name", root.name), description=sweep.get("description", ""),
         rows=rows, env=_read_json(root / layout.ENV_FILE), cells=cells, markers=markers,
         compares=compares, manifests=manifests, store_bytes=store_bytes,
+        predictions=_predictions(ok_dirs, rows), code=sweep.get("code"),
+        code_of={m["id"]: m.get("code") for _, m in finished},
     )
 
 

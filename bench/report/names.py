@@ -20,6 +20,8 @@ RSS_PEAK = ("host_rss_peak_bytes",)
 GPU_MEM_NVML = ("gpu_mem_used_peak_bytes",)
 GPU_MEM_TORCH = ("torch_peak_allocated_bytes",)
 ACCURACY = ("test_acc", "test_accuracy", "accuracy")
+TEST_IMAGES = ("test_images",)
+IMAGES_PER_CPU_S = ("images_per_cpu_s",)
 BYTES_PER_IMAGE = ("dataset_bytes_per_image", "bytes_per_image")
 
 

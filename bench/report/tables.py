@@ -3,7 +3,12 @@
 Statistics are over the raw ok samples (repeats x epochs): median and IQR. A table cell with
 no ok sample shows the run's status and reason (``skip: ...`` / ``error: ...``), never a 0.
 Speedup of pipeline P over baseline B is ``median(epoch_s of B) / median(epoch_s of P)``
-(> 1: P is faster); its spread is the interval ``[q25(B)/q75(P), q75(B)/q25(P)]``.
+(> 1: P is faster) with its 95% bootstrap interval (``bench.stats.ratio_ci``: each pipeline's
+repeats x epochs resampled, seeded); an interval that holds 1.0 reads "no difference detected".
+Accuracy: Wilson interval of the correct test images (pooled over repeats); pipelines compared by
+an exact McNemar test on their per-image predictions. Sanity checks (``sanity_checks``): a
+pipeline whose train epochs are faster than ``raw``'s, or faster than its own replay epochs,
+beyond the interval, is a measurement problem: its train speedups are not shown as results.
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from bench import stats as S
 from bench.report import names as N
 
 GROUP = ["dataset", "pipeline", "mode"]
@@ -113,26 +120,86 @@ def pivot_metric(rows: pd.DataFrame, metric_names: tuple[str, ...], fmt=fmt_num,
 
 
 SPEEDUP_MODES = ("loader", "train")  # replay times the model alone: a speedup there is noise
+SPEEDUP_COLUMNS = ["dataset", "mode", "pipeline", "baseline", "ratio", "lo", "hi", "detected", "flagged"]
+MEASUREMENT_PROBLEM = "measurement problem (see Sanity checks)"
+
+
+def samples(rows: pd.DataFrame, metric_names: tuple[str, ...], dataset: str, pipeline: str, mode: str,
+            steady: bool = True) -> np.ndarray:
+    """The ok samples (repeats x epochs) of the first present metric for one combination."""
+    m = N.first_present(rows["metric"].dropna().unique(), metric_names)
+    if m is None:
+        return np.array([])
+    d = rows[(rows["metric"] == m) & (rows["status"] == "ok") & (rows["dataset"] == dataset)
+             & (rows["pipeline"] == pipeline) & (rows["mode"] == mode)]
+    if steady and d["epoch"].notna().any():
+        d = d[d["epoch"].notna()]
+    return d["value"].to_numpy(float)
+
+
+def sanity_checks(rows: pd.DataFrame) -> pd.DataFrame:
+    """Physically impossible orderings, tested with the speedup interval: per dataset and pipeline,
+    ``faster than raw end to end`` (ratio = raw train / P train) and ``train faster than replay``
+    (ratio = P replay / P train). ``flagged``: the interval lies above 1.0."""
+    st = stats(rows, N.EPOCH_S)
+    have = set(zip(st["dataset"], st["pipeline"], st["mode"], strict=True))
+    out = []
+    for ds, (pipes, _) in combos(rows).items():
+        for p in pipes:
+            if (ds, p, "train") not in have:
+                continue
+            train = samples(rows, N.EPOCH_S, ds, p, "train")
+            checks = []
+            if p != "raw" and (ds, "raw", "train") in have:
+                checks.append(("faster than raw end to end (raw train / train)",
+                               samples(rows, N.EPOCH_S, ds, "raw", "train")))
+            if (ds, p, "replay") in have:
+                checks.append(("train faster than replay (replay / train)", samples(rows, N.EPOCH_S, ds, p, "replay")))
+            for name, ref in checks:
+                iv = S.ratio_ci(ref, train)
+                out.append({"dataset": ds, "pipeline": p, "check": name, "ratio": iv.value, "lo": iv.lo,
+                            "hi": iv.hi, "flagged": bool(iv.ok and iv.lo > 1.0)})
+    return pd.DataFrame(out, columns=["dataset", "pipeline", "check", "ratio", "lo", "hi", "flagged"])
+
+
+def flagged_train(rows: pd.DataFrame, checks: pd.DataFrame | None = None) -> set[tuple[str, str]]:
+    """(dataset, pipeline) whose train epochs failed a sanity check."""
+    c = sanity_checks(rows) if checks is None else checks
+    return {(d, p) for d, p in zip(c.loc[c["flagged"], "dataset"], c.loc[c["flagged"], "pipeline"], strict=True)}
 
 
 def speedups(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per dataset x mode x pipeline x baseline: ratio, lo, hi (see the module docstring)."""
+    """One row per dataset x mode x pipeline x baseline: ratio, its bootstrap interval lo/hi,
+    ``detected`` (the interval excludes 1.0) and ``flagged`` (train epochs of the pipeline or the
+    baseline failed a sanity check: not a result)."""
     st = stats(rows, N.EPOCH_S)
     st = st[st["mode"].isin(SPEEDUP_MODES)]
+    bad = flagged_train(rows)
     out = []
     for (ds, mode), g in st.groupby(["dataset", "mode"], dropna=False):
-        by = g.set_index("pipeline")
+        pipes = list(g["pipeline"])
         for base in N.BASELINES:
-            if base not in by.index:
+            if base not in pipes:
                 continue
-            b = by.loc[base]
-            for p, r in by.iterrows():
+            b = samples(rows, N.EPOCH_S, ds, base, mode)
+            for p in pipes:
+                iv = S.ratio_ci(b, samples(rows, N.EPOCH_S, ds, p, mode))
                 out.append({
                     "dataset": ds, "mode": mode, "pipeline": p, "baseline": base,
-                    "ratio": b["median"] / r["median"],
-                    "lo": b["q25"] / r["q75"], "hi": b["q75"] / r["q25"],
+                    "ratio": iv.value, "lo": iv.lo, "hi": iv.hi, "detected": p != base and iv.excludes(1.0),
+                    "flagged": mode == "train" and ((ds, p) in bad or (ds, base) in bad),
                 })
-    return pd.DataFrame(out, columns=["dataset", "mode", "pipeline", "baseline", "ratio", "lo", "hi"])
+    return pd.DataFrame(out, columns=SPEEDUP_COLUMNS)
+
+
+def fmt_speedup(h) -> str:
+    """One speedup row -> ``1.21x [0.97-1.48]``, ``no difference detected [...]``, the baseline
+    itself, or the measurement-problem note."""
+    if h["flagged"]:
+        return MEASUREMENT_PROBLEM
+    if h["pipeline"] == h["baseline"]:
+        return "1.00x (baseline)"
+    return S.fmt_ratio(S.Interval(h["ratio"], h["lo"], h["hi"]))
 
 
 def speedup_tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -151,8 +218,7 @@ def speedup_tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
             for b, m in cols:
                 hit = sp[(sp["dataset"] == ds) & (sp["pipeline"] == p) & (sp["baseline"] == b) & (sp["mode"] == m)]
                 if len(hit):
-                    h = hit.iloc[0]
-                    r[f"vs {b} ({m})"] = f"{h['ratio']:.2f}x [{h['lo']:.2f}-{h['hi']:.2f}]"
+                    r[f"vs {b} ({m})"] = fmt_speedup(hit.iloc[0])
                 elif not have(p, m):
                     r[f"vs {b} ({m})"] = status_of(rows, ds, p, m)
                 else:  # the baseline has no samples: say why, once per column
@@ -211,6 +277,11 @@ def compare_table(summary: pd.DataFrame) -> pd.DataFrame:
             out[title] = ["—" if pd.isna(x) else f"{x:.3f}" for x in v]
         else:
             out[title] = ["" if pd.isna(x) else str(x) for x in v]
+    if "psnr_diff" in s:
+        from bench.compare.table import psnr_diff_text
+
+        out["INR − JPEG dB [95% CI]"] = [psnr_diff_text(r) if r["method"] == "jpeg-matched" else ""
+                                         for _, r in s.iterrows()]
     if "status" in s and "min_bytes" in s:
         out["status"] = [
             f"unreachable (smallest JPEG {fmt_num(mb)} B)" if st == "unreachable" and not pd.isna(mb) else st
@@ -219,13 +290,88 @@ def compare_table(summary: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+ACC_REFERENCES = ("raw", "torch-jpeg")  # accuracy is compared against the original pixels and the baseline
+ACC_COLUMNS = ["dataset", "pipeline", "k", "n", "acc", "lo", "hi", "repeats"]
+
+
+def accuracy(rows: pd.DataFrame) -> pd.DataFrame:
+    """Train-mode test accuracy per dataset x pipeline: correct ``k`` of ``n`` test images pooled
+    over repeats (``test_acc`` x ``test_images``), with its Wilson interval ``lo``/``hi``. Results
+    without ``test_images`` keep the median accuracy and no interval (NaN)."""
+    m = N.first_present(rows["metric"].dropna().unique(), N.ACCURACY)
+    if m is None:
+        return pd.DataFrame(columns=ACC_COLUMNS)
+    ok = rows[(rows["status"] == "ok") & (rows["mode"] == "train")]
+    a = ok[ok["metric"] == m][["dataset", "pipeline", "run_id", "repeat", "value"]]
+    n = ok[ok["metric"].isin(N.TEST_IMAGES)][["run_id", "repeat", "value"]].rename(columns={"value": "n"})
+    a = a.merge(n, on=["run_id", "repeat"], how="left")
+    out = []
+    for (ds, p), g in a.groupby(["dataset", "pipeline"]):
+        if g["n"].notna().all():
+            k, total = int(np.round(g["value"] * g["n"]).sum()), int(g["n"].sum())
+            iv = S.wilson(k, total)
+            out.append({"dataset": ds, "pipeline": p, "k": k, "n": total, "acc": iv.value, "lo": iv.lo,
+                        "hi": iv.hi, "repeats": len(g)})
+        else:
+            out.append({"dataset": ds, "pipeline": p, "k": np.nan, "n": np.nan, "acc": g["value"].median(),
+                        "lo": np.nan, "hi": np.nan, "repeats": len(g)})
+    return pd.DataFrame(out, columns=ACC_COLUMNS)
+
+
+def fmt_accuracy(h) -> str:
+    """``93.8 [86.2-97.3]`` (%, Wilson), or the bare percentage without an interval."""
+    if pd.isna(h["lo"]):
+        return f"{100 * h['acc']:.1f}"
+    return f"{100 * h['acc']:.1f} [{100 * h['lo']:.1f}-{100 * h['hi']:.1f}]"
+
+
+def mcnemar_vs(predictions: pd.DataFrame | None, dataset: str, pipeline: str, reference: str) -> S.McNemar | None:
+    """Exact McNemar test of ``pipeline`` against ``reference`` on the same test images (paired by
+    repeat and image; each pipeline's first run), or ``None`` without predictions for both."""
+    if predictions is None or predictions.empty:
+        return None
+    sel = []
+    for p in (pipeline, reference):
+        d = predictions[(predictions["dataset"] == dataset) & (predictions["pipeline"] == p)]
+        if d.empty:
+            return None
+        sel.append(d[d["run_id"] == sorted(d["run_id"].unique())[0]])
+    m = sel[0].merge(sel[1], on=["repeat", "image"], suffixes=("_a", "_b"))
+    if m.empty or (m["label_a"] != m["label_b"]).any():  # not the same test images
+        return None
+    return S.mcnemar(m["prediction_a"] == m["label_a"], m["prediction_b"] == m["label_b"])
+
+
+def fmt_mcnemar(t: S.McNemar | None) -> str:
+    """``better (p=0.004)`` / ``worse (p=0.01)`` / ``no difference detected (p=0.39)``."""
+    if t is None:
+        return "—"
+    if not t.significant():
+        return f"{S.NO_DIFFERENCE} (p={t.p_value:.2g})"
+    return f"{'better' if t.only_a > t.only_b else 'worse'} (p={t.p_value:.2g})"
+
+
+def is_cpu(rows: pd.DataFrame, dataset: str) -> bool:
+    """Whether the dataset's bench runs ran on the CPU (their ``device`` config)."""
+    d = bench_rows(rows)
+    d = d[d["dataset"] == dataset]
+    for col in ("cfg.pipe.device", "cfg.device"):
+        if col in d:
+            v = d[col].dropna().astype(str)
+            if len(v):
+                return bool(v.str.startswith("cpu").all())
+    return False
+
+
 def headline(rows: pd.DataFrame, bytes_per_image) -> dict[str, pd.DataFrame]:
-    """dataset -> one row per pipeline: bytes/image, loader and train images/s, train speedups, accuracy.
+    """dataset -> one row per pipeline: bytes/image, loader and train images/s (and images per
+    CPU-second on a CPU), train speedups with intervals, accuracy with its Wilson interval.
 
     bytes_per_image: ``f(dataset, pipeline) -> float`` (NaN when unknown).
     """
     ips = stats(rows, N.IMAGES_PER_S)
-    acc = stats(rows, N.ACCURACY, steady=False)
+    cpu_ips = stats(rows, N.IMAGES_PER_CPU_S, steady=False)
+    acc = accuracy(rows)
     sp = speedups(rows)
     out = {}
     for ds, (pipes, modes) in combos(rows).items():
@@ -237,13 +383,16 @@ def headline(rows: pd.DataFrame, bytes_per_image) -> dict[str, pd.DataFrame]:
                     continue
                 hit = ips[(ips["dataset"] == ds) & (ips["pipeline"] == p) & (ips["mode"] == m)]
                 r[f"{m} img/s"] = fmt_num(hit.iloc[0]["median"]) if len(hit) else status_of(rows, ds, p, m)
+            if "train" in modes and is_cpu(rows, ds):
+                hit = cpu_ips[(cpu_ips["dataset"] == ds) & (cpu_ips["pipeline"] == p) & (cpu_ips["mode"] == "train")]
+                r["train img/CPU-s"] = fmt_num(hit.iloc[0]["median"]) if len(hit) else "—"
             if "train" in modes:
                 for b in N.BASELINES:
                     hit = sp[(sp["dataset"] == ds) & (sp["pipeline"] == p) & (sp["baseline"] == b)
                              & (sp["mode"] == "train")]
-                    r[f"train speedup vs {b}"] = f"{hit.iloc[0]['ratio']:.2f}x" if len(hit) else "—"
-                hit = acc[(acc["dataset"] == ds) & (acc["pipeline"] == p) & (acc["mode"] == "train")]
-                r["test acc %"] = f"{100 * hit.iloc[0]['median']:.1f}" if len(hit) else "—"
+                    r[f"train speedup vs {b}"] = fmt_speedup(hit.iloc[0]) if len(hit) else "—"
+                hit = acc[(acc["dataset"] == ds) & (acc["pipeline"] == p)]
+                r["test acc % [95% CI]"] = fmt_accuracy(hit.iloc[0]) if len(hit) else "—"
             recs.append(r)
         out[ds] = pd.DataFrame(recs)
     return out

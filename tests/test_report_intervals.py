@@ -1,0 +1,233 @@
+"""The report's intervals, tests and sanity flags on synthetic result folders with known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench import results as R
+from bench import stats as S
+from bench.report import build_report
+from bench.report import tables as T
+from bench.report.load import load
+from bench.report.markdown import parse_tables
+
+N_TEST = 40
+
+
+def _ident(cid: str) -> dict:
+    return {"id": f"ident-{cid}", "code": {"id": cid, "label": f"commit-{cid} (clean)"},
+            "libraries": {"torch": "2.0", "torchvision": "0.1", "nvidia-dali": None, "PIL": "Pillow 11"}}
+
+
+def _run(out, pipeline: str, mode: str, epochs: list[list[float]], correct: np.ndarray | None = None,
+         code: str = "A") -> None:
+    """One bench run: ``epochs[r]`` = repeat r's epoch times; train runs get accuracy + predictions."""
+    rows = R.RunRows(f"run-{pipeline}-{mode}", pipeline, "syn", mode, {"pipe": {"device": "cpu"}})
+    for r, times in enumerate(epochs):
+        for e, t in enumerate(times):
+            rows.add("epoch_s", t, "s", repeat=r, epoch=e + 1)
+            rows.add("images_per_s", 320 / t, "img/s", repeat=r, epoch=e + 1)
+        rows.add("images_per_cpu_s", 100.0 + len(pipeline), "img/cpu-s", repeat=r)
+        if correct is not None:
+            rows.add("test_acc", correct.mean(), "1", repeat=r, epoch=len(times))
+            rows.add("test_images", len(correct), "1", repeat=r, epoch=len(times))
+            labels = np.arange(len(correct)) % 4
+            rows.add_predictions(r, labels, np.where(correct, labels, (labels + 1) % 4))
+    run_dir = R.write_run(out, rows)
+    R.write_env(run_dir, {"schema_version": 1, "code": _ident(code)})
+
+
+def _noisy(rng, center: float, n: int = 12, sd: float = 0.02) -> list[list[float]]:
+    return [list(center * np.exp(rng.normal(0, sd, n // 3))) for _ in range(3)]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """Train epochs: raw 1.0 s; torch-jpeg 2.0 s; inr the same times as torch-jpeg (no difference);
+    nvjpeg 0.8 s: faster than raw, the ceiling (flagged); dali 1.0 s but its replay takes 1.3 s
+    (train faster than replay: flagged). raw's and torch-jpeg's replays are faster (ok)."""
+    rng = np.random.default_rng(0)
+    base = tmp_path_factory.mktemp("res")
+    out = base / "results"
+    right = np.ones(N_TEST, bool)
+    raw_ok = right.copy()
+    raw_ok[:4] = False  # 36/40
+    jpeg_ok = right.copy()
+    jpeg_ok[:4] = False
+    jpeg_ok[4:16] = False  # 24/40: 12 images only raw gets right, none the other way
+    tj = _noisy(rng, 2.0)
+    _run(out, "raw", "train", _noisy(rng, 1.0), raw_ok)
+    _run(out, "torch-jpeg", "train", tj, jpeg_ok, code="B")
+    _run(out, "dali", "train", _noisy(rng, 1.0), raw_ok)
+    _run(out, "inr", "train", [list(reversed(t)) for t in reversed(tj)], raw_ok)
+    _run(out, "nvjpeg", "train", _noisy(rng, 0.8), raw_ok)
+    _run(out, "raw", "replay", _noisy(rng, 0.9))
+    _run(out, "torch-jpeg", "replay", _noisy(rng, 1.5))
+    _run(out, "dali", "replay", _noisy(rng, 1.3))
+    for p, t in (("raw", 0.01), ("torch-jpeg", 0.05), ("dali", 0.02), ("inr", 0.03)):
+        _run(out, p, "loader", _noisy(rng, t))
+    rep = base / "report"
+    build_report(out, rep)
+    return out, rep, (rep / "README.md").read_text()
+
+
+def _cell_interval(text: str) -> tuple[float, float]:
+    lo, hi = text.split("[")[1].rstrip("]").split("-")
+    return float(lo), float(hi)
+
+
+def test_speedups_carry_bootstrap_intervals_and_no_difference(folder):
+    out, _, text = folder
+    rows = R.read_results(out)
+    sp = parse_tables(text)["syn — speedup"][0].set_index("pipeline")
+    # loader: raw 0.01 s vs torch-jpeg 0.05 s -> 5x, with the same interval bench.stats gives
+    iv = S.ratio_ci(T.samples(rows, ("epoch_s",), "syn", "torch-jpeg", "loader"),
+                    T.samples(rows, ("epoch_s",), "syn", "raw", "loader"))
+    assert sp.loc["raw", "vs torch-jpeg (loader)"] == f"{iv.value:.2f}x [{iv.lo:.2f}-{iv.hi:.2f}]"
+    assert 4.5 < iv.lo < 5 < iv.hi < 5.5
+    # train: raw is 2x torch-jpeg, the baseline against itself is the baseline
+    lo, hi = _cell_interval(sp.loc["raw", "vs torch-jpeg (train)"])
+    assert sp.loc["raw", "vs torch-jpeg (train)"].startswith("2.0") and 1.8 < lo < 2.0 < hi < 2.2
+    assert sp.loc["torch-jpeg", "vs torch-jpeg (train)"] == "1.00x (baseline)"
+    # inr vs torch-jpeg in train: the same epoch times -> the interval holds 1.0: no speedup shown
+    cell = sp.loc["inr", "vs torch-jpeg (train)"]
+    assert cell.startswith("no difference detected [")
+    lo, hi = _cell_interval(cell)
+    assert lo < 1.0 < hi
+    h = parse_tables(text)["syn — headline"][0].set_index("pipeline")
+    assert h.loc["inr", "train speedup vs torch-jpeg"] == cell
+
+
+def test_sanity_flags_replace_impossible_speedups(folder):
+    out, rep, text = folder
+    rows = R.read_results(out)
+    checks = T.sanity_checks(rows).set_index(["pipeline", "check"])
+    nv = checks.loc[("nvjpeg", "faster than raw end to end (raw train / train)")]
+    assert nv["flagged"] and nv["lo"] > 1.0 and nv["ratio"] == pytest.approx(1.25, rel=0.05)
+    dali = checks.loc[("dali", "train faster than replay (replay / train)")]
+    assert dali["flagged"] and dali["ratio"] == pytest.approx(1.3, rel=0.05)
+    for p in ("raw", "torch-jpeg"):
+        assert not checks.loc[(p, "train faster than replay (replay / train)")]["flagged"]
+    assert not checks.loc[("inr", "faster than raw end to end (raw train / train)")]["flagged"]
+    assert not checks.loc[("dali", "faster than raw end to end (raw train / train)")]["flagged"]
+    assert T.flagged_train(rows) == {("syn", "nvjpeg"), ("syn", "dali")}
+
+    tables = parse_tables(text)
+    sanity = tables["Sanity checks"][0]
+    assert (sanity["result"] == "FLAGGED: measurement problem").sum() == 2
+    assert "**2 measurement problems flagged.**" in text
+    # flagged pipelines (and speedups against a flagged baseline) are not shown as results
+    sp = tables["syn — speedup"][0].set_index("pipeline")
+    assert sp.loc["nvjpeg", "vs torch-jpeg (train)"] == T.MEASUREMENT_PROBLEM
+    assert (sp["vs dali (train)"] == T.MEASUREMENT_PROBLEM).all()  # the baseline itself is flagged
+    assert sp.loc["raw", "vs torch-jpeg (train)"].startswith("2.0")  # unflagged pairs still shown
+    h = tables["syn — headline"][0].set_index("pipeline")
+    assert h.loc["nvjpeg", "train speedup vs torch-jpeg"] == T.MEASUREMENT_PROBLEM
+    assert h.loc["dali", "train speedup vs torch-jpeg"] == T.MEASUREMENT_PROBLEM
+    assert not T.speedups(rows).query("mode == 'loader'")["flagged"].any()  # only train speedups
+
+
+def test_accuracy_wilson_and_mcnemar(folder):
+    _, _, text = folder
+    tables = parse_tables(text)
+    acc = tables["Accuracy (test split, original pixels, evaluation transform)"][0].set_index("pipeline")
+    # raw: 36 of 40 per repeat, 3 repeats pooled -> 108/120 with its Wilson interval
+    iv = S.wilson(108, 120)
+    assert acc.loc["raw", "correct"] == "108/120"
+    assert acc.loc["raw", "test accuracy % [95% CI]"] == f"90.0 [{100 * iv.lo:.1f}-{100 * iv.hi:.1f}]"
+    # torch-jpeg vs raw: 12 discordant images per repeat, all for raw; paired over the 3 repeats:
+    # 36 vs 0 -> p = 2 / 2**36
+    assert acc.loc["torch-jpeg", "vs raw"] == f"worse (p={2 / 2**36:.2g})"
+    assert acc.loc["raw", "vs torch-jpeg"] == f"better (p={2 / 2**36:.2g})"
+    assert acc.loc["dali", "vs raw"] == "no difference detected (p=1)"  # the same predictions
+    h = tables["syn — headline"][0].set_index("pipeline")
+    assert h.loc["raw", "test acc % [95% CI]"] == acc.loc["raw", "test accuracy % [95% CI]"]
+    assert h.loc["torch-jpeg", "train img/CPU-s"] == "110"  # the CPU headline column
+
+
+def test_mcnemar_needs_the_same_test_images(folder):
+    out, _, _ = folder
+    x = load(out)
+    assert T.mcnemar_vs(x.predictions, "syn", "inr", "raw").p_value == 1.0
+    bad = x.predictions.copy()
+    bad.loc[bad["pipeline"] == "inr", "label"] += 1  # another test set
+    assert T.mcnemar_vs(bad, "syn", "inr", "raw") is None
+    assert T.mcnemar_vs(x.predictions, "syn", "inr", "nope") is None
+
+
+def test_code_versions_shown_and_mixed_versions_warned(folder):
+    _, _, text = folder
+    env = parse_tables(text)["Environment"]
+    versions = env[1]
+    assert set(versions["runs"].astype(int)) == {11, 1}  # 12 runs, torch-jpeg train under code B
+    assert any("commit-B (clean)" in v for v in versions["code version; libraries"])
+    assert "run-torch-jpeg-train" in versions["ids"].tolist()
+    assert "**Warning: these results come from 2 different code/library versions.**" in text
+
+
+def test_speedup_figure_draws_intervals_not_flagged_bars(folder):
+    out, rep, _ = folder
+    from bench.report import figures as F
+
+    sp = T.speedups(R.read_results(out))
+    fig = F.speedup_figure(sp, "syn")
+    bars = [p for ax in fig.axes for p in ax.patches]
+    # loader: 4 pipelines x 2 baselines; train vs torch-jpeg: raw, torch-jpeg, inr (nvjpeg and dali
+    # flagged); train vs dali: nothing (the baseline is flagged)
+    assert len(bars) == 8 + 3
+    faded = [b for b in bars if b.get_hatch() == "//"]
+    # not detected: the baselines against themselves (loader x 2, train x 1) and inr vs torch-jpeg
+    assert len(faded) == 2 + 1 + 1
+    assert (rep / "speedup_syn.png").is_file()
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_report_without_predictions_or_test_images(tmp_path):
+    """Results from before these columns: accuracy without an interval, no McNemar, no crash."""
+    rows = R.RunRows("old-raw", "raw", "syn", "train", {"device": "cpu"})
+    rows.add("epoch_s", 1.0, "s", repeat=0, epoch=1)
+    rows.add("epoch_s", 1.1, "s", repeat=0, epoch=2)
+    rows.add("test_acc", 0.75, "1", repeat=0, epoch=2)
+    res = tmp_path / "results"
+    R.write_env(R.write_run(res, rows), {"schema_version": 1})  # an env.json without a code identity
+    acc = T.accuracy(R.read_results(res))
+    assert acc.iloc[0]["acc"] == 0.75 and np.isnan(acc.iloc[0]["lo"])
+    assert T.fmt_accuracy(acc.iloc[0]) == "75.0"
+    build_report(res, tmp_path / "rep")
+    text = (tmp_path / "rep" / "README.md").read_text()
+    t = parse_tables(text)["Accuracy (test split, original pixels, evaluation transform)"][0]
+    assert t.iloc[0]["test accuracy % [95% CI]"] == "75.0" and t.iloc[0]["correct"] == "—"
+    assert "1 runs do not record the code version" in text
+    assert isinstance(load(res).predictions, pd.DataFrame)
+
+
+def test_stale_sweep_cells_are_marked(tmp_path):
+    """A sweep whose cells were kept with --keep-stale: each stale cell is marked, with a warning."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    fix = Path(__file__).resolve().parent / "fixtures" / "results" / "sweep"
+    res = tmp_path / "results"
+    shutil.copytree(fix, res)
+    sweep = json.loads((res / "sweep.json").read_text())
+    sweep["code"] = _ident("A")
+    (res / "sweep.json").write_text(json.dumps(sweep))
+    for marker in res.glob("cells/*/cell.json"):
+        m = json.loads(marker.read_text())
+        m["code"] = _ident("B" if m["id"] == "bench-inr-train" else "A")
+        marker.write_text(json.dumps(m))
+    build_report(res, tmp_path / "rep")
+    text = (tmp_path / "rep" / "README.md").read_text()
+    cells = parse_tables(text)["Sweep cells"][0].set_index("cell")
+    assert cells.loc["bench-inr-train", "code"] == "commit-B (clean) — stale (--keep-stale)"
+    assert cells.loc["bench-raw-train", "code"] == "commit-A (clean)"
+    assert ("**Warning: these results come from 2 different code/library versions; 1 cells are stale "
+            "(computed by another version than the sweep's current one, kept with `--keep-stale`): "
+            "bench-inr-train.**") in text
+    versions = parse_tables(text)["Environment"][1].set_index("current")
+    assert int(versions.loc["yes", "cells"]) == 20 and int(versions.loc["no", "cells"]) == 1
