@@ -40,7 +40,7 @@ import torch
 
 from bench.atomic import atomic_write_bytes
 from bench.errors import InputError
-from inr.quantize import FLOAT_BITS, QLayer, check_arch, float_from_codes, keep_matrix
+from inr.quantize import FLOAT_BITS, VALID_BITS, QLayer, check_arch, float_from_codes, keep_matrix
 from inr.siren import SirenArch, Weights, coord_grid, forward
 
 MAGIC = b"INRSTORE"
@@ -156,13 +156,21 @@ def encode_bytes(
         "arrays": table,
         "meta": meta or {},
     }
-    # data offsets are relative to the first aligned byte after the header; file_length is
-    # part of the header, so iterate until the header length is stable
-    data_len = off
-    body = bytearray(data_len)  # the data region: arrays at their offsets, zero padding between
+    body = bytearray(off)  # the data region: arrays at their offsets, zero padding between
     for entry in table:
         a = arrays[entry["name"]]
         body[entry["offset"] : entry["offset"] + a.nbytes] = a.view(np.uint8).reshape(-1).data
+    return pack_file(header, body)
+
+
+def pack_file(header: dict[str, Any], body: bytes | bytearray) -> bytes:
+    """Header + data region -> the file's bytes; sets ``data_crc32`` and ``file_length`` in ``header``.
+
+    Data offsets are relative to the first aligned byte after the header; ``file_length`` is part
+    of the header, so the header is serialized until its length is stable. The arrays' own
+    ``crc32`` entries are the caller's (``encode_bytes``).
+    """
+    data_len = len(body)
     header["data_crc32"] = zlib.crc32(body) & 0xFFFFFFFF  # covers the padding too
     file_length = 0
     for _ in range(4):
@@ -198,6 +206,122 @@ def save(
 
 # ----------------------------------------------------------------------------- reading
 
+HEADER_KEYS = {"format_version": int, "arch": dict, "image_size": list, "num_images": int, "layers": list,
+               "arrays": list, "file_length": int, "meta": dict}
+ARRAY_KEYS = {"name": str, "dtype": str, "shape": list, "offset": int, "nbytes": int, "crc32": int}
+LABEL_DTYPES = ("|u1", "<i2", "<i4", "<i8")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _typed(d: dict, keys: dict[str, type], where: str, path: Path) -> None:
+    for key, typ in keys.items():
+        if key not in d:
+            raise InputError(f"INR store header is inconsistent: {where} has no key {key!r}", path)
+        v = d[key]
+        if not (_is_int(v) and v >= 0 if typ is int else isinstance(v, typ)):
+            want = "a non-negative integer" if typ is int else f"a JSON {typ.__name__}"
+            raise InputError(f"INR store header is inconsistent: {where} key {key!r} is {v!r}, expected {want}", path)
+
+
+def check_header(header: Any, data_len: int, path: Path) -> None:
+    """The header's schema (keys, types) and its array table against the data region's length.
+
+    Done before any array is sliced, so a header that passes its CRC but lies about its arrays is
+    an ``InputError`` naming the key, never a numpy error.
+    """
+    if not isinstance(header, dict):
+        raise InputError(f"INR store header is inconsistent: a JSON {type(header).__name__}, expected an object", path)
+    _typed(header, HEADER_KEYS, "header", path)
+    size = header["image_size"]
+    if len(size) != 2 or not all(_is_int(v) and v > 0 for v in size):
+        raise InputError(f"INR store header is inconsistent: 'image_size' is {size!r}, expected [H, W] > 0", path)
+    for li, layer in enumerate(header["layers"]):
+        if not isinstance(layer, dict):
+            raise InputError(f"INR store header is inconsistent: layers[{li}] is {layer!r}, expected an object", path)
+        _typed(layer, {"bits": int, "per_channel": bool, "pruned": bool}, f"layers[{li}]", path)
+        if layer["bits"] not in VALID_BITS:
+            raise InputError(f"INR store header is inconsistent: layers[{li}] 'bits' is {layer['bits']}, expected 4..16 or 32", path)
+    names: set[str] = set()
+    for e in header["arrays"]:
+        if not isinstance(e, dict):
+            raise InputError(f"INR store header is inconsistent: an 'arrays' entry is {e!r}, expected an object", path)
+        _typed(e, ARRAY_KEYS, f"array {e.get('name', '?')!r}", path)
+        name = e["name"]
+        if name in names:
+            raise InputError(f"INR store header is inconsistent: array {name!r} is listed twice", path)
+        names.add(name)
+        try:
+            dt = np.dtype(e["dtype"])
+        except TypeError:
+            raise InputError(f"INR store header is inconsistent: array {name!r} has dtype {e['dtype']!r}", path) from None
+        if dt.kind not in "uif" or not all(_is_int(v) and v >= 0 for v in e["shape"]):
+            raise InputError(f"INR store header is inconsistent: array {name!r} is {e['dtype']} {e['shape']}", path)
+        want = int(np.prod(e["shape"], dtype=np.int64)) * dt.itemsize
+        if e["nbytes"] != want:
+            raise InputError(f"INR store header is inconsistent: array {name!r} is {e['dtype']} {e['shape']} "
+                             f"({want} bytes), header says {e['nbytes']} bytes", path)
+        if e["offset"] % ALIGN or e["offset"] + e["nbytes"] > data_len:
+            raise InputError(f"INR store header is inconsistent: array {name!r} at offset {e['offset']} "
+                             f"(+{e['nbytes']} bytes) is misaligned or past the {data_len}-byte data region", path)
+
+
+def check_arrays(header: dict[str, Any], arrays: dict[str, np.ndarray], path: Path) -> SirenArch:
+    """Every array's presence, dtype and size against the header's architecture -> the arch.
+
+    Expected: ``labels`` [N] (an integer dtype), optional ``psnr`` float16 [N], and per layer
+    ``codes{l}`` uint8 holding exactly the kept codes (the masks tell how many), ``scales{l}``
+    float16 [N, 2, C] iff the layer is quantized (C = out when per_channel, else 1),
+    ``mask{l}`` uint8 [N, ceil(in*out/8)] iff the layer is pruned. Nothing else.
+    """
+    def bad(msg: str) -> InputError:
+        return InputError(f"INR store header is inconsistent: {msg}", path)
+
+    try:
+        arch = SirenArch.from_dict(header["arch"])
+    except (KeyError, ValueError, TypeError) as e:
+        raise bad(f"'arch' {header['arch']!r} is not an architecture ({type(e).__name__}: {e})") from None
+    n = header["num_images"]
+    layers = header["layers"]
+    if len(layers) != arch.num_linear:
+        raise bad(f"'layers' lists {len(layers)} layers, 'arch' {arch.layers}x{arch.hidden} has {arch.num_linear}")
+
+    def want(name: str, dtypes: tuple[str, ...], shape: tuple[int, ...]) -> np.ndarray:
+        if name not in arrays:
+            raise bad(f"no array {name!r}")
+        a = arrays[name]
+        if a.dtype.str not in dtypes or a.shape != shape:
+            raise bad(f"array {name!r} is {a.dtype.str} {list(a.shape)}, the header's arch and "
+                      f"{n} images need {'|'.join(dtypes)} {list(shape)}")
+        return a
+
+    expected = {"labels"}
+    want("labels", LABEL_DTYPES, (n,))
+    if "psnr" in arrays:
+        expected.add("psnr")
+        want("psnr", ("<f2",), (n,))
+    for li, ((i, o), info) in enumerate(zip(arch.shapes, layers, strict=True)):
+        bits, count = info["bits"], n * (i + 1) * o
+        if info["pruned"]:
+            expected.add(f"mask{li}")
+            m = want(f"mask{li}", ("|u1",), (n, -(-(i * o) // 8)))
+            kept = np.unpackbits(m, axis=1, bitorder="little")[:, : i * o].sum(dtype=np.int64)
+            count = int(kept) + n * o
+        if bits != FLOAT_BITS:
+            expected.add(f"scales{li}")
+            want(f"scales{li}", ("<f2",), (n, 2, o if info["per_channel"] else 1))
+        elif info["per_channel"]:
+            raise bad(f"layers[{li}] is float32 but marked per_channel")
+        expected.add(f"codes{li}")
+        want(f"codes{li}", ("|u1",), ((count * bits + 7) // 8 + PAD_BYTES,))
+    extra = sorted(set(arrays) - expected)
+    if extra:
+        raise bad(f"arrays {extra} are not part of this architecture's layout")
+    return arch
+
+
 def read_verified(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray], int]:
     """Read and verify a store file -> (header, arrays on CPU, file bytes). Any defect is an ``InputError``."""
     path = Path(path)
@@ -217,12 +341,19 @@ def read_verified(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarra
     got = zlib.crc32(hbytes) & 0xFFFFFFFF
     if got != hcrc:
         raise InputError(f"header checksum mismatch (stored crc32 {hcrc:08x}, computed {got:08x}): file is corrupt", path)
-    header = json.loads(hbytes)
-    expected = int(header["file_length"])
+    try:
+        header = json.loads(hbytes)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"INR store header is not valid JSON ({e})", path) from None
+    if not isinstance(header, dict):
+        raise InputError(f"INR store header is inconsistent: a JSON {type(header).__name__}, expected an object", path)
+    _typed(header, {"file_length": int}, "header", path)
+    expected = header["file_length"]
     if len(data) != expected:
         what = "truncated" if len(data) < expected else "has trailing bytes"
         raise InputError(f"{what}: expected {expected} bytes, file has {len(data)}", path)
     data_start = -(-(PREFIX.size + hlen) // ALIGN) * ALIGN
+    check_header(header, max(0, len(data) - data_start), path)
     arrays = {}
     for e in header["arrays"]:
         s = data_start + e["offset"]
@@ -238,6 +369,7 @@ def read_verified(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarra
         raise InputError(f"checksum mismatch in the padding between arrays (stored crc32 {header['data_crc32']:08x}, computed {got:08x}): file is corrupt", path)
     if any(data[PREFIX.size + hlen : data_start]):
         raise InputError("non-zero bytes between the header and the data: file is corrupt", path)
+    check_arrays(header, arrays, path)
     return header, arrays, len(data)
 
 
