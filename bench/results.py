@@ -124,6 +124,27 @@ def _one_line(text: str, default: str) -> str:
     return " ".join(str(text).split()) or default
 
 
+REASON_MAX_CHARS = 500
+
+
+def exception_reason(e: BaseException) -> str:
+    """One line for an error row: ``Type: message``, at most ``REASON_MAX_CHARS`` characters.
+
+    A traceback carried inside the message (a DataLoader worker's "Caught X in DataLoader worker
+    process 0. Original Traceback ...") is reduced to its last line, the original exception,
+    plus where it was caught.
+    """
+    text = str(e)
+    if "Traceback (most recent call last)" in text:
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        where = lines[0].rstrip(".") if lines and lines[0].startswith("Caught ") else ""
+        text = lines[-1] + (f" ({where})" if where else "")
+        line = _one_line(text, type(e).__name__)
+    else:
+        line = _one_line(f"{type(e).__name__}: {text}", type(e).__name__)
+    return line if len(line) <= REASON_MAX_CHARS else line[: REASON_MAX_CHARS - 3] + "..."
+
+
 @dataclass
 class RunRows:
     """Collects one run's rows in memory; nothing touches disk until ``write_run``.

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from bench.datasets.prepared import PreparedDataset
+from bench.errors import InputError
 from pipelines.base import Augment, Batch, Pipeline, PipelineConfig, Unavailable, register
 
 
@@ -66,6 +67,39 @@ def _graph(
     return images, labels
 
 
+SCAN_SECONDS = 30.0  # how long a failed decode may spend finding the file DALI could not decode
+
+
+def _first_undecodable(paths: tuple[Path, ...], budget_s: float = SCAN_SECONDS) -> Path | None:
+    """The first of ``paths`` PIL cannot decode (DALI's error does not name the file), or None."""
+    import time
+
+    from PIL import Image
+
+    t_end = time.monotonic() + budget_s
+    for p in paths:
+        try:
+            with Image.open(p) as im:
+                im.load()
+        except Exception:  # noqa: BLE001 - any failure marks the file
+            return p
+        if time.monotonic() > t_end:
+            return None
+    return None
+
+
+def decode_error(e: Exception, paths: tuple[Path, ...], folder: Path) -> InputError | None:
+    """A DALI decoder failure as one-line bad input naming the file; None for any other error."""
+    msg = " ".join(str(e).split())
+    if "decoders.image" not in msg and "nvImageCodec" not in msg:
+        return None
+    cause = msg.split("encountered:", 1)[-1].replace("Current pipeline object is no longer valid.", "").strip()
+    bad = _first_undecodable(paths)
+    if bad is not None:
+        return InputError(f"cannot decode JPEG (DALI: {cause})", bad)
+    return InputError(f"a JPEG in this folder cannot be decoded (DALI: {cause})", folder)
+
+
 @register("dali")
 class DaliPipeline(Pipeline):
     def __init__(self, data: PreparedDataset, config: PipelineConfig, store: Path | None = None):
@@ -93,12 +127,24 @@ class DaliPipeline(Pipeline):
             seed=config.seed,
             prefetch_queue_depth=2,
         )
-        self.pipe.build()
+        self._paths, self._folder = split.jpeg_paths, split.root / "jpeg"
         policy = LastBatchPolicy.DROP if config.drop_last else LastBatchPolicy.PARTIAL
-        self.iterator = DALIGenericIterator(
-            [self.pipe], ["images", "labels"], reader_name="Reader", last_batch_policy=policy, auto_reset=True
-        )
+        try:
+            self.pipe.build()
+            self.iterator = DALIGenericIterator(  # prefetches: a bad file can fail here already
+                [self.pipe], ["images", "labels"], reader_name="Reader", last_batch_policy=policy, auto_reset=True
+            )
+        except RuntimeError as e:
+            self._reraise(e)
         self._in_epoch = False
+
+    def _reraise(self, e: RuntimeError):
+        """A decode failure is bad input (one line naming the file); anything else propagates."""
+        err = decode_error(e, self._paths, self._folder)
+        self.close()
+        if err is not None:
+            raise err from None
+        raise e
 
     def __len__(self) -> int:
         b = self.config.batch_size
@@ -111,7 +157,14 @@ class DaliPipeline(Pipeline):
             for _ in self.iterator:
                 pass
         self._in_epoch = True
-        for out in self.iterator:
+        it = iter(self.iterator)
+        while True:
+            try:
+                out = next(it)
+            except StopIteration:
+                break
+            except RuntimeError as e:
+                self._reraise(e)
             d = out[0]
             images = d["images"].to(self.device, non_blocking=True)
             labels = d["labels"].reshape(-1).to(self.device, torch.int64, non_blocking=True)

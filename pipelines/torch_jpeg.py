@@ -12,12 +12,14 @@ persistent workers need no re-seeding between epochs.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from bench.datasets.prepared import PreparedDataset
+from bench.errors import InputError
 from pipelines.base import Augment, Batch, Pipeline, PipelineConfig, register
 from pipelines.crops import batch_slices, epoch_generator, epoch_order, normalize_
 
@@ -40,8 +42,30 @@ def build_transform(aug: Augment, height: int, width: int) -> Any:
     return T.Compose([*crop, *flip, T.PILToTensor()])
 
 
+@dataclass(frozen=True)
+class BadJpeg:
+    """A file a worker could not decode: handed back as the batch (``collate``) instead of raised,
+    so the main process reports it in one line naming the file (a worker's exception would
+    arrive wrapped in its whole traceback)."""
+
+    path: str
+    reason: str
+
+    def error(self) -> InputError:
+        return InputError(f"cannot decode JPEG ({self.reason})", self.path)
+
+
+def collate(items: list[Any]) -> Any:
+    """``default_collate``, except that a ``BadJpeg`` in the batch is the whole result."""
+    for it in items:
+        if isinstance(it, BadJpeg):
+            return it
+    return torch.utils.data.default_collate(items)
+
+
 class JpegFiles(torch.utils.data.Dataset):
-    """Items are ``(index, batch_seed)``; ``__getitems__`` returns ``[(uint8 [3,s,s], label), ...]``."""
+    """Items are ``(index, batch_seed)``; ``__getitems__`` returns ``[(uint8 [3,s,s], label), ...]``
+    (or ``[BadJpeg]`` when a file cannot be decoded)."""
 
     def __init__(self, paths: tuple[Path, ...], labels: list[int], transform: Any):
         self.paths = paths
@@ -60,10 +84,18 @@ class JpegFiles(torch.utils.data.Dataset):
     def __getitem__(self, item: tuple[int, int]) -> tuple[torch.Tensor, int]:
         return self.__getitems__([item])[0]
 
-    def __getitems__(self, items: list[tuple[int, int]]) -> list[tuple[torch.Tensor, int]]:
+    def __getitems__(self, items: list[tuple[int, int]]) -> list[Any]:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(items[0][1])
-            return [self._load(i) for i, _ in items]
+            from PIL import Image
+
+            out = []
+            for i, _ in items:
+                try:
+                    out.append(self._load(i))
+                except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:  # a damaged file
+                    return [BadJpeg(str(self.paths[i]), " ".join(f"{type(e).__name__}: {e}".split()))]
+            return out
 
 
 class EpochBatches:
@@ -99,6 +131,7 @@ class TorchJpegPipeline(Pipeline):
             num_workers=config.workers,
             pin_memory=self.device.type == "cuda",
             persistent_workers=config.workers > 0,
+            collate_fn=collate,
         )
         self.epoch = 0
 
@@ -113,7 +146,10 @@ class TorchJpegPipeline(Pipeline):
         order = epoch_order(len(self.dataset), g, self.config.shuffle)
         seeds = torch.randint(0, 2**62, (len(self.sampler),), generator=g)
         self.sampler.plan = (order, seeds)
-        for images, labels in self.loader:
+        for batch in self.loader:
+            if isinstance(batch, BadJpeg):
+                raise batch.error()
+            images, labels = batch
             x = images.to(self.device, non_blocking=True).float()
             yield Batch(images=normalize_(x, self.config.augment), labels=labels.to(self.device, non_blocking=True))
 
