@@ -31,4 +31,8 @@ def fit_store_for_tests(data, out: str | Path, split: str = "train", iterations:
         torch.set_num_threads(threads)
     layers = quantize(res.weights, QuantConfig((bits,) * cfg.arch.num_linear))
     psnr = decode_psnr(dequantize(layers), s.images, cfg.arch)
-    return save(out, cfg.arch, s.image_size, s.labels, layers, psnr=psnr, meta={"fit": cfg.to_dict(), "bits": [bits] * cfg.arch.num_linear})
+    from bench.datasets.identity import source_record
+
+    # the source ties the store to the split, as `inrbench encode` does
+    meta = {"fit": cfg.to_dict(), "bits": [bits] * cfg.arch.num_linear, "source": source_record(data, split)}
+    return save(out, cfg.arch, s.image_size, s.labels, layers, psnr=psnr, meta=meta)

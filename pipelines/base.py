@@ -91,6 +91,9 @@ class PipelineConfig:
     drop_last: bool = False
     # Let adapters compile their device-side work with torch.compile (paid in the first batch).
     compile: bool = False
+    # A store that records no source pixels hash cannot be tied to the split (bench.datasets.identity):
+    # refused unless this is set (--allow-unverified-store); the row records it.
+    allow_unverified_store: bool = False
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import torch
 
+from bench.datasets.identity import check_store_source
 from bench.datasets.prepared import PreparedDataset
+from bench.errors import InputError
 from pipelines.base import Batch, Pipeline, PipelineConfig, Unavailable, register
 from pipelines.crops import (
     Crops,
@@ -58,12 +60,11 @@ class InrPipeline(Pipeline):
         split = data.split(config.split)
         n = len(split)
         if int(self.stored.labels.shape[0]) != n or tuple(self.stored.image_size) != split.image_size:
-            from bench.errors import InputError
-
             raise InputError(
                 f"store holds {self.stored.labels.shape[0]} images of {self.stored.image_size}, "
                 f"split {config.split!r} has {n} of {split.image_size}", store,
             )
+        check_store_source(self.stored, data, config.split, allow_unverified=config.allow_unverified_store)
         self.labels = self.stored.labels.to(self.device, torch.int64)
         self.n = n
         self.height, self.width = self.stored.image_size

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from bench.datasets.identity import source_record
 from bench.datasets.prepared import SplitData, open_prepared, write_prepared
 from bench.errors import InputError
 
@@ -44,7 +45,7 @@ def setup(tmp_path_factory):
         layers = quantize(weights, QuantConfig((bits,) * cfg.arch.num_linear), masks=m)
         p = decode_psnr(dequantize(layers), imgs, cfg.arch)  # the codec's own PSNR
         stores.append(store_mod.save(d / f"{name}.inr", cfg.arch, (S, S), np.arange(N) % 2, layers, psnr=p,
-                                     meta={"variant": name}))
+                                     meta={"variant": name, "source": source_record(open_prepared(root), "train")}))
     return root, stores, store_mod
 
 
@@ -88,13 +89,14 @@ def test_compare_real_stores(setup, tmp_path):
 
 def test_store_of_another_split_is_refused(setup, tmp_path):
     root, stores, _ = setup
-    with pytest.raises(InputError, match=f"store has {N} images"):
+    # refused by the source identity check (bench.datasets.identity) before any count or label check
+    with pytest.raises(InputError, match=r"encoded from other images \(or labels\)"):
         prep = tmp_path / "bigger"
         ds = open_prepared(root).split("train")
         imgs = np.concatenate([np.asarray(ds.images)] * 2)
         write_prepared(prep, {"train": SplitData(imgs, np.zeros(2 * N, np.int64))}, {"source": "x", "classes": ["a"]})
         _cli([str(prep), "--store", str(stores[0]), "--out", str(tmp_path / "o")])
-    with pytest.raises(InputError, match="labels differ"):
+    with pytest.raises(InputError, match=r"encoded from other images \(or labels\)"):
         prep2 = tmp_path / "relabelled"
         write_prepared(prep2, {"train": SplitData(np.asarray(ds.images), np.full(N, 1, np.int64))},
                        {"source": "x", "classes": ["a", "b"]})

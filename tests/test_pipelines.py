@@ -94,7 +94,10 @@ def _fit_store(data: PreparedDataset, out, iterations: int, replicate: bool) -> 
         weights = fit(images, cfg).weights
     layers = quantize(weights, QuantConfig((16,) * cfg.arch.num_linear))
     psnr = decode_psnr(dequantize(layers), images, cfg.arch)
-    return save(out, cfg.arch, split.image_size, split.labels, layers, psnr=psnr), ""
+    from bench.datasets.identity import source_record
+
+    return save(out, cfg.arch, split.image_size, split.labels, layers, psnr=psnr,
+                meta={"source": source_record(data, "train")}), ""
 
 
 @pytest.fixture(scope="session")

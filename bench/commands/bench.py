@@ -39,6 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", required=True, help="registered pipeline name (raw, torch-jpeg, dali, inr, ...)")
     p.add_argument("--data", required=True, help="prepared dataset folder (`inrbench prepare`)")
     p.add_argument("--store", help="encoded store file (the inr pipeline's .inr file)")
+    p.add_argument("--allow-unverified-store", action="store_true",
+                   help="use a store that records no source pixels hash (not from `inrbench encode`); "
+                        "default: refuse it, since it cannot be tied to --data")
     p.add_argument("--mode", choices=("loader", "replay", "train"), default="loader",
                    help="loader: pipeline alone; replay: model on cached batches; train: end to end")
     p.add_argument("--epochs", type=int, default=1, help="measured epochs per repeat (default 1)")
@@ -82,10 +85,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def build_config(args: argparse.Namespace):
     """argv -> a resolved, validated ``BenchConfig`` (``InputError`` on bad values)."""
-    import torch
-
     import pipelines
     from bench.datasets.prepared import open_prepared
+    from bench.devices import resolve_device
     from bench.errors import InputError
     from bench.harness.runner import BenchConfig
     from bench.train.backbones import backbone_names, default_backbone
@@ -95,13 +97,8 @@ def build_config(args: argparse.Namespace):
     if args.pipeline not in pipelines.names():
         raise InputError(f"unknown pipeline {args.pipeline!r}; known: {', '.join(pipelines.names())}")
     data = open_prepared(args.data)
-    device = args.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        torch.device(device)
-    except RuntimeError as e:
-        raise InputError(f"--device {device!r}: {e}") from None
+    # cuda on a machine without CUDA is a skip row (run_bench); a malformed or absent device is exit 2
+    device = resolve_device(args.device, missing_cuda_ok=True)
     size = args.size or data.image_size[0]
     backbone = default_backbone(size) if args.backbone == "auto" else args.backbone
     if backbone not in backbone_names():
@@ -110,7 +107,8 @@ def build_config(args: argparse.Namespace):
         aug = Augment(crop=args.crop, size=size, scale=tuple(args.scale), ratio=tuple(args.ratio),
                       pad=args.pad, flip=not args.no_flip)
         pipe = PipelineConfig(batch_size=args.batch_size, augment=aug, split=args.split, device=device,
-                              workers=args.workers, seed=args.seed, compile=args.compile)
+                              workers=args.workers, seed=args.seed, compile=args.compile,
+                              allow_unverified_store=args.allow_unverified_store)
         train = TrainConfig(lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, amp=args.amp)
         return BenchConfig(
             pipeline=args.pipeline, data=str(data.root), mode=args.mode, store=args.store,

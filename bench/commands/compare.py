@@ -13,6 +13,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("prepared", metavar="PREPARED_DIR", help="prepared dataset folder (`inrbench prepare`)")
     p.add_argument("--store", nargs="*", default=[], metavar="FILE",
                    help="INR store file(s) of that split (`inrbench encode`); none = JPEG sweep only")
+    p.add_argument("--allow-unverified-store", action="store_true",
+                   help="use stores that record no source pixels hash (not from `inrbench encode`); "
+                        "default: refuse them, since they cannot be tied to PREPARED_DIR")
     p.add_argument("--split", default="train", help="split to compare (default train)")
     p.add_argument("--jpeg-qualities", type=int, nargs="+", default=list(DEFAULT_QUALITIES), metavar="Q",
                    help=f"JPEG quality sweep (default {' '.join(map(str, DEFAULT_QUALITIES))})")
@@ -51,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
         return bars[-1].update
 
     try:
-        res = run_compare(args.prepared, args.store, cfg, args.out, progress=progress)
+        res = run_compare(args.prepared, args.store, cfg, args.out, progress=progress,
+                          allow_unverified_store=args.allow_unverified_store)
     finally:
         for b in bars:
             b.close()

@@ -77,10 +77,14 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     from tqdm import tqdm
 
+    from bench.datasets.identity import source_record
     from bench.datasets.prepared import open_prepared
+    from bench.devices import resolve_device
     from bench.errors import InputError
     from inr.encode import encode_split
     from inr.store import load
+
+    args.device = resolve_device(args.device)  # a malformed or absent device: exit 2 before any work
 
     cfg = build_config(args)
     if args.threads:
@@ -93,9 +97,7 @@ def run(args: argparse.Namespace) -> int:
     if n < 1:
         raise InputError(f"split {args.split!r} has no images to encode", args.prepared)
     images, labels = split.images[:n], split.labels[:n]
-    info = ds.manifest["splits"][args.split]
-    source = {"prepared": str(ds.root), "split": args.split, "limit": args.limit, "count": len(split),
-              "pixels_sha256": info.get("pixels_sha256"), "labels_sha256": info.get("labels_sha256")}
+    source = source_record(ds, args.split, args.limit)  # ties the store to these images (bench.datasets.identity)
     prune = f"dynamic <= {cfg.prune.budget_db:g} dB" if cfg.prune.budget_db is not None else f"{cfg.prune.ratio:g}"
     print(f"encode {ds.root} [{args.split}] {n} images {split.image_size[0]}x{split.image_size[1]}: {cfg.fit.arch}, "
           f"{cfg.fit.iterations} iterations, lr {cfg.fit.lr}, bits {list(cfg.quant.bits)}, "

@@ -59,11 +59,13 @@ def load_variant(
     batch: int = 64,
     weight_images: int = 256,
     device: str = "cpu",
+    check=None,
 ) -> InrDecoded:
     """Decode the first ``n_images`` images of the store at ``path`` to uint8 ``[n, H, W, 3]``.
 
     Refuses (``InputError`` naming the file) a store with fewer images, another image size
-    or labels that differ from the prepared split's.
+    or labels that differ from the prepared split's. ``check(store)``, when given, runs right
+    after loading, before any decoding (``run.load_variants``: the store's source identity).
     """
     path = Path(path)
     if path.is_dir():
@@ -73,6 +75,8 @@ def load_variant(
     from inr.store import load
 
     store = load(path, device)
+    if check is not None:
+        check(store)
     n_store = _count(store)
     if n_store < n_images:
         raise InputError(f"store has {n_store} images, the split (after --limit) has {n_images}", path)

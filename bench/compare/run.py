@@ -24,7 +24,7 @@ from bench.compare import figures
 from bench.compare.config import CompareConfig
 from bench.compare.core import InrDecoded, compare_images
 from bench.compare.table import markdown, summarize
-from bench.datasets.prepared import open_prepared
+from bench.datasets.prepared import PreparedDataset, open_prepared
 from bench.errors import InputError
 
 
@@ -35,11 +35,20 @@ class CompareResult:
     summary: pd.DataFrame
 
 
-def load_variants(paths: Sequence[str | Path], n: int, image_size, labels, cfg: CompareConfig) -> list[InrDecoded]:
+def load_variants(paths: Sequence[str | Path], n: int, image_size, labels, cfg: CompareConfig,
+                  ds: PreparedDataset | None = None, allow_unverified_store: bool = False) -> list[InrDecoded]:
+    """Load and decode the stores. With ``ds``, each store must have been encoded from the
+    split's images (``bench.datasets.identity.check_store_source``), checked before decoding."""
     from bench.compare.inr_side import load_variant
+    from bench.datasets.identity import check_store_source
+
+    def check(store) -> None:
+        if ds is not None:
+            check_store_source(store, ds, cfg.split, allow_unverified=allow_unverified_store)
 
     variants = [
-        load_variant(p, n, image_size, labels, batch=cfg.batch, weight_images=cfg.weight_images) for p in paths
+        load_variant(p, n, image_size, labels, batch=cfg.batch, weight_images=cfg.weight_images, check=check)
+        for p in paths
     ]
     names = [v.name for v in variants]
     if len(set(names)) != len(names):
@@ -78,18 +87,22 @@ def write_outputs(out: Path, per_image: pd.DataFrame, summary: pd.DataFrame, var
 
 
 def run_compare(prepared: str | Path, stores: Sequence[str | Path], cfg: CompareConfig, out: str | Path,
-                variants: Sequence[InrDecoded] | None = None, progress=None, env: bool = True) -> CompareResult:
+                variants: Sequence[InrDecoded] | None = None, progress=None, env: bool = True,
+                allow_unverified_store: bool = False) -> CompareResult:
     """Compare the INR stores (or already decoded ``variants``) with JPEG on one split.
 
     ``variants`` bypasses store loading (tests, or callers that hold decoded images);
     ``progress(total)`` (optional) returns the callable advanced by one per image done.
+    Each store must be encoded from the split's images (``bench.datasets.identity``); one that
+    records no source is refused unless ``allow_unverified_store``.
     """
     ds = open_prepared(prepared)
     split = ds.split(cfg.split)
     n = len(split) if cfg.limit is None else min(cfg.limit, len(split))
     images = np.array(split.images[:n])  # a writable copy, not the read-only memmap
     if variants is None:
-        variants = load_variants(stores, n, split.image_size, split.labels, cfg)
+        variants = load_variants(stores, n, split.image_size, split.labels, cfg, ds=ds,
+                                 allow_unverified_store=allow_unverified_store)
     else:
         variants = [InrDecoded(**{**v.__dict__, "decoded": v.decoded[:n]}) for v in variants]
     per_image = compare_images(images, variants, cfg, progress=None if progress is None else progress(n))

@@ -166,6 +166,19 @@ class PreparedSplit:
         return self.root / "file_list.txt"
 
 
+_VERIFIED: dict[tuple[str, int, int, str], bool] = {}
+
+
+def _verified(path: Path, arr: np.ndarray, expected: str | None) -> bool:
+    """sha256 of ``arr`` (read from ``path``) equals ``expected``; cached per process by the
+    file's (path, size, mtime_ns) so opening a split again does not rehash it."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, str(expected))
+    if key not in _VERIFIED:
+        _VERIFIED[key] = expected is not None and sha256_array(arr) == expected
+    return _VERIFIED[key]
+
+
 @dataclass(frozen=True)
 class PreparedDataset:
     root: Path
@@ -188,8 +201,13 @@ class PreparedDataset:
         h, w = self.manifest["image_size"]
         return int(h), int(w)
 
-    def split(self, name: str, verify: bool = False) -> PreparedSplit:
-        """Open split ``name`` (memory-mapped). ``verify`` also checks the sha256 checksums."""
+    def split(self, name: str, verify: bool = True) -> PreparedSplit:
+        """Open split ``name`` (memory-mapped); labels must lie in ``0 .. num_classes-1``.
+
+        ``verify`` (the default: every consumer that trains, compares or encodes) checks
+        ``pixels.npy`` and ``labels.npy`` against the manifest's sha256, once per process per
+        file state (``_verified``), so a damaged array is refused, never used.
+        """
         if name not in self.manifest["splits"]:
             raise InputError(f"no split {name!r} (has {', '.join(self.splits)})", self.root / MANIFEST)
         info = self.manifest["splits"][name]
@@ -204,10 +222,17 @@ class PreparedDataset:
             raise InputError(f"pixels.npy is {images.dtype} {images.shape}, manifest says uint8 {(n, h, w, 3)}", d / "pixels.npy")
         if labels.shape != (n,):
             raise InputError(f"labels.npy has {labels.shape[0]} labels, manifest says {n}", d / "labels.npy")
+        if labels.dtype.kind not in "iu":
+            raise InputError(f"labels.npy is {labels.dtype}, expected integers", d / "labels.npy")
+        k = self.num_classes
+        if n and (int(labels.min()) < 0 or int(labels.max()) >= k):
+            bad = int(labels.min()) if int(labels.min()) < 0 else int(labels.max())
+            raise InputError(f"label {bad} is outside the dataset's {k} classes (0..{k - 1})", d / "labels.npy")
         if verify:
             for arr, key, fname in ((images, "pixels_sha256", "pixels.npy"), (labels, "labels_sha256", "labels.npy")):
-                if sha256_array(arr) != info[key]:
-                    raise InputError("checksum mismatch with manifest", d / fname)
+                if not _verified(d / fname, arr, info.get(key)):
+                    raise InputError(f"checksum mismatch with {MANIFEST} ({key}): the file is damaged or was "
+                                     "changed after `inrbench prepare`", d / fname)
         paths = tuple(d / "jpeg" / f"{i:06d}.jpg" for i in range(n))
         return PreparedSplit(name=name, root=d, images=images, labels=labels.astype(np.int64), jpeg_paths=paths)
 

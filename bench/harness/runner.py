@@ -137,7 +137,7 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
         code, input_error = EXIT_INPUT, e
     except Exception as e:  # a crash or an OOM in this run: an error row, never partial rows
         code = EXIT_OOM if _is_oom(e) else EXIT_ERROR
-        rows.error(f"{'out of memory: ' if code == EXIT_OOM else ''}{type(e).__name__}: {e}")
+        rows.error(f"{'out of memory: ' if code == EXIT_OOM else ''}{results.exception_reason(e)}")
         traceback.print_exc(file=sys.stderr)
     finally:
         _set_threads(threads)
@@ -157,15 +157,16 @@ def _claim_results(cfg: BenchConfig, out: str | Path) -> Path:
 
 
 def _require_device(device: str) -> None:
-    """A CUDA run on a machine without CUDA cannot run here: ``Unavailable`` (a skip row)."""
+    """A CUDA run on a machine without CUDA cannot run here: ``Unavailable`` (a skip row).
+
+    A malformed spec or a CUDA index this machine lacks is bad input (``bench.devices``).
+    """
     import torch
 
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise Unavailable(f"device {device} requested but torch.cuda.is_available() is False here")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise Unavailable(f"device {device} requested but only {torch.cuda.device_count()} CUDA device(s) here")
+    from bench.devices import resolve_device
+
+    if resolve_device(device, missing_cuda_ok=True).startswith("cuda") and not torch.cuda.is_available():
+        raise Unavailable(f"device {device} requested but torch.cuda.is_available() is False here")
 
 
 def _set_threads(n: int | None) -> int:

@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk", type=int, default=0, help="batched chunk size (default: FitConfig auto)")
     p.add_argument("--loop-images", type=int, default=4, help="images fitted by the reference loop (default 4)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's default)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     p.add_argument("--synthetic", action="store_true", help="random images instead of photos")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--_worker", choices=["batched", "loop"], help=argparse.SUPPRESS)
@@ -152,6 +152,9 @@ def _spawn(args: argparse.Namespace, method: str, images_path: Path) -> dict[str
 
 
 def run(args: argparse.Namespace) -> int:
+    from bench.devices import resolve_device
+
+    args.device = resolve_device(args.device)  # a malformed or absent device: exit 2, not a worker traceback
     if args._worker:
         print(json.dumps(_worker(args)))
         return 0

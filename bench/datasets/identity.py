@@ -1,0 +1,83 @@
+"""A store belongs to its images: what ``encode`` records, and the one check every consumer runs.
+
+``inrbench encode`` records in the store's ``meta["source"]`` (``source_record``)::
+
+    prepared, split, limit, count          where the images came from (count: the whole split)
+    pixels_sha256, labels_sha256           the whole split's hashes, copied from the manifest
+    encoded_count                          images actually encoded (the first N with --limit)
+    encoded_pixels_sha256                  sha256 of exactly the encoded pixels / labels
+    encoded_labels_sha256
+
+``check_store_source`` ties a loaded store to a split of a prepared dataset. Cheap in the
+common case: the store's ``pixels_sha256`` (and ``labels_sha256``) equal the manifest's, so the
+store's images are the first ``num_images`` of this split (no hashing: the manifest is trusted
+because ``PreparedDataset.split`` verifies ``pixels.npy`` against it). Otherwise the first
+``num_images`` images of the split are hashed and compared with ``encoded_pixels_sha256``
+(a --limit encode of a dataset that has since grown). A mismatch is an ``InputError`` naming
+the store and the dataset.
+
+A store that records no source (saved by ``inr.store.save`` directly, or by an older
+inrbench) cannot be verified: refused, unless the caller passes ``allow_unverified=True``
+(the CLI's ``--allow-unverified-store``), which prints one warning line and goes on.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.datasets.prepared import PreparedDataset, sha256_array
+from bench.errors import InputError
+
+
+def source_record(ds: PreparedDataset, split: str, limit: int | None = None) -> dict[str, Any]:
+    """``meta["source"]`` for a store of the first ``limit`` (default all) images of ``split``."""
+    s = ds.split(split)
+    n = len(s) if limit is None else min(len(s), limit)
+    info = ds.manifest["splits"][split]
+    return {
+        "prepared": str(ds.root), "split": split, "limit": limit, "count": len(s),
+        "pixels_sha256": info.get("pixels_sha256"), "labels_sha256": info.get("labels_sha256"),
+        "encoded_count": n,
+        "encoded_pixels_sha256": sha256_array(s.images[:n]),
+        "encoded_labels_sha256": sha256_array(s.labels[:n]),
+    }
+
+
+def _short(h: Any) -> str:
+    return f"{h[:12]}..." if isinstance(h, str) else str(h)
+
+
+def check_store_source(store: Any, ds: PreparedDataset, split: str, *, allow_unverified: bool = False) -> bool:
+    """Refuse (``InputError``) a store whose images are not the first ``store.num_images`` of ``split``.
+
+    ``store``: an ``inr.store.StoredINR`` (uses ``meta``, ``num_images``, ``path``). Returns True
+    when verified, False for an unverified store let through by ``allow_unverified``.
+    """
+    where = f"split {split!r} of {ds.root}"
+    meta = store.meta if isinstance(store.meta, dict) else {}
+    src = meta.get("source")
+    if not isinstance(src, dict) or not (src.get("pixels_sha256") or src.get("encoded_pixels_sha256")):
+        msg = (f"the store records no source pixels hash (not written by `inrbench encode`, or by an older "
+               f"version), so it cannot be tied to {where}")
+        if allow_unverified:
+            print(f"inrbench: warning: {store.path}: {msg}; used anyway (--allow-unverified-store)", file=sys.stderr)
+            return False
+        raise InputError(f"{msg}; re-encode it, or pass --allow-unverified-store to use it anyway", store.path)
+    info = ds.manifest["splits"][split]
+    n = int(store.num_images)
+    full, labels = info.get("pixels_sha256"), info.get("labels_sha256")
+    if full and src.get("pixels_sha256") == full and src.get("labels_sha256") in (None, labels):
+        return True  # encoded from this very split (all of it, or its first n images)
+    enc = src.get("encoded_pixels_sha256")
+    if enc and n <= int(info["count"]):
+        s = ds.split(split)
+        if sha256_array(s.images[:n]) == enc and src.get("encoded_labels_sha256") in (None, sha256_array(s.labels[:n])):
+            return True
+    origin = f"{src.get('prepared', '?')} [{src.get('split', '?')}]"
+    raise InputError(
+        f"the store was encoded from other images (or labels) than {where}: its source is {origin} with pixels sha256 "
+        f"{_short(src.get('pixels_sha256'))}, this split's is {_short(full)}; use the store encoded from "
+        f"this dataset (`inrbench encode {Path(ds.root)}`)", store.path,
+    )

@@ -1,0 +1,297 @@
+"""Hostile input, table-driven: stores, pixels, labels, JPEGs and devices through the real CLI.
+
+Each case builds one hostile input in ``tmp_path`` (from a tiny prepared dataset and one store
+encoded from it), runs ``bench.cli.main(argv)`` and checks: the exit code; for exit 2 exactly one
+stderr line, ``inrbench: error: ...`` holding the expected text; no traceback anywhere; and every
+file that existed under ``tmp_path`` before the command byte-identical after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.cli import main
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+BENCH = ["--device", "cpu", "--repeats", "1", "--warmup", "0", "--batch-size", "4", "--workers", "0",
+         "--backbone", "small-cnn", "--monitor-period", "0.5"]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> dict[str, Path]:
+    """A prepared dataset (8x8, 2 classes, 6 train images) and a store encoded from it by the CLI."""
+    d = tmp_path_factory.mktemp("hostile")
+    assert main(["prepare", "synthetic", "--out", str(d / "data"), "--size", "8", "--per-class", "4",
+                 "--num-classes", "2"]) == 0
+    assert main(["encode", str(d / "data"), "--out", str(d / "s.inr"), "--iterations", "3", "--bits", "8",
+                 "--no-progress"]) == 0
+    return {"data": d / "data", "store": d / "s.inr"}
+
+
+# ----------------------------------------------------------------------------- builders
+
+def _data(base, tmp: Path) -> Path:
+    return Path(shutil.copytree(base["data"], tmp / "data"))
+
+
+def _store(base, tmp: Path) -> Path:
+    return Path(shutil.copy(base["store"], tmp / "s.inr"))
+
+
+def _set_manifest_hash(data: Path, split: str, key: str, arr: np.ndarray) -> None:
+    m = json.loads((data / "manifest.json").read_text())
+    m["splits"][split][key] = hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()
+    (data / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+
+
+def other_images(base, tmp: Path) -> Path:
+    """A dataset with the same shape and labels as ``base`` but other pixels (its own manifest is right)."""
+    data = _data(base, tmp)
+    px = np.load(data / "train" / "pixels.npy")
+    px = (255 - px).astype(np.uint8)
+    np.save(data / "train" / "pixels.npy", px)
+    _set_manifest_hash(data, "train", "pixels_sha256", px)
+    return data
+
+
+def flip_pixel_byte(base, tmp: Path) -> Path:
+    """One byte of ``pixels.npy`` flipped after the .npy header: shape and dtype still read fine."""
+    data = _data(base, tmp)
+    p = data / "train" / "pixels.npy"
+    raw = bytearray(p.read_bytes())
+    raw[len(raw) - 7] ^= 0x01
+    p.write_bytes(bytes(raw))
+    return data
+
+
+def bad_label(base, tmp: Path) -> Path:
+    """labels.npy holds class 5 of a 2-class dataset (the manifest's hash matches it)."""
+    data = _data(base, tmp)
+    labels = np.load(data / "train" / "labels.npy")
+    labels[2] = 5
+    np.save(data / "train" / "labels.npy", labels)
+    _set_manifest_hash(data, "train", "labels_sha256", labels)
+    return data
+
+
+def broken_jpeg(base, tmp: Path) -> Path:
+    data = _data(base, tmp)
+    p = data / "train" / "jpeg" / "000003.jpg"
+    p.write_bytes(p.read_bytes()[:100])
+    return data
+
+
+def rewrite_store(base, tmp: Path, mutate: Callable[[dict, bytearray], None]) -> Path:
+    """A copy of the store with its header changed by ``mutate(header, body)`` and every checksum
+    recomputed (``inr.store.pack_file``), so only the schema check can refuse it."""
+    from inr import store
+
+    raw = base["store"].read_bytes()
+    _, _, hlen, _ = store.PREFIX.unpack_from(raw, 0)
+    header = json.loads(raw[store.PREFIX.size : store.PREFIX.size + hlen])
+    start = -(-(store.PREFIX.size + hlen) // store.ALIGN) * store.ALIGN
+    body = bytearray(raw[start:])
+    mutate(header, body)
+    for e in header.get("arrays", []):
+        e["crc32"] = zlib.crc32(body[e["offset"] : e["offset"] + e["nbytes"]]) & 0xFFFFFFFF
+    out = tmp / "s.inr"
+    out.write_bytes(store.pack_file(header, body))
+    return out
+
+
+def _drop_key(key: str):
+    return lambda h, body: h.pop(key)
+
+
+def _wrong_arch(h: dict, body: bytearray) -> None:
+    h["arch"]["hidden"] += 3
+
+
+def _short_labels(h: dict, body: bytearray) -> None:
+    e = next(a for a in h["arrays"] if a["name"] == "labels")
+    e["shape"] = [e["shape"][0] - 1]
+    e["nbytes"] -= np.dtype(e["dtype"]).itemsize
+
+
+def _fewer_layers(h: dict, body: bytearray) -> None:
+    h["layers"] = h["layers"][:-1]
+
+
+def unverified_store(base, tmp: Path) -> Path:
+    """The same weights saved directly with ``inr.store.save``: no ``meta["source"]``."""
+    from inr.store import load, save
+
+    st = load(base["store"])
+    return save(tmp / "s.inr", st.arch, st.image_size, st.labels, st.quantized_layers(), psnr=st.psnr)
+
+
+# ----------------------------------------------------------------------------- cases
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    build: Callable[[dict, Path], list[str]]  # (base, tmp_path) -> argv
+    code: int
+    message: str  # a substring of the one stderr line (exit 2) or of stdout (other codes)
+
+
+def _compare(data: Path, store: Path | None, tmp: Path, *extra: str) -> list[str]:
+    stores = ["--store", str(store)] if store is not None else []
+    return ["compare", str(data), *stores, "--jpeg-qualities", "50", "90", "--out", str(tmp / "cmp"), *extra]
+
+
+def _bench(pipeline: str, data: Path, tmp: Path, *extra: str) -> list[str]:
+    return ["bench", "--pipeline", pipeline, "--data", str(data), *BENCH, "--out", str(tmp / "results"), *extra]
+
+
+def _encode(data: Path, tmp: Path, *extra: str) -> list[str]:
+    return ["encode", str(data), "--out", str(tmp / "new.inr"), "--iterations", "2", "--no-progress", *extra]
+
+
+def _stored(mutate):
+    def build(b, t):
+        return _compare(b["data"], rewrite_store(b, t, mutate), t)
+    return build
+
+
+CASES = [
+    # 4. identity: a store belongs to its images
+    Case("compare-store-of-other-images", lambda b, t: _compare(other_images(b, t), _store(b, t), t), 2,
+         "encoded from other images"),
+    Case("bench-inr-store-of-other-images",
+         lambda b, t: _bench("inr", other_images(b, t), t, "--store", str(_store(b, t))), 2,
+         "encoded from other images"),
+    Case("compare-unverified-store", lambda b, t: _compare(b["data"], unverified_store(b, t), t), 2,
+         "records no source pixels hash"),
+    Case("bench-inr-unverified-store",
+         lambda b, t: _bench("inr", b["data"], t, "--store", str(unverified_store(b, t))), 2,
+         "--allow-unverified-store"),
+    Case("compare-unverified-store-allowed",
+         lambda b, t: _compare(b["data"], unverified_store(b, t), t, "--allow-unverified-store"), 0, "wrote"),
+    # 4. pixels.npy verified against the manifest
+    Case("compare-damaged-pixels", lambda b, t: _compare(flip_pixel_byte(b, t), None, t), 2,
+         "pixels.npy: checksum mismatch"),
+    Case("bench-damaged-pixels", lambda b, t: _bench("raw", flip_pixel_byte(b, t), t), 2,
+         "pixels.npy: checksum mismatch"),
+    Case("encode-damaged-pixels", lambda b, t: _encode(flip_pixel_byte(b, t), t), 2, "pixels.npy: checksum mismatch"),
+    # 5. store headers that pass their checksums but lie
+    Case("store-header-missing-key", _stored(_drop_key("num_images")), 2, "header has no key 'num_images'"),
+    Case("store-header-missing-arrays", _stored(_drop_key("arrays")), 2, "header has no key 'arrays'"),
+    Case("store-header-wrong-arch", _stored(_wrong_arch), 2, "array 'codes0'"),
+    Case("store-header-fewer-layers", _stored(_fewer_layers), 2, "'layers' lists"),
+    Case("store-array-size-mismatch", _stored(_short_labels), 2, "array 'labels'"),
+    # 5. devices
+    Case("encode-cuda-7", lambda b, t: _encode(b["data"], t, "--device", "cuda:7"), 2, "--device cuda:7"),
+    Case("bench-cuda-7", lambda b, t: _bench("raw", b["data"], t, "--device", "cuda:7"), 2, "--device cuda:7"),
+    Case("encode-device-bogus", lambda b, t: _encode(b["data"], t, "--device", "bogus"), 2, "not a device"),
+    Case("bench-device-bogus", lambda b, t: _bench("raw", b["data"], t, "--device", "bogus"), 2, "not a device"),
+    Case("perf-encode-cuda-7", lambda b, t: ["perf", "encode", "--synthetic", "--device", "cuda:7"], 2,
+         "--device cuda:7"),
+    # 5. labels, JPEGs
+    Case("train-label-out-of-range", lambda b, t: _bench("raw", bad_label(b, t), t, "--mode", "train"), 2,
+         "labels.npy: label 5 is outside the dataset's 2 classes"),
+    Case("torch-jpeg-broken-jpeg", lambda b, t: _bench("torch-jpeg", broken_jpeg(b, t), t), 2,
+         "000003.jpg: cannot decode JPEG"),
+    Case("dali-broken-jpeg", lambda b, t: _bench("dali", broken_jpeg(b, t), t), 2,
+         "000003.jpg: cannot decode JPEG"),
+]
+
+
+def _snapshot(root: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_input(case: Case, base, tmp_path, capsys):
+    if case.id.startswith("dali"):
+        pytest.importorskip("nvidia.dali", reason="DALI is not installed")
+    if "cuda-7" in case.id:
+        import torch
+
+        if torch.cuda.device_count() > 7:
+            pytest.skip("this machine has a cuda:7")
+    argv = case.build(base, tmp_path)
+    before = _snapshot(tmp_path)
+    capsys.readouterr()
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert code == case.code, (out, err)
+    if code == 2:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("inrbench: error: "), err
+        assert case.message in lines[0], lines[0]
+    else:
+        assert case.message in out, out
+    after = _snapshot(tmp_path)
+    for p, data in before.items():
+        assert after.get(p) == data, f"{p} changed or vanished"
+    if argv[0] == "bench" and (tmp_path / "results").is_dir():  # the error row's reason is one line too
+        rows = (tmp_path / "results").glob("runs/*/rows.csv")
+        for f in rows:
+            import pandas as pd
+
+            reasons = pd.read_csv(f)["reason"].dropna().astype(str)
+            assert all("\n" not in r and "Traceback" not in r for r in reasons)
+            assert any(case.message in r for r in reasons)
+
+
+def test_unverified_store_library_api_is_explicit(base, tmp_path):
+    """The library refuses an unverified store unless told, and says so."""
+    from bench.datasets.identity import check_store_source
+    from bench.datasets.prepared import open_prepared
+    from bench.errors import InputError
+    from inr.store import load
+
+    ds = open_prepared(base["data"])
+    assert check_store_source(load(base["store"]), ds, "train") is True
+    st = load(unverified_store(base, tmp_path))
+    with pytest.raises(InputError, match="records no source"):
+        check_store_source(st, ds, "train")
+    assert check_store_source(st, ds, "train", allow_unverified=True) is False
+
+
+def test_limited_store_verifies_against_its_first_images(base, tmp_path, capsys):
+    """An --limit encode is tied to the split's first N images: compare --limit N accepts it, and
+    still accepts it when the dataset later differs after those N images."""
+    data = _data(base, tmp_path)
+    assert main(["encode", str(data), "--out", str(tmp_path / "l.inr"), "--iterations", "2", "--limit", "3",
+                 "--no-progress"]) == 0
+    src = json.loads(json.dumps(__import__("inr.store", fromlist=["load"]).load(tmp_path / "l.inr").meta["source"]))
+    assert src["encoded_count"] == 3 and src["limit"] == 3
+    px = np.load(data / "train" / "pixels.npy")
+    px[4:] = 255 - px[4:]  # images after the first 3 change: the whole-split hash no longer matches
+    np.save(data / "train" / "pixels.npy", px)
+    _set_manifest_hash(data, "train", "pixels_sha256", px)
+    capsys.readouterr()
+    assert main(_compare(data, tmp_path / "l.inr", tmp_path, "--limit", "3")) == 0
+    px[1] = 255 - px[1]  # now one of the encoded images differs
+    np.save(data / "train" / "pixels.npy", px)
+    _set_manifest_hash(data, "train", "pixels_sha256", px)
+    assert main(_compare(data, tmp_path / "l.inr", tmp_path, "--limit", "3")) == 2
+    assert "encoded from other images" in capsys.readouterr().err
+
+
+def test_pixels_verified_once_per_process(base, monkeypatch):
+    """Opening a split again does not rehash pixels.npy (cached by path, size, mtime)."""
+    from bench.datasets import prepared
+
+    calls = []
+    real = prepared.sha256_array
+    monkeypatch.setattr(prepared, "_VERIFIED", {})
+    monkeypatch.setattr(prepared, "sha256_array", lambda a, *k: calls.append(1) or real(a, *k))
+    ds = prepared.open_prepared(base["data"])
+    ds.split("test")
+    assert len(calls) == 2  # pixels and labels
+    prepared.open_prepared(base["data"]).split("test")
+    assert len(calls) == 2
