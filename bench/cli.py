@@ -33,8 +33,15 @@ def escape_help(text: str) -> str:
     return text.replace("%", "%%")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line (``inrbench: error: ...``) and exit 2, like every error."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"inrbench: error: {self.prog}: {_one_line(message)} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="inrbench",
         description="Benchmark training input pipelines: torch-jpeg, dali, inr (Rapid-INR) and raw.",
     )
@@ -54,7 +61,10 @@ def _one_line(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2, one line): an exit status, like every command
+        return e.code if isinstance(e.code, int) else 2
     try:
         return int(args._run(args) or 0)
     except InputError as e:

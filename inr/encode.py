@@ -59,7 +59,10 @@ class EncodeConfig:
         if len(self.quant.bits) != self.fit.arch.num_linear:
             raise ValueError(f"{len(self.quant.bits)} bit widths for {self.fit.arch.num_linear} layers")
         if self.shard_size < 1 or self.qat_iterations < 0:
-            raise ValueError("shard_size >= 1 and qat_iterations >= 0 required")
+            raise ValueError(f"shard_size >= 1 and qat_iterations >= 0 required, got {self.shard_size}, "
+                             f"{self.qat_iterations}")
+        if not 0 < self.qat_lr < float("inf"):
+            raise ValueError(f"qat_lr must be > 0 and finite, got {self.qat_lr}")
 
     def to_dict(self) -> dict:
         return {

@@ -56,8 +56,8 @@ class FitConfig:
     def __post_init__(self) -> None:
         if self.iterations < 1:
             raise ValueError(f"iterations must be >= 1, got {self.iterations}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0 < self.lr < float("inf"):
+            raise ValueError(f"lr must be > 0 and finite, got {self.lr}")
         if not 0.0 <= self.lr_final_factor <= 1.0:
             raise ValueError(f"lr_final_factor must be in [0, 1], got {self.lr_final_factor}")
         if self.batch < 0 or self.memory_budget_mb < 0 or self.eval_every < 1 or self.cpu_batch_cap < 1 or self.cpu_workers < 0:

@@ -42,8 +42,9 @@ class PruneConfig:
     def __post_init__(self) -> None:
         if not 0.0 <= self.ratio < 1.0 or not 0.0 < self.max_ratio < 1.0 or not 0.0 < self.step < 1.0:
             raise ValueError(f"prune ratios must be in [0, 1): ratio={self.ratio}, max_ratio={self.max_ratio}, step={self.step}")
-        if self.rounds < 1 or self.finetune_iterations < 0 or not self.lr > 0:
-            raise ValueError("rounds >= 1, finetune_iterations >= 0 and lr > 0 required")
+        if self.rounds < 1 or self.finetune_iterations < 0 or not 0 < self.lr < float("inf"):
+            raise ValueError(f"rounds >= 1, finetune_iterations >= 0 and a finite lr > 0 required, got "
+                             f"{self.rounds}, {self.finetune_iterations}, {self.lr}")
         if self.budget_db is not None and self.budget_db < 0:
             raise ValueError(f"budget_db must be >= 0, got {self.budget_db}")
 

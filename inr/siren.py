@@ -43,8 +43,8 @@ class SirenArch:
     def __post_init__(self) -> None:
         if self.layers < 1 or self.hidden < 1:
             raise ValueError(f"SirenArch needs layers >= 1 and hidden >= 1, got {self.layers}x{self.hidden}")
-        if not (self.w0 > 0 and self.w0_first > 0):
-            raise ValueError(f"w0 and w0_first must be > 0, got {self.w0}, {self.w0_first}")
+        if not (0 < self.w0 < math.inf and 0 < self.w0_first < math.inf):
+            raise ValueError(f"w0 and w0_first must be > 0 and finite, got {self.w0}, {self.w0_first}")
 
     @property
     def shapes(self) -> list[tuple[int, int]]:

@@ -32,10 +32,16 @@ def test_help_lists_every_command():
 
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_each_command_has_help(name, capsys):
-    with pytest.raises(SystemExit) as e:
-        main([name, "--help"])
-    assert e.value.code == 0
+    assert main([name, "--help"]) == 0
     assert "usage: inrbench " + name in capsys.readouterr().out
+
+
+def test_usage_errors_are_one_line_exit_2(capsys):
+    assert main(["encode"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("inrbench: error: inrbench encode: the following arguments")
+    assert main(["nope"]) == 2
+    assert "invalid choice: 'nope'" in capsys.readouterr().err
 
 
 def test_readme_quickstart_is_two_lines_and_ci_runs_the_test_line():

@@ -36,6 +36,8 @@ SUMMARY = {
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from bench.argtypes import positive_int
+
     p.add_argument("--pipeline", required=True, help="registered pipeline name (raw, torch-jpeg, dali, inr, ...)")
     p.add_argument("--data", required=True, help="prepared dataset folder (`inrbench prepare`)")
     p.add_argument("--store", help="encoded store file (the inr pipeline's .inr file)")
@@ -60,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-split", default="test", help="split for test accuracy in train mode (default test)")
     g = p.add_argument_group("augmentation (pipelines.base.Augment)")
     g.add_argument("--crop", choices=("random-resized", "random-pad", "center"), default="random-resized")
-    g.add_argument("--size", type=int, help="output side (default: the dataset's image height)")
+    g.add_argument("--size", type=positive_int, help="output side (default: the dataset's image height)")
     g.add_argument("--scale", type=float, nargs=2, metavar=("LO", "HI"), default=(0.08, 1.0))
     g.add_argument("--ratio", type=float, nargs=2, metavar=("LO", "HI"), default=(3 / 4, 4 / 3))
     g.add_argument("--pad", type=int, default=4, help="random-pad padding (default 4)")
@@ -99,7 +101,7 @@ def build_config(args: argparse.Namespace):
     data = open_prepared(args.data)
     # cuda on a machine without CUDA is a skip row (run_bench); a malformed or absent device is exit 2
     device = resolve_device(args.device, missing_cuda_ok=True)
-    size = args.size or data.image_size[0]
+    size = args.size if args.size is not None else data.image_size[0]
     backbone = default_backbone(size) if args.backbone == "auto" else args.backbone
     if backbone not in backbone_names():
         raise InputError(f"unknown backbone {backbone!r}; known: {', '.join(backbone_names())}")

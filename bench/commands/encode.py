@@ -8,6 +8,8 @@ HELP = "encode a prepared split as per-image SIRENs (fit, prune, quantize) into 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from bench.argtypes import positive_float, positive_int
+
     p.add_argument("prepared", help="a prepared dataset folder (`inrbench prepare`)")
     p.add_argument("--preset", default="demo", help="cifar10, flowers102, mini-imagenet or demo (default demo)")
     p.add_argument("--split", default="train", help="split to encode (default train)")
@@ -15,15 +17,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the store file to write (not inside the prepared folder; an existing store needs --overwrite)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store file written by inrbench encode")
     g = p.add_argument_group("fit (override the preset)")
-    g.add_argument("--iterations", type=int)
-    g.add_argument("--layers", type=int)
-    g.add_argument("--hidden", type=int)
-    g.add_argument("--w0", type=float, help="w0 of every sine layer")
-    g.add_argument("--w0-first", type=float, help="w0 of the first layer (default: --w0)")
-    g.add_argument("--lr", type=float)
+    g.add_argument("--iterations", type=positive_int)
+    g.add_argument("--layers", type=positive_int)
+    g.add_argument("--hidden", type=positive_int)
+    g.add_argument("--w0", type=positive_float, help="w0 of every sine layer")
+    g.add_argument("--w0-first", type=positive_float, help="w0 of the first layer (default: --w0)")
+    g.add_argument("--lr", type=positive_float)
     g.add_argument("--seed", type=int)
-    g.add_argument("--batch", type=int, help="images fitted together (default: from --memory-mb)")
-    g.add_argument("--memory-mb", type=int, help="memory budget per chunk in MiB (default: 60%% of free GPU memory, 2048 on CPU)")
+    g.add_argument("--batch", type=positive_int, help="images fitted together (default: from --memory-mb)")
+    g.add_argument("--memory-mb", type=positive_int, help="memory budget per chunk in MiB (default: 60%% of free GPU memory, 2048 on CPU)")
     g.add_argument("--autocast", choices=["none", "bf16", "fp16"], help="CUDA mixed precision for fitting")
     g = p.add_argument_group("pruning")
     g.add_argument("--prune", type=float, default=0.0, help="fraction of weights to prune per layer, exact (iterative)")
@@ -40,8 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--qat-lr", type=float, default=1e-4)
     g = p.add_argument_group("run")
     g.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
-    g.add_argument("--threads", type=int, help="torch CPU threads (default: torch's default)")
-    g.add_argument("--shard-size", type=int, help="images per resumable shard (default 1024 on CPU, 16384 on CUDA)")
+    g.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's default)")
+    g.add_argument("--shard-size", type=positive_int, help="images per resumable shard (default 1024 on CPU, 16384 on CUDA)")
     g.add_argument("--limit", type=int, help="encode only the first N images of the split")
     g.add_argument("--keep-work", action="store_true", help="keep the shard folder after success")
     g.add_argument("--fit-cache", help="folder of float32 fits reused by encodes of the same images and fit config")
@@ -68,7 +70,7 @@ def build_config(args: argparse.Namespace):
         )
         quant = QuantConfig(parse_bits(args.bits, fit_cfg.arch.num_linear), per_channel=args.per_channel)
         return EncodeConfig(fit=fit_cfg, quant=quant, prune=prune, qat_iterations=args.qat, qat_lr=args.qat_lr,
-                            shard_size=args.shard_size or (16384 if args.device.startswith("cuda") else 1024))
+                            shard_size=args.shard_size if args.shard_size is not None else (16384 if args.device.startswith("cuda") else 1024))
     except ValueError as e:
         raise InputError(f"bad encode options: {e}") from None
 
@@ -86,6 +88,10 @@ def run(args: argparse.Namespace) -> int:
 
     args.device = resolve_device(args.device)  # a malformed or absent device: exit 2 before any work
 
+    from bench.outputs import check_output
+
+    check_output(args.out, "store", inputs={"prepared dataset": args.prepared, "fit cache (--fit-cache)": args.fit_cache},
+                 mode="replace" if args.overwrite else "new")  # refuse before any work; encode_split claims it
     cfg = build_config(args)
     if args.threads:
         import torch

@@ -95,7 +95,17 @@ def run_compare(prepared: str | Path, stores: Sequence[str | Path], cfg: Compare
     ``progress(total)`` (optional) returns the callable advanced by one per image done.
     Each store must be encoded from the split's images (``bench.datasets.identity``); one that
     records no source is refused unless ``allow_unverified_store``.
+    ``out`` is claimed first (``bench.outputs.claim``): a previous compare output there is
+    replaced; anything else, or an ``out`` overlapping the dataset or a store, is refused.
     """
+    from bench.outputs import claim
+
+    with claim(out, "compare", inputs={"prepared dataset": prepared, "store": list(stores)}, mode="replace") as out:
+        return _run(prepared, stores, cfg, out, variants, progress, env, allow_unverified_store)
+
+
+def _run(prepared, stores, cfg: CompareConfig, out: Path, variants, progress, env: bool,
+         allow_unverified_store: bool = False) -> CompareResult:
     ds = open_prepared(prepared)
     split = ds.split(cfg.split)
     n = len(split) if cfg.limit is None else min(cfg.limit, len(split))
@@ -124,7 +134,6 @@ def run_compare(prepared: str | Path, stores: Sequence[str | Path], cfg: Compare
         from bench import envinfo
 
         meta["env"] = envinfo.collect()
-    out = Path(out)
-    with atomic_dir(out, overwrite=True) as tmp:
+    with atomic_dir(out, kind="compare", overwrite=True) as tmp:
         write_outputs(tmp, per_image, summary, variants, meta)
     return CompareResult(out=out, per_image=per_image, summary=summary)

@@ -242,6 +242,8 @@ def open_prepared(path: str | Path) -> PreparedDataset:
     root = Path(path)
     if not root.exists():
         raise InputError("no such prepared dataset folder", root)
+    if not root.is_dir():
+        raise InputError("is a file, not a prepared dataset folder", root)
     mpath = root / MANIFEST
     if not mpath.is_file():
         raise InputError(f"not a prepared dataset (no {MANIFEST}; run `inrbench prepare`)", root)
@@ -267,8 +269,6 @@ def read_source_ids(split_dir: str | Path) -> list[str] | None:
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise InputError("is not a JSON list of strings", d / SOURCE_IDS)
         return ids
-    if not root.is_dir():
-        raise InputError("is a file, not a prepared dataset folder", root)
     if (d / "source_ids.txt").is_file():
         return (d / "source_ids.txt").read_text().splitlines()
     return None

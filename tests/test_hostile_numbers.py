@@ -1,0 +1,79 @@
+"""Hostile numbers and devices on the command line: each is one line on stderr, exit 2, nothing written.
+
+Table-driven over the real CLI (``bench.cli.main``). A value that would silently mean
+"automatic" (``--batch 0``), a non-finite float (``--lr nan``) or an impossible range is
+refused before any work; the dataset folder is byte-identical afterwards and no output appears.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import cli
+from tests.test_safety_outputs import assert_one_line_error, snapshot
+
+BENCH = ["bench", "--pipeline", "raw", "--data", "{D}", "--mode", "loader", "--epochs", "1", "--warmup", "0",
+         "--repeats", "1", "--batch-size", "8", "--workers", "0", "--device", "cpu", "--out", "{O}"]
+ENC = ["encode", "{D}", "--out", "{O}.inr"]
+CMP = ["compare", "{D}", "--out", "{O}"]
+PREP = ["prepare", "synthetic", "--out", "{O}"]
+
+CASES = [
+    (PREP + ["--size", "0"], "--size must be between 8 and 4096"),
+    (PREP + ["--size", "100000"], "--size must be between 8 and 4096"),
+    (PREP + ["--per-class", "0"], "--per-class must be >= 2"),
+    (PREP + ["--jpeg-quality", "101"], "--jpeg-quality must be between 1 and 100"),
+    (PREP + ["--limit", "-1"], "--limit must be >= 1"),
+    (PREP + ["--val-fraction", "1.5"], "--val-fraction must be in (0, 1)"),
+    (PREP + ["--max-pixels", "-1"], "--max-pixels must be >= 1"),
+    (PREP + ["--size", "abc"], "argument --size: invalid int value"),
+    (ENC + ["--iterations", "0"], "argument --iterations: must be >= 1, got 0"),
+    (ENC + ["--layers", "0"], "argument --layers: must be >= 1"),
+    (ENC + ["--lr", "nan"], "argument --lr: must be a finite number > 0, got nan"),
+    (ENC + ["--w0", "inf"], "argument --w0: must be a finite number > 0, got inf"),
+    (ENC + ["--batch", "0"], "argument --batch: must be >= 1, got 0"),
+    (ENC + ["--memory-mb", "0"], "argument --memory-mb: must be >= 1"),
+    (ENC + ["--shard-size", "0"], "argument --shard-size: must be >= 1"),
+    (ENC + ["--threads", "0"], "argument --threads: must be >= 1"),
+    (ENC + ["--bits", "3"], "--bits '3': widths must be 4..16 or 32"),
+    (ENC + ["--prune", "1.5"], "prune ratios must be in [0, 1)"),
+    (ENC + ["--qat", "2", "--bits", "8", "--qat-lr", "nan"], "qat_lr must be > 0 and finite, got nan"),
+    (ENC + ["--prune-budget-db", "-1"], "budget_db must be >= 0"),
+    (ENC + ["--preset", "nope"], "unknown preset 'nope'"),
+    (ENC + ["--split", "nope"], "no split 'nope'"),
+    (ENC + ["--device", "cuda:7"], "cuda:7"),
+    (ENC + ["--device", "tpu"], "tpu"),
+    (BENCH + ["--batch-size", "0"], "batch_size must be >= 1"),
+    (BENCH + ["--epochs", "0"], "epochs must be >= 1"),
+    (BENCH + ["--size", "0"], "argument --size: must be >= 1"),
+    (BENCH + ["--scale", "0.5", "0.1"], "Augment.scale must satisfy 0 < lo <= hi <= 1"),
+    (BENCH + ["--lr", "nan"], "lr must be > 0 and finite, got nan"),
+    (BENCH + ["--momentum", "2"], "momentum must be in [0, 1)"),
+    (BENCH + ["--weight-decay", "inf"], "weight_decay must be >= 0"),
+    (BENCH + ["--monitor-period", "0"], "monitor periods must be > 0"),
+    (BENCH + ["--pipeline", "nope"], "unknown pipeline 'nope'"),
+    (BENCH + ["--device", "cuda:7"], "cuda:7"),
+    (BENCH + ["--device", "bogus"], "bogus"),
+    (CMP + ["--jpeg-qualities", "0"], "JPEG qualities must be in 1..100"),
+    (CMP + ["--limit", "0"], "--limit must be >= 1"),
+    (CMP + ["--window", "-1"], "window must be >= 0"),
+]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("num") / "data"
+    assert cli.main(["prepare", "synthetic", "--out", str(d), "--size", "8", "--per-class", "4",
+                     "--num-classes", "2"]) == 0
+    return d
+
+
+@pytest.mark.parametrize("argv,fragment", CASES, ids=[f"{c[0][0]}{' '.join(c[0][-2:])}" for c in CASES])
+def test_bad_number_is_one_line_exit_2_and_writes_nothing(data, tmp_path, capsys, argv, fragment):
+    out = tmp_path / "o"
+    before = snapshot(data.parent)
+    rc = cli.main([a.replace("{D}", str(data)).replace("{O}", str(out)) for a in argv])
+    _, err = capsys.readouterr()
+    assert_one_line_error(rc, err, fragment)
+    assert snapshot(data.parent) == before
+    assert list(tmp_path.iterdir()) == []
