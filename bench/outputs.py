@@ -24,7 +24,8 @@ It also holds a lock beside the output (``.<name>.inrbench-lock``, ``fcntl.flock
 command's duration: a second writer of the same output is refused with the first one's pid,
 and a lock left by a dead process is taken over (the kernel drops it with the process).
 Under the lock, temporary siblings left by killed runs of a command writing the same output
-(``.<name>.inrbench-*.partial|scratch|old|tmp``: names only this project makes) are removed.
+(``.<name>.inrbench-*.partial|scratch|old|tmp``: names only this project makes, and the
+untagged ``.<name>.XXXXXXXX.partial|scratch`` of inr-bench 0.1) are removed.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -280,13 +282,19 @@ def temp_name(out: Path, suffix: str) -> str:
     return f".{out.name}.{TEMP_TAG}"
 
 
+def _is_stale_temp(name: str, out: Path) -> bool:
+    if name.startswith(f".{out.name}.{TEMP_TAG}") and name.endswith(TEMP_SUFFIXES):
+        return True
+    # inr-bench 0.1 named them ".<name>.<8 mkdtemp characters>.partial|scratch" (untagged)
+    return re.fullmatch(re.escape(f".{out.name}.") + r"[a-z0-9_]{8}\.(partial|scratch)", name) is not None
+
+
 def remove_stale_temps(out: Path) -> list[Path]:
     """Remove temporaries beside ``out`` left by killed writers of ``out``; call under its lock."""
     removed = []
-    prefix = f".{out.name}.{TEMP_TAG}"
     with contextlib.suppress(FileNotFoundError):
         for c in out.parent.iterdir():
-            if c.name.startswith(prefix) and c.name.endswith(TEMP_SUFFIXES):
+            if _is_stale_temp(c.name, out):
                 if c.is_dir() and not c.is_symlink():
                     shutil.rmtree(c, ignore_errors=True)
                 else:

@@ -232,7 +232,11 @@ def test_killed_runs_leftovers_are_removed_but_nothing_else(world, capsys):
         d.mkdir()
         (d / "pixels.npy").write_bytes(b"0" * 1000)
     (world / ".p.inrbench-x3.tmp").write_bytes(b"half")
-    mine = [world / ".p.old", world / ".p.partial", world / ".q.inrbench-x.partial"]  # not this output's temps
+    legacy = world / ".p.k2j_9x0a.scratch"  # inr-bench 0.1's untagged name
+    legacy.mkdir()
+    leftovers.append(legacy)
+    mine = [world / ".p.old", world / ".p.partial", world / ".q.inrbench-x.partial",  # not this output's temps
+            world / ".p.my-notes.partial"]
     for m in mine:
         m.mkdir()
     rc, _, err = run_cli(capsys, "prepare", "synthetic", "--out", f"{world}/p", "--size", "8", "--per-class", "2",
