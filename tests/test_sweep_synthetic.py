@@ -4,7 +4,9 @@ prepare -> encode -> compare -> bench (raw and inr; loader and train) -> report.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,11 +39,20 @@ SWEEP = {
 }
 
 
+def _frozen_code(tmp_path: Path) -> Path:
+    """A copy of the package folders: the sweep's code version (part of every cell's identity)
+    stays fixed while the checkout changes under the test."""
+    code = tmp_path / "code"
+    for d in ("bench", "pipelines", "inr"):
+        shutil.copytree(REPO / d, code / d, ignore=shutil.ignore_patterns("__pycache__"))
+    return code
+
+
 def test_tiny_synthetic_sweep_end_to_end(tmp_path):
     y = tmp_path / "tiny.yaml"
     y.write_text(yaml.safe_dump(SWEEP))
     out, rep = tmp_path / "out", tmp_path / "report"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(_frozen_code(tmp_path))}
     cmd = [sys.executable, "-m", "bench", "sweep", str(y), "--out", str(out), "--report", str(rep), "--no-progress"]
     r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -67,7 +78,9 @@ def test_tiny_synthetic_sweep_end_to_end(tmp_path):
     assert (rep / "psnr_vs_bytes_cmp.png").is_file() and (rep / "epoch_split_syn16.png").is_file()
     assert not (rep / "speedup_syn16.png").exists()  # no torch-jpeg/dali baseline in this sweep
 
-    # a rerun keeps all seven cells and runs nothing
+    # a rerun with the same code keeps all seven cells and runs nothing
     r2 = subprocess.run(cmd + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert r2.returncode == 0 and "7 kept from before" in r2.stdout, r2.stdout + r2.stderr
+    assert "stale" not in r2.stdout
+    assert json.loads((out / "sweep.json").read_text())["code"]["code"]["source"] == "files"  # the frozen copy ran
     assert len(pd.read_csv(out / "results.csv")) == len(df)
