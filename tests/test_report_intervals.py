@@ -231,3 +231,16 @@ def test_stale_sweep_cells_are_marked(tmp_path):
             "bench-inr-train.**") in text
     versions = parse_tables(text)["Environment"][1].set_index("current")
     assert int(versions.loc["yes", "cells"]) == 20 and int(versions.loc["no", "cells"]) == 1
+
+
+def test_predictions_found_in_nested_cell_results(folder, tmp_path):
+    """A sweep cell may keep its bench results one folder down (cells/<id>/results/runs/...)."""
+    import shutil
+
+    from bench.report.load import _predictions
+
+    out, _, _ = folder
+    cell = tmp_path / "cell"
+    shutil.copytree(out / "runs", cell / "results" / "runs")
+    p = _predictions([cell], R.read_results(out))
+    assert len(p) == 5 * 3 * N_TEST and set(p["pipeline"]) == {"raw", "torch-jpeg", "dali", "inr", "nvjpeg"}

@@ -75,7 +75,7 @@ def _predictions(folders: list[Path], rows: Any) -> Any:
     cols = ["run_id", "dataset", "pipeline", "repeat", "image", "label", "prediction"]
     frames = []
     for f in folders:
-        for p in sorted(f.glob(f"{R.RUNS_DIR}/*/{R.PREDICTIONS_FILE}")):
+        for p in sorted(f.glob(f"**/{R.RUNS_DIR}/*/{R.PREDICTIONS_FILE}")):  # a cell may nest its results
             try:
                 d = pd.read_csv(p)
             except (OSError, ValueError):
