@@ -9,6 +9,14 @@ the largest square then resize). Boxes are in input pixel units.
 coordinates, ``align_corners=False``: pixel ``j`` of a ``W``-wide image sits at ``x=(2j+1)/W-1``),
 so an adapter can sample the crop directly at the output size: ``raw`` with ``F.grid_sample``,
 ``inr`` by evaluating the network at the mapped coordinates.
+
+No host synchronization per batch (a device sync would cost a device-resident adapter its
+launch-ahead, and bias every comparison toward adapters with their own threads). Crops are drawn
+on the CPU (the same numbers on every device, so a run is reproducible across devices) and reach
+the device with ``to_device``: pinned memory and ``non_blocking=True`` on CUDA, so the copy is
+queued on the stream and the host runs on. ``normalize_``'s constants live on the device once per
+``(device, dtype, mean, std, range)`` (``norm_constants``); the first batch on a device creates
+them (one host->device copy, in the first batch: counted in time to first batch, never again).
 """
 
 from __future__ import annotations
@@ -50,7 +58,24 @@ class Crops:
     flip: torch.Tensor
 
     def to(self, device: torch.device | str) -> Crops:
-        return Crops(self.boxes.to(device), self.flip.to(device))
+        """On ``device`` without a host sync: boxes and flips travel as one packed ``[B, 5]`` copy."""
+        device = torch.device(device)
+        if self.boxes.device == device and self.flip.device == device:
+            return self
+        packed = to_device(torch.cat([self.boxes.float(), self.flip.float().unsqueeze(1)], dim=1), device)
+        return Crops(packed[:, :4], packed[:, 4] > 0.5)
+
+
+def to_device(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """``t`` on ``device`` without a host sync: CPU -> CUDA goes through pinned memory with
+    ``non_blocking=True`` (the pinned block is held by the caching host allocator until the copy
+    is done); anything else is a plain ``.to`` (CPU -> CPU is free; pinning needs CUDA)."""
+    device = torch.device(device)
+    if t.device == device:
+        return t
+    if device.type == "cuda" and t.device.type == "cpu":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device, non_blocking=True)
 
 
 def _random_resized(aug: Augment, n: int, h: int, w: int, g: torch.Generator) -> torch.Tensor:
@@ -139,8 +164,28 @@ def warp(images: torch.Tensor, crops: Crops, aug: Augment) -> torch.Tensor:
     return F.grid_sample(images, grid, mode="bilinear", padding_mode=mode, align_corners=False)
 
 
+_NORM_CACHE: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def norm_constants(aug: Augment, device: torch.device, dtype: torch.dtype,
+                   value_range: float = 255.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(scale, shift)``, each ``[1, 3, 1, 1]`` on ``device``: ``x * scale - shift`` normalizes.
+
+    Built once per ``(device, dtype, mean, std, value_range)`` and cached (a ``torch.tensor(...,
+    device=cuda)`` per batch would be a pageable host->device copy, i.e. a sync, every batch).
+    """
+    key = (str(torch.device(device)), dtype, tuple(aug.mean), tuple(aug.std), float(value_range))
+    hit = _NORM_CACHE.get(key)
+    if hit is None:
+        std = torch.tensor(aug.std, dtype=torch.float64).view(1, 3, 1, 1)
+        mean = torch.tensor(aug.mean, dtype=torch.float64).view(1, 3, 1, 1)
+        scale, shift = 1.0 / (value_range * std), mean / std
+        hit = (scale.to(device=device, dtype=dtype), shift.to(device=device, dtype=dtype))
+        _NORM_CACHE[key] = hit
+    return hit
+
+
 def normalize_(images: torch.Tensor, aug: Augment, value_range: float = 255.0) -> torch.Tensor:
     """In place: float ``[B, 3, H, W]`` in ``[0, value_range]`` -> ``(x / value_range - mean) / std``."""
-    std = torch.tensor(aug.std, dtype=images.dtype, device=images.device).view(1, 3, 1, 1)
-    mean = torch.tensor(aug.mean, dtype=images.dtype, device=images.device).view(1, 3, 1, 1)
-    return images.mul_(1.0 / (value_range * std)).sub_(mean / std)
+    scale, shift = norm_constants(aug, images.device, images.dtype, value_range)
+    return images.mul_(scale).sub_(shift)

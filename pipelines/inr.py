@@ -9,6 +9,12 @@ network is evaluated at the exact crop coordinates (no edge clamp: the outer hal
 crop touching the border is the network's own smooth continuation); for ``random-pad``
 samples outside the image are zero (black before normalization), as with
 ``RandomCrop(padding=pad)``.
+
+Host syncs: none in an epoch's steady state. Crops are drawn on the CPU, turned into ``theta``
+there and copied with ``pipelines.crops.to_device`` (pinned, non-blocking on CUDA), as is the
+epoch's order; the store's gather/dequantize and the decode are queued kernels. The one documented
+exception: the first batch ever on a device builds the normalization constants
+(``crops.norm_constants``).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pipelines.crops import (
     epoch_order,
     normalize_,
     sample_crops,
+    to_device,
 )
 from pipelines.inr_decode import SirenDecoder
 
@@ -82,7 +89,7 @@ class InrPipeline(Pipeline):
         One batched pass: gather + dequantize the images' weights, fold each crop/flip into its
         first layer, evaluate on the shared output grid. ``random-pad`` zeroes the padding.
         """
-        theta = crop_theta(crops, self.height, self.width).to(self.device)
+        theta = to_device(crop_theta(crops, self.height, self.width), self.device)
         x = self.decoder(self.stored.weights(idx), theta)
         if self.config.augment.crop == "random-pad":
             x = x.mul_(inside_mask(theta, self.config.augment.size))
@@ -94,7 +101,7 @@ class InrPipeline(Pipeline):
         cfg, aug = self.config, self.config.augment
         g = epoch_generator(cfg.seed, self.epoch)
         self.epoch += 1
-        order = epoch_order(self.n, g, cfg.shuffle).to(self.device)
+        order = to_device(epoch_order(self.n, g, cfg.shuffle), self.device)
         for sl in batch_slices(self.n, cfg.batch_size, cfg.drop_last):
             idx = order[sl]
             crops = sample_crops(aug, idx.numel(), self.height, self.width, g)

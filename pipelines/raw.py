@@ -1,6 +1,11 @@
 """``raw``: the uint8 pixels resident on the device, cropped/flipped/normalized there per image.
 
 The ceiling that shows when no codec is needed: one gather and one ``grid_sample`` per batch.
+
+Host syncs: none in an epoch's steady state. The epoch's order and each batch's crops are drawn on
+the CPU and copied with ``pipelines.crops.to_device`` (pinned, non-blocking on CUDA); indexing
+with a device index tensor and ``grid_sample`` are queued kernels. The one documented exception:
+the first batch ever on a device builds the normalization constants (``crops.norm_constants``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pipelines.crops import (
     epoch_order,
     normalize_,
     sample_crops,
+    to_device,
     warp,
 )
 
@@ -47,7 +53,7 @@ class RawPipeline(Pipeline):
         cfg, aug = self.config, self.config.augment
         g = epoch_generator(cfg.seed, self.epoch)
         self.epoch += 1
-        order = epoch_order(self.n, g, cfg.shuffle).to(self.device)
+        order = to_device(epoch_order(self.n, g, cfg.shuffle), self.device)
         for sl in batch_slices(self.n, cfg.batch_size, cfg.drop_last):
             idx = order[sl]
             crops = sample_crops(aug, idx.numel(), self.height, self.width, g)

@@ -7,6 +7,11 @@ Reproducibility: the batch sampler hands every batch a seed drawn from ``(seed, 
 dataset seeds torch's RNG with it (inside ``fork_rng``) before transforming the batch, so an
 epoch's crops depend on neither the worker count nor which worker fetches which batch, and
 persistent workers need no re-seeding between epochs.
+
+Host syncs: none in an epoch's steady state. Batches arrive pinned (``pin_memory`` on CUDA) and
+are copied with ``non_blocking=True``; the normalization constants live on the device once
+(``crops.norm_constants``; built in the first batch ever on a device: the documented exception).
+The per-batch seeds are read from a CPU tensor (a host read, not a device sync).
 """
 
 from __future__ import annotations

@@ -17,7 +17,15 @@ What is measured, and how:
 - NVML (``nvidia-ml-py``), when the run is on CUDA and a driver exists: device memory used
   (device level: DALI/nvJPEG pools and other processes count) and GPU utilization. Without a
   driver ``nvmlInit`` raises; those metrics are then *absent* with the reason, never zeros.
-- torch's CUDA allocator: peak allocated/reserved since ``start`` (``reset_peak_memory_stats``).
+- torch's CUDA allocator: peak allocated/reserved since ``start``/``mark`` (``reset_peak_memory_stats``).
+- Idle baseline: NVML "used" at ``start`` (the runner starts the monitor *before* the pipeline is
+  built, after ``empty_cache``): the CUDA context, other processes. ``gpu_mem_over_idle_peak_bytes``
+  = NVML peak over the measured region minus that baseline: what the run itself held, DALI/nvJPEG
+  pools included, beside torch's allocator peak (which sees only torch's own blocks).
+
+``mark()`` begins the measured region without restarting anything: the runner starts the monitor
+before building the pipeline (so starting NVML and the sampler thread never overlaps a pipeline
+working ahead) and marks the region when the measured epochs begin; ``stop`` reports [mark, stop].
 
 Usage::
 
@@ -36,7 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 NVML_METRICS = (("gpu_mem_used_peak_bytes", "bytes"), ("gpu_mem_used_start_bytes", "bytes"),
-                ("gpu_util_mean_pct", "%"))
+                ("gpu_util_mean_pct", "%"), ("gpu_mem_idle_bytes", "bytes"),
+                ("gpu_mem_over_idle_peak_bytes", "bytes"))
 TORCH_METRICS = (("torch_peak_allocated_bytes", "bytes"), ("torch_peak_reserved_bytes", "bytes"))
 
 
@@ -206,6 +215,9 @@ class Monitor:
             torch.cuda.reset_peak_memory_stats(self.device)
         self._samples: list[tuple[float, float, int, int | None, int | None]] = []
         self._nvml_start = self._nvml.sample() if self._nvml.handle is not None else None
+        self._nvml_idle = self._nvml_start
+        self._lock = threading.Lock()
+        self._own_cpu0 = 0.0
         self._t0 = time.perf_counter()
         self._own_cpu = 0.0
         self._pss_peak = _tree_pss(self._proc)
@@ -218,7 +230,40 @@ class Monitor:
         self._thread.start()
         return self
 
+    def mark(self) -> Monitor:
+        """Begin the measured region now (cheap: one CPU/RSS reading, no thread or NVML start).
+
+        Samples, peaks (CPU busy, RSS, PSS, NVML used, torch's allocator) restart here; the idle
+        baseline from ``start`` is kept.
+        """
+        import torch
+
+        if self._thread is None:
+            raise RuntimeError("monitor not started")
+        if self._cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        with self._lock:
+            now = time.perf_counter()
+            cpu, rss, _ = _tree_cpu_rss(self._proc)
+            cpu -= self._own_cpu
+            self._samples = []
+            self._nvml_start = self._nvml.sample() if self._nvml is not None and self._nvml.handle is not None else None
+            self._t0 = now
+            self._own_cpu0 = self._own_cpu
+            self._cpu0 = cpu
+            self._last = (now, cpu)
+            self._rss_peak = rss
+            if self._pss_peak is not None:
+                self._pss_peak = 0
+                self._pss_next = now  # the sampler thread reads it at its next tick
+        return self
+
     def _sample(self) -> None:
+        with self._lock:
+            self._sample_locked()
+
+    def _sample_locked(self) -> None:
         if self._pss_peak is not None and time.perf_counter() >= self._pss_next:
             c0 = time.thread_time()
             self._pss_next += self.pss_period_s
@@ -271,7 +316,7 @@ class Monitor:
             rss_peak_bytes=self._rss_peak,
             cores_busy_max=max((s[1] for s in self._samples), default=float("nan")),
             samples=list(self._samples),
-            monitor_cpu_seconds=self._own_cpu,
+            monitor_cpu_seconds=self._own_cpu - self._own_cpu0,
             pss_peak_bytes=self._pss_peak,
         )
         if self._pss_peak is None:
@@ -286,6 +331,9 @@ class Monitor:
                 used.append(self._nvml_start[0])
             if used:
                 res.nvml["gpu_mem_used_peak_bytes"] = float(max(used))
+                if self._nvml_idle is not None:
+                    res.nvml["gpu_mem_idle_bytes"] = float(self._nvml_idle[0])
+                    res.nvml["gpu_mem_over_idle_peak_bytes"] = float(max(used) - self._nvml_idle[0])
             if util:
                 res.nvml["gpu_util_mean_pct"] = float(sum(util) / len(util))
             res.unavailable += [(m, u, "every NVML sample failed") for m, u in NVML_METRICS
@@ -303,6 +351,15 @@ class Monitor:
             res.unavailable += [(m, u, f"device {self.device} is not cuda: no torch allocator stats")
                                 for m, u in TORCH_METRICS]
         return res
+
+    def close(self) -> None:
+        """Stop the sampler thread if it runs (a failed region), discarding its result. Idempotent."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+        if self._nvml is not None:
+            self._nvml.close()
 
     def __enter__(self) -> Monitor:
         return self.start()

@@ -7,13 +7,21 @@ Per repeat (every repeat builds a fresh pipeline and, for replay/train, a fresh 
    first batch of the repeat's first epoch; in replay, of the caching epoch). It excludes
    ``build_s``: an adapter that prefetches while it is built (DALI) shows a tiny ttfb and
    a larger build_s; compare ``build_s + ttfb_s`` across adapters for "time to first batch".
+   ``time_to_first_batch_s`` = ``build_s + ttfb_s`` per repeat: THE time to first batch, the
+   same for every adapter whatever it does in its constructor (harness work between the two,
+   e.g. building the model, is not counted). Before the build: ``empty_cache`` and a peak reset
+   (on CUDA), then the monitors start (their NVML idle baseline is taken before the pipeline
+   exists, and starting them never overlaps a pipeline working ahead); the measured region is
+   only *marked* when the measured epochs begin (``Monitor.mark``: one CPU reading).
 3. ``warmup`` epochs (``warmup_epoch_s``, ``warmup_images_per_s``), not monitored.
 4. measured epochs inside the monitors: ``epochs`` of them, then more (like ``timeit``'s
    autorange) until the repeat's measured epochs add up to ``min_seconds``
    (``measured_epochs``/``measured_s`` per repeat record how many and how long); per epoch ``epoch_s``, ``images_per_s``,
    ``images``, ``steps``, ``first_batch_s``, ``data_wait_s`` and ``compute_s`` (the per-step
    split; only with ``step_sync``), ``pipeline_batches`` (batches drawn from the pipeline:
-   0 in replay), and ``train_loss`` (replay/train); per repeat the monitor metrics and
+   0 in replay), and ``train_loss`` (replay/train); per repeat the monitor metrics (on CUDA
+   ``gpu_mem_over_idle_peak_bytes``: NVML peak minus the idle baseline, beside torch's
+   ``torch_peak_allocated_bytes``; absent with the reason on the CPU) and
    ``images_per_cpu_s`` (measured images / the process tree's CPU seconds: the CPU cost of
    an image, robust to other jobs stealing cores on a shared machine).
 5. train: ``test_acc``/``test_loss``/``test_images`` on the ORIGINAL pixels of ``eval_split``
@@ -194,10 +202,21 @@ def _free_device_memory(device: str) -> None:
     if torch.device(device).type == "cuda" and torch.cuda.is_available():
         gc.collect()
         torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
 
 
 def _repeat(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: DeviceClock) -> None:
     """One repeat: build, first batch, warm-up, measured epochs under the monitors, eval."""
+    _free_device_memory(cfg.pipe.device)  # nothing of the previous repeat/run stays cached
+    mon = Monitor(cfg.pipe.device, cfg.monitor_period_s, pss_period_s=cfg.pss_period_s).start()
+    try:
+        _repeat_body(cfg, data, rows, r, clock, mon)
+    finally:
+        mon.close()
+
+
+def _repeat_body(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: DeviceClock,
+                 mon: Monitor) -> None:
     import pipelines
 
     t0 = clock.now()
@@ -213,6 +232,7 @@ def _repeat(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: D
         if cfg.mode == "replay":
             source = ReplayBatches(_replay_cache(cfg, counted, clock, rows, r), steps_per_epoch)
             pipe.close()  # nothing can be decoded from here on
+            _free_device_memory(cfg.pipe.device)
         trainer = _trainer(cfg, data, steps_per_epoch) if cfg.mode != "loader" else None
         step = trainer.step if trainer is not None else _no_step
         for e in range(cfg.warmup):
@@ -220,11 +240,20 @@ def _repeat(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: D
             rows.add("warmup_epoch_s", t.seconds, "s", repeat=r, epoch=e)
             rows.add("warmup_images_per_s", t.images_per_s, "img/s", repeat=r, epoch=e)
             _add_loss(rows, trainer, r, e)
-        _measure(cfg, source, counted, step, trainer, clock, rows, r)
+        _measure(cfg, source, counted, step, trainer, clock, rows, r, mon=mon)
+        _add_time_to_first_batch(rows, r)
         if cfg.mode == "train":
             _add_eval(cfg, data, trainer, clock, rows, r)
     finally:
         pipe.close()
+
+
+def _add_time_to_first_batch(rows: results.RunRows, r: int) -> None:
+    """``time_to_first_batch_s`` = ``build_s + ttfb_s`` of repeat ``r`` (both recorded by then)."""
+    got = {row["metric"]: row["value"] for row in rows._rows
+           if row["repeat"] == r and row["metric"] in ("build_s", "ttfb_s") and row["status"] == "ok"}
+    if len(got) == 2:
+        rows.add("time_to_first_batch_s", got["build_s"] + got["ttfb_s"], "s", repeat=r)
 
 
 def _epoch(cfg: BenchConfig, source: Any, step: Any, clock: DeviceClock, rows: results.RunRows,
@@ -239,10 +268,13 @@ def _epoch(cfg: BenchConfig, source: Any, step: Any, clock: DeviceClock, rows: r
 
 
 def _measure(cfg: BenchConfig, source: Any, counted: CountingSource, step: Any, trainer: Any,
-             clock: DeviceClock, rows: results.RunRows, r: int) -> None:
+             clock: DeviceClock, rows: results.RunRows, r: int, mon: Monitor | None = None) -> None:
     """The measured epochs (``epochs``, then autorange to ``min_seconds``), inside the monitors;
     then the monitors' rows. A trained model is restored to its state after the scheduled epochs."""
-    mon = Monitor(cfg.pipe.device, cfg.monitor_period_s, pss_period_s=cfg.pss_period_s).start()
+    if mon is not None:  # started before the build (``_repeat``): only mark the region
+        mon.mark()
+    else:
+        mon = Monitor(cfg.pipe.device, cfg.monitor_period_s, pss_period_s=cfg.pss_period_s).start()
     images, measured_s, n, scheduled = 0, 0.0, 0, None
     try:
         while n < cfg.epochs or (measured_s < cfg.min_seconds and n < AUTORANGE_MAX_EPOCHS):
