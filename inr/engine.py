@@ -45,8 +45,10 @@ def mask_theta(masks: list[torch.Tensor | None], shapes: list[tuple[int, int]], 
 class SirenEngine:
     """Forward (keeping what backward needs) and backward for ``B`` images at ``P`` shared points.
 
-    ``mm_dtype``: optional lower precision (bf16/fp16, CUDA) for the matmul inputs; activations,
-    sines and gradients stay float32.
+    ``mm_dtype``: optional lower precision (bf16) for the matmul inputs of layers 1..L and of
+    their gradients; activations, sines and gradients stay float32. The first layer stays fp32
+    in both directions: its input is the coordinates, and bf16 (8 bits of mantissa) steps near
+    1.0 are 1/128, i.e. about one pixel at 224 px, times ``w0_first`` = 30 inside the sine.
     """
 
     def __init__(self, arch: SirenArch, coords: torch.Tensor, B: int, mm_dtype: torch.dtype | None = None):
@@ -87,8 +89,9 @@ class SirenEngine:
             T = thetas[li] * self.scale[li]
             self.scaled.append(T)
             z = self.cos[li]
-            if li == 0 and self.mm_dtype is None:
-                # [B, h, 3] @ [3, P] with K = 3: three fused multiply-adds beat a tiny-K matmul
+            if li == 0:
+                # [B, h, 3] @ [3, P] with K = 3: three fused multiply-adds beat a tiny-K matmul;
+                # always fp32 (the coordinates: see ``mm_dtype``)
                 torch.mul(T[:, :, 0:1], x[0], out=z).addcmul_(T[:, :, 1:2], x[1]).add_(T[:, :, 2:3])
             else:
                 self._mm(T, x, out=z)  # [B, h, in+1] @ [B, in+1, P] (first layer: @ [3, P], broadcast)
@@ -109,7 +112,8 @@ class SirenEngine:
         g = grad_out
         for li in range(L, -1, -1):
             x = self.a0 if li == 0 else self.acts[li - 1]
-            gT = self._mm(g, x.transpose(-1, -2))  # [B, out, in+1]
+            # [B, out, in+1]; the first layer's gradient against the coordinates stays fp32
+            gT = torch.matmul(g, x.transpose(-1, -2)) if li == 0 else self._mm(g, x.transpose(-1, -2))
             gT.mul_(self.scale[li])
             grads[li] = gT
             if li > 0:

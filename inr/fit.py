@@ -25,7 +25,12 @@ from bench.metrics import psnr_per_image
 from inr.engine import SirenEngine, from_theta, mask_theta, to_theta
 from inr.siren import SirenArch, Weights, coord_grid, forward, init_weights
 
-AUTOCAST = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# Mixed precision for fitting: bf16 only. bf16 keeps fp32's exponent range, so the tiny gradients
+# of a per-image mean over P pixels (``2 / (3P) * err``: ~1e-7 at 224 px) need no loss scaling;
+# fp16 would flush them to zero without it, and the hand-written backward (``inr.engine``) has
+# none. bf16 runs at fp16's dense rate on the GPUs this targets (A100/H100/H200), so fp16 is dropped.
+AUTOCAST = {"none": None, "bf16": torch.bfloat16}
+AUTOCAST_EVAL_EVERY = 10  # keep-best interval under bf16 when ``eval_every`` is 0 (auto)
 
 
 @dataclass(frozen=True)
@@ -36,8 +41,12 @@ class FitConfig:
     batch: images fitted together (one chunk); 0 = automatic from ``memory_budget_mb``
     (0 = 60% of free CUDA memory, 2 GiB on CPU; capped at ``cpu_batch_cap`` on CPU, where
     cache-sized chunks are fastest).
-    eval_every: check PSNR / keep-best every this many iterations (and always at the end).
-    autocast: "none", "bf16" or "fp16" (CUDA only; PSNR for keep-best is then measured in fp32).
+    eval_every: check PSNR / keep-best every this many iterations (and always at the end); 0 = auto:
+    every iteration in fp32 (keep-best reuses the training forward: no extra pass), every
+    ``AUTOCAST_EVAL_EVERY`` under bf16 (keep-best needs its own fp32 forward there).
+    autocast: "none" or "bf16": matmuls in bf16 (the first layer, whose inputs are the
+    coordinates, stays fp32); keep-best PSNR is measured with an fp32 forward. Honoured on the
+    CPU too (slow there unless the CPU has bf16 matmul units; meant for CUDA).
     cpu_workers: chunks fitted concurrently on the CPU, one thread each (0: torch's thread count).
     """
 
@@ -50,7 +59,7 @@ class FitConfig:
     memory_budget_mb: int = 0
     cpu_batch_cap: int = 32
     cpu_workers: int = 0
-    eval_every: int = 1
+    eval_every: int = 0
     autocast: str = "none"
 
     def __post_init__(self) -> None:
@@ -60,10 +69,18 @@ class FitConfig:
             raise ValueError(f"lr must be > 0 and finite, got {self.lr}")
         if not 0.0 <= self.lr_final_factor <= 1.0:
             raise ValueError(f"lr_final_factor must be in [0, 1], got {self.lr_final_factor}")
-        if self.batch < 0 or self.memory_budget_mb < 0 or self.eval_every < 1 or self.cpu_batch_cap < 1 or self.cpu_workers < 0:
-            raise ValueError("batch >= 0, memory_budget_mb >= 0, eval_every >= 1, cpu_batch_cap >= 1 required")
+        if self.batch < 0 or self.memory_budget_mb < 0 or self.eval_every < 0 or self.cpu_batch_cap < 1 or self.cpu_workers < 0:
+            raise ValueError("batch >= 0, memory_budget_mb >= 0, eval_every >= 0, cpu_batch_cap >= 1 required")
+        if self.autocast == "fp16":
+            raise ValueError("autocast fp16 is not supported (no loss scaling in the hand-written backward: "
+                             "its gradients underflow fp16); use bf16")
         if self.autocast not in AUTOCAST:
             raise ValueError(f"autocast must be one of {sorted(AUTOCAST)}, got {self.autocast!r}")
+
+    @property
+    def eval_interval(self) -> int:
+        """Iterations between keep-best evaluations (``eval_every``, or the auto choice when 0)."""
+        return self.eval_every or (1 if self.autocast == "none" else AUTOCAST_EVAL_EVERY)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -132,19 +149,28 @@ def fit_bytes_per_image(arch: SirenArch, pixels: int) -> int:
     return pixels * 4 * (2 * L * (h + 1) + 2 * h + 24) + arch.params_per_image * 4 * 8
 
 
+def cuda_free_bytes(device: torch.device) -> int:
+    """Bytes a new allocation on ``device`` can use: the driver's free memory (``cudaMemGetInfo``)
+    plus what torch's caching allocator holds reserved but unallocated (its cached-free blocks,
+    which the driver counts as used). Without the second term each later chunk would shrink."""
+    free, _ = torch.cuda.mem_get_info(device)
+    cached_free = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return int(free) + max(0, int(cached_free))
+
+
 def auto_batch(cfg: FitConfig, n: int, pixels: int, device: torch.device) -> int:
     """Images per chunk: an explicit ``cfg.batch``, else what the memory budget allows.
 
     Budget: ``memory_budget_mb``, or when it is 0, 60% of the free memory of a CUDA device
-    (2 GiB on CPU, where chunks are also capped at ``cpu_batch_cap``: cache-sized is fastest).
+    (``cuda_free_bytes``: driver-free plus torch's cached-free blocks; 2 GiB on CPU, where
+    chunks are also capped at ``cpu_batch_cap``: cache-sized is fastest).
     """
     if cfg.batch:
         return max(1, min(cfg.batch, n))
     budget = cfg.memory_budget_mb * 2**20
     if not budget:
         if device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(device)
-            budget = int(0.6 * free)
+            budget = int(0.6 * cuda_free_bytes(device))
         else:
             budget = 2 * 2**30
     b = max(1, int(budget // fit_bytes_per_image(cfg.arch, pixels)))
@@ -180,7 +206,7 @@ def _optimize_chunk(
     iterations: int,
     lr: float,
     lr_final_factor: float = 0.0,
-    eval_every: int = 1,
+    eval_every: int = 0,
     masks: Sequence[torch.Tensor | None] | None = None,
     transform: Callable[[Weights, list | None], Weights] | None = None,
     autocast: str = "none",
@@ -199,7 +225,10 @@ def _optimize_chunk(
     t01 = t255 / 255.0
     P = t255.shape[2]
     coords = coords.to(dev, torch.float32)
-    ac_dtype = AUTOCAST[autocast] if dev.type == "cuda" else None
+    if autocast not in AUTOCAST:
+        raise ValueError(f"autocast must be one of {sorted(AUTOCAST)}, got {autocast!r}")
+    ac_dtype = AUTOCAST[autocast]
+    eval_every = eval_every or (1 if ac_dtype is None else AUTOCAST_EVAL_EVERY)
     eng = SirenEngine(arch, coords, B, mm_dtype=ac_dtype)
     opt = _make_adam(thetas, lr)
     lr_min = lr * lr_final_factor
@@ -260,7 +289,7 @@ def optimize(
     iterations: int,
     lr: float,
     lr_final_factor: float = 0.0,
-    eval_every: int = 1,
+    eval_every: int = 0,
     masks: Sequence[torch.Tensor | None] | None = None,
     transform: Callable[[Weights, list | None], Weights] | None = None,
     autocast: str = "none",
@@ -278,8 +307,10 @@ def optimize(
             (e.g. straight-through fake quantization; per image; called with the chunk's
             weights and masks); the kept weights are the *untransformed* ones whose transform
             scored best, and the returned PSNR is that of ``transform(kept, masks)``.
-        autocast: "bf16" / "fp16" run the matmuls in that precision on CUDA (ignored on CPU);
-            the keep-best PSNR is then measured with a float32 forward.
+        eval_every: keep-best every this many iterations (and at the end); 0 = auto (1 in fp32,
+            ``AUTOCAST_EVAL_EVERY`` under bf16, where each evaluation is an extra fp32 forward).
+        autocast: "bf16" runs the matmuls in bf16 (the first layer, on the coordinates, stays
+            fp32); the keep-best PSNR is then measured with a float32 forward.
         chunk: images per chunk (0: from the memory budget, see ``auto_batch``). Images are
             independent, so chunking changes nothing but speed and memory.
         workers: on the CPU, chunks fitted concurrently, each on one thread (0: torch's thread
@@ -376,7 +407,7 @@ def fit(
         tg = images_to_targets(imgs[s:e], dev)
         best, _ = optimize(
             w0, tg, coords, arch, config.iterations, config.lr, config.lr_final_factor,
-            config.eval_every, autocast=config.autocast, chunk=chunk, workers=workers,
+            config.eval_interval, autocast=config.autocast, chunk=chunk, workers=workers,
         )
         p = decode_psnr(best, imgs[s:e], arch)
         best_cpu = [(W.cpu(), b.cpu()) for W, b in best]

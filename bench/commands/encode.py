@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int)
     g.add_argument("--batch", type=positive_int, help="images fitted together (default: from --memory-mb)")
     g.add_argument("--memory-mb", type=positive_int, help="memory budget per chunk in MiB (default: 60%% of free GPU memory, 2048 on CPU)")
-    g.add_argument("--autocast", choices=["none", "bf16", "fp16"], help="CUDA mixed precision for fitting")
+    g.add_argument("--autocast", choices=["none", "bf16"], help="bf16 matmuls for fitting (first layer fp32; fp16 is not offered: no loss scaling)")
     g = p.add_argument_group("pruning")
     g.add_argument("--prune", type=float, default=0.0, help="fraction of weights to prune per layer, exact (iterative)")
     g.add_argument("--prune-budget-db", type=float, help="dynamic pruning: per image, prune while PSNR drop <= this")

@@ -50,13 +50,23 @@ def rate(fn: Callable[[], int], seconds: float, repeats: int) -> dict[str, float
     return {"median": statistics.median(rates), "best": max(rates)}
 
 
-def matmul_peak(seconds: float, repeats: int, dtype: Any = None) -> float:
-    """Dense ``torch.mm`` GFLOP/s (2048 x 2048 x 2048, best of ``repeats``) on the current threads."""
+def matmul_peak(seconds: float, repeats: int, dtype: Any = None, device: Any = None) -> float:
+    """Dense ``torch.mm`` GFLOP/s (best of ``repeats``): 2048^3 on the CPU's current threads, 8192^3
+    on a CUDA device (each call synchronized, so the rate is of finished products)."""
     import torch
 
-    n = 2048
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    r = rate(lambda: (torch.mm(a, b), 1)[1], seconds, repeats)
+    dev = torch.device(device or "cpu")
+    cuda = dev.type == "cuda"
+    n = 8192 if cuda else 2048
+    a, b = torch.randn(n, n, dtype=dtype, device=dev), torch.randn(n, n, dtype=dtype, device=dev)
+
+    def one() -> int:
+        torch.mm(a, b)
+        if cuda:
+            torch.cuda.synchronize(dev)
+        return 1
+
+    r = rate(one, seconds, repeats)
     return r["best"] * 2 * n**3 / 1e9
 
 

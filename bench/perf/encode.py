@@ -10,6 +10,12 @@ so that peak memory is its own: peak RSS minus the RSS after a small warm-up fit
 loaded, data in memory) on CPU, or ``torch.cuda.max_memory_allocated`` (CUDA). Reported: image-iterations
 per second of each, their ratio, peak memory, mean PSNR reached (a sanity check that both
 did the same work).
+
+The batched encoder's achieved TFLOP/s is ``6 * P * sum(in * out)`` per image-iteration (2 FLOPs
+per multiply-add; forward plus the two backward products of every linear layer; sines, Adam and
+keep-best evaluations not counted), shown as a percentage of the dense ``torch.mm`` rate of the
+same device in the matmul dtype (fp32, or bf16 with ``--autocast bf16``), measured in the same
+worker right after the fit (``bench.perf.decode.matmul_peak``): a GPU's, or on the CPU the CPU's.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loop-images", type=int, default=4, help="images fitted by the reference loop (default 4)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's default)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    p.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                   help="batched encoder's matmul precision (default none = fp32)")
     p.add_argument("--synthetic", action="store_true", help="random images instead of photos")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--_worker", choices=["batched", "loop"], help=argparse.SUPPRESS)
@@ -107,11 +115,13 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
         w = init_weights(arch, imgs.shape[0], device=dev)
         tg = images_to_targets(imgs, dev)
         t0 = time.perf_counter()
-        _, p = optimize(w, tg, coords, arch, args.iterations, args.lr, chunk=chunk, workers=workers)
+        _, p = optimize(w, tg, coords, arch, args.iterations, args.lr, chunk=chunk, workers=workers,
+                        autocast=args.autocast)
         psnrs.append(p.cpu().numpy())
         sync()
         dt = time.perf_counter() - t0
-        extra = {"chunk": chunk, "workers": workers}
+        extra = {"chunk": chunk, "workers": workers, "autocast": args.autocast,
+                 **_flops(arch, args.size * args.size, imgs.shape[0] * args.iterations / dt, dev, args.autocast)}
     else:
         from inr.reference import fit_one
 
@@ -141,9 +151,28 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def flops_per_image_iteration(arch: Any, pixels: int) -> int:
+    """``6 * P * sum(in * out)``: forward + both backward products of every linear layer."""
+    return 6 * pixels * sum(i * o for i, o in arch.shapes)
+
+
+def _flops(arch: Any, pixels: int, img_it_per_s: float, dev: Any, autocast: str) -> dict[str, Any]:
+    """Achieved TFLOP/s of the batched fit and the device's dense matmul peak, measured now."""
+    import torch
+
+    from bench.perf.decode import matmul_peak
+
+    dtype = torch.bfloat16 if autocast == "bf16" else torch.float32
+    peak = matmul_peak(0.2, 3, dtype=dtype, device=dev) / 1e3
+    achieved = img_it_per_s * flops_per_image_iteration(arch, pixels) / 1e12
+    return {"flops_per_image_iteration": flops_per_image_iteration(arch, pixels), "achieved_tflops": achieved,
+            "peak_tflops": peak, "peak_dtype": str(dtype).replace("torch.", ""),
+            "pct_of_peak": 100.0 * achieved / peak if peak > 0 else float("nan")}
+
+
 def _spawn(args: argparse.Namespace, method: str, images_path: Path) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "bench.cli", "perf", "encode", "--_worker", method, "--_images", str(images_path)]
-    for k in ("layers", "hidden", "size", "iterations", "lr", "chunk", "threads", "device"):
+    for k in ("layers", "hidden", "size", "iterations", "lr", "chunk", "threads", "device", "autocast"):
         cmd += [f"--{k}", str(getattr(args, k))]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -171,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
         batched = _spawn(args, "batched", td / "batched.npy")
     ratio = batched["image_iterations_per_s"] / loop["image_iterations_per_s"]
     result = {
-        "config": {k: getattr(args, k) for k in ("layers", "hidden", "size", "iterations", "lr", "batch", "chunk", "loop_images", "threads", "device", "synthetic")},
+        "config": {k: getattr(args, k) for k in ("layers", "hidden", "size", "iterations", "lr", "batch", "chunk", "loop_images", "threads", "device", "synthetic", "autocast")},
         "loop": loop,
         "batched": batched,
         "speedup": ratio,
@@ -187,4 +216,7 @@ def run(args: argparse.Namespace) -> int:
     k = str(min(args.loop_images, 8)) if str(min(args.loop_images, 8)) in batched["mean_psnr_first"] else "1"
     print(f"same {k} images: PSNR loop {loop['mean_psnr_first'][k]:.2f} dB, batched {batched['mean_psnr_first'][k]:.2f} dB (same fit, same iterations)")
     print(f"speedup (batched / loop image-iterations per second): {ratio:.1f}x   [memory: {loop['memory_kind']}]")
+    print(f"batched on {args.device}: {batched['image_iterations_per_s']:.0f} img-it/s, {batched['achieved_tflops']:.4f} TFLOP/s "
+          f"= {batched['pct_of_peak']:.2f}% of this device's dense {batched['peak_dtype']} matmul peak "
+          f"({batched['peak_tflops']:.2f} TFLOP/s, measured in this run)")
     return 0
