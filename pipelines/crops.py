@@ -69,13 +69,14 @@ class Crops:
 def to_device(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     """``t`` on ``device`` without a host sync: CPU -> CUDA goes through pinned memory with
     ``non_blocking=True`` (the pinned block is held by the caching host allocator until the copy
-    is done); anything else is a plain ``.to`` (CPU -> CPU is free; pinning needs CUDA)."""
+    is done); anything else is a plain blocking ``.to`` (pinning needs CUDA; a non-blocking copy
+    to the host could be read before it lands)."""
     device = torch.device(device)
     if t.device == device:
         return t
     if device.type == "cuda" and t.device.type == "cpu":
         return t.pin_memory().to(device, non_blocking=True)
-    return t.to(device, non_blocking=True)
+    return t.to(device)  # device -> host must be complete before the host reads it: blocking
 
 
 def _random_resized(aug: Augment, n: int, h: int, w: int, g: torch.Generator) -> torch.Tensor:
