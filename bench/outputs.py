@@ -1,7 +1,7 @@
 """Claiming an output: the one place that decides whether a command may write to a path.
 
 Every command that writes (``prepare``, ``encode``, ``compare``, ``bench``, ``report``,
-``sweep``, ``env --out``) claims its output first, before any work::
+``sweep``, ``env --out``, ``scripts/gpu-check``) claims its output first, before any work::
 
     with claim(out, "compare", inputs={"prepared dataset": data, "store": store}, mode="replace") as out:
         ...  # write under out (bench.atomic.atomic_dir(out, kind="compare", overwrite=True))
@@ -98,6 +98,11 @@ def _is_fit_cache(p: Path) -> bool:
                for c in p.iterdir() if TEMP_TAG not in c.name)
 
 
+def _is_gpu_check(p: Path) -> bool:
+    m = _json(p / "gpu-check.json")
+    return isinstance(m, dict) and m.get("kind") == "gpu-check"
+
+
 def _is_env(p: Path) -> bool:
     m = _json(p)
     return isinstance(m, dict) and {"schema_version", "git", "versions"} <= set(m)
@@ -122,6 +127,7 @@ KINDS: dict[str, OutputKind] = {k.name: k for k in (
     OutputKind("sweep", "sweep results folder", True, _is_sweep),
     OutputKind("fit-cache", "fit cache folder", True, _is_fit_cache),
     OutputKind("env", "environment record file", False, _is_env),
+    OutputKind("gpu-check", "gpu-check output folder", True, _is_gpu_check),
 )}
 
 

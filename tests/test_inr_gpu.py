@@ -34,3 +34,57 @@ def test_cuda_fit_matches_cpu_fit_and_store_decodes_on_device(tmp_path):
     assert st.resident_bytes() == sum(
         t.numel() * t.element_size() for dl in st._layers for t in (dl.codes, dl.scales, dl.mask, dl.offsets) if t is not None
     )
+
+
+DEVICES = ["cuda"]  # collected everywhere; the gpu marker skips them, with the reason, without CUDA
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("stage", ["prune", "prune+8bit+qat", "dynamic-prune"])
+def test_encode_prune_qat_on_device_matches_cpu(device, stage):
+    """The whole encoder (fit, prune, quantize, QAT) on the device: exact prune counts, zeros kept,
+    mean PSNR within 0.5 dB of the same encode on the CPU."""
+    from inr.encode import EncodeConfig, encode_images
+    from inr.prune import PruneConfig
+
+    imgs = smooth_images(6, 16, 16)
+    fit_cfg = preset("demo", iterations=150)
+    prune = (PruneConfig(budget_db=1.0, step=0.1, max_ratio=0.4, finetune_iterations=30) if stage == "dynamic-prune"
+             else PruneConfig(ratio=0.2, rounds=1, finetune_iterations=40))
+    bits = (16, 8, 8, 8, 8, 16) if "8bit" in stage else (32,) * fit_cfg.arch.num_linear
+    cfg = EncodeConfig(fit=fit_cfg, quant=QuantConfig(bits), prune=prune, qat_iterations=40 if "qat" in stage else 0)
+    cpu, dev = encode_images(imgs, cfg, "cpu"), encode_images(imgs, cfg, device)
+    assert abs(float(dev.psnr.mean()) - float(cpu.psnr.mean())) <= 0.5, (dev.stages, cpu.stages)
+    for ql, (i, o) in zip(dev.layers, fit_cfg.arch.shapes, strict=True):
+        assert ql.codes.device.type == "cpu" and ql.mask is not None  # stored from the CPU, whatever the device
+        if stage != "dynamic-prune":
+            assert torch.all((~ql.mask).reshape(6, -1).sum(1) == round(0.2 * i * o))
+    for (W, _), ql in zip(dequantize(dev.layers), dev.layers, strict=True):
+        assert torch.all(W[~ql.mask] == 0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("prune", [0.0, 0.3])
+def test_per_channel_and_pruned_stores_decode_on_device(tmp_path, device, per_channel, prune):
+    """A store loaded on the device gives the CPU's weights (to the last ulp: fused multiply-add) and
+    the CPU's decoded pixels; pruned weights stay exactly zero there."""
+    from inr.prune import magnitude_masks
+
+    imgs = smooth_images(5, 12, 12)
+    cfg = preset("demo", iterations=60)
+    ws = fit(imgs, cfg, device="cpu").weights
+    masks = magnitude_masks(ws, prune) if prune else None
+    if masks is not None:
+        ws = [(W * m, b) for (W, b), m in zip(ws, masks, strict=True)]
+    layers = quantize(ws, QuantConfig((16, 8, 8, 8, 8, 16), per_channel), masks)
+    path = store.save(tmp_path / "s.inr", cfg.arch, (12, 12), np.arange(5), layers, per_channel=per_channel)
+    cpu, dev = store.load(path, "cpu"), store.load(path, device)
+    idx = torch.tensor([4, 1, 1, 0])
+    for (W, b), (Wc, bc) in zip(dev.weights(idx.to(device)), cpu.weights(idx), strict=True):
+        assert W.device.type == "cuda"
+        assert torch.allclose(W.cpu(), Wc, rtol=1e-6, atol=1e-7) and torch.allclose(b.cpu(), bc, rtol=1e-6, atol=1e-7)
+        assert torch.equal(W.cpu() == 0, Wc == 0)  # pruned (and zero-coded) weights are zero on both
+    x_dev, x_cpu = dev.decode(idx.to(device)), cpu.decode(idx)
+    assert x_dev.device.type == "cuda" and x_dev.shape == x_cpu.shape == (4, 3, 12, 12)
+    assert float((x_dev.float().cpu() - x_cpu.float()).abs().max()) < 2e-3

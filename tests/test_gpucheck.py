@@ -1,0 +1,126 @@
+"""``scripts/gpu-check``: the no-GPU path (exit 2, one line) and the step plumbing on the CPU (``--cpu``).
+
+The CPU run selects the cheap steps and one pipeline (``--steps``, ``--pipelines``) to stay
+under a minute on 2 cores; the other steps must still be listed, as ``skip`` with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench import gpucheck, outputs
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "scripts" / "gpu-check"
+
+
+def _script(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": sys.executable}
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+
+
+def _doc(out: Path) -> dict:
+    return json.loads((out / "gpu-check.json").read_text())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the no-GPU path cannot be seen here")
+def test_without_cuda_exits_2_with_one_line_and_writes_nothing(tmp_path):
+    r = _script(str(tmp_path / "gc"))
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("inrbench: error: gpu-check: no CUDA device here"), r.stderr
+    assert not (tmp_path / "gc").exists()
+
+
+def test_cpu_plumbing_runs_the_selected_steps_and_reports_every_step(tmp_path):
+    out = tmp_path / "gc"
+    r = _script(str(out), "--cpu", "--steps", "setup,cpu-vs-device,sync-debug,bench-smoke", "--pipelines", "raw")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    doc = _doc(out)
+    assert doc["kind"] == "gpu-check" and doc["device"] == "cpu" and doc["complete"] and doc["pipelines"] == ["raw"]
+    steps = {s["name"]: s for s in doc["steps"]}
+    assert list(steps) == list(gpucheck.STEP_NAMES)
+    assert steps["setup"]["status"] == "ok" and steps["setup"]["figures"]["train_images"] > 0
+    cvd = steps["cpu-vs-device"]
+    assert cvd["status"] == "ok" and cvd["figures"]["raw.max_abs_diff"] == 0.0  # cpu twice: deterministic
+    assert steps["sync-debug"]["status"] == "skip" and "needs CUDA" in steps["sync-debug"]["error"]
+    smoke = steps["bench-smoke"]
+    assert smoke["status"] == "ok", smoke
+    assert {f"raw.{m}.img_per_s" for m in ("loader", "train", "train-nosync")} <= set(smoke["figures"])
+    assert all(v > 0 for v in smoke["figures"].values())
+    for name in set(steps) - {"setup", "cpu-vs-device", "sync-debug", "bench-smoke"}:
+        assert steps[name]["status"] == "skip" and steps[name]["error"] == "not selected (--steps)"
+    for s in doc["steps"]:
+        assert s["seconds"] >= 0 and "\n" not in s["error"] and s["asserts"]
+    md = (out / "gpu-check.md").read_text()
+    assert md.startswith("# inr-bench gpu-check") and "| bench-smoke | ok |" in md and "| sync-debug | skip |" in md
+    assert outputs.marker_kind(out) == "gpu-check" and outputs.is_own(out, "gpu-check")
+
+    # a rerun replaces the earlier output (and only that); a spent budget is a skip per step, never a hang
+    r2 = _script(str(out), "--cpu", "--steps", "cpu-vs-device", "--budget", "1")
+    assert r2.returncode == 0, r2.stderr
+    doc2 = _doc(out)
+    assert doc2["started_utc"] >= doc["started_utc"] and not (out / "work" / "syn32").exists()
+    assert {s["status"] for s in doc2["steps"]} == {"skip"}
+    assert any("budget" in s["error"] for s in doc2["steps"])
+
+
+@pytest.mark.parametrize("setup", ["file", "foreign-folder"])
+def test_refuses_an_out_dir_it_did_not_write(tmp_path, capsys, setup):
+    out = tmp_path / "gc"
+    if setup == "file":
+        out.write_text("mine")
+    else:
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+    assert gpucheck.main([str(out), "--cpu", "--steps", "setup"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("inrbench: error: OUT_DIR ") and err.count("\n") == 1, err
+    assert (out.read_text() if setup == "file" else (out / "notes.txt").read_text()) == "mine"
+
+
+def test_usage_errors_are_one_line(capsys):
+    assert gpucheck.main(["x", "--cpu", "--steps", "no-such-step"]) == 2
+    assert gpucheck.main(["x", "--cpu", "--pipelines", "no-such-pipeline"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "unknown step no-such-step" in err[0] and "unknown pipeline" in err[1], err
+    assert not Path("x").exists()
+
+
+def test_mini_sweep_covers_every_cell_kind_and_every_pipeline(tmp_path):
+    import pipelines
+    from bench.sweep.cells import KINDS
+    from bench.sweep.spec import parse_sweep
+
+    names = pipelines.names()
+    cfg = parse_sweep(gpucheck.mini_sweep("cuda", names), tmp_path / "mini.yaml")
+    assert {c.kind for c in cfg.cells} == set(KINDS)
+    sizes = {c.id: c.size for c in cfg.cells if c.kind == "prepare"}
+    assert sorted(sizes.values()) == [32, 224]
+    bench = [c for c in cfg.cells if c.kind == "bench"]
+    assert {(c.pipeline, c.mode, c.data) for c in bench} == {
+        (n, m, d) for n in names for m in ("loader", "train") for d in sizes}
+    assert all(c.device == "cuda" for c in bench)
+
+
+def test_junit_counts_and_key_figures(tmp_path):
+    xml = tmp_path / "j.xml"
+    xml.write_text(
+        '<testsuites><testsuite><testcase classname="tests.test_a" name="ok"/>'
+        '<testcase classname="tests.test_a" name="bad"><failure message="AssertionError: x&#10;y differs">tb</failure></testcase>'
+        '<testcase classname="tests.test_a" name="sk"><skipped message="no CUDA device"/></testcase>'
+        "</testsuite></testsuites>")
+    j = gpucheck._junit(xml)
+    assert (j["passed"], j["failed"], j["skipped"]) == (1, 1, 1)
+    assert j["failures"] == ["test_a::bad: y differs"] and j["skip_reason"] == "no CUDA device"
+    figs = gpucheck._numbers({"config": {}, "batched": {"image_iterations_per_s": 10.12345, "threads": 2,
+                                                        "pct_peak": 3.0, "tflops": 1.5}, "speedup": 4})
+    assert figs == {"batched.image_iterations_per_s": 10.123, "batched.pct_peak": 3.0, "batched.tflops": 1.5,
+                    "speedup": 4.0}
