@@ -43,7 +43,7 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="inrbench",
-        description="Benchmark training input pipelines: torch-jpeg, dali, inr (Rapid-INR) and raw.",
+        description="Benchmark training input pipelines: torch-jpeg, torch-nvjpeg, dali, inr (Rapid-INR) and raw.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, modname in COMMANDS.items():

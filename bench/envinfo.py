@@ -143,6 +143,30 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _dali_cuda() -> str | None:
+    """The CUDA version the installed DALI was built with (``"12.9.86"``), or None.
+
+    DALI keeps it only as ``__cuda_version__ = int('12.9.86'.replace('.', ''))`` (dots lost), so
+    the string is read from that line; failing that, the major from the distribution name
+    (``nvidia-dali-cuda120`` -> ``"12"``). Differs in major from torch's ``cuda_runtime`` when the
+    install extra (``.[cuda13]``) does not match the torch build.
+    """
+    import re
+
+    try:
+        import nvidia.dali as dali
+
+        m = re.search(r"__cuda_version__\s*=\s*int\('([0-9.]+)'", Path(dali.__file__).read_text())
+        if m:
+            return m.group(1)
+    except (ImportError, OSError):
+        pass
+    names = [d.metadata["Name"] or "" for d in md.distributions()]
+    m = next((re.fullmatch(r"nvidia-dali-cuda(\d\d)\d", n.lower()) for n in names
+              if re.fullmatch(r"nvidia-dali-cuda\d{3}", n.lower())), None)
+    return m.group(1) if m else None
+
+
 def cpu_info() -> dict[str, Any]:
     import psutil
 
@@ -220,7 +244,8 @@ def collect() -> dict[str, Any]:
             "numpy": _version("numpy"),
             "pandas": _version("pandas"),
             "scikit-image": _version("scikit-image"),
-            "cuda_runtime": torch.version.cuda,
+            "cuda_runtime": torch.version.cuda,  # the CUDA torch was built with
+            "dali_cuda": _dali_cuda() if dali_version else None,  # the CUDA the DALI build was built with
             "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         },
         "torch_cuda_available": torch.cuda.is_available(),

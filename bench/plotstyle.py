@@ -5,7 +5,7 @@ from here, so ``dali`` is the same green in a throughput bar chart as in a memor
 and ``inr-8bit`` the same in a rate-distortion curve as in a PSNR box plot.
 
 Keys are method names as they appear in result rows: the four pipelines
-(``torch-jpeg``, ``dali``, ``inr``, ``raw``), the codecs (``jpeg`` and its header-free
+(``torch-jpeg``, ``dali``, ``inr``, ``raw``, ``torch-nvjpeg``), the codecs (``jpeg`` and its header-free
 variant ``jpeg-header-free``) and the INR store variants (``inr-fp32``, ``inr-pruned``,
 ``inr-16bit``, ``inr-8bit``, ``inr-pruned-8bit``, ...). A name not in the table takes the entry of the longest known
 key it ends with (``inr-5x13-8bit`` -> ``inr-8bit``'s colour: same method, another
@@ -27,6 +27,7 @@ COLORS: dict[str, str] = {
     "dali": "#009E73",  # bluish green
     "inr": "#0072B2",  # blue
     "raw": "#555555",  # dark grey
+    "torch-nvjpeg": "#F0E442",  # yellow: the other torch JPEG loader
     # codecs
     "jpeg": "#D55E00",  # vermillion
     "jpeg-header-free": "#F4A582",  # light vermillion: same codec, payload bytes only
@@ -51,6 +52,7 @@ MARKERS: dict[str, str] = {
     "dali": "D",
     "inr": "o",
     "raw": "^",
+    "torch-nvjpeg": "v",
     "jpeg": "x",
     "jpeg-header-free": "+",
     "inr-fp32": "o",

@@ -7,7 +7,7 @@ column             dtype     meaning
 =================  ========  ===========================================================
 schema_version     Int64     ``RESULTS_SCHEMA_VERSION`` of the writer
 run_id             string    one ``inrbench bench`` invocation (``<utc>-<pipeline>-<mode>-<hex>``)
-pipeline           string    registry name (``raw``, ``torch-jpeg``, ``dali``, ``inr``, ...)
+pipeline           string    registry name (``raw``, ``torch-jpeg``, ``torch-nvjpeg``, ``dali``, ``inr``, ...)
 dataset            string    prepared dataset (its folder name)
 mode               string    ``loader`` | ``replay`` | ``train``
 repeat             Int64     0-based repeat index; <NA> for run-level rows (skip/error)

@@ -5,7 +5,7 @@ Adapter modules keep heavy imports (DALI, the INR codec) inside their classes, s
 """
 
 # Built-in adapters (each module registers itself; heavy imports stay inside the classes).
-from pipelines import dali, inr, raw, torch_jpeg  # noqa: E402, F401
+from pipelines import dali, inr, raw, torch_jpeg, torch_nvjpeg  # noqa: E402, F401
 from pipelines.base import (  # noqa: F401
     Augment,
     Batch,

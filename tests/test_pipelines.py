@@ -184,7 +184,15 @@ def torchvision_reference(aug: Augment, n: int, seed: int = 0) -> dict[str, np.n
 
 
 def test_registry_lists_builtins_and_rejects_unknown(labels_data):
-    assert {"raw", "torch-jpeg", "dali", "inr"} <= set(ADAPTERS)
+    """Every ``@register("name")`` in ``pipelines/*.py`` is registered by ``import pipelines`` (a
+    module missing from ``pipelines/__init__.py`` would silently escape every test here)."""
+    import re
+    from pathlib import Path
+
+    root = Path(pipelines.__file__).parent
+    declared = {m for f in root.glob("*.py") for m in re.findall(r'^@register\("([^"]+)"\)', f.read_text(), re.M)}
+    assert {"raw", "torch-jpeg", "dali", "inr", "torch-nvjpeg"} <= declared
+    assert declared <= set(ADAPTERS), f"not imported in pipelines/__init__.py: {sorted(declared - set(ADAPTERS))}"
     with pytest.raises(KeyError, match="known: .*raw"):
         pipelines.create("no-such-pipeline", labels_data, PipelineConfig())
 

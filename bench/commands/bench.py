@@ -38,7 +38,7 @@ SUMMARY = {
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from bench.argtypes import positive_int
 
-    p.add_argument("--pipeline", required=True, help="registered pipeline name (raw, torch-jpeg, dali, inr, ...)")
+    p.add_argument("--pipeline", required=True, help="registered pipeline name (raw, torch-jpeg, torch-nvjpeg, dali, inr, ...)")
     p.add_argument("--data", required=True, help="prepared dataset folder (`inrbench prepare`)")
     p.add_argument("--store", help="encoded store file (the inr pipeline's .inr file)")
     p.add_argument("--allow-unverified-store", action="store_true",

@@ -401,7 +401,7 @@ def _bytes_per_image(x: ReportInputs, dataset: str, pipeline: str, store_cell: s
     if pipeline == "raw" and m and "image_size" in m:
         h, w = m["image_size"]
         return float(h * w * 3)
-    if pipeline in ("torch-jpeg", "dali"):
+    if pipeline in ("torch-jpeg", "torch-nvjpeg", "dali"):
         return jpeg_bytes_per_image(m) or float("nan")
     if pipeline == "inr" and store_cell:
         return x.store_bytes.get(store_cell, float("nan"))

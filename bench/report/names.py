@@ -6,7 +6,7 @@ change here and nowhere else.
 
 from __future__ import annotations
 
-PIPELINE_ORDER = ("raw", "torch-jpeg", "dali", "inr")
+PIPELINE_ORDER = ("raw", "torch-jpeg", "torch-nvjpeg", "dali", "inr")
 MODE_ORDER = ("loader", "replay", "train")
 BASELINES = ("torch-jpeg", "dali")
 

@@ -1,0 +1,188 @@
+"""``torch-nvjpeg``: JPEG bytes resident in host memory, decoded in batches by torchvision.
+
+What many users pick today instead of DALI: the split's JPEG files are read once at build into
+uint8 tensors (pinned when the device is CUDA, so the decoder's host->device copies are DMA);
+each batch is one ``torchvision.io.decode_jpeg(list_of_tensors, device="cuda")`` call (nvJPEG,
+batched; on A100/H100-class GPUs nvJPEG may use the hardware decoder). Without a GPU the same call
+decodes on the CPU (libjpeg-turbo inside torchvision) in the calling thread. ``config.workers`` is
+not used: a pool of decode threads measured slower here (1.8x at 224 px on 2 cores: the
+augmentation's OpenMP threads spin between batches and compete with it), and on a GPU the decode
+is nvJPEG's.
+
+Augmentation is ``raw``'s device-side code (``pipelines.crops``): the decoded ``[3, H, W]`` images
+all have the prepared size, so they stack into one ``[B, 3, H, W]`` batch; crops and flips are
+drawn per image on the CPU from ``(seed, epoch)`` and applied with one ``grid_sample`` (``warp``),
+then ``normalize_``. So the augmentation, and its statistics, are ``raw``'s exactly: the two
+differ only by the decode.
+
+Host syncs on CUDA: none of ours in an epoch's steady state. The epoch's order goes to the device
+once per epoch with ``crops.to_device`` (pinned, non-blocking); the file indices stay on the CPU
+(``order`` there), crops go through ``warp`` like ``raw``'s. What torchvision's batched CUDA decode
+does inside (nvJPEG's host-side Huffman phase for images the hardware decoder does not take, its
+stream handling) is the API's own cost, and part of what this adapter measures.
+
+Resident bytes: ``host`` = the JPEG bytes held (whole files, headers included); ``device`` = the
+labels on ``config.device``. Every file's header is checked at build: a file whose frame size is
+not the prepared size (a replaced or damaged file, or a pixel bomb) is refused naming the file,
+before anything is decoded.
+
+torchvision 0.29 deprecates its image decoders in favour of TorchCodec (a ``DeprecationWarning``
+per call, hidden outside tests); ``decode_jpeg`` is what the users this adapter stands for call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from bench.datasets.prepared import PreparedDataset
+from bench.errors import InputError
+from pipelines.base import Batch, Pipeline, PipelineConfig, Unavailable, register
+from pipelines.crops import (
+    batch_slices,
+    epoch_generator,
+    epoch_order,
+    normalize_,
+    sample_crops,
+    to_device,
+    warp,
+)
+
+# Start-of-frame markers (baseline, extended, progressive, lossless; Huffman and arithmetic).
+_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+_NO_LENGTH = {0x01, *range(0xD0, 0xD9)}  # TEM, RSTn, SOI, EOI: markers without a length field
+
+
+def jpeg_size(data: bytes | memoryview) -> tuple[int, int] | None:
+    """``(height, width)`` from a JPEG's start-of-frame header, or None when there is none.
+
+    Walks the marker segments only (no decoding): a few dozen bytes per file.
+    """
+    n = len(data)
+    if n < 4 or data[0] != 0xFF or data[1] != 0xD8:
+        return None
+    i = 2
+    while i + 3 < n:
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in _NO_LENGTH:
+            i += 2
+            continue
+        length = (data[i + 2] << 8) | data[i + 3]
+        if marker in _SOF:
+            if i + 8 >= n:
+                return None
+            return (data[i + 5] << 8) | data[i + 6], (data[i + 7] << 8) | data[i + 8]
+        if marker == 0xDA or length < 2:  # scan data before any frame header: malformed
+            return None
+        i += 2 + length
+    return None
+
+
+def read_jpegs(paths: tuple[Path, ...], size: tuple[int, int], pin: bool) -> list[torch.Tensor]:
+    """Each file as a 1-D uint8 tensor (pinned when ``pin``); every frame header must be ``size``."""
+    out = []
+    for p in paths:
+        try:
+            raw = p.read_bytes()
+        except OSError as e:
+            raise InputError(f"cannot read JPEG ({e.strerror or e})", p) from None
+        got = jpeg_size(raw)
+        if got is None:
+            raise InputError("no JPEG frame header (truncated, or not a JPEG)", p)
+        if got != tuple(size):
+            raise InputError(f"JPEG is {got[0]}x{got[1]}, the prepared split is {size[0]}x{size[1]}", p)
+        if raw.rstrip(b"\0")[-2:] != b"\xff\xd9":  # libjpeg would pad a truncated scan with grey, silently
+            raise InputError("truncated JPEG (no end-of-image marker)", p)
+        t = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        out.append(t.pin_memory() if pin else t)
+    return out
+
+
+def _reason(e: Exception) -> str:
+    """torchvision's error on one line, without its C++ source location."""
+    msg = " ".join(str(e).split())
+    return msg.rsplit(", ", 1)[-1] if ".cpp:" in msg else msg
+
+
+@register("torch-nvjpeg")
+class TorchNvjpegPipeline(Pipeline):
+    """Holds the split's JPEG files as uint8 tensors on the host and ``labels`` int64 ``[N]`` on the device."""
+
+    def __init__(self, data: PreparedDataset, config: PipelineConfig, store: Path | None = None):
+        super().__init__(data, config, store)
+        try:
+            from torchvision.io import ImageReadMode, decode_jpeg
+        except Exception as e:  # noqa: BLE001 - a broken torchvision install
+            raise Unavailable(f"torchvision.io.decode_jpeg cannot be imported: {type(e).__name__}: {e}") from None
+        self._decode, self._mode = decode_jpeg, ImageReadMode.RGB
+        split = data.split(config.split)
+        self.device = torch.device(config.device)
+        self.cuda = self.device.type == "cuda"
+        self.height, self.width = split.image_size
+        self.paths = split.jpeg_paths
+        self.jpegs: list[torch.Tensor] | None = read_jpegs(self.paths, split.image_size, pin=self.cuda)
+        if self.cuda:  # torchvision without nvJPEG support raises on the first CUDA decode: say so now
+            try:
+                self._decode(self.jpegs[:1], mode=self._mode, device=self.device)
+            except RuntimeError as e:
+                self.jpegs = None
+                raise Unavailable(f"torchvision cannot decode JPEG on {self.device}: {' '.join(str(e).split())}") from None
+        self.labels: torch.Tensor | None = torch.from_numpy(split.labels).to(self.device)
+        self.n = len(split)
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(batch_slices(self.n, self.config.batch_size, self.config.drop_last))
+
+    def _decode_batch(self, idx: list[int]) -> torch.Tensor:
+        """uint8 ``[B, 3, H, W]`` on ``config.device`` for the files ``idx``."""
+        data = [self.jpegs[i] for i in idx]
+        try:
+            if self.cuda:
+                images = self._decode(data, mode=self._mode, device=self.device)
+            else:
+                images = self._decode(data, mode=self._mode)
+        except RuntimeError as e:
+            raise self._bad_file(idx, e) from None
+        return torch.stack(images)
+
+    def _bad_file(self, idx: list[int], e: Exception) -> InputError:
+        """The first file of ``idx`` torchvision cannot decode on the CPU, as one line naming it."""
+        for i in idx:
+            try:
+                self._decode(self.jpegs[i], mode=self._mode)
+            except RuntimeError as err:
+                return InputError(f"cannot decode JPEG (torchvision: {_reason(err)})", self.paths[i])
+        return InputError(f"a JPEG of this batch cannot be decoded (torchvision: {_reason(e)})",
+                          self.paths[idx[0]].parent)
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self.jpegs is None or self.labels is None:
+            raise RuntimeError("torch-nvjpeg pipeline is closed")
+        cfg, aug = self.config, self.config.augment
+        g = epoch_generator(cfg.seed, self.epoch)
+        self.epoch += 1
+        order = epoch_order(self.n, g, cfg.shuffle)
+        order_dev = to_device(order, self.device)  # once per epoch, no sync: labels gather on the device
+        for sl in batch_slices(self.n, cfg.batch_size, cfg.drop_last):
+            pixels = self._decode_batch(order[sl].tolist())
+            crops = sample_crops(aug, pixels.shape[0], self.height, self.width, g)
+            images = normalize_(warp(pixels.float(), crops, aug), aug)
+            yield Batch(images=images, labels=self.labels[order_dev[sl]])
+
+    def close(self) -> None:
+        self.jpegs = None
+        self.labels = None
+
+    def resident_bytes(self) -> dict[str, int]:
+        """``host``: the JPEG files' bytes (pinned on CUDA); ``device``: the labels on ``config.device``."""
+        host = sum(t.numel() for t in self.jpegs) if self.jpegs is not None else 0
+        device = self.labels.numel() * self.labels.element_size() if self.labels is not None else 0
+        return {"device": device, "host": host}
