@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Callable
 
 from bench.errors import InputError
 
@@ -59,25 +60,37 @@ def _one_line(text: str) -> str:
     return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
+def guarded(run: Callable[[], int], prefix: str = "") -> int:
+    """Run a command body and turn what the user must act on into one line on stderr and an exit status.
+
+    ``InputError`` and ``OSError`` (disk full, permission denied, read-only file system: the
+    machine, not a bug) -> ``inrbench: error: <prefix><message>``, 2; ``--help`` or a usage
+    error (``SystemExit``) -> its status; Ctrl-C -> 130. Anything else is a bug: a traceback.
+    """
+    try:
+        return int(run() or 0)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
+    except InputError as e:
+        print(f"inrbench: error: {prefix}{_one_line(str(e))}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        from bench.outputs import os_error_message
+
+        print(f"inrbench: error: {prefix}{_one_line(os_error_message(e))}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("inrbench: interrupted", file=sys.stderr)
+        return 130
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help (0) or a usage error (2, one line): an exit status, like every command
         return e.code if isinstance(e.code, int) else 2
-    try:
-        return int(args._run(args) or 0)
-    except InputError as e:
-        print(f"inrbench: error: {_one_line(str(e))}", file=sys.stderr)
-        return 2
-    except OSError as e:  # disk full, permission denied, read-only file system: the machine, not a bug
-        from bench.outputs import os_error_message
-
-        print(f"inrbench: error: {_one_line(os_error_message(e))}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("inrbench: interrupted", file=sys.stderr)
-        return 130
+    return guarded(lambda: args._run(args))
 
 
 if __name__ == "__main__":  # pragma: no cover

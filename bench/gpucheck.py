@@ -749,23 +749,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_step"]:
         return run_step_child(argv[1], argv[2])
-    from bench.cli import _one_line
+    from bench.cli import guarded
 
-    try:
-        return run(argv)
-    except SystemExit as e:  # --help (0) or a usage error (2, one line already printed)
-        return e.code if isinstance(e.code, int) else 2
-    except InputError as e:
-        print(f"inrbench: error: {_one_line(str(e))}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        from bench.outputs import os_error_message
-
-        print(f"inrbench: error: gpu-check: {_one_line(os_error_message(e))}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("inrbench: interrupted", file=sys.stderr)
-        return 130
+    return guarded(lambda: run(argv))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from bench import cli
-from tests.test_safety_outputs import assert_one_line_error, snapshot
+from tests.cli_helpers import assert_one_line_error, snapshot
 
 BENCH = ["bench", "--pipeline", "raw", "--data", "{D}", "--mode", "loader", "--epochs", "1", "--warmup", "0",
          "--repeats", "1", "--batch-size", "8", "--workers", "0", "--device", "cpu", "--out", "{O}"]
@@ -71,9 +71,9 @@ def data(tmp_path_factory):
 @pytest.mark.parametrize("argv,fragment", CASES, ids=[f"{c[0][0]}{' '.join(c[0][-2:])}" for c in CASES])
 def test_bad_number_is_one_line_exit_2_and_writes_nothing(data, tmp_path, capsys, argv, fragment):
     out = tmp_path / "o"
-    before = snapshot(data.parent)
+    before = snapshot(data.parent, dirs=True)
     rc = cli.main([a.replace("{D}", str(data)).replace("{O}", str(out)) for a in argv])
     _, err = capsys.readouterr()
     assert_one_line_error(rc, err, fragment)
-    assert snapshot(data.parent) == before
+    assert snapshot(data.parent, dirs=True) == before
     assert list(tmp_path.iterdir()) == []

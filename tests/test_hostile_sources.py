@@ -9,13 +9,13 @@ byte-identical. Each accepted case exits 0 and the check on its output passes.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import snapshot
 from fixtures_datasets import png_claiming, write_flowers102, write_imagefolder, write_miniimagenet
 from PIL import Image
 
@@ -23,21 +23,6 @@ from bench import cli
 from bench.datasets.prepared import read_source_ids
 
 MINE = {"prepare": "bench.commands.prepare"}
-
-
-def _snapshot(top: Path) -> dict[str, str]:
-    """Relative path -> sha256 of the bytes (or the link target of a symlink), symlinks not followed."""
-    out = {}
-    for d, dirs, files in os.walk(top, followlinks=False):
-        for name in files + [x for x in dirs if os.path.islink(os.path.join(d, x))]:
-            p = os.path.join(d, name)
-            rel = os.path.relpath(p, top)
-            if os.path.islink(p):
-                out[rel] = "-> " + os.readlink(p)
-            else:
-                with open(p, "rb") as f:
-                    out[rel] = hashlib.sha256(f.read()).hexdigest()
-    return out
 
 
 def _png(path: Path) -> Path:
@@ -158,13 +143,13 @@ def run(monkeypatch, capsys):
 @pytest.mark.parametrize("build,expect", [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])
 def test_refused(build, expect, run, tmp_path, monkeypatch):
     source, extra, named = build(tmp_path / "src", tmp_path, monkeypatch)
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     rc, out, err = run("prepare", source, "--root", tmp_path / "src", "--out", tmp_path / "out", "--size", 8, *extra)
     assert rc == 2, err
     assert err.count("\n") == 1 and err.startswith("inrbench: error: "), err
     assert "Traceback" not in err and expect in err and str(named) in err, err
     assert not (tmp_path / "out").exists()
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads a chmod 000 folder; unreadable-root covers it by monkeypatch")
@@ -227,11 +212,11 @@ ACCEPTED = [
 @pytest.mark.parametrize("build", [c[1] for c in ACCEPTED], ids=[c[0] for c in ACCEPTED])
 def test_accepted(build, run, tmp_path):
     extra, check = build(tmp_path / "src")
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     rc, out, err = run("prepare", "imagefolder", "--root", tmp_path / "src", "--out", tmp_path / "out", "--size", 8, *extra)
     assert rc == 0 and err == "", err
     check(tmp_path / "out", json.loads((tmp_path / "out" / "manifest.json").read_text()))
-    after = _snapshot(tmp_path)
+    after = snapshot(tmp_path)
     assert {k: v for k, v in after.items() if not k.startswith("out" + os.sep)} == before
 
 

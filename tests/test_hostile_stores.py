@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import snapshot
 
 from bench.cli import main
 
@@ -209,10 +210,6 @@ CASES = [
 ]
 
 
-def _snapshot(root: Path) -> dict[Path, bytes]:
-    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_hostile_input(case: Case, base, tmp_path, capsys):
     if case.id.startswith("dali"):
@@ -225,7 +222,7 @@ def test_hostile_input(case: Case, base, tmp_path, capsys):
         if "without-cuda" in case.id and torch.cuda.is_available():
             pytest.skip("this machine has CUDA")
     argv = case.build(base, tmp_path)
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     capsys.readouterr()
     code = main(argv)
     out, err = capsys.readouterr()
@@ -237,7 +234,7 @@ def test_hostile_input(case: Case, base, tmp_path, capsys):
         assert case.message in lines[0], lines[0]
     else:
         assert case.message in out, out
-    after = _snapshot(tmp_path)
+    after = snapshot(tmp_path)
     for p, data in before.items():
         assert after.get(p) == data, f"{p} changed or vanished"
     if argv[0] == "bench" and (tmp_path / "results").is_dir():  # the error row's reason is one line too

@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 import scipy.io
+from cli_helpers import assert_one_line_error
 from fixtures_datasets import (
     truncate,
     write_cifar10,
@@ -42,15 +43,6 @@ def run(monkeypatch, capsys):
         return rc, out, err
 
     return _run
-
-
-def assert_one_line_error(rc, err, *fragments):
-    assert rc == 2, err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("inrbench: error: "), err
-    for f in fragments:
-        assert str(f) in lines[0], (f, lines[0])
 
 
 def test_datasets_lists_every_source(run):

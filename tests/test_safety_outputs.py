@@ -9,7 +9,6 @@ world byte-identical afterwards (no file changed, none added, none removed).
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ import torch
 
 from bench import cli, outputs
 from bench.errors import InputError
+from tests.cli_helpers import assert_one_line_error, run_cli, snapshot
 from tests.fixtures_datasets import write_imagefolder
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -30,36 +30,6 @@ REPO = Path(__file__).resolve().parent.parent
 ENCODE = ["--iterations", "3", "--layers", "2", "--hidden", "4", "--no-progress"]
 BENCH = ["--pipeline", "raw", "--mode", "loader", "--epochs", "1", "--warmup", "0", "--repeats", "1",
          "--batch-size", "8", "--workers", "0", "--device", "cpu", "--monitor-period", "0.5"]
-
-
-def run_cli(capsys, *argv) -> tuple[int, str, str]:
-    rc = cli.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def assert_one_line_error(rc: int, err: str, *fragments: str) -> str:
-    assert rc == 2, err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("inrbench: error: "), err
-    for f in fragments:
-        assert str(f) in lines[0], (f, lines[0])
-    return lines[0]
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """Every path under ``root`` -> sha256 of its bytes (folders and symlinks by kind)."""
-    snap = {}
-    for p in sorted(root.rglob("*")):
-        rel = str(p.relative_to(root))
-        if p.is_symlink():
-            snap[rel] = "link:" + os.readlink(p)
-        elif p.is_dir():
-            snap[rel] = "dir"
-        else:
-            snap[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return snap
 
 
 @pytest.fixture(scope="module")
@@ -165,10 +135,10 @@ def _setup(world: Path, what: str | None) -> None:
 def test_refused_before_any_work_and_nothing_touched(world, capsys, monkeypatch, case_id, argv, fragments, setup):
     _setup(world, setup)
     monkeypatch.chdir(world)  # default outputs (reports/, runs/) would land here: none may appear
-    before = snapshot(world)
+    before = snapshot(world, dirs=True)
     rc, _, err = run_cli(capsys, *(a.replace("{W}", str(world)) for a in argv))
     assert_one_line_error(rc, err, *(f.replace("{W}", str(world)) for f in fragments))
-    assert snapshot(world) == before
+    assert snapshot(world, dirs=True) == before
 
 
 def test_own_outputs_are_replaced_or_appended(world, capsys):
@@ -302,10 +272,10 @@ def test_foreign_work_folder_is_not_used_or_removed(world, capsys):
     work = world / "f.inr.work"
     work.mkdir()
     (work / "data.csv").write_text("precious\n")
-    before = snapshot(world)
+    before = snapshot(world, dirs=True)
     rc, _, err = run_cli(capsys, "encode", f"{world}/data", "--out", f"{world}/f.inr", *ENCODE)
     assert_one_line_error(rc, err, "f.inr.work", "not an encode work folder")
-    assert snapshot(world) == before
+    assert snapshot(world, dirs=True) == before
 
 
 @pytest.mark.parametrize("command", ["prepare", "encode"])
@@ -318,7 +288,7 @@ def test_disk_full_is_one_line_and_leaves_nothing(world, capsys, monkeypatch, co
     def full(path, *a, **k):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    before = snapshot(world)
+    before = snapshot(world, dirs=True)
     if command == "prepare":
         monkeypatch.setattr(np, "save", full)
         argv = ["prepare", "synthetic", "--out", f"{world}/p", "--size", "8", "--per-class", "2", "--num-classes", "2"]
@@ -327,7 +297,7 @@ def test_disk_full_is_one_line_and_leaves_nothing(world, capsys, monkeypatch, co
         argv = ["encode", f"{world}/data", "--out", f"{world}/e.inr", *ENCODE]
     rc, _, err = run_cli(capsys, *argv)
     assert_one_line_error(rc, err, "No space left on device")
-    after = snapshot(world)
+    after = snapshot(world, dirs=True)
     new = sorted(set(after) - set(before))
     assert all(n.endswith(".work") or ".work/" in n for n in new), new  # only encode's resumable work folder
     assert {k: after[k] for k in before} == before
@@ -352,7 +322,7 @@ def test_check_output_relations_are_symlink_aware(tmp_path):
     (["prepare", "imagefolder", "--root", "{W}/notes.txt", "--out", "{W}/p"], "notes.txt: not a folder"),
 ], ids=["bench-data", "report-results", "encode-data", "prepare-root"])
 def test_messages_name_the_right_kind_of_thing(world, capsys, argv, fragment):
-    before = snapshot(world)
+    before = snapshot(world, dirs=True)
     rc, _, err = run_cli(capsys, *(a.replace("{W}", str(world)) for a in argv))
     assert_one_line_error(rc, err, fragment.replace("{W}", str(world)))
-    assert snapshot(world) == before
+    assert snapshot(world, dirs=True) == before
