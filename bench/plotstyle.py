@@ -31,6 +31,10 @@ COLORS: dict[str, str] = {
     # codecs
     "jpeg": "#D55E00",  # vermillion
     "jpeg-header-free": "#F4A582",  # light vermillion: same codec, payload bytes only
+    "webp": "#999933",  # olive
+    "avif": "#661100",  # dark red
+    "jxl": "#EE6677",  # rose
+    "jp2": "#CCBB44",  # sand
     # INR store variants (shades of the `inr` family: blues/purples)
     "inr-fp32": "#0072B2",
     "inr-pruned": "#56B4E9",
@@ -55,6 +59,10 @@ MARKERS: dict[str, str] = {
     "torch-nvjpeg": "v",
     "jpeg": "x",
     "jpeg-header-free": "+",
+    "webp": "1",
+    "avif": "2",
+    "jxl": "3",
+    "jp2": "4",
     "inr-fp32": "o",
     "inr-pruned": "v",
     "inr-16bit": "s",

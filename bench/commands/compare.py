@@ -1,10 +1,11 @@
-"""`inrbench compare PREPARED_DIR --store FILE...`: INR stores against JPEG at matched bytes."""
+"""`inrbench compare PREPARED_DIR --store FILE...`: INR stores against JPEG (and WebP, AVIF, JPEG XL,
+JPEG 2000 with ``--codecs``) at matched bytes; ``--reference``: published curves."""
 
 from __future__ import annotations
 
 import argparse
 
-HELP = "compare INR stores with JPEG at matched bytes: PSNR/SSIM/bytes table, CSV, figures"
+HELP = "compare INR stores with JPEG/WebP/AVIF/JPEG XL/JPEG 2000 at matched bytes: PSNR/SSIM/bytes table, CSV, figures"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,6 +29,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", type=int, default=5,
                    help="repair window of the binary search (qualities tried above its answer; default 5)")
     p.add_argument("--subsampling", choices=SUBSAMPLINGS, default="4:2:0", help="JPEG chroma subsampling")
+    p.add_argument("--codecs", default="jpeg", metavar="LIST",
+                   help="comma-separated codecs at matched bytes, each with the same quality search and sweep: "
+                        "jpeg, webp, avif, jp2 (Pillow), jxl (optional extra inr-bench[jxl]); default jpeg; "
+                        "a codec this machine lacks is a skip row with the reason")
+    p.add_argument("--reference", choices=("kodak", "cifar10"),
+                   help="draw published rate-distortion curves of that dataset (their numbers on their data) "
+                        "and list them at each INR's bpp")
     p.add_argument("--weight-images", type=int, default=256, help="images sampled for the weight histograms")
     p.add_argument("--out", required=True, help="output folder (written atomically, replaced if present)")
 
@@ -44,13 +52,14 @@ def run(args: argparse.Namespace) -> int:
             split=args.split, qualities=tuple(args.jpeg_qualities), limit=args.limit, match=args.match,
             search="exhaustive" if args.exhaustive_jpeg else "binary", window=args.window,
             subsampling=args.subsampling, weight_images=args.weight_images,
+            codecs=tuple(args.codecs.split(",")), reference=args.reference,
         )
     except ValueError as e:
         raise InputError(str(e)) from None
     bars = []
 
     def progress(total: int):
-        bars.append(tqdm(total=total, desc="JPEG search + metrics", unit="img", leave=False))
+        bars.append(tqdm(total=total, desc="codec search + metrics", unit="img", leave=False))
         return bars[-1].update
 
     try:

@@ -18,7 +18,9 @@ class CompareConfig:
     (``None`` = all); match: which JPEG bytes must fit the INR's bytes per image;
     search: ``binary`` (+ repair window) or ``exhaustive`` over qualities 1..100;
     subsampling: JPEG chroma subsampling; weight_images: images sampled for the weight
-    histograms; batch: images decoded per INR forward."""
+    histograms; batch: images decoded per INR forward; codecs: ``bench.compare.codecs`` names
+    compared at matched bytes (the sweep qualities apply to each); reference: published
+    curves to draw (``bench.compare.references``: ``kodak`` | ``cifar10``) or ``None``."""
 
     split: str = "train"
     qualities: tuple[int, ...] = DEFAULT_QUALITIES
@@ -29,6 +31,8 @@ class CompareConfig:
     subsampling: str = "4:2:0"
     weight_images: int = 256
     batch: int = 64
+    codecs: tuple[str, ...] = ("jpeg",)
+    reference: str | None = None
 
     def __post_init__(self) -> None:
         if not self.qualities or any(not (1 <= int(q) <= 100) for q in self.qualities):
@@ -44,6 +48,20 @@ class CompareConfig:
             raise ValueError(f"window must be >= 0, got {self.window}")
         if self.subsampling not in SUBSAMPLINGS:
             raise ValueError(f"subsampling must be one of {SUBSAMPLINGS}, got {self.subsampling!r}")
+        from bench.compare import codecs as registry
+
+        names = tuple(dict.fromkeys(str(c).strip().lower() for c in self.codecs if str(c).strip()))
+        if not names:
+            raise ValueError("--codecs needs at least one codec")
+        for c in names:
+            if c not in registry.names():
+                raise ValueError(f"unknown codec {c!r}; known: {', '.join(registry.names())}")
+        object.__setattr__(self, "codecs", names)
+        if self.reference is not None:
+            from bench.compare.references import DATASETS
+
+            if self.reference not in DATASETS:
+                raise ValueError(f"unknown reference {self.reference!r}; known: {', '.join(DATASETS)}")
         if self.weight_images < 1 or self.batch < 1:
             raise ValueError("weight_images and batch must be >= 1")
 
@@ -54,4 +72,5 @@ class CompareConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["qualities"] = list(self.qualities)
+        d["codecs"] = list(self.codecs)
         return d

@@ -1,14 +1,15 @@
-"""The numbers of ``inrbench compare``: per-image rows for INR variants, JPEG at matched
-bytes and a JPEG quality sweep.
+"""The numbers of ``inrbench compare``: per-image rows for INR variants, each codec
+(``bench.compare.codecs``: JPEG, WebP, AVIF, JPEG XL, JPEG 2000) at matched bytes and each
+codec's quality sweep.
 
 Input: the original images (uint8 ``[N, H, W, 3]``) and the INR variants already decoded
 (``InrDecoded``); output: one tidy ``pandas.DataFrame`` with a row per (method, variant,
 match, quality, image). Aggregation lives in ``bench.compare.table``.
 
-JPEG at matched bytes: for every variant and every image, the highest PIL quality whose
-JPEG fits the variant's bytes per image (``match="file"``: whole file; ``match=
-"header-free"``: entropy-coded bytes only, see ``bench.compare.jpeg``). An image whose
-smallest JPEG (over all qualities tried) does not fit gets a row with
+A codec at matched bytes: for every variant and every image, the highest quality (1..100)
+whose file fits the variant's bytes per image (``match="file"``: whole file; ``match=
+"header-free"``: entropy-coded bytes only, JPEG only, see ``bench.compare.jpeg``). An image
+whose smallest file (over all qualities tried) does not fit gets a row with
 ``status="unreachable"`` and ``min_bytes`` = that smallest size; it is never dropped.
 """
 
@@ -20,21 +21,25 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from bench.compare.codecs import Codec, Ladder
+from bench.compare.codecs import create as create_codec
 from bench.compare.config import CompareConfig
-from bench.compare.jpeg import JpegLadder, decode_jpeg, exhaustive_quality, search_quality
+from bench.compare.jpeg import exhaustive_quality, search_quality
 from bench.compare.quality import psnr, ssim
 
 COLUMNS = [
-    "method",  # inr | jpeg-matched | jpeg-sweep
+    "method",  # inr | <codec>-matched | <codec>-sweep (jpeg-matched, webp-sweep, ...)
+    "codec",  # jpeg | webp | avif | jxl | jp2 ("" for INR)
     "variant",  # INR variant name ("" for the sweep)
     "match",  # file | header-free ("" unless jpeg-matched)
     "image",  # index in the split
-    "quality",  # JPEG quality (NaN for INR and unreachable targets)
+    "quality",  # codec quality 1..100 (NaN for INR and unreachable targets)
     "target_bytes",  # the INR bytes per image a matched JPEG had to fit
     "file_bytes",  # bytes on disk (INR: store file bytes / N, header amortized)
-    "header_free_bytes",  # JPEG: entropy-coded bytes; INR: packed arrays / N (store header excluded)
+    "header_free_bytes",  # JPEG: entropy-coded bytes; INR: packed arrays / N (store header excluded); other codecs NaN
+    "overhead_bytes",  # codecs: file bytes minus the coded payload (bench.compare.codecs); NaN where not measurable
     "status",  # ok | unreachable
-    "min_bytes",  # unreachable only: smallest JPEG achievable (by the match key)
+    "min_bytes",  # unreachable only: smallest file the codec achieved (by the match key)
     "psnr",  # dB, bench.metrics convention
     "ssim",
 ]
@@ -63,9 +68,46 @@ class InrDecoded:
 
 def _row(**kw) -> dict:
     base = dict.fromkeys(COLUMNS, np.nan)
-    base.update(method="", variant="", match="", status="ok")
+    base.update(method="", codec="", variant="", match="", status="ok")
     base.update(kw)
     return base
+
+
+def _codec_rows(codec: Codec, image: np.ndarray, i: int, variants: Sequence[InrDecoded], cfg: CompareConfig,
+                find) -> list[dict]:
+    """The sweep and matched rows of one image under one codec."""
+    rows: list[dict] = []
+    ladder = Ladder(codec, image)
+    keys = [k for k in cfg.match_keys if k == "file" or codec.header_free]
+    base = dict(codec=codec.name, image=i)
+    pending: list[tuple[int, dict]] = [(q, dict(base, method=f"{codec.name}-sweep", quality=q)) for q in cfg.qualities]
+    for v in variants:
+        for key in keys:
+            size = ladder.size(key)
+            q = find(size, v.bytes_per_image)
+            common = dict(base, method=f"{codec.name}-matched", variant=v.name, match=key,
+                          target_bytes=float(v.bytes_per_image))
+            if q is None:
+                # the qualities the search already tried: all 100, or 1..window
+                top = 100 if cfg.search == "exhaustive" else max(cfg.window, 1)
+                tried = [size(c) for c in range(1, top + 1)]
+                rows.append(_row(**common, status="unreachable", min_bytes=float(min(tried))))
+            else:
+                pending.append((q, dict(common, quality=q)))
+    # Decode each distinct quality once; one PSNR call for all of them.
+    qs = sorted({q for q, _ in pending})
+    if not qs:
+        return rows
+    dec = np.stack([codec.decode(ladder(q).data) for q in qs])
+    ref = np.broadcast_to(image, dec.shape)
+    score = dict(zip(qs, zip(psnr(dec, ref), ssim(dec, np.ascontiguousarray(ref)), strict=True), strict=True))
+    for q, r in pending:
+        e = ladder(q)
+        hf = e.payload_bytes if codec.header_free else np.nan
+        ov = np.nan if e.overhead_bytes is None else float(e.overhead_bytes)
+        rows.append(_row(**r, file_bytes=e.file_bytes, header_free_bytes=hf, overhead_bytes=ov,
+                         psnr=float(score[q][0]), ssim=float(score[q][1])))
+    return rows
 
 
 def compare_images(
@@ -73,12 +115,14 @@ def compare_images(
     variants: Sequence[InrDecoded],
     cfg: CompareConfig,
     progress: Callable[[int], None] | None = None,
+    codecs: Sequence[Codec] | None = None,
 ) -> pd.DataFrame:
     """All per-image rows.
 
     Args:
         images: uint8 ``[N, H, W, 3]`` originals.
         variants: decoded INR stores, each with ``decoded.shape == images.shape``.
+        codecs: the (available) codecs to run; default: ``cfg.codecs`` from the registry.
     Returns:
         DataFrame with ``COLUMNS`` plus ``bpp``, ``bpp_header_free``, ``pct_raw``.
     """
@@ -101,34 +145,11 @@ def compare_images(
     find = exhaustive_quality if cfg.search == "exhaustive" else (
         lambda size, target: search_quality(size, target, window=cfg.window)
     )
+    if codecs is None:
+        codecs = [create_codec(c, cfg.subsampling) for c in cfg.codecs]
     for i in range(n):
-        ladder = JpegLadder(images[i], cfg.subsampling)
-        pending: list[tuple[int, dict]] = []  # (quality, row) scored together below
-        for q in cfg.qualities:
-            pending.append((q, dict(method="jpeg-sweep", image=i, quality=q)))
-        for v in variants:
-            for key in cfg.match_keys:
-                size = ladder.size(key)
-                q = find(size, v.bytes_per_image)
-                common = dict(method="jpeg-matched", variant=v.name, match=key, image=i,
-                              target_bytes=float(v.bytes_per_image))
-                if q is None:
-                    # the qualities the search already tried: all 100, or 1..window
-                    top = 100 if cfg.search == "exhaustive" else max(cfg.window, 1)
-                    tried = [size(c) for c in range(1, top + 1)]
-                    rows.append(_row(**common, status="unreachable", min_bytes=float(min(tried))))
-                else:
-                    pending.append((q, dict(common, quality=q)))
-        # Decode each distinct quality once; one PSNR call for all of them.
-        qs = sorted({q for q, _ in pending})
-        if qs:
-            dec = np.stack([decode_jpeg(ladder(q).data) for q in qs])
-            ref = np.broadcast_to(images[i], dec.shape)
-            score = dict(zip(qs, zip(psnr(dec, ref), ssim(dec, np.ascontiguousarray(ref)), strict=True), strict=True))
-        for q, r in pending:
-            e = ladder(q)
-            rows.append(_row(**r, file_bytes=e.file_bytes, header_free_bytes=e.payload_bytes,
-                             psnr=float(score[q][0]), ssim=float(score[q][1])))
+        for codec in codecs:
+            rows += _codec_rows(codec, images[i], i, variants, cfg, find)
         if progress is not None:
             progress(1)
 

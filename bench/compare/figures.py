@@ -5,8 +5,10 @@ its artists); ``save`` writes it atomically as PNG. Every series carries a ``lab
 and a ``gid`` (stable id, e.g. ``jpeg-sweep:file``, ``inr:8bit``, ``jpeg-matched:file:8bit``).
 
 * ``rd_figure``: PSNR against bytes per image (log x, bpp on the top axis): the JPEG quality
-  sweep against file bytes and against header-free bytes, each INR variant as a point, the
-  matched-bytes JPEG points (same marker as their INR variant, JPEG colour), and a dotted
+  sweep against file bytes and against header-free bytes, every other codec's sweep against
+  file bytes (``<codec>-sweep:file``), each INR variant as a point, the matched-bytes codec
+  points (same marker as their INR variant, codec colour), published reference curves in grey
+  (``reference:<method>``, with ``--reference``), and a dotted
   vertical line at JPEG's smallest file (mean over images at quality 1 is not in the sweep
   unless asked; the line is the smallest file seen in the sweep).
 * ``spread_figure``: per-image PSNR box plots, one box per INR variant and matched JPEG.
@@ -44,10 +46,29 @@ def save(fig, path: str | Path) -> Path:
     return Path(path)
 
 
-def rd_figure(summary: pd.DataFrame, image_size: tuple[int, int], title: str = ""):
-    """PSNR (dB) vs bytes per image; see the module docstring for the series."""
+REFERENCE_STYLES = ("-", "--", "-.", ":")
+REFERENCE_GREYS = ("#4d4d4d", "#7f7f7f", "#a6a6a6")
+
+
+def rd_figure(summary: pd.DataFrame, image_size: tuple[int, int], title: str = "", reference: str | None = None):
+    """PSNR (dB) vs bytes per image; see the module docstring for the series. ``reference``
+    (``kodak`` | ``cifar10``): the published curves of ``bench.compare.references`` in grey,
+    converted from bpp at this image size (their data, not these images)."""
+    from bench.compare.table import codec_label, codecs_in
+
     px = image_size[0] * image_size[1]
     fig, (ax,) = _new()
+    if reference:
+        from bench.compare import references
+
+        for k, c in enumerate(references.curves(reference)):
+            x = np.asarray(c.bpp) * px / 8.0
+            col, ls = REFERENCE_GREYS[k % len(REFERENCE_GREYS)], REFERENCE_STYLES[k % len(REFERENCE_STYLES)]
+            ax.plot(x, c.psnr, ls=ls, lw=1.0, marker=".", ms=3, color=col, alpha=0.9, zorder=1,
+                    label=f"{c.method} ({reference}, published{', approx.' if c.approximate else ''})",
+                    gid=f"reference:{c.method}")
+            ax.annotate(c.method, (x[-1], c.psnr[-1]), textcoords="offset points", xytext=(2, 0), fontsize=6,
+                        color=col)
     sw = summary[summary["method"] == "jpeg-sweep"].sort_values("quality")
     if len(sw):
         ax.plot(sw["file_bytes"], sw["psnr"], "-", marker=".", color=plotstyle.color("jpeg"),
@@ -57,6 +78,12 @@ def rd_figure(summary: pd.DataFrame, image_size: tuple[int, int], title: str = "
         floor = float(sw["file_bytes"].min())
         ax.axvline(floor, ls=":", lw=1, color=plotstyle.color("jpeg"), gid="jpeg-floor",
                    label=f"smallest JPEG file in sweep (q={int(sw['quality'].min())})")
+    for codec in codecs_in(summary):
+        csw = summary[(summary["method"] == f"{codec}-sweep") & summary["psnr"].notna()].sort_values("quality")
+        if codec == "jpeg" or not len(csw):
+            continue
+        ax.plot(csw["file_bytes"], csw["psnr"], "-", marker=".", color=plotstyle.color(codec),
+                label=f"{codec_label(codec)} quality sweep (file bytes)", gid=f"{codec}-sweep:file")
     inr = summary[summary["method"] == "inr"]
     for _, r in inr.iterrows():
         m = plotstyle.inr_method(r["variant"])
@@ -64,23 +91,29 @@ def rd_figure(summary: pd.DataFrame, image_size: tuple[int, int], title: str = "
                 color=plotstyle.color(m), label=m, gid=f"inr:{r['variant']}")
         ax.annotate(r["variant"], (r["file_bytes"], r["psnr"]), textcoords="offset points", xytext=(5, -9),
                     fontsize=6.5, color=plotstyle.color(m))
-    mt = summary[(summary["method"] == "jpeg-matched") & (summary["n_ok"] > 0)]
+    matched = summary["method"].str.endswith("-matched")
+    mt = summary[matched & (summary["n_ok"] > 0)]
     labelled = set()
     for _, r in mt.iterrows():
         m = plotstyle.inr_method(r["variant"])
-        key = "jpeg" if r["match"] == "file" else "jpeg-header-free"
+        codec = r["method"].removesuffix("-matched")
+        key = codec if r["match"] == "file" else f"{codec}-header-free"
         x = r["file_bytes"] if r["match"] == "file" else r["header_free_bytes"]
-        # one legend entry per match kind; the marker says which INR variant it was matched to
+        # one legend entry per codec and match kind; the marker says which INR variant it was matched to
         label = "_nolegend_" if key in labelled else (
-            f"JPEG at each INR's bytes ({r['match']}; hollow, that INR's marker)")
+            f"{codec_label(codec)} at each INR's bytes ({r['match']}; hollow, that INR's marker)")
         labelled.add(key)
         ax.plot([x], [r["psnr"]], ls="", marker=plotstyle.marker(m), ms=8, mfc="none", mew=1.5,
-                color=plotstyle.color(key), label=label, gid=f"jpeg-matched:{r['match']}:{r['variant']}")
-    unreach = summary[(summary["method"] == "jpeg-matched") & (summary["n_ok"] == 0)]
+                color=plotstyle.color(key), label=label, gid=f"{codec}-matched:{r['match']}:{r['variant']}")
+    unreach = summary[matched & (summary["status"] == "unreachable")]
     if len(unreach):
-        names = ", ".join(f"{v} ({mm})" for v, mm in zip(unreach["variant"], unreach["match"], strict=True))
-        ax.text(0.01, 0.01, f"JPEG cannot reach the bytes of: {names}", transform=ax.transAxes, fontsize=7,
-                va="bottom", wrap=True)
+        codec_of = unreach["method"].str.replace("-matched", "", regex=False)
+        notes = []
+        for codec in dict.fromkeys(codec_of):
+            u = unreach[codec_of == codec]
+            names = ", ".join(f"{v} ({mm})" for v, mm in zip(u["variant"], u["match"], strict=True))
+            notes.append(f"{codec_label(codec)} cannot reach the bytes of: {names}")
+        ax.text(0.01, 0.01, "\n".join(notes), transform=ax.transAxes, fontsize=7, va="bottom", wrap=True)
     ax.set_xscale("log")
     ax.set_xlabel("bytes per image")
     ax.set_ylabel("PSNR (dB)")

@@ -7,7 +7,8 @@ Output folder (written as a whole: a temp folder renamed into place)::
     summary.md         the README-style table and where INR stands against JPEG
     weights_hist.csv   the histograms behind weights_<variant>.png
     psnr_vs_bytes.png  psnr_spread.png  weights_<variant>.png
-    config.json        the CompareConfig, inputs (paths, bytes, arch), image size, env record
+    config.json        the CompareConfig, inputs (paths, bytes, arch), image size, each codec's
+                       library/version/settings (or why it was skipped), reference sources, env record
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 from bench.atomic import atomic_dir, atomic_write_json, atomic_write_text
-from bench.compare import figures
+from bench.compare import figures, references
+from bench.compare.codecs import create as create_codec
 from bench.compare.config import CompareConfig
 from bench.compare.core import InrDecoded, compare_images
 from bench.compare.table import markdown, summarize
@@ -71,7 +73,8 @@ def write_outputs(out: Path, per_image: pd.DataFrame, summary: pd.DataFrame, var
     atomic_write_text(out / "summary.md", markdown(summary, meta))
     size = tuple(meta["image_size"])
     title = f"{meta['dataset']} {size[0]}x{size[1]} ({meta['split']}, {meta['n_images']} images)"
-    figures.save(figures.rd_figure(summary, size, f"PSNR vs bytes per image — {title}"), out / "psnr_vs_bytes.png")
+    figures.save(figures.rd_figure(summary, size, f"PSNR vs bytes per image — {title}", reference=meta.get("reference")),
+                 out / "psnr_vs_bytes.png")
     figures.save(figures.spread_figure(per_image, f"per-image PSNR — {title}"), out / "psnr_spread.png")
     hist_rows = []
     for v in variants:
@@ -115,8 +118,14 @@ def _run(prepared, stores, cfg: CompareConfig, out: Path, variants, progress, en
                                  allow_unverified_store=allow_unverified_store)
     else:
         variants = [InrDecoded(**{**v.__dict__, "decoded": v.decoded[:n]}) for v in variants]
-    per_image = compare_images(images, variants, cfg, progress=None if progress is None else progress(n))
+    codecs = [create_codec(c, cfg.subsampling) for c in cfg.codecs]
+    usable = [c for c in codecs if c.unavailable() is None]
+    per_image = compare_images(images, variants, cfg, progress=None if progress is None else progress(n), codecs=usable)
     summary = summarize(per_image)
+    skipped = [dict(method=f"{c.name}-matched", codec=c.name, variant="", match="", n_images=n, n_ok=0,
+                    status="skipped", note=c.unavailable()) for c in codecs if c not in usable]
+    if skipped:
+        summary = pd.concat([summary, pd.DataFrame(skipped, columns=summary.columns)], ignore_index=True)
     meta = dict(
         schema_version=1,
         dataset=str(ds.manifest.get("source", Path(prepared).name)),
@@ -127,6 +136,11 @@ def _run(prepared, stores, cfg: CompareConfig, out: Path, variants, progress, en
         raw_bytes_per_image=int(split.image_size[0] * split.image_size[1] * 3),
         config=cfg.to_dict(),
         jpeg_encoder="PIL baseline (bench.datasets.prepared.encode_jpeg), no optimize",
+        codecs={c.name: c.describe() for c in codecs},
+        reference=cfg.reference,
+        reference_sources=None if cfg.reference is None else [
+            dict(method=c.method, paper=c.paper, sources=list(c.sources), approximate=c.approximate,
+                 points=len(c.bpp)) for c in references.curves(cfg.reference)],
         stores=[dict(name=v.name, path=v.path, arch=v.arch, bytes_per_image=v.bytes_per_image,
                      header_free_bytes_per_image=v.header_free_bytes_per_image) for v in variants],
     )

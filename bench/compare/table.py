@@ -22,36 +22,52 @@ from bench import stats
 from bench.metrics import PSNR_CAP_DB, mean_psnr
 
 SUMMARY_COLUMNS = [
-    "method", "variant", "match", "quality", "quality_min", "quality_max", "n_images", "n_ok",
+    "method", "codec", "variant", "match", "quality", "quality_min", "quality_max", "n_images", "n_ok",
     "status", "target_bytes", "file_bytes", "header_free_bytes", "bpp", "bpp_header_free",
     "pct_raw", "psnr", "psnr_median", "psnr_min", "ssim", "min_bytes", "inr_psnr_same_images",
-    "psnr_diff", "psnr_diff_lo", "psnr_diff_hi",
+    "psnr_diff", "psnr_diff_lo", "psnr_diff_hi", "overhead_bytes", "note",
 ]
+
+CODEC_LABELS = {"jpeg": "JPEG", "webp": "WebP", "avif": "AVIF", "jxl": "JPEG XL", "jp2": "JPEG 2000"}
+
+
+def codec_label(codec: str) -> str:
+    return CODEC_LABELS.get(codec, codec)
+
+
+def codecs_in(summary: pd.DataFrame) -> list[str]:
+    """Codecs with rows in ``summary`` (skipped ones included), in order of appearance."""
+    c = summary.loc[summary["method"] != "inr", "method"].str.replace(r"-(matched|sweep)$", "", regex=True)
+    return list(dict.fromkeys(c))
 
 
 def summarize(per_image: pd.DataFrame) -> pd.DataFrame:
     """Per-image rows -> one summary row per group (see the module docstring)."""
     out = []
     df = per_image.copy()
-    df["_q"] = np.where(df["method"] == "jpeg-sweep", df["quality"], -1)
+    # the codec is the method's prefix (``webp-matched`` -> ``webp``); rows without it are read that way
+    df["codec"] = df["method"].str.replace(r"-(matched|sweep)$", "", regex=True).where(df["method"] != "inr", "")
+    if "overhead_bytes" not in df:
+        df["overhead_bytes"] = np.nan
+    df["_q"] = np.where(df["method"].str.endswith("-sweep"), df["quality"], -1)
     inr = df[df["method"] == "inr"].set_index(["variant", "image"])["psnr"]
     for (method, variant, match, qkey), g in df.groupby(["method", "variant", "match", "_q"], sort=False):
         ok = g[g["status"] == "ok"]
         n, k = len(g), len(ok)
         row = dict(
-            method=method, variant=variant, match=match, n_images=n, n_ok=k,
+            method=method, codec=g["codec"].iloc[0], variant=variant, match=match, n_images=n, n_ok=k,
             status="ok" if k == n else ("unreachable" if k == 0 else "partial"),
             target_bytes=g["target_bytes"].mean(),
-            quality=qkey if method == "jpeg-sweep" else ok["quality"].mean(),
+            quality=qkey if method.endswith("-sweep") else ok["quality"].mean(),
             quality_min=ok["quality"].min(), quality_max=ok["quality"].max(),
             min_bytes=g["min_bytes"].mean(),
         )
-        for col in ("file_bytes", "header_free_bytes", "bpp", "bpp_header_free", "pct_raw", "ssim"):
+        for col in ("file_bytes", "header_free_bytes", "bpp", "bpp_header_free", "pct_raw", "ssim", "overhead_bytes"):
             row[col] = ok[col].mean() if k else np.nan
         row["psnr"] = mean_psnr(ok["psnr"].to_numpy(float, copy=True)) if k else np.nan
         row["psnr_median"] = ok["psnr"].median() if k else np.nan
         row["psnr_min"] = ok["psnr"].min() if k else np.nan
-        if method == "jpeg-matched" and k:
+        if method.endswith("-matched") and k:
             same = inr.loc[[(variant, int(i)) for i in ok["image"]]].to_numpy(float, copy=True)
             row["inr_psnr_same_images"] = mean_psnr(same)
             jpeg = ok["psnr"].to_numpy(float, copy=True)
@@ -65,15 +81,15 @@ def summarize(per_image: pd.DataFrame) -> pd.DataFrame:
     return s[SUMMARY_COLUMNS]
 
 
-def jpeg_curve(summary: pd.DataFrame, bytes_col: str = "file_bytes") -> tuple[np.ndarray, np.ndarray]:
-    """The JPEG sweep as ``(mean bytes per image, mean PSNR)`` sorted by bytes."""
-    sw = summary[summary["method"] == "jpeg-sweep"].sort_values(bytes_col)
+def jpeg_curve(summary: pd.DataFrame, bytes_col: str = "file_bytes", codec: str = "jpeg") -> tuple[np.ndarray, np.ndarray]:
+    """A codec's sweep (default JPEG) as ``(mean bytes per image, mean PSNR)`` sorted by bytes."""
+    sw = summary[(summary["method"] == f"{codec}-sweep") & summary["psnr"].notna()].sort_values(bytes_col)
     return sw[bytes_col].to_numpy(float), sw["psnr"].to_numpy(float)
 
 
-def jpeg_psnr_at(summary: pd.DataFrame, nbytes: float, bytes_col: str = "file_bytes") -> float:
-    """JPEG sweep PSNR at ``nbytes`` per image, linear in log(bytes); NaN outside the sweep."""
-    x, y = jpeg_curve(summary, bytes_col)
+def jpeg_psnr_at(summary: pd.DataFrame, nbytes: float, bytes_col: str = "file_bytes", codec: str = "jpeg") -> float:
+    """A codec's sweep PSNR at ``nbytes`` per image, linear in log(bytes); NaN outside the sweep."""
+    x, y = jpeg_curve(summary, bytes_col, codec)
     if len(x) == 0 or nbytes < x[0] or nbytes > x[-1]:
         return math.nan
     return float(np.interp(np.log(nbytes), np.log(x), y))
@@ -91,31 +107,32 @@ def inr_frontier(summary: pd.DataFrame) -> pd.DataFrame:
     return inr.loc[keep]
 
 
-def crossovers(summary: pd.DataFrame, pixels: int, bytes_col: str = "file_bytes") -> list[str]:
-    """Plain-language lines: where each INR variant sits against the JPEG sweep curve, and
-    the bit-rates (bpp) where the INR frontier (``inr_frontier``, joined piecewise-linearly
-    in log bytes) crosses the JPEG curve."""
+def crossovers(summary: pd.DataFrame, pixels: int, bytes_col: str = "file_bytes", codec: str = "jpeg") -> list[str]:
+    """Plain-language lines: where each INR variant sits against a codec's sweep curve
+    (default JPEG), and the bit-rates (bpp) where the INR frontier (``inr_frontier``, joined
+    piecewise-linearly in log bytes) crosses it."""
     inr = summary[summary["method"] == "inr"].sort_values("file_bytes")
-    x, _ = jpeg_curve(summary, bytes_col)
+    x, _ = jpeg_curve(summary, bytes_col, codec)
     if inr.empty or len(x) == 0:
         return []
     lines, diffs = [], []
-    label = "JPEG file bytes" if bytes_col == "file_bytes" else "JPEG header-free bytes"
+    name = codec_label(codec)
+    label = f"{name} file bytes" if bytes_col == "file_bytes" else f"{name} header-free bytes"
     for _, r in inr.iterrows():
         b, bpp = float(r["file_bytes"]), float(r["file_bytes"]) * 8 / pixels
-        j = jpeg_psnr_at(summary, b, bytes_col)
+        j = jpeg_psnr_at(summary, b, bytes_col, codec)
         if math.isnan(j):
             where = "below the smallest" if b < x[0] else "above the largest"
             lines.append(f"inr-{r['variant']} at {bpp:.2f} bpp: {where} {label} of the sweep "
-                         f"({x[0] * 8 / pixels:.2f}-{x[-1] * 8 / pixels:.2f} bpp); no JPEG point to compare")
+                         f"({x[0] * 8 / pixels:.2f}-{x[-1] * 8 / pixels:.2f} bpp); no {name} point to compare")
             diffs.append(math.nan)
         else:
             d = float(r["psnr"]) - j
             diffs.append(d)
-            lines.append(f"inr-{r['variant']} at {bpp:.2f} bpp: {float(r['psnr']):.2f} dB vs JPEG {j:.2f} dB "
+            lines.append(f"inr-{r['variant']} at {bpp:.2f} bpp: {float(r['psnr']):.2f} dB vs {name} {j:.2f} dB "
                          f"({label}): INR {'ahead' if d > 0 else 'behind'} by {abs(d):.2f} dB")
     front = inr_frontier(summary)
-    diffs = [float(r["psnr"]) - jpeg_psnr_at(summary, float(r["file_bytes"]), bytes_col) for _, r in front.iterrows()]
+    diffs = [float(r["psnr"]) - jpeg_psnr_at(summary, float(r["file_bytes"]), bytes_col, codec) for _, r in front.iterrows()]
     bx = front["file_bytes"].to_numpy(float)
     for a in range(len(diffs) - 1):
         d0, d1 = diffs[a], diffs[a + 1]
@@ -123,7 +140,7 @@ def crossovers(summary: pd.DataFrame, pixels: int, bytes_col: str = "file_bytes"
             continue
         t = d0 / (d0 - d1)
         xb = math.exp(math.log(bx[a]) + t * (math.log(bx[a + 1]) - math.log(bx[a])))
-        who = "INR ahead of JPEG below, behind above" if d0 > 0 else "INR overtakes JPEG above"
+        who = f"INR ahead of {name} below, behind above" if d0 > 0 else f"INR overtakes {name} above"
         lines.append(f"crossing ({label}): {who} ~{xb * 8 / pixels:.2f} bpp (~{xb:.0f} bytes/image)")
     return lines
 
@@ -149,43 +166,78 @@ def psnr_diff_text(r) -> str:
     return f"{v:+.2f} dB [{lo:+.2f}, {hi:+.2f}]"
 
 
+def _matched_name(r) -> str:
+    return f"{r['codec'] or 'jpeg'} @ inr-{r['variant']}"
+
+
+def reference_lines(summary: pd.DataFrame, dataset: str, pixels: int) -> list[str]:
+    """Markdown lines: each INR variant's PSNR beside each published curve of ``dataset``
+    interpolated at that variant's bpp (``bench.compare.references``)."""
+    from bench.compare import references
+
+    curves = references.curves(dataset)
+    inr = summary[summary["method"] == "inr"].sort_values("file_bytes")
+    lines = [
+        "", f"Published {dataset} curves at each INR variant's bpp (`--reference {dataset}`): these are "
+        f"their numbers on their data ({'the 24 Kodak images, 768x512' if dataset == 'kodak' else 'the CIFAR-10 test set, 32x32'}), "
+        "copied from public result files (sources in `config.json` and `bench/compare/data/reference_rd.csv`), "
+        "not measured here nor on these images; PSNR linear in log(bpp) between published points, "
+        "`–` outside a curve's range.", "",
+        "| INR variant | bpp | INR PSNR dB (these images) | " + " | ".join(c.method for c in curves) + " |",
+        "|---|---|---|" + "---|" * len(curves),
+    ]
+    for _, r in inr.iterrows():
+        bpp = float(r["file_bytes"]) * 8 / pixels
+        cells = " | ".join(_fmt(c.psnr_at(bpp)) for c in curves)
+        lines.append(f"| inr-{r['variant']} | {bpp:.2f} | {r['psnr']:.2f} | {cells} |")
+    return lines
+
+
 def markdown(summary: pd.DataFrame, meta: dict) -> str:
     """The short README-style summary (``summary.md``)."""
     h, w = meta["image_size"]
     px = h * w
+    codecs = codecs_in(summary) or ["jpeg"]
+    names = ", ".join(codec_label(c) for c in codecs)
     lines = [
-        f"# INR vs JPEG — {meta['dataset']} ({meta['split']}, {meta['n_images']} images, {h}x{w})",
+        f"# INR vs {names} — {meta['dataset']} ({meta['split']}, {meta['n_images']} images, {h}x{w})",
         "",
         "PSNR: decode, clamp, round to 8 bits, per image, mean (`bench.metrics`). SSIM: skimage, "
         "7x7 uniform window, data_range 255, mean over RGB. Bytes per image: INR = store file / N "
-        "(header amortized); JPEG = whole file, or header-free = entropy-coded data only. "
-        "Matched JPEG = highest quality whose bytes fit the INR's bytes per image, per image. "
+        "(header amortized); codecs = whole file, or for JPEG also header-free = entropy-coded data only. "
+        "Matched codec = highest quality (1..100) whose bytes fit the INR's bytes per image, per image. "
         f"Raw RGB = {px * 3} bytes/image. bpp and % raw are of the bytes a row is matched on "
-        "(header-free rows: header-free bytes). `unreachable`: even JPEG's smallest output is larger than the target. "
-        "INR − JPEG: mean per-image PSNR difference over the images JPEG reached, with its 95% paired "
-        "bootstrap interval; an interval holding 0 reads `no difference detected`.",
+        "(header-free rows: header-free bytes). Overhead = file bytes minus the codec's coded payload "
+        "(JPEG: markers; WebP: RIFF/chunk headers; AVIF: boxes outside `mdat`; JPEG 2000: JP2 boxes and "
+        "codestream headers; JPEG XL: not measured, `–`). `unreachable`: even the codec's smallest output "
+        "is larger than the target. INR − codec: mean per-image PSNR difference over the images the codec "
+        "reached, with its 95% paired bootstrap interval; an interval holding 0 reads `no difference detected`.",
         "",
-        "| method | match | file bytes/img | header-free bytes/img | bpp | % raw | quality | PSNR dB | SSIM | images reached | status |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | match | file bytes/img | header-free bytes/img | overhead bytes/img | bpp | % raw | quality | PSNR dB | SSIM | images reached | status |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    rows = summary[summary["method"] != "jpeg-sweep"]
+    rows = summary[~summary["method"].str.endswith("-sweep") & (summary["status"] != "skipped")]
     for variant in rows["variant"].unique():
         for _, r in rows[rows["variant"] == variant].iterrows():
-            name = f"inr-{variant}" if r["method"] == "inr" else f"jpeg @ inr-{variant}"
+            name = f"inr-{variant}" if r["method"] == "inr" else _matched_name(r)
             if r["status"] == "unreachable":
                 by = f"≥{r['min_bytes']:.0f} needed (target {r['target_bytes']:.0f})"
                 cells = (by, "–") if r["match"] == "file" else ("–", by)
-                lines.append(f"| {name} | {r['match']} | {cells[0]} | {cells[1]} | – | – | – | – | – | 0/{r['n_images']} | unreachable |")
+                lines.append(f"| {name} | {r['match']} | {cells[0]} | {cells[1]} | – | – | – | – | – | – | 0/{r['n_images']} | unreachable |")
                 continue
             b = r["header_free_bytes"] if r["match"] == "header-free" else r["file_bytes"]
             q = "–" if r["method"] == "inr" else f"{r['quality']:.1f} ({r['quality_min']:.0f}-{r['quality_max']:.0f})"
             extra = ""
-            if r["method"] == "jpeg-matched":
-                extra = f" (INR {r['inr_psnr_same_images']:.2f} on same; INR − JPEG {psnr_diff_text(r)})"
+            if r["method"].endswith("-matched"):
+                extra = (f" (INR {r['inr_psnr_same_images']:.2f} on same; INR − {codec_label(r['codec'] or 'jpeg')} "
+                         f"{psnr_diff_text(r)})")
             lines.append(
-                f"| {name} | {r['match'] or '–'} | {r['file_bytes']:.0f} | {_fmt(r['header_free_bytes'], 0)} | {b * 8 / px:.2f} | {b * 100 / (3 * px):.1f} | {q} | "
+                f"| {name} | {r['match'] or '–'} | {r['file_bytes']:.0f} | {_fmt(r['header_free_bytes'], 0)} | "
+                f"{_fmt(r.get('overhead_bytes', np.nan), 0)} | {b * 8 / px:.2f} | {b * 100 / (3 * px):.1f} | {q} | "
                 f"{r['psnr']:.2f}{extra} | {r['ssim']:.3f} | {r['n_ok']}/{r['n_images']} | {r['status']} |"
             )
+    for _, r in summary[summary["status"] == "skipped"].iterrows():
+        lines.append(f"| {r['codec']} | – | – | – | – | – | – | – | – | – | – | skipped: {r['note']} |")
     sw = summary[summary["method"] == "jpeg-sweep"].sort_values("quality")
     if len(sw):
         lines += ["", "JPEG quality sweep (means over images):", "",
@@ -194,8 +246,23 @@ def markdown(summary: pd.DataFrame, meta: dict) -> str:
         for _, r in sw.iterrows():
             lines.append(f"| {r['quality']:.0f} | {r['file_bytes']:.0f} | {r['bpp']:.2f} | {r['header_free_bytes']:.0f} | "
                          f"{r['bpp_header_free']:.2f} | {r['psnr']:.2f} | {r['ssim']:.3f} |")
-    cross = crossovers(summary, px, "file_bytes") + crossovers(summary, px, "header_free_bytes")
+    for c in codecs:
+        sw = summary[summary["method"] == f"{c}-sweep"].sort_values("quality")
+        if c == "jpeg" or not len(sw):
+            continue
+        lines += ["", f"{codec_label(c)} quality sweep (means over images):", "",
+                  "| quality | file bytes | bpp | overhead bytes | PSNR dB | SSIM |", "|---|---|---|---|---|---|"]
+        for _, r in sw.iterrows():
+            lines.append(f"| {r['quality']:.0f} | {r['file_bytes']:.0f} | {r['bpp']:.2f} | {_fmt(r['overhead_bytes'], 0)} | "
+                         f"{r['psnr']:.2f} | {r['ssim']:.3f} |")
+    cross = []
+    for c in codecs:
+        cross += crossovers(summary, px, "file_bytes", c)
+        if c == "jpeg":
+            cross += crossovers(summary, px, "header_free_bytes", c)
     if cross:
         front = ", ".join(f"inr-{v}" for v in inr_frontier(summary)["variant"])
-        lines += ["", f"Where INR stands against the JPEG curve (INR frontier: {front}):", ""] + [f"- {c}" for c in cross]
+        lines += ["", f"Where INR stands against each codec's curve (INR frontier: {front}):", ""] + [f"- {c}" for c in cross]
+    if meta.get("reference"):
+        lines += reference_lines(summary, meta["reference"], px)
     return "\n".join(lines) + "\n"
