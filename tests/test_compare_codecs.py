@@ -130,6 +130,8 @@ def test_run_with_several_codecs_a_skip_row_and_references(tiny, tmp_path, monke
     np.testing.assert_allclose(lines["reference:COIN"].get_xdata(), np.array(coin.bpp) * 1024 / 8)
     assert "webp-sweep:file" in lines and "webp-matched:file:8bit" in lines
     figures.plt.close(fig)
+    labels = [g[0] for g in figures.spread_groups(pi)]
+    assert labels[:4] == ["inr-8bit", "jpeg@inr-8bit (file)", "jpeg@inr-8bit (header-free)", "webp@inr-8bit (file)"]
 
 
 def test_every_reference_point_carries_a_source():

@@ -11,7 +11,7 @@ and a ``gid`` (stable id, e.g. ``jpeg-sweep:file``, ``inr:8bit``, ``jpeg-matched
   (``reference:<method>``, with ``--reference``), and a dotted
   vertical line at JPEG's smallest file (mean over images at quality 1 is not in the sweep
   unless asked; the line is the smallest file seen in the sweep).
-* ``spread_figure``: per-image PSNR box plots, one box per INR variant and matched JPEG.
+* ``spread_figure``: per-image PSNR box plots, one box per INR variant and matched codec.
 * ``weights_figure``: histograms of the first, hidden (pooled) and last layer weights of one
   INR store (the paper's Figure 4); exact zeros (pruned weights) left out and counted.
 """
@@ -136,11 +136,14 @@ def spread_groups(per_image: pd.DataFrame) -> list[tuple[str, str, np.ndarray]]:
     for v in per_image.loc[per_image["method"] == "inr", "variant"].unique():
         m = plotstyle.inr_method(v)
         groups.append((m, m, ok[(ok["method"] == "inr") & (ok["variant"] == v)]["psnr"].to_numpy(float)))
-        for match in ("file", "header-free"):
-            g = ok[(ok["method"] == "jpeg-matched") & (ok["variant"] == v) & (ok["match"] == match)]
-            if len(g):
-                key = "jpeg" if match == "file" else "jpeg-header-free"
-                groups.append((f"jpeg@{m} ({match})", key, g["psnr"].to_numpy(float)))
+        matched = ok[ok["method"].str.endswith("-matched") & (ok["variant"] == v)]
+        for method in dict.fromkeys(matched["method"]):  # jpeg first, then the other codecs in run order
+            codec = method.removesuffix("-matched")
+            for match in ("file", "header-free"):
+                g = matched[(matched["method"] == method) & (matched["match"] == match)]
+                if len(g):
+                    key = codec if match == "file" else f"{codec}-header-free"
+                    groups.append((f"{codec}@{m} ({match})", key, g["psnr"].to_numpy(float)))
     return groups
 
 
