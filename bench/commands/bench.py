@@ -72,6 +72,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--momentum", type=float, default=0.9)
     t.add_argument("--weight-decay", type=float, default=5e-4)
     t.add_argument("--amp", choices=("auto", "bf16", "off"), default="auto", help="auto: bf16 on CUDA")
+    t.add_argument("--method", choices=("dense", "expand"), default="dense",
+                   help="training method (bench.train.trainers): dense, or expand (network expansion: "
+                        "a sub-network grown into the dense model; needs --schedule)")
+    t.add_argument("--schedule", metavar="W:D:E,...",
+                   help="expand: stages WIDTH:DEPTH:EPOCHS (width fraction of the dense channels, residual "
+                        "blocks per ResNet stage or '-' for the dense depth, epochs), ending at the dense "
+                        "model; epochs add up to --warmup + --epochs, e.g. 0.5:1:2,0.75:2:1,1:2:1")
+    t.add_argument("--restart-lr", action="store_true",
+                   help="expand: restart the cosine learning-rate schedule at each growth (default: keep it)")
+    t.add_argument("--eval-every-epoch", action="store_true",
+                   help="train: test accuracy after every scheduled epoch, untimed (time-to-accuracy curves)")
     h = p.add_argument_group("harness")
     h.add_argument("--replay-batches", type=int, default=16, help="batches cached for replay (default 16)")
     h.add_argument("--no-step-sync", action="store_true",
@@ -112,6 +123,7 @@ def build_config(args: argparse.Namespace):
                               workers=args.workers, seed=args.seed, compile=args.compile,
                               allow_unverified_store=args.allow_unverified_store)
         train = TrainConfig(lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, amp=args.amp)
+        expand = _expand_config(args, backbone, data.num_classes)
         return BenchConfig(
             pipeline=args.pipeline, data=str(data.root), mode=args.mode, store=args.store,
             epochs=args.epochs, warmup=args.warmup, repeats=args.repeats,
@@ -119,9 +131,27 @@ def build_config(args: argparse.Namespace):
             train=train, eval_split=args.eval_split, replay_batches=args.replay_batches,
             step_sync=not args.no_step_sync, monitor_period_s=args.monitor_period,
             pss_period_s=args.pss_period, torch_threads=args.threads,
+            method=args.method, expand=expand, eval_every_epoch=args.eval_every_epoch,
         )
     except ValueError as e:
         raise InputError(f"bad configuration: {e}") from None
+
+
+def _expand_config(args: argparse.Namespace, backbone: str, num_classes: int):
+    """``--method expand --schedule ...`` -> a validated ``ExpandConfig`` (``ValueError`` if the
+    schedule is malformed, shrinks, or does not end at the dense ``backbone``); ``None`` for dense."""
+    if args.method != "expand":
+        if args.schedule is not None or args.restart_lr:
+            raise ValueError(f"--schedule/--restart-lr apply to --method expand, not {args.method}")
+        return None
+    if not args.schedule:
+        raise ValueError("--method expand needs --schedule WIDTH:DEPTH:EPOCHS,...")
+    from bench.train.backbones import create_backbone
+    from bench.train.expand import ExpandConfig, check_schedule
+
+    cfg = ExpandConfig.parse(args.schedule, restart_lr=args.restart_lr)
+    check_schedule(cfg, create_backbone(backbone, num_classes))
+    return cfg
 
 
 def summary_table(rows) -> str:

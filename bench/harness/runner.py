@@ -55,6 +55,7 @@ from bench.errors import InputError
 from bench.harness.monitors import Monitor
 from bench.harness.replay import CountingSource, ReplayBatches, cache_batches
 from bench.harness.timing import DeviceClock, EpochTiming, clock_for, timed_epoch
+from bench.train.expand import ExpandConfig
 from bench.train.loop import TrainConfig
 from pipelines.base import PipelineConfig, Unavailable
 
@@ -83,6 +84,9 @@ class BenchConfig:
     monitor_period_s: float = 0.1
     pss_period_s: float = 1.0
     torch_threads: int | None = None  # torch intra-op threads for the run; None = torch's default
+    method: str = "dense"  # training method (bench.train.trainers registry)
+    expand: ExpandConfig | None = None  # the method's schedule (method expand)
+    eval_every_epoch: bool = False  # train: test accuracy after every scheduled epoch (untimed)
 
     def __post_init__(self) -> None:
         if self.mode not in results.MODES:
@@ -94,6 +98,9 @@ class BenchConfig:
             raise ValueError(f"torch_threads must be >= 1, got {self.torch_threads}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        from bench.train.trainers import check_method
+
+        check_method(self.method, self.expand, self.warmup + self.epochs)
         if not self.min_seconds >= 0:
             raise ValueError(f"min_seconds must be >= 0, got {self.min_seconds}")
         if self.monitor_period_s <= 0 or self.pss_period_s <= 0:
@@ -239,8 +246,8 @@ def _repeat_body(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clo
             t = _epoch(cfg, source, step, clock, rows, r, e)
             rows.add("warmup_epoch_s", t.seconds, "s", repeat=r, epoch=e)
             rows.add("warmup_images_per_s", t.images_per_s, "img/s", repeat=r, epoch=e)
-            _add_loss(rows, trainer, r, e)
-        _measure(cfg, source, counted, step, trainer, clock, rows, r, mon=mon)
+            _add_loss(rows, trainer, r, e, cfg, data)
+        _measure(cfg, source, counted, step, trainer, clock, rows, r, mon=mon, data=data)
         _add_time_to_first_batch(rows, r)
         if cfg.mode == "train":
             _add_eval(cfg, data, trainer, clock, rows, r)
@@ -268,7 +275,8 @@ def _epoch(cfg: BenchConfig, source: Any, step: Any, clock: DeviceClock, rows: r
 
 
 def _measure(cfg: BenchConfig, source: Any, counted: CountingSource, step: Any, trainer: Any,
-             clock: DeviceClock, rows: results.RunRows, r: int, mon: Monitor | None = None) -> None:
+             clock: DeviceClock, rows: results.RunRows, r: int, mon: Monitor | None = None,
+             data: Any = None) -> None:
     """The measured epochs (``epochs``, then autorange to ``min_seconds``), inside the monitors;
     then the monitors' rows. A trained model is restored to its state after the scheduled epochs."""
     if mon is not None:  # started before the build (``_repeat``): only mark the region
@@ -287,7 +295,7 @@ def _measure(cfg: BenchConfig, source: Any, counted: CountingSource, step: Any, 
             measured_s += t.seconds
             n += 1
             _add_epoch(rows, t, r, e, counted.drawn - drawn, cfg.step_sync)
-            _add_loss(rows, trainer, r, e)
+            _add_loss(rows, trainer, r, e, cfg, data)
     finally:
         mres = mon.stop()
     if scheduled is not None:
@@ -334,14 +342,15 @@ def _trainer(cfg: BenchConfig, data: Any, steps_per_epoch: int) -> Any:
     import torch
 
     from bench.train.backbones import create_backbone
-    from bench.train.loop import Trainer
+    from bench.train.trainers import create_trainer
 
     torch.manual_seed(cfg.pipe.seed)
     model = create_backbone(cfg.backbone, data.num_classes)
     dev = torch.device(cfg.pipe.device)
     if dev.type == "cuda":
         torch.backends.cudnn.benchmark = True
-    return Trainer(model, cfg.train, dev, total_steps=steps_per_epoch * (cfg.warmup + cfg.epochs))
+    return create_trainer(cfg.method, model, cfg.train, dev,
+                          total_steps=steps_per_epoch * (cfg.warmup + cfg.epochs), method_config=cfg.expand)
 
 
 def _add_epoch(rows: results.RunRows, t: EpochTiming, r: int, e: int, drawn: int, step_sync: bool) -> None:
@@ -358,9 +367,22 @@ def _add_epoch(rows: results.RunRows, t: EpochTiming, r: int, e: int, drawn: int
         rows.add_steps(r, e, [w / 1e9 for w in t.wait_ns], [c / 1e9 for c in t.compute_ns], t.step_images)
 
 
-def _add_loss(rows: results.RunRows, trainer: Any, r: int, e: int) -> None:
-    if trainer is not None:
-        rows.add("train_loss", trainer.end_epoch(), "1", repeat=r, epoch=e)
+def _add_loss(rows: results.RunRows, trainer: Any, r: int, e: int, cfg: BenchConfig, data: Any) -> None:
+    """After epoch ``e`` (untimed): what the trainer reports about the model that trained it
+    (``epoch_metrics``: parameters, FLOPs per image, method-specific stage), the mean loss, and with
+    ``eval_every_epoch`` the test accuracy of a scheduled epoch (``epoch_test_acc``)."""
+    if trainer is None:
+        return
+    for metric, value, unit in trainer.epoch_metrics():
+        rows.add(metric, value, unit, repeat=r, epoch=e)
+    rows.add("train_loss", trainer.end_epoch(), "1", repeat=r, epoch=e)
+    if cfg.eval_every_epoch and e < cfg.warmup + cfg.epochs and cfg.eval_split in data.splits:
+        from bench.train.evaluate import evaluate
+
+        split = data.split(cfg.eval_split)
+        ev = evaluate(trainer.model, split.images, split.labels, cfg.pipe.augment, trainer.device,
+                      amp=cfg.train.amp)
+        rows.add("epoch_test_acc", ev.accuracy, "1", repeat=r, epoch=e)
 
 
 def _add_eval(cfg: BenchConfig, data: Any, trainer: Any, clock: DeviceClock, rows: results.RunRows,

@@ -15,6 +15,7 @@ import pandas as pd
 from bench.atomic import atomic_dir
 from bench.report import figures as F
 from bench.report import markdown as md
+from bench.report import methods as M
 from bench.report import names as N
 from bench.report import tables as T
 from bench.report.load import ReportInputs, jpeg_bytes_per_image, load
@@ -77,6 +78,7 @@ def _slug(s: str) -> str:
 
 
 def _write(doc: _Doc, x: ReportInputs) -> None:
+    every_method, x = x, M.dense_inputs(x)  # the pipeline sections compare dense runs only
     rows = x.rows
     doc.add(f"# inr-bench report: {x.name}")
     doc.add()
@@ -107,6 +109,7 @@ def _write(doc: _Doc, x: ReportInputs) -> None:
     _accuracy(doc, x)
     _design_space(doc, x)
     _weights(doc, x)
+    M.section(doc, every_method)
 
 
 def _store_of(x: ReportInputs) -> dict[tuple[str, str], str]:

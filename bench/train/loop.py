@@ -71,9 +71,12 @@ class Trainer:
         self.steps_done = 0
         self._loss_sum = torch.zeros((), device=self.device)
         self._loss_n = 0
+        self._input_shape: tuple[int, ...] | None = None
+        self._metrics_cache: tuple[nn.Module, list[tuple[str, float, str]]] | None = None
 
     def step(self, batch: Any) -> None:
         self.model.train()
+        self._input_shape = tuple(batch.images.shape[1:])
         with autocast_for(self.device, self.cfg.amp):
             logits = self.model(batch.images)
             loss = self.loss_fn(logits.float(), batch.labels)
@@ -92,3 +95,35 @@ class Trainer:
         self._loss_sum.zero_()
         self._loss_n = 0
         return mean
+
+    def stage_info(self) -> dict[str, float]:
+        """Method-specific per-epoch numbers (the expand trainer's stage); none for dense."""
+        return {}
+
+    def epoch_metrics(self) -> list[tuple[str, float, str]]:
+        """(metric, value, unit) rows describing the model that trained the epoch just run:
+        ``model_params`` and ``model_flops_per_image`` (forward FLOPs of one image counted by
+        ``torch.utils.flop_counter.FlopCounterMode``: conv/matmul, 2 per multiply-add; a train step
+        costs about 3x), plus ``stage_info()``. Counted once per model, outside the step timing."""
+        if self._input_shape is None:
+            return []
+        if self._metrics_cache is None or self._metrics_cache[0] is not self.model:
+            self._metrics_cache = (self.model, [("model_params", float(sum(p.numel() for p in self.model.parameters())), "1"),
+                                                ("model_flops_per_image", float(forward_flops(self.model, self._input_shape, self.device)), "flop")])
+        return self._metrics_cache[1] + [(k, float(v), "1") for k, v in self.stage_info().items()]
+
+
+@torch.no_grad()
+def forward_flops(model: nn.Module, input_shape: tuple[int, ...], device: torch.device) -> int:
+    """Forward FLOPs of ``model`` on one input ``[1, *input_shape]`` (eval mode: BatchNorm running
+    statistics untouched; the mode is restored)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    was_training = model.training
+    model.eval()
+    try:
+        with FlopCounterMode(display=False) as fc:
+            model(torch.zeros((1, *input_shape), device=device))
+    finally:
+        model.train(was_training)
+    return int(fc.get_total_flops())

@@ -1,0 +1,99 @@
+"""`inrbench perf expand`: total training time and test accuracy of ``--method expand`` against
+``dense`` on the same data, pipeline and epochs, side by side in one run.
+
+Prepares a built-in set (``photos`` at ``--per-class`` crops per photo, or ``synthetic``), then
+runs ``inrbench bench --mode train`` (the harness, ``run_bench``) ``--repeats`` times per
+method, alternating the order each repeat so load from other jobs on a shared machine falls on
+both. Prints the "dense vs expand" table of the report (``bench.report.methods``): total training
+time per repeat with the 95% bootstrap interval of the speedup, FLOPs per image relative to
+dense, test accuracy with Wilson intervals and McNemar against dense, and the per-stage rows.
+The goal it checks (issue 15): speedup >= 1.3x at no more than 1 point lower test accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+HELP = "training time and accuracy of network expansion (--method expand) against dense, with intervals"
+DEFAULT_SCHEDULE = "0.5:1:2,0.75:1:2,1:2:4"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--source", choices=("photos", "synthetic"), default="photos")
+    p.add_argument("--per-class", type=int, default=200, help="images per class (photos: crops per photo; default 200)")
+    p.add_argument("--size", type=int, default=16, help="image side (default 16)")
+    p.add_argument("--backbone", default="resnet18-cifar")
+    p.add_argument("--schedule", default=DEFAULT_SCHEDULE,
+                   help=f"expand schedule WIDTH:DEPTH:EPOCHS,... (default {DEFAULT_SCHEDULE}); the dense run "
+                        "trains as many epochs")
+    p.add_argument("--restart-lr", action="store_true")
+    p.add_argument("--repeats", type=int, default=2, help="runs per method (default 2; >= 2 for an interval)")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    p.add_argument("--pipeline", default="raw", help="input pipeline of both methods (default raw)")
+    p.add_argument("--out", help="results folder to keep (default: a temporary one)")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bench.errors import InputError
+    from bench.train.expand import ExpandConfig
+
+    try:
+        expand = ExpandConfig.parse(args.schedule, restart_lr=args.restart_lr)
+    except ValueError as e:
+        raise InputError(f"bad schedule: {e}") from None
+    with tempfile.TemporaryDirectory(prefix="perf-expand-") as tmp:
+        out = Path(args.out) if args.out else Path(tmp) / "results"
+        return _run(args, expand, Path(tmp), out)
+
+
+def _run(args: argparse.Namespace, expand, tmp: Path, out: Path) -> int:
+    from bench.datasets.prepare import prepare_dataset
+    from bench.harness.runner import BenchConfig, run_bench
+    from bench.report import methods as M
+    from bench.report.load import load
+    from bench.report.markdown import table
+    from bench.train.loop import TrainConfig
+    from pipelines.base import Augment, PipelineConfig
+
+    kw = {"per_class": args.per_class} if args.source == "photos" else {"per_class": args.per_class, "num_classes": 10}
+    data = prepare_dataset(args.source, tmp / f"{args.source}{args.size}", size=args.size, **kw)
+    pipe = PipelineConfig(batch_size=args.batch_size, augment=Augment(crop="random-pad", size=args.size),
+                          device="cpu", workers=0, seed=0)
+    base = dict(pipeline=args.pipeline, data=str(data), mode="train", epochs=expand.epochs, warmup=0, repeats=1,
+                min_seconds=0.0, pipe=pipe, backbone=args.backbone, train=TrainConfig(lr=args.lr),
+                torch_threads=args.threads, eval_every_epoch=True)
+    for r in range(args.repeats):
+        order = [("dense", None), ("expand", expand)]
+        for method, mcfg in (order if r % 2 == 0 else order[::-1]):
+            o = run_bench(BenchConfig(**base, method=method, expand=mcfg), out)
+            if o.exit_code != 0:
+                print(f"{method} run {r} failed: {o.rows.rows()[-1].get('reason')}")
+                return o.exit_code
+    x = load(out)
+    comp = M.comparison(x.rows, x.predictions)
+    st = M.stages(x.rows)
+    dense = comp[comp["method"] == "dense"].iloc[0]
+    exp = comp[comp["method"] == "expand"].iloc[0]
+    drop = 100 * (dense["acc"] - exp["acc"])
+    met = bool(exp["speedup"] >= 1.3 and drop <= 1.0)
+    if args.json:
+        print(json.dumps({"comparison": M.fmt_comparison(comp).to_dict("records"),
+                          "stages": st.to_dict("records"), "speedup": exp["speedup"],
+                          "speedup_ci": [exp["lo"], exp["hi"]], "accuracy_drop_points": drop,
+                          "flops_rel": exp["flops_rel"], "goal_met": met}, default=str))
+        return 0
+    print(f"{args.backbone} on {args.source} {args.size}px ({args.per_class}/class), pipeline {args.pipeline}, "
+          f"{expand.epochs} epochs, schedule {args.schedule}, {args.repeats} repeats per method, "
+          f"{args.threads} threads")
+    print(table(M.fmt_comparison(comp), index=False))
+    print(table(st, index=False))
+    print(f"expand vs dense: total training time {exp['speedup']:.2f}x shorter [95% CI {exp['lo']:.2f}-{exp['hi']:.2f}], "
+          f"FLOPs per image {1 / exp['flops_rel']:.2f}x fewer, test accuracy {-drop:+.1f} points; goal (>= 1.3x, "
+          f"<= 1 point lower): {'met' if met else 'NOT met'} (point estimates; see the intervals)")
+    return 0

@@ -1,0 +1,239 @@
+"""The training-method axis in a report: "dense vs expand" per dataset x pipeline.
+
+A train run's method is its ``cfg.method`` (absent in older results: ``dense``). The other
+report sections compare pipelines and read only dense runs (``dense_inputs``); this section pairs
+each pipeline's expand runs with its dense runs on the same dataset:
+
+- total training time per repeat = every scheduled epoch's time (warm-up epochs included: an
+  expand schedule counts them), compared as ``median(dense) / median(expand)`` with the 95%
+  bootstrap interval of ``bench.stats.ratio_ci`` (> 1: expand trains faster; needs >= 2 repeats
+  of each);
+- test accuracy with its Wilson interval and an exact McNemar test of expand against dense on
+  the same test images (first run of each, paired by repeat and image);
+- FLOPs per image (forward, counted) averaged over the scheduled epochs, relative to dense;
+- per stage: width, depth, epochs, parameters, FLOPs per image, median epoch time, last loss;
+- a time-to-accuracy figure: test accuracy after each scheduled epoch (``epoch_test_acc``, runs
+  with ``--eval-every-epoch``) against cumulative training seconds (medians over repeats).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench import stats as S
+from bench.report.tables import fmt_num
+
+METHOD_COL = "cfg.method"
+
+
+def method_of(rows: pd.DataFrame) -> pd.Series:
+    if METHOD_COL not in rows:
+        return pd.Series("dense", index=rows.index)
+    return rows[METHOD_COL].fillna("dense").astype(str)
+
+
+def dense_inputs(x: Any) -> Any:
+    """``ReportInputs`` without the rows/predictions of the method comparison's runs: non-dense
+    runs, and dense runs evaluated after every epoch (``--eval-every-epoch``: the pairs' dense
+    halves, whose epochs match their expand schedule rather than the pipeline cells')."""
+    keep = method_of(x.rows) == "dense"
+    if "cfg.eval_every_epoch" in x.rows:
+        keep &= ~x.rows["cfg.eval_every_epoch"].astype("boolean").fillna(False).astype(bool)
+    if keep.all():
+        return x
+    rows = x.rows[keep]
+    preds = x.predictions
+    if preds is not None and len(preds):
+        preds = preds[preds["run_id"].isin(set(rows["run_id"].dropna()))]
+    return dataclasses.replace(x, rows=rows, predictions=preds)
+
+
+def _train_ok(rows: pd.DataFrame) -> pd.DataFrame:
+    d = rows[(rows["mode"] == "train") & (rows["status"] == "ok")].copy()
+    d["method"] = method_of(d)
+    return d
+
+
+def _scheduled(d: pd.DataFrame) -> pd.DataFrame:
+    """Per-epoch rows of scheduled epochs only (not autorange extras): epoch < warmup + epochs."""
+    d = d[d["epoch"].notna()]
+    if "cfg.warmup" in d and "cfg.epochs" in d:
+        d = d[d["epoch"] < d["cfg.warmup"].astype(float) + d["cfg.epochs"].astype(float)]
+    return d
+
+
+def per_epoch(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per (dataset, pipeline, method, run_id, repeat, epoch) of scheduled train epochs:
+    ``seconds`` (warm-up or measured epoch time), ``cum_s``, and the per-epoch metrics present."""
+    d = _scheduled(_train_ok(rows))
+    keys = ["dataset", "pipeline", "method", "run_id", "repeat", "epoch"]
+    d = d[d["metric"].isin(["warmup_epoch_s", "epoch_s", "model_params", "model_flops_per_image", "expand_stage",
+                            "expand_width", "expand_depth", "train_loss", "epoch_test_acc"])]
+    if d.empty:
+        return pd.DataFrame(columns=[*keys, "seconds", "cum_s"])
+    w = d.pivot_table(index=keys, columns="metric", values="value", aggfunc="first").reset_index()
+    w["seconds"] = w.get("epoch_s", pd.Series(np.nan, index=w.index)).fillna(
+        w.get("warmup_epoch_s", pd.Series(np.nan, index=w.index)))
+    w = w.sort_values(keys)
+    w["cum_s"] = w.groupby(keys[:-1])["seconds"].cumsum()
+    return w
+
+
+def _accuracy_k_n(rows: pd.DataFrame) -> pd.DataFrame:
+    d = _train_ok(rows)
+    a = d[d["metric"] == "test_acc"][["dataset", "pipeline", "method", "run_id", "repeat", "value"]]
+    n = d[d["metric"] == "test_images"][["run_id", "repeat", "value"]].rename(columns={"value": "n"})
+    return a.merge(n, on=["run_id", "repeat"], how="left")
+
+
+def _mcnemar(preds: pd.DataFrame | None, run_a: str, run_b: str) -> S.McNemar | None:
+    if preds is None or preds.empty:
+        return None
+    a, b = preds[preds["run_id"] == run_a], preds[preds["run_id"] == run_b]
+    m = a.merge(b, on=["repeat", "image"], suffixes=("_a", "_b"))
+    if m.empty or (m["label_a"] != m["label_b"]).any():
+        return None
+    return S.mcnemar(m["prediction_a"] == m["label_a"], m["prediction_b"] == m["label_b"])
+
+
+def pairs(rows: pd.DataFrame) -> list[tuple[str, str]]:
+    """(dataset, pipeline) with train runs of dense and of at least one other method."""
+    d = _train_ok(rows)
+    out = []
+    for (ds, p), g in d.groupby(["dataset", "pipeline"]):
+        ms = set(g["method"])
+        if "dense" in ms and len(ms) > 1:
+            out.append((str(ds), str(p)))
+    return out
+
+
+def comparison(rows: pd.DataFrame, predictions: pd.DataFrame | None) -> pd.DataFrame:
+    """One row per dataset x pipeline x method (dense first): totals, speedup, FLOPs, accuracy."""
+    ep = per_epoch(rows)
+    acc = _accuracy_k_n(rows)
+    recs = []
+    for ds, p in pairs(rows):
+        e = ep[(ep["dataset"] == ds) & (ep["pipeline"] == p)]
+        totals = {m: g.groupby(["run_id", "repeat"])["seconds"].sum().to_numpy() for m, g in e.groupby("method")}
+        flops = {m: g["model_flops_per_image"].mean() if "model_flops_per_image" in g else np.nan
+                 for m, g in e.groupby("method")}
+        a = acc[(acc["dataset"] == ds) & (acc["pipeline"] == p)]
+        dense_run = sorted(a.loc[a["method"] == "dense", "run_id"].unique())
+        for m in sorted(set(e["method"]) | set(a["method"]), key=lambda v: (v != "dense", v)):
+            t = totals.get(m, np.array([]))
+            g = a[a["method"] == m]
+            r: dict[str, Any] = {"dataset": ds, "pipeline": p, "method": m, "repeats": len(t),
+                                 "total_s": float(np.median(t)) if len(t) else np.nan}
+            iv = S.ratio_ci(totals.get("dense", []), t) if m != "dense" else S.NAN
+            r.update(speedup=iv.value, lo=iv.lo, hi=iv.hi)
+            r["flops_rel"] = flops.get(m, np.nan) / flops.get("dense", np.nan)
+            if len(g) and g["n"].notna().all():
+                k, n = int(np.round(g["value"] * g["n"]).sum()), int(g["n"].sum())
+                w = S.wilson(k, n)
+                r.update(k=k, n=n, acc=w.value, acc_lo=w.lo, acc_hi=w.hi)
+            mine = sorted(g["run_id"].unique())
+            r["mcnemar"] = (_mcnemar(predictions, mine[0], dense_run[0]) if m != "dense" and mine and dense_run
+                            else None)
+            recs.append(r)
+    return pd.DataFrame(recs)
+
+
+def fmt_comparison(c: pd.DataFrame) -> pd.DataFrame:
+    out = []
+    for _, r in c.iterrows():
+        if r["method"] == "dense":
+            sp = "(baseline)"
+        elif pd.notna(r["lo"]):
+            sp = S.fmt_ratio(S.Interval(r["speedup"], r["lo"], r["hi"]))
+        else:
+            sp = f"{fmt_num(r['speedup'])}x (no interval: needs >= 2 repeats each)" if pd.notna(r["speedup"]) else "—"
+        acc = (f"{100 * r['acc']:.1f} [{100 * r['acc_lo']:.1f}-{100 * r['acc_hi']:.1f}]"
+               if pd.notna(r.get("acc", np.nan)) else "—")
+        mc = r["mcnemar"]
+        vs = "—" if mc is None else (f"{S.NO_DIFFERENCE} (p={mc.p_value:.2g})" if not mc.significant()
+                                     else f"{'better' if mc.only_a > mc.only_b else 'worse'} (p={mc.p_value:.2g})")
+        out.append({"dataset": r["dataset"], "pipeline": r["pipeline"], "method": r["method"],
+                    "total train s (median)": fmt_num(r["total_s"]), "speedup vs dense [95% CI]": sp,
+                    "FLOPs/image vs dense": f"{r['flops_rel']:.2f}x" if pd.notna(r["flops_rel"]) else "—",
+                    "test acc % [95% CI]": acc, "vs dense (McNemar)": vs, "repeats": int(r["repeats"])})
+    return pd.DataFrame(out)
+
+
+def stages(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per dataset x pipeline x method x stage: width, depth, epochs, params, FLOPs, epoch time, loss."""
+    ep = per_epoch(rows)
+    keep = {(ds, p) for ds, p in pairs(rows)}
+    ep = ep[[(d, p) in keep for d, p in zip(ep["dataset"], ep["pipeline"], strict=True)]] if len(ep) else ep
+    if ep.empty:
+        return pd.DataFrame()
+    if "expand_stage" not in ep:
+        ep["expand_stage"] = np.nan
+    ep["stage"] = ep["expand_stage"].fillna(0).astype(int)
+    out = []
+    for (ds, p, m, s), g in ep.groupby(["dataset", "pipeline", "method", "stage"]):
+        epochs_per_repeat = g.groupby(["run_id", "repeat"]).size().median()
+        out.append({"dataset": ds, "pipeline": p, "method": m, "stage": s,
+                    "width": fmt_num(g["expand_width"].iloc[0]) if "expand_width" in g and pd.notna(g["expand_width"].iloc[0]) else "1",
+                    "depth": fmt_num(g["expand_depth"].iloc[0]) if "expand_depth" in g and g["expand_depth"].iloc[0] > 0 else "dense",
+                    "epochs": int(epochs_per_repeat),
+                    "params": f"{g['model_params'].median():,.0f}" if "model_params" in g else "—",
+                    "MFLOPs/image": fmt_num(g["model_flops_per_image"].median() / 1e6) if "model_flops_per_image" in g else "—",
+                    "epoch s (median)": fmt_num(g["seconds"].median()),
+                    "loss (last epoch)": fmt_num(g.sort_values("epoch")["train_loss"].iloc[-1]) if "train_loss" in g else "—"})
+    df = pd.DataFrame(out)
+    df["_m"] = df["method"] != "dense"
+    return df.sort_values(["dataset", "pipeline", "_m", "method", "stage"]).drop(columns="_m")
+
+
+def time_to_accuracy_figure(rows: pd.DataFrame, dataset: str):
+    """Test accuracy after each scheduled epoch against cumulative training seconds, one line per
+    pipeline x method (dense solid, expand dashed); ``None`` without ``epoch_test_acc`` rows."""
+    from bench import plotstyle
+    from bench.report.figures import _plt
+
+    ep = per_epoch(rows)
+    ep = ep[ep["dataset"] == dataset]
+    if ep.empty or "epoch_test_acc" not in ep or ep["epoch_test_acc"].isna().all():
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for (p, m), g in ep.groupby(["pipeline", "method"]):
+        if (dataset, p) not in set(pairs(rows)):
+            continue
+        med = g.groupby("epoch")[["cum_s", "epoch_test_acc"]].median().reset_index()
+        ax.plot(med["cum_s"], 100 * med["epoch_test_acc"], linestyle="-" if m == "dense" else "--",
+                marker=plotstyle.marker(p), color=plotstyle.color(p), label=f"{p} {m}")
+    ax.set_xlabel("cumulative training seconds (scheduled epochs, median over repeats)")
+    ax.set_ylabel("test accuracy %")
+    ax.set_title(f"time to accuracy: dense vs expand ({dataset})")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def section(doc: Any, x: Any) -> None:
+    """The "Training method: dense vs expand" section (nothing when no pair was run)."""
+    if not pairs(x.rows):
+        return
+    doc.add("## Training method: dense vs expand")
+    doc.add()
+    doc.add("Network expansion (`--method expand`) trains a sub-network (fewer channels and blocks) and grows "
+            "it into the dense backbone on a schedule; `dense` trains the backbone as built, on the same "
+            "pipeline, data and epochs. Total training time: every scheduled epoch (warm-up included), per "
+            "repeat; speedup = median(dense) / median(expand) with its 95% bootstrap interval (> 1: expand is "
+            "faster). FLOPs: forward FLOPs per image counted by `torch.utils.flop_counter`, averaged over the "
+            "epochs. Accuracy: Wilson interval; expand against dense by an exact McNemar test on the same "
+            "test images. These runs (`--eval-every-epoch`) are kept out of the pipeline tables above.")
+    doc.add()
+    doc.table(fmt_comparison(comparison(x.rows, x.predictions)), index=False)
+    st = stages(x.rows)
+    if len(st):
+        doc.add("Per stage (medians over repeats):")
+        doc.add()
+        doc.table(st, index=False)
+    for ds in sorted({d for d, _ in pairs(x.rows)}):
+        doc.figure(time_to_accuracy_figure(x.rows, ds), f"time_to_accuracy_{ds}.png",
+                   f"time to accuracy, dense vs expand ({ds})")
