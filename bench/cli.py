@@ -18,6 +18,7 @@ from bench.errors import InputError
 COMMANDS: dict[str, str] = {
     "datasets": "bench.commands.datasets",
     "prepare": "bench.commands.prepare",
+    "meta-init": "bench.commands.meta_init",
     "encode": "bench.commands.encode",
     "inspect": "bench.commands.inspect",
     "bench": "bench.commands.bench",

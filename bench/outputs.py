@@ -98,6 +98,18 @@ def _is_fit_cache(p: Path) -> bool:
                for c in p.iterdir() if TEMP_TAG not in c.name)
 
 
+def _is_meta_init(p: Path) -> bool:
+    """A learned initialization written by ``inrbench meta-init`` (a torch zip whose pickle names its format)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(p) as z:
+            pkl = [n for n in z.namelist() if n.endswith("/data.pkl")]
+            return bool(pkl) and b"inr-bench meta-init" in z.read(pkl[0])
+    except (OSError, zipfile.BadZipFile, KeyError):
+        return False
+
+
 def _is_gpu_check(p: Path) -> bool:
     m = _json(p / "gpu-check.json")
     return isinstance(m, dict) and m.get("kind") == "gpu-check"
@@ -128,6 +140,7 @@ KINDS: dict[str, OutputKind] = {k.name: k for k in (
     OutputKind("fit-cache", "fit cache folder", True, _is_fit_cache),
     OutputKind("env", "environment record file", False, _is_env),
     OutputKind("gpu-check", "gpu-check output folder", True, _is_gpu_check),
+    OutputKind("meta-init", "learned initialization file", False, _is_meta_init),
 )}
 
 

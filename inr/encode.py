@@ -285,6 +285,10 @@ def _encode_split(images, labels, cfg: EncodeConfig, out: Path, device, source, 
         [(torch.zeros(0, i, o), torch.zeros(0, 1, o)) for i, o in cfg.fit.arch.shapes], cfg.quant)
     psnr = np.concatenate(psnrs) if psnrs else np.zeros(0, np.float32)
     meta = {"encode": cfg.to_dict(), "source": source or {}, "fit": cfg.fit.to_dict(), "bits": list(cfg.quant.bits)}
+    if cfg.fit.init_sha256:  # the learned init this store was fitted from (inrbench meta-init)
+        from inr.meta import init_record
+
+        meta["init"] = init_record(cfg.fit.init, cfg.fit.init_sha256)
     store.save(out, cfg.fit.arch, (h, w), labels, layers, psnr=psnr, meta=meta, per_channel=cfg.quant.per_channel)
     if not keep_work:
         shutil.rmtree(work, ignore_errors=True)

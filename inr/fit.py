@@ -30,6 +30,8 @@ from inr.siren import SirenArch, Weights, coord_grid, forward, init_weights
 # fp16 would flush them to zero without it, and the hand-written backward (``inr.engine``) has
 # none. bf16 runs at fp16's dense rate on the GPUs this targets (A100/H100/H200), so fp16 is dropped.
 AUTOCAST = {"none": None, "bf16": torch.bfloat16}
+STEPS = ("eager", "compiled")
+COMPILED_CPU_BATCH_CAP = 16  # the compiled step's fused passes stay in L2 with smaller chunks (measured: 16 > 32 > 64)
 AUTOCAST_EVAL_EVERY = 10  # keep-best interval under bf16 when ``eval_every`` is 0 (auto)
 
 
@@ -48,6 +50,10 @@ class FitConfig:
     coordinates, stays fp32); keep-best PSNR is measured with an fp32 forward. Honoured on the
     CPU too (slow there unless the CPU has bf16 matmul units; meant for CUDA).
     cpu_workers: chunks fitted concurrently on the CPU, one thread each (0: torch's thread count).
+    step: "eager" (``inr.engine``, the reference) or "compiled" (``inr.fast_step``: torch.compile,
+    polynomial sine, fused bias + sine; fp32 only).
+    init: a learned initialization (``inrbench meta-init``) to start every image from instead of
+    the seeded random init; init_sha256: its file's sha256 (checked when loading; recorded).
     """
 
     arch: SirenArch
@@ -61,6 +67,9 @@ class FitConfig:
     cpu_workers: int = 0
     eval_every: int = 0
     autocast: str = "none"
+    step: str = "eager"
+    init: str = ""
+    init_sha256: str = ""
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
@@ -76,6 +85,10 @@ class FitConfig:
                              "its gradients underflow fp16); use bf16")
         if self.autocast not in AUTOCAST:
             raise ValueError(f"autocast must be one of {sorted(AUTOCAST)}, got {self.autocast!r}")
+        if self.step not in STEPS:
+            raise ValueError(f"step must be one of {list(STEPS)}, got {self.step!r}")
+        if self.step == "compiled" and self.autocast != "none":
+            raise ValueError("the compiled fit step is fp32 only (autocast none)")
 
     @property
     def eval_interval(self) -> int:
@@ -85,6 +98,13 @@ class FitConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["arch"] = self.arch.to_dict()
+        # defaults left out: dicts (fit-cache keys, encode work folders) of earlier encodes stay valid;
+        # the init's path is not part of what was computed, its hash is
+        del d["init"]
+        if self.step == "eager":
+            del d["step"]
+        if not self.init_sha256:
+            del d["init_sha256"]
         return d
 
     @staticmethod
@@ -175,7 +195,7 @@ def auto_batch(cfg: FitConfig, n: int, pixels: int, device: torch.device) -> int
             budget = 2 * 2**30
     b = max(1, int(budget // fit_bytes_per_image(cfg.arch, pixels)))
     if device.type != "cuda":
-        b = min(b, cfg.cpu_batch_cap)
+        b = min(b, cfg.cpu_batch_cap, COMPILED_CPU_BATCH_CAP if cfg.step == "compiled" else cfg.cpu_batch_cap)
     return max(1, min(b, n))
 
 
@@ -210,8 +230,11 @@ def _optimize_chunk(
     masks: Sequence[torch.Tensor | None] | None = None,
     transform: Callable[[Weights, list | None], Weights] | None = None,
     autocast: str = "none",
+    step: str = "eager",
+    threads: int = 0,
 ) -> tuple[Weights, torch.Tensor]:
-    """One chunk of ``optimize`` (same arguments), on one engine."""
+    """One chunk of ``optimize`` (same arguments), on one engine (``step`` "eager") or with the
+    compiled step (``inr.fast_step``, compiled for ``threads`` CPU threads)."""
     dev = targets.device
     B = targets.shape[0]
     thetas = [T.to(dev, torch.float32) for T in to_theta([(W.detach(), b.detach()) for W, b in weights])]
@@ -230,6 +253,14 @@ def _optimize_chunk(
     ac_dtype = AUTOCAST[autocast]
     eval_every = eval_every or (1 if ac_dtype is None else AUTOCAST_EVAL_EVERY)
     eng = SirenEngine(arch, coords, B, mm_dtype=ac_dtype)
+    fast = None
+    if step == "compiled":
+        from inr.fast_step import compiled_step
+
+        if ac_dtype is not None:
+            raise ValueError("the compiled fit step is fp32 only (autocast none)")
+        fast = compiled_step(arch, B, P, dev, threads or torch.get_num_threads())
+        t01c = t01.contiguous()  # the layout the step was compiled for (``fast_step.warm``)
     opt = _make_adam(thetas, lr)
     lr_min = lr * lr_final_factor
 
@@ -253,13 +284,19 @@ def _optimize_chunk(
         for it in range(iterations):
             cur = current()
             evaluate = it % eval_every == 0
-            if evaluate and ac_dtype is not None:
-                evaluate_fp32(cur)
-            rgb = eng.forward(cur)
-            if evaluate and ac_dtype is None:
-                keep_best(_psnr_from_rgb(rgb, t255, exact=False), cur)
-            grad_out = rgb.sub_(t01).mul_(2.0 / (3 * P))  # d/d rgb of sum_b mean (rgb - t)^2
-            for T, g, m in zip(thetas, eng.backward(grad_out), mts, strict=True):
+            if fast is not None:
+                grads, psnr = fast(cur, eng.a0, t01c)
+                if evaluate:
+                    keep_best(psnr.double(), cur)
+            else:
+                if evaluate and ac_dtype is not None:
+                    evaluate_fp32(cur)
+                rgb = eng.forward(cur)
+                if evaluate and ac_dtype is None:
+                    keep_best(_psnr_from_rgb(rgb, t255, exact=False), cur)
+                grad_out = rgb.sub_(t01).mul_(2.0 / (3 * P))  # d/d rgb of sum_b mean (rgb - t)^2
+                grads = eng.backward(grad_out)
+            for T, g, m in zip(thetas, grads, mts, strict=True):
                 T.grad = g if m is None else g.mul_(m)
             for grp in opt.param_groups:
                 grp["lr"] = lr_min + 0.5 * (lr - lr_min) * (1.0 + math.cos(math.pi * it / iterations))
@@ -295,6 +332,7 @@ def optimize(
     autocast: str = "none",
     chunk: int = 0,
     workers: int = 0,
+    step: str = "eager",
 ) -> tuple[Weights, torch.Tensor]:
     """Adam + cosine schedule for ``B`` images; returns the best weights per image and their PSNR.
 
@@ -327,14 +365,21 @@ def optimize(
         chunk = auto_batch(FitConfig(arch=arch), max(B, 1), targets.shape[1], dev)
     ranges = [(s, min(B, s + chunk)) for s in range(0, B, chunk)] or [(0, 0)]
 
+    n_workers = min(cpu_workers(workers), len(ranges)) if dev.type == "cpu" else 1
+    step_threads = 1 if n_workers > 1 else torch.get_num_threads()
+
     def one(se: tuple[int, int]) -> tuple[Weights, torch.Tensor]:
         s, e = se
         return _optimize_chunk(
             [(W[s:e], b[s:e]) for W, b in weights], targets[s:e], coords, arch, iterations, lr, lr_final_factor,
             eval_every, None if masks is None else [None if m is None else m[s:e] for m in masks], transform, autocast,
+            step, step_threads,
         )
 
-    n_workers = min(cpu_workers(workers), len(ranges)) if dev.type == "cpu" else 1
+    if step == "compiled" and B:
+        from inr.fast_step import warm
+
+        warm(arch, [(e - s, targets.shape[1]) for s, e in ranges], dev, step_threads)
     if n_workers > 1:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
@@ -401,13 +446,21 @@ def fit(
     step = chunk * workers * (2 if workers > 1 else 1)  # images per progress report
     parts: list[Weights] = []
     psnrs: list[np.ndarray] = []
+    start = None
+    if config.init or config.init_sha256:
+        from inr.meta import load_init
+
+        start = load_init(config.init, arch, config.init_sha256).weights
     for s in range(0, n, step):
         e = min(n, s + step)
-        w0 = init_weights(arch, e - s, seed=config.seed, first_index=first_index + s, device=dev)
+        if start is None:
+            w0 = init_weights(arch, e - s, seed=config.seed, first_index=first_index + s, device=dev)
+        else:  # the learned init: the same starting point for every image
+            w0 = [(W.expand(e - s, -1, -1).to(dev), b.expand(e - s, -1, -1).to(dev)) for W, b in start]
         tg = images_to_targets(imgs[s:e], dev)
         best, _ = optimize(
             w0, tg, coords, arch, config.iterations, config.lr, config.lr_final_factor,
-            config.eval_interval, autocast=config.autocast, chunk=chunk, workers=workers,
+            config.eval_interval, autocast=config.autocast, chunk=chunk, workers=workers, step=config.step,
         )
         p = decode_psnr(best, imgs[s:e], arch)
         best_cpu = [(W.cpu(), b.cpu()) for W, b in best]

@@ -27,6 +27,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch", type=positive_int, help="images fitted together (default: from --memory-mb)")
     g.add_argument("--memory-mb", type=positive_int, help="memory budget per chunk in MiB (default: 60%% of free GPU memory, 2048 on CPU)")
     g.add_argument("--autocast", choices=["none", "bf16"], help="bf16 matmuls for fitting (first layer fp32; fp16 is not offered: no loss scaling)")
+    g.add_argument("--init", help="start every image from this learned initialization (`inrbench meta-init`; "
+                   "its sha256 is recorded in the store) instead of the seeded random init")
+    g.add_argument("--fit-step", choices=["eager", "compiled"],
+                   help="eager (reference, default) or compiled (torch.compile, polynomial sine; fp32)")
     g = p.add_argument_group("pruning")
     g.add_argument("--prune", type=float, default=0.0, help="fraction of weights to prune per layer, exact (iterative)")
     g.add_argument("--prune-budget-db", type=float, help="dynamic pruning: per image, prune while PSNR drop <= this")
@@ -62,8 +66,14 @@ def build_config(args: argparse.Namespace):
         fit_cfg = preset(
             args.preset, iterations=args.iterations, layers=args.layers, hidden=args.hidden, w0=args.w0,
             w0_first=args.w0_first, lr=args.lr, seed=args.seed, batch=args.batch,
-            memory_budget_mb=args.memory_mb, autocast=args.autocast,
+            memory_budget_mb=args.memory_mb, autocast=args.autocast, step=args.fit_step,
         )
+        if args.init:  # refused here (one line, exit 2) when it is not an init for this architecture
+            from dataclasses import replace
+
+            from inr.meta import load_init
+
+            fit_cfg = replace(fit_cfg, init=str(args.init), init_sha256=load_init(args.init, fit_cfg.arch).sha256)
         prune = PruneConfig(
             ratio=args.prune, rounds=args.prune_rounds, finetune_iterations=args.prune_finetune, lr=args.prune_lr,
             budget_db=args.prune_budget_db, max_ratio=args.prune_max, step=args.prune_step,

@@ -77,4 +77,8 @@ def run(args: argparse.Namespace) -> int:
     fit = s["meta"].get("fit")
     if fit:
         print(f"  fit            {fit.get('iterations')} iterations, lr {fit.get('lr')}, seed {fit.get('seed')}")
+    init = s["meta"].get("init")
+    if init:
+        print(f"  init           learned ({init.get('method', '?')}, {init.get('num_images')} {init.get('split')} images): "
+              f"sha256 {init.get('sha256')}")
     return 0

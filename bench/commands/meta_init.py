@@ -1,0 +1,64 @@
+"""`inrbench meta-init PREPARED_DIR --preset P --out init.pt`: a learned SIREN initialization (Reptile).
+
+Trains on a seeded subset of the *train* split only; `inrbench encode --init init.pt` starts every
+image from it (``inr.meta``).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "meta-learn a SIREN initialization (Reptile) on a seeded subset of a prepared train split, for encode --init"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from bench.argtypes import positive_float, positive_int
+
+    p.add_argument("prepared", help="a prepared dataset folder (`inrbench prepare`); only its train split is read")
+    p.add_argument("--preset", default="demo", help="the encode preset the init is for (architecture, lr; default demo)")
+    p.add_argument("--layers", type=positive_int)
+    p.add_argument("--hidden", type=positive_int)
+    p.add_argument("--w0", type=positive_float)
+    p.add_argument("--out", required=True, help="the init file to write (an existing one needs --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing init file written by meta-init")
+    p.add_argument("--images", type=positive_int, default=1024, help="train images in the seeded subset (default 1024)")
+    p.add_argument("--outer-steps", type=positive_int, default=300, help="Reptile outer steps (default 300)")
+    p.add_argument("--inner-steps", type=positive_int, default=8, help="Adam steps per outer step (default 8)")
+    p.add_argument("--meta-batch", type=positive_int, default=16, help="images per outer step (default 16)")
+    p.add_argument("--inner-lr", type=positive_float, help="inner Adam lr (default: the preset's lr)")
+    p.add_argument("--outer-lr", type=positive_float, default=1.0, help="Reptile step, annealed to 0 (default 1)")
+    p.add_argument("--pixels", type=positive_int, default=4096, help="pixels sampled per outer step (default 4096)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=positive_int)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bench.datasets.prepared import open_prepared
+    from bench.devices import resolve_device
+    from bench.errors import InputError
+    from bench.outputs import claim
+    from inr.fit import preset
+    from inr.meta import MetaConfig, meta_init_dataset, save_init
+
+    args.device = resolve_device(args.device)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    fit_cfg = preset(args.preset, layers=args.layers, hidden=args.hidden, w0=args.w0)
+    try:
+        mcfg = MetaConfig(outer_steps=args.outer_steps, inner_steps=args.inner_steps, meta_batch=args.meta_batch,
+                          inner_lr=args.inner_lr or 0.0, outer_lr=args.outer_lr, pixels=args.pixels,
+                          images=args.images, seed=args.seed)
+    except ValueError as e:
+        raise InputError(f"bad meta-init options: {e}") from None
+    with claim(args.out, "meta-init", inputs={"prepared dataset": args.prepared},
+               mode="replace" if args.overwrite else "new") as out:
+        ds = open_prepared(args.prepared)
+        weights, info = meta_init_dataset(ds, fit_cfg.arch, fit_cfg.lr, mcfg, device=args.device)
+        info["preset"] = args.preset
+        sha = save_init(out, fit_cfg.arch, weights, info)
+    print(f"wrote {out}: {fit_cfg.arch.layers}x{fit_cfg.arch.hidden} init from {info['num_images']} train images "
+          f"({mcfg.outer_steps} outer x {mcfg.inner_steps} inner steps, {info['seconds']:.1f} s), sha256 {sha}")
+    return 0

@@ -1,0 +1,198 @@
+"""`inrbench perf init`: how many fit iterations a learned initialization saves, and at what cost.
+
+For each image set (``photos`` at 32x32 with the ``cifar10`` preset's 5x13 SIREN, and ``photos``
+at 224x224 with the ``flowers102`` preset's 10x32 SIREN): meta-train an init (``inr.meta``,
+Reptile) on the set's *train* split, then fit the *held-out test* images from the seeded random
+init and from the learned init, with the preset's lr and cosine schedule, recording the mean
+best-so-far PSNR after every iteration. Reported:
+
+* the PSNR random init reaches at ``--iterations`` (the preset's full count at 32x32; fewer by
+  default at 224x224 so the benchmark runs in minutes on a CPU), and the first iteration at
+  which the learned init reaches it (same schedule length): the saving factor;
+* a confirmation fit from the learned init with *that* many iterations (its own cosine
+  schedule), through the real encoder (``inr.encode.encode_images`` with ``FitConfig.init``),
+  with fp32, 8-bit (16:8:16) and pruned + 8-bit end points, next to random init's at full
+  iterations: a shared starting point could change the weight distributions 8-bit relies on;
+* the meta-training cost (seconds, image-iterations) and the number of images to encode before
+  it pays for itself.
+
+``--figure PATH`` draws PSNR against iterations (log axis), random vs learned, with the fp32 and
+8-bit end points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HELP = "learned init (meta-init) vs random init: iterations to the same PSNR, 8-bit/pruned PSNR, meta-training cost"
+
+SETS = {  # name -> (image side, preset, default iterations, default held-out images, meta-training defaults)
+    "32": (32, "cifar10", 5000, 8, {"outer_steps": 300, "inner_steps": 8, "meta_batch": 16, "pixels": 4096}),
+    "224": (224, "flowers102", 300, 1, {"outer_steps": 80, "inner_steps": 4, "meta_batch": 8, "pixels": 2048}),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sets", default="32,224", help="image sets to measure: 32, 224 or both (default 32,224)")
+    p.add_argument("--iterations-32", type=int, default=0, help="fit iterations at 32x32 (default: the preset's 5000)")
+    p.add_argument("--iterations-224", type=int, default=0, help="fit iterations at 224x224 (default 300: CPU minutes)")
+    p.add_argument("--test-images", type=int, default=0, help="held-out images per set (default 8 at 32, 1 at 224)")
+    p.add_argument("--outer-steps", type=int, default=0, help="Reptile outer steps (default 300 at 32, 80 at 224)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's default)")
+    p.add_argument("--no-prune", action="store_true", help="skip the pruned + 8-bit end points")
+    p.add_argument("--figure", help="write the PSNR-vs-iterations figure (PNG) here")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _log_points(n: int) -> list[int]:
+    import numpy as np
+
+    return sorted({0, n, *np.unique(np.round(np.logspace(0, np.log10(max(n, 1)), 60)).astype(int)).tolist()})
+
+
+def _end_points(imgs, arch, lr: float, iterations: int, init: tuple[str, str] | None, prune: bool) -> dict[str, float]:
+    """Mean PSNR of the real encoder's fp32 fit, 8-bit (16:8:16) and pruned(15%) + 8-bit stores."""
+    from inr.encode import EncodeConfig, encode_images
+    from inr.fit import FitConfig
+    from inr.prune import PruneConfig
+    from inr.quantize import QuantConfig, parse_bits
+
+    fit = FitConfig(arch=arch, iterations=iterations, lr=lr, init=init[0] if init else "",
+                    init_sha256=init[1] if init else "")
+    q8 = QuantConfig(parse_bits("16:8:16", arch.num_linear))
+    e8 = encode_images(imgs, EncodeConfig(fit=fit, quant=q8))
+    out = {"fp32": e8.stages["fit_psnr"], "8bit": e8.stages["final_psnr"]}
+    if prune:
+        pc = PruneConfig(ratio=0.15, rounds=1, finetune_iterations=max(10, iterations // 10), lr=lr)
+        ep = encode_images(imgs, EncodeConfig(fit=fit, quant=q8, prune=pc))
+        out["pruned-8bit"] = ep.stages["final_psnr"]
+    return out
+
+
+def measure_set(name: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    import numpy as np
+
+    from bench.datasets.prepare import prepare_dataset
+    from bench.datasets.prepared import open_prepared
+    from inr.fit import preset
+    from inr.meta import MetaConfig, fit_curve, iterations_to_reach, meta_init_dataset, save_init
+
+    size, preset_name, default_iters, default_test, meta_defaults = SETS[name]
+    cfg = preset(preset_name)
+    iters = getattr(args, f"iterations_{name}") or default_iters
+    n_test = args.test_images or default_test
+    per_class = 20 if size <= 64 else 5
+    ds = open_prepared(prepare_dataset("photos", workdir / f"photos{size}", size=size, per_class=per_class, jpeg_quality=90))
+    test = np.asarray(ds.split("test").images)[:n_test]  # held out: never seen by meta-training
+    mcfg = MetaConfig(**{**meta_defaults, **({"outer_steps": args.outer_steps} if args.outer_steps else {})},
+                      seed=args.seed)
+    weights, info = meta_init_dataset(ds, cfg.arch, cfg.lr, mcfg)
+    init_path = workdir / f"init{size}.pt"
+    sha = save_init(init_path, cfg.arch, weights, info)
+    t0 = time.perf_counter()
+    rand = fit_curve(test, cfg.arch, iters, cfg.lr, seed=args.seed)
+    sec_per_img_it = (time.perf_counter() - t0) / (iters * len(test))
+    learned = fit_curve(test, cfg.arch, iters, cfg.lr, start=weights)
+    target = float(rand[-1])
+    k = iterations_to_reach(learned, target)
+    k_run = k if k else iters
+    ends_random = _end_points(test, cfg.arch, cfg.lr, iters, None, not args.no_prune)
+    ends_learned = _end_points(test, cfg.arch, cfg.lr, max(1, k_run), (str(init_path), sha), not args.no_prune)
+    saved_s = (iters - k_run) * sec_per_img_it
+    pts = _log_points(iters)
+    return {
+        "set": f"photos {size}x{size}", "preset": preset_name, "arch": f"{cfg.arch.layers}x{cfg.arch.hidden}",
+        "lr": cfg.lr, "iterations": iters, "held_out_images": int(len(test)),
+        "meta": {k2: info[k2] for k2 in ("split", "num_images", "seconds", "image_iterations", "pixels_per_step", "config")},
+        "random_psnr_at_full": target,
+        "learned_psnr_at_full": float(learned[-1]),
+        "learned_psnr_at_0": float(learned[0]), "random_psnr_at_0": float(rand[0]),
+        "iterations_to_reach": k,
+        "saving_factor": (iters / k) if k else None,
+        "seconds_per_image_iteration": sec_per_img_it,
+        "seconds_saved_per_image": saved_s,
+        "break_even_images": (info["seconds"] / saved_s) if saved_s > 0 else None,
+        "end_points": {"random": {"iterations": iters, **ends_random}, "learned": {"iterations": k_run, **ends_learned}},
+        "curve": {"iterations": pts, "random": [float(rand[i]) for i in pts], "learned": [float(learned[i]) for i in pts]},
+    }
+
+
+def figure(results: list[dict], path: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4), squeeze=False)
+    for ax, r in zip(axes[0], results, strict=True):
+        c = r["curve"]
+        x = [max(i, 1) for i in c["iterations"]]  # iteration 0 drawn at 1 on the log axis
+        ax.plot(x, c["random"], color="#555555", label="random init (fp32, best so far)")
+        ax.plot(x, c["learned"], color="#0072B2", label="learned init (fp32, best so far)")
+        for who, col in (("random", "#555555"), ("learned", "#0072B2")):
+            e = r["end_points"][who]
+            ax.scatter([e["iterations"]], [e["fp32"]], color=col, marker="o", zorder=3,
+                       label=f"{who}: encoder fp32 @ {e['iterations']} it")
+            ax.scatter([e["iterations"]], [e["8bit"]], color=col, marker="v", zorder=3,
+                       label=f"{who}: 8-bit (16:8:16) @ {e['iterations']} it")
+        ax.axhline(r["random_psnr_at_full"], color="#999999", ls=":", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel("fit iterations (log)")
+        ax.set_ylabel("mean PSNR, held-out images (dB)")
+        ax.set_title(f"{r['set']}, SIREN {r['arch']} ({r['held_out_images']} held-out)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from bench import envinfo
+    from bench.errors import InputError
+
+    names = [s.strip() for s in args.sets.split(",") if s.strip()]
+    if not names or any(n not in SETS for n in names):
+        raise InputError(f"--sets takes {', '.join(SETS)} (comma separated), got {args.sets!r}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="perf-init-") as td:
+        results = [measure_set(n, args, Path(td)) for n in names]
+    fig = figure(results, args.figure) if args.figure else None
+    doc = {"sets": results, "figure": str(fig) if fig else None, "threads": torch.get_num_threads(),
+           "seconds": time.perf_counter() - t0,
+           "env": {k: v for k, v in envinfo.collect().items() if k in ("git", "torch", "cpu", "gpu")}}
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True, default=str))
+        return 0
+    print(f"perf init: learned (Reptile, train split) vs random init, held-out test images, threads {doc['threads']}")
+    print(f"{'set':<18} {'SIREN':>6} {'iters':>6} {'random@full':>11} {'learned@full':>12} {'learned@0':>9} "
+          f"{'it to reach':>11} {'saving':>7} {'meta s':>7} {'meta img-it':>11} {'break-even imgs':>15}")
+    for r in results:
+        k = r["iterations_to_reach"]
+        be = r["break_even_images"]
+        print(f"{r['set']:<18} {r['arch']:>6} {r['iterations']:>6} {r['random_psnr_at_full']:>11.2f} "
+              f"{r['learned_psnr_at_full']:>12.2f} {r['learned_psnr_at_0']:>9.2f} {k if k else 'never':>11} "
+              f"{(str(round(r['saving_factor'], 1)) + 'x') if k else '-':>7} {r['meta']['seconds']:>7.1f} "
+              f"{r['meta']['image_iterations']:>11} {(f'{be:.0f}' if be else '-'):>15}")
+    print("end points through the encoder (mean PSNR dB; learned at its iterations-to-reach, own cosine schedule):")
+    for r in results:
+        for who in ("random", "learned"):
+            e = r["end_points"][who]
+            extra = f"  pruned15%+8-bit {e['pruned-8bit']:.2f}" if "pruned-8bit" in e else ""
+            print(f"  {r['set']:<18} {who:<8} {e['iterations']:>5} it: fp32 {e['fp32']:.2f}  8-bit {e['8bit']:.2f}{extra}")
+    print(f"meta-init trains on the train split only ({', '.join(str(r['meta']['num_images']) + ' images' for r in results)}); "
+          f"total {doc['seconds']:.0f} s" + (f"; figure {fig}" if fig else ""))
+    return 0

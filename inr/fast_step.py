@@ -1,0 +1,119 @@
+"""A compiled fit step: ``torch.compile`` of the forward, loss gradient, backward and PSNR of ``B`` SIRENs.
+
+The same maths as ``inr.engine.SirenEngine`` (the eager reference), written as one pure function
+so that inductor can fuse what the decoder (``pipelines.inr_decode``) fuses:
+
+* channels-first activations ``[B, hidden, P]`` (the pixel axis is the GEMMs' long N);
+* weights and biases kept apart (``T[:, :, :-1]`` / ``T[:, :, -1:]`` of the engine's theta layout),
+  so bias + sine + cosine are one fused elementwise kernel per layer (no ones row to append);
+* the polynomial sine of the decoder (``fast_sin``) in the forward *and* its cosine
+  (``fast_sin(z + pi/2)``) for the backward, computed in the same pass;
+* the first layer (2 inputs) as broadcast FMAs fused with the sine, its gradient one small
+  product; the loss gradient and the keep-best PSNR fused into the output layer's epilogue.
+
+Per chunk shape (``B``, ``P``, arch) the function is compiled once (``dynamic=False``); on the CPU
+it is compiled with the thread count it will run under (inductor bakes the OpenMP team size in).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import torch
+
+from inr.siren import SirenArch
+from pipelines.inr_decode import fast_sin
+
+HALF_PI = 0.5 * math.pi
+_LOCK = threading.Lock()
+_CACHE: dict = {}
+
+
+def _step(thetas: list[torch.Tensor], a0: torch.Tensor, t01: torch.Tensor, scales: tuple[float, ...],
+          sin_fn) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """thetas ``[B, out, in + 1]`` per layer, a0 ``[3, P]`` (coords + ones), t01 ``[B, 3, P]`` targets in [0, 1].
+
+    Returns (gradients of ``sum_b mean (rgb - t)^2`` w.r.t. thetas, PSNR ``[B]`` float32 of the 8-bit rgb).
+    """
+    L = len(thetas) - 1
+    P = a0.shape[1]
+    acts: list[torch.Tensor] = []
+    coss: list[torch.Tensor] = []
+    Ws: list[torch.Tensor] = []
+    T0 = thetas[0] * scales[0]
+    z = T0[:, :, 0:1] * a0[0] + T0[:, :, 1:2] * a0[1] + T0[:, :, 2:3]
+    x = sin_fn(z)
+    acts.append(x)
+    coss.append(sin_fn(z + HALF_PI))
+    for li in range(1, L):
+        T = thetas[li] * scales[li]
+        W, b = T[:, :, :-1], T[:, :, -1:]
+        Ws.append(W)
+        z = torch.bmm(W, x) + b
+        x = sin_fn(z)
+        acts.append(x)
+        coss.append(sin_fn(z + HALF_PI))
+    T = thetas[L]
+    W, b = T[:, :, :-1] * 0.5, T[:, :, -1:] * 0.5 + 0.5
+    Ws.append(W)
+    rgb = torch.bmm(W, x) + b
+    q = torch.round(rgb.clamp(0.0, 1.0) * 255.0) - t01 * 255.0
+    mse = (q * q).flatten(1).mean(dim=1)
+    psnr = 10.0 * torch.log10(65025.0 / mse)
+    g = (rgb - t01) * (2.0 / (3 * P))
+    grads: list[torch.Tensor] = [None] * (L + 1)  # type: ignore[list-item]
+    for li in range(L, 0, -1):
+        xin = acts[li - 1]
+        s = 0.5 if li == L else scales[li]
+        gW = torch.bmm(g, xin.transpose(1, 2))
+        gb = g.sum(dim=2, keepdim=True)
+        grads[li] = torch.cat([gW, gb], dim=2) * s
+        g = torch.bmm(Ws[li - 1].transpose(1, 2), g) * coss[li - 1]
+    gW = torch.matmul(g, a0.t())  # [B, h, 3]: coordinates and the ones row (bias) at once
+    grads[0] = gW * scales[0]
+    return grads, psnr
+
+
+def compiled_step(arch: SirenArch, B: int, P: int, device: torch.device, threads: int, fast_sine: bool = True):
+    """The compiled step for one chunk shape run with ``threads`` CPU threads (cached; compiled on first call)."""
+    key = (arch, B, P, str(device), fast_sine, threads if torch.device(device).type == "cpu" else 0)
+    with _LOCK:
+        fn = _CACHE.get(key)
+        if fn is None:
+            from torch import _dynamo
+
+            cfg = _dynamo.config
+            limit = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+            setattr(cfg, limit, max(getattr(cfg, limit), 64))  # one graph per chunk shape, never a silent eager fallback
+            scales = tuple(float(arch.omega(li) or 0.5) for li in range(arch.num_linear))
+            sin_fn = fast_sin if fast_sine else torch.sin
+
+            def step(thetas, a0, t01):
+                return _step(thetas, a0, t01, scales, sin_fn)
+
+            fn = torch.compile(step, dynamic=False, fullgraph=True)
+            _CACHE[key] = fn
+    return fn
+
+
+def eager_step(arch: SirenArch, fast_sine: bool = False):
+    """The uncompiled twin of ``compiled_step`` (for tests and for measuring what compilation buys)."""
+    scales = tuple(float(arch.omega(li) or 0.5) for li in range(arch.num_linear))
+    sin_fn = fast_sin if fast_sine else torch.sin
+    return lambda thetas, a0, t01: _step(thetas, a0, t01, scales, sin_fn)
+
+
+def warm(arch: SirenArch, shapes: list[tuple[int, int]], device: torch.device, threads: int) -> None:
+    """Compile the step for each ``(B, P)`` before worker threads use it (compilation is not thread-parallel)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad():
+            for B, P in sorted(set(shapes)):
+                fn = compiled_step(arch, B, P, device, threads)
+                thetas = [torch.zeros(B, o, i + 1, device=device) for i, o in arch.shapes]
+                a0 = torch.ones(3, P, device=device)
+                fn(thetas, a0, torch.zeros(B, 3, P, device=device))
+    finally:
+        torch.set_num_threads(old)

@@ -1,0 +1,231 @@
+"""Learned initialization: one starting point for every image's SIREN, meta-learned on training images.
+
+Reptile (Nichol et al. 2018), as used for coordinate networks by Tancik et al. 2021 ("Learned
+Initializations for Optimizing Coordinate-Based Neural Representations"), batched like the fit:
+each outer step takes ``meta_batch`` training images, starts all of them from the current init,
+runs ``inner_steps`` Adam steps on each (one ``inr.engine.SirenEngine``, so one batched matmul per
+layer), and moves the init towards the mean of the adapted weights by ``outer_lr`` (annealed
+linearly to 0). At large image sizes each outer step sees a random subset of ``pixels`` pixel
+positions (shared by the batch), which keeps meta-training cheap; the fit itself uses all pixels.
+
+Only the *train* split is ever read (``meta_init_dataset`` asserts it): a learned init that has
+seen test images would leak them into every encode that starts from it. The file records which
+split and how many images trained it; ``inrbench encode --init`` records the file's sha256.
+
+File: ``torch.save`` of ``{"format", "arch", "weights": [(W [1, in, out], b [1, 1, out])], "meta"}``,
+read back with ``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench.errors import InputError
+from inr.engine import SirenEngine, from_theta, to_theta
+from inr.siren import SirenArch, Weights, coord_grid, init_weights
+
+FORMAT = "inr-bench meta-init v1"
+TRAIN_SPLIT = "train"
+
+
+@dataclass(frozen=True)
+class MetaConfig:
+    """Reptile settings. inner_lr 0 = the preset's fit lr; images: the seeded subset of the train split."""
+
+    outer_steps: int = 300
+    inner_steps: int = 8
+    meta_batch: int = 16
+    inner_lr: float = 0.0
+    outer_lr: float = 1.0
+    pixels: int = 4096
+    images: int = 1024
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.outer_steps, self.inner_steps, self.meta_batch, self.pixels, self.images) < 1:
+            raise ValueError("outer_steps, inner_steps, meta_batch, pixels and images must be >= 1")
+        if not (0 <= self.inner_lr < math.inf and 0 < self.outer_lr <= 1.0):
+            raise ValueError(f"inner_lr >= 0 and 0 < outer_lr <= 1 required, got {self.inner_lr}, {self.outer_lr}")
+
+
+@dataclass
+class LearnedInit:
+    """weights: float32 ``[(W [1, in, out], b [1, 1, out])]``; sha256 of the file it came from (or '')."""
+
+    arch: SirenArch
+    weights: Weights
+    meta: dict
+    sha256: str = ""
+
+
+def meta_train(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig = MetaConfig(),
+               device: str | torch.device = "cpu", progress=None) -> tuple[Weights, dict]:
+    """Reptile on uint8 ``[N, H, W, 3]`` *training* images -> (init weights ``[(W [1,in,out], b [1,1,out])]``, info).
+
+    Deterministic for a given seed, device and thread count.
+    """
+    dev = torch.device(device)
+    n, h, w, _ = images.shape
+    rng = np.random.default_rng(cfg.seed)
+    theta = [T.to(dev) for T in to_theta(init_weights(arch, 1, seed=cfg.seed, device=dev))]
+    coords = coord_grid(h, w, device=dev)
+    P = h * w
+    Ps = min(P, cfg.pixels)
+    B = min(cfg.meta_batch, n)
+    coords_s = coords[:Ps]
+    eng = SirenEngine(arch, coords_s, B)
+    inner_lr = cfg.inner_lr or lr
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for step in range(cfg.outer_steps):
+            idx = np.sort(rng.choice(n, B, replace=False))
+            tg = torch.from_numpy(np.asarray(images[idx], dtype=np.uint8).reshape(B, P, 3)).to(dev)
+            if Ps < P:
+                pix = torch.from_numpy(np.sort(rng.choice(P, Ps, replace=False))).to(dev)
+                eng.a0[:2].copy_(coords[pix].t())
+                tg = tg[:, pix]
+            t01 = tg.permute(0, 2, 1).to(torch.float32).div_(255.0)
+            thetas = [T.expand(B, -1, -1).clone() for T in theta]
+            opt = torch.optim.Adam(thetas, lr=inner_lr)
+            for _ in range(cfg.inner_steps):
+                rgb = eng.forward(thetas)
+                for T, g in zip(thetas, eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * Ps))), strict=True):
+                    T.grad = g
+                opt.step()
+            eps = cfg.outer_lr * (1.0 - step / cfg.outer_steps)
+            for T, A in zip(theta, thetas, strict=True):
+                T.add_(A.mean(dim=0, keepdim=True).sub_(T), alpha=eps)
+            if progress is not None:
+                progress(step + 1)
+    seconds = time.perf_counter() - t0
+    info = {"method": "reptile", "config": asdict(cfg), "inner_lr_used": inner_lr, "seconds": seconds,
+            "image_iterations": cfg.outer_steps * B * cfg.inner_steps, "pixels_per_step": Ps}
+    return [(W.cpu(), b.cpu()) for W, b in from_theta(theta)], info
+
+
+def meta_init_dataset(ds, arch: SirenArch, lr: float, cfg: MetaConfig = MetaConfig(), split: str = TRAIN_SPLIT,
+                      device: str | torch.device = "cpu", progress=None) -> tuple[Weights, dict]:
+    """``meta_train`` on a seeded subset of ``cfg.images`` images of the prepared dataset's *train* split.
+
+    Touches no other split (asserted): the record names the split, the count and the chosen indices' hash.
+    """
+    assert split == TRAIN_SPLIT, f"meta-init trains on the train split only, not {split!r}"
+    s = ds.split(TRAIN_SPLIT)
+    n_all = len(s)
+    if n_all < 1:
+        raise InputError("the train split has no images to meta-train on", ds.root)
+    k = min(cfg.images, n_all)
+    idx = np.sort(np.random.default_rng(cfg.seed + 7919).choice(n_all, k, replace=False))
+    imgs = np.asarray(s.images[idx])
+    weights, info = meta_train(imgs, arch, lr, cfg, device, progress)
+    info.update(split=TRAIN_SPLIT, num_images=int(k), split_count=int(n_all),
+                indices_sha256=hashlib.sha256(idx.astype(np.int64).tobytes()).hexdigest(),
+                dataset=str(ds.root), image_size=[int(x) for x in s.images.shape[1:3]])
+    return weights, info
+
+
+def save_init(path: str | Path, arch: SirenArch, weights: Weights, meta: dict) -> str:
+    """Write the init file (atomically); returns its sha256. The caller claims ``path`` (bench.outputs)."""
+    import io
+
+    from bench.atomic import atomic_write_bytes
+
+    buf = io.BytesIO()
+    torch.save({"format": FORMAT, "arch": arch.to_dict(), "meta": meta,
+                "weights": [(W.detach().cpu().contiguous(), b.detach().cpu().contiguous()) for W, b in weights]}, buf)
+    data = buf.getvalue()
+    atomic_write_bytes(path, data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def load_init(path: str | Path, arch: SirenArch | None = None, expect_sha256: str = "") -> LearnedInit:
+    """Read an init file; refuse (``InputError``, one line) a file that is not one, was changed since
+    ``expect_sha256`` was recorded, or was trained for another architecture than ``arch``."""
+    if not path:
+        raise InputError("this fit configuration names a learned init (init_sha256) but no init file to load")
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read the init file: {e.strerror or e}", p) from None
+    sha = hashlib.sha256(data).hexdigest()
+    if expect_sha256 and sha != expect_sha256:
+        raise InputError(f"init file has sha256 {sha[:12]}..., not the {expect_sha256[:12]}... recorded for this encode", p)
+    import io
+
+    try:
+        d = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - any unreadable file is the same user error
+        d = None
+    if not isinstance(d, dict) or d.get("format") != FORMAT:
+        raise InputError("not a learned initialization written by `inrbench meta-init`", p)
+    got = SirenArch.from_dict(d["arch"])
+    if arch is not None and got != arch:
+        raise InputError(f"init file is for {got.layers}x{got.hidden} (w0_first {got.w0_first:g}, w0 {got.w0:g}), "
+                         f"not the encode's {arch.layers}x{arch.hidden} (w0_first {arch.w0_first:g}, w0 {arch.w0:g})", p)
+    weights = [(W.float(), b.float()) for W, b in d["weights"]]
+    if [tuple(W.shape[1:]) for W, _ in weights] != list(got.shapes):
+        raise InputError("init file's weights do not match its architecture", p)
+    return LearnedInit(arch=got, weights=weights, meta=d.get("meta", {}), sha256=sha)
+
+
+def fit_curve(images: np.ndarray, arch: SirenArch, iterations: int, lr: float, start: Weights | None = None,
+              seed: int = 0, device: str | torch.device = "cpu") -> np.ndarray:
+    """Mean (over images) best-so-far PSNR after ``0..iterations`` Adam steps (cosine schedule, fp32,
+    the eager engine): ``[iterations + 1]`` dB. ``start``: a learned init, else the seeded random init."""
+    dev = torch.device(device)
+    n, h, w, _ = images.shape
+    coords = coord_grid(h, w, device=dev)
+    ws = init_weights(arch, n, seed=seed, device=dev) if start is None else [
+        (W.expand(n, -1, -1), b.expand(n, -1, -1)) for W, b in start]
+    thetas = [T.to(dev) for T in to_theta(ws)]
+    t255 = torch.from_numpy(np.asarray(images, dtype=np.uint8).reshape(n, h * w, 3)).to(dev).permute(0, 2, 1).float()
+    t01 = t255 / 255.0
+    eng = SirenEngine(arch, coords, n)
+    opt = torch.optim.Adam(thetas, lr=lr)
+    best = torch.full((n,), -math.inf, dtype=torch.float64, device=dev)
+    curve = np.zeros(iterations + 1)
+    with torch.no_grad():
+        for it in range(iterations + 1):
+            rgb = eng.forward(thetas)
+            q = torch.round(rgb.clamp(0, 1) * 255.0).sub_(t255)
+            p = 10.0 * torch.log10(65025.0 / q.pow_(2).flatten(1).mean(dim=1, dtype=torch.float64))
+            best = torch.maximum(best, p)
+            curve[it] = float(best.mean())
+            if it == iterations:
+                break
+            for T, g in zip(thetas, eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * h * w))), strict=True):
+                T.grad = g
+            for grp in opt.param_groups:
+                grp["lr"] = 0.5 * lr * (1.0 + math.cos(math.pi * it / iterations))
+            opt.step()
+    return curve
+
+
+def iterations_to_reach(curve: np.ndarray, target: float) -> int | None:
+    """First iteration whose best-so-far mean PSNR reaches ``target`` (None: never)."""
+    hit = np.nonzero(curve >= target)[0]
+    return int(hit[0]) if len(hit) else None
+
+
+def init_record(path: str | Path, sha256: str) -> dict:
+    """What a store records about the learned init it was fitted from (``meta["init"]``)."""
+    rec = {"sha256": sha256, "path": str(path)}
+    try:
+        li = load_init(path, None, sha256)
+        m = li.meta
+        rec.update({k: m.get(k) for k in ("method", "split", "num_images", "dataset", "seconds", "image_iterations")})
+    except InputError:
+        pass
+    return rec

@@ -1,0 +1,117 @@
+"""Learned init (``inr.meta``, ``inrbench meta-init``, ``encode --init``) and the compiled fit step
+(``inr.fast_step``): train split only, deterministic, recorded in the store, refused when it does
+not fit the architecture; compiled and eager fits agree."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bench.datasets.prepare import prepare_dataset
+from bench.datasets.prepared import open_prepared
+from inr.meta import MetaConfig, file_sha256, load_init, meta_init_dataset, meta_train
+from inr.siren import SirenArch
+from tests.cli_helpers import assert_one_line_error, run_cli
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+TINY = MetaConfig(outer_steps=4, inner_steps=2, meta_batch=3, images=6, pixels=40)
+ARCH = SirenArch(2, 6)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return prepare_dataset("synthetic", tmp_path_factory.mktemp("d") / "syn", size=8, num_classes=2, per_class=5,
+                           jpeg_quality=75)
+
+
+class _Watch:
+    """A prepared dataset that records which splits are read."""
+
+    def __init__(self, ds):
+        self.ds, self.read = ds, []
+        self.root, self.manifest = ds.root, ds.manifest
+
+    def split(self, name):
+        self.read.append(name)
+        return self.ds.split(name)
+
+
+def test_meta_init_reads_only_the_train_split_and_records_it(data):
+    ds = _Watch(open_prepared(data))
+    weights, info = meta_init_dataset(ds, ARCH, 1e-3, TINY)
+    assert set(ds.read) == {"train"}
+    assert info["split"] == "train" and info["num_images"] == min(6, len(ds.ds.split("train")))
+    assert [tuple(W.shape) for W, _ in weights] == [(1, i, o) for i, o in ARCH.shapes]
+    with pytest.raises(AssertionError, match="train split only"):
+        meta_init_dataset(ds, ARCH, 1e-3, TINY, split="test")
+    assert "test" not in ds.read
+
+
+def test_meta_train_is_deterministic_under_a_seed():
+    imgs = np.random.default_rng(1).integers(0, 256, (5, 8, 8, 3), dtype=np.uint8)
+    a, _ = meta_train(imgs, ARCH, 1e-3, TINY)
+    b, _ = meta_train(imgs, ARCH, 1e-3, TINY)
+    c, _ = meta_train(imgs, ARCH, 1e-3, MetaConfig(**{**TINY.__dict__, "seed": 1}))
+    assert all(torch.equal(x, y) for (W1, b1), (W2, b2) in zip(a, b, strict=True) for x, y in ((W1, W2), (b1, b2)))
+    assert not all(torch.equal(W1, W2) for (W1, _), (W2, _) in zip(a, c, strict=True))
+
+
+def test_init_round_trips_through_the_store_and_a_wrong_arch_is_refused(data, tmp_path, capsys):
+    init = tmp_path / "init.pt"
+    rc, out, err = run_cli(capsys, "meta-init", data, "--out", init, "--layers", "2", "--hidden", "6",
+                           "--outer-steps", "3", "--inner-steps", "2", "--meta-batch", "2", "--images", "4")
+    assert rc == 0, err
+    sha = file_sha256(init)
+    assert sha in out and load_init(init, ARCH).meta["split"] == "train"
+    store = tmp_path / "s.inr"
+    rc, _, err = run_cli(capsys, "encode", data, "--layers", "2", "--hidden", "6", "--iterations", "5", "--init", init,
+                         "--out", store, "--no-progress", "--limit", "3")
+    assert rc == 0, err
+    rc, out, _ = run_cli(capsys, "inspect", store, "--json")
+    meta = json.loads(out)["meta"]
+    assert meta["fit"]["init_sha256"] == sha and meta["init"]["sha256"] == sha and meta["init"]["split"] == "train"
+    rc, out, _ = run_cli(capsys, "inspect", store)
+    assert f"sha256 {sha}" in out
+    # an init for another architecture: one line, exit 2, nothing written
+    rc, _, err = run_cli(capsys, "encode", data, "--layers", "2", "--hidden", "7", "--init", init,
+                         "--out", tmp_path / "t.inr", "--no-progress")
+    assert_one_line_error(rc, err, "2x6", "2x7")
+    assert not (tmp_path / "t.inr").exists()
+    # not an init file at all
+    rc, _, err = run_cli(capsys, "encode", data, "--init", store, "--out", tmp_path / "u.inr", "--no-progress")
+    assert_one_line_error(rc, err, "not a learned initialization")
+
+
+def test_fast_step_maths_equal_the_engine():
+    from inr.engine import SirenEngine, to_theta
+    from inr.fast_step import eager_step
+    from inr.siren import coord_grid, init_weights
+
+    arch = SirenArch(3, 5)
+    coords = coord_grid(6, 6)
+    th = to_theta(init_weights(arch, 2, seed=3))
+    t01 = torch.rand(2, 3, 36, generator=torch.Generator().manual_seed(0))
+    eng = SirenEngine(arch, coords, 2)
+    rgb = eng.forward(th)
+    ref = eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * 36)))
+    for fast in (False, True):  # torch.sin, and the polynomial sine / cosine
+        got, psnr = eager_step(arch, fast)(th, eng.a0, t01)
+        assert psnr.shape == (2,)
+        for g, r in zip(got, ref, strict=True):
+            assert float((g - r).norm() / r.norm()) < (1e-5 if not fast else 1e-3), fast
+
+
+def test_compiled_and_eager_fits_agree():
+    from inr.fit import images_to_targets, optimize
+    from inr.siren import coord_grid, init_weights
+
+    arch = SirenArch(2, 8)
+    imgs = np.random.default_rng(0).integers(0, 256, (4, 8, 8, 3), dtype=np.uint8)
+    tg, coords = images_to_targets(imgs), coord_grid(8, 8)
+    res = {s: optimize(init_weights(arch, 4, seed=0), tg, coords, arch, 60, 3e-3, chunk=4, workers=1, step=s)[1]
+           for s in ("eager", "compiled")}
+    assert torch.all((res["eager"] - res["compiled"]).abs() < 0.05), res
