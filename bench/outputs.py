@@ -251,8 +251,9 @@ def claim(path: str | Path, kind: str, *, inputs: Mapping[str, object] | None = 
     """
     out = check_output(path, kind, inputs=inputs, mode=mode, option=option)
     out.parent.mkdir(parents=True, exist_ok=True)
+    nested = _lock_path(out) in _HELD  # the command already holds it: its temporaries are live
     with output_lock(out, option) if lock else contextlib.nullcontext():
-        if lock:
+        if lock and not nested:
             remove_stale_temps(out)
         if mode == "append" and kind_of(kind).is_dir:
             out.mkdir(exist_ok=True)
@@ -265,10 +266,20 @@ def _lock_path(out: Path) -> Path:
     return out.with_name(f".{out.name}.{TEMP_TAG}lock")
 
 
+_HELD: dict[Path, int] = {}  # lock file -> depth: a command and the library call inside it share one lock
+
+
 @contextlib.contextmanager
 def output_lock(out: Path, option: str = "--out") -> Iterator[None]:
-    """Exclusive lock on ``out`` held by this process (a dead holder's lock is free again)."""
+    """Exclusive lock on ``out`` held by this process (a dead holder's lock is free again); re-entrant."""
     lp = _lock_path(out)
+    if lp in _HELD:
+        _HELD[lp] += 1
+        try:
+            yield
+        finally:
+            _HELD[lp] -= 1
+        return
     while True:
         fd = os.open(lp, os.O_RDWR | os.O_CREAT, 0o666)
         try:
@@ -285,11 +296,13 @@ def output_lock(out: Path, option: str = "--out") -> Iterator[None]:
         if same:
             break
         os.close(fd)
+    _HELD[lp] = 1
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
+        del _HELD[lp]
         with contextlib.suppress(FileNotFoundError):
             os.unlink(lp)
         os.close(fd)

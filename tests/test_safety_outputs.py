@@ -179,11 +179,29 @@ def test_legacy_outputs_without_marker_are_recognized(world):
 
 
 def test_second_writer_is_refused_naming_the_first(world, capsys):
+    """Another process holds the output's lock: refused before any work (nothing printed), naming its pid."""
     out = world / "busy.inr"
-    with outputs.output_lock(out.resolve()):
-        rc, _, err = run_cli(capsys, "encode", f"{world}/data", "--out", str(out), *ENCODE)
-    assert_one_line_error(rc, err, f"pid {os.getpid()}", "is writing it")
-    assert not out.exists()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time, pathlib; from bench.outputs import output_lock\n"
+         "with output_lock(pathlib.Path(sys.argv[1]).resolve()):\n    print('held', flush=True); time.sleep(60)",
+         str(out)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        rc, stdout, err = run_cli(capsys, "encode", f"{world}/data", "--out", str(out), *ENCODE)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert_one_line_error(rc, err, f"pid {holder.pid}", "is writing it")
+    assert stdout == "" and not out.exists() and not (world / "busy.inr.work").exists()
+
+
+def test_the_lock_is_reentrant_within_one_process(tmp_path):
+    out = (tmp_path / "x.inr").resolve()
+    with outputs.output_lock(out):
+        with outputs.claim(out, "store"):  # the command holds it, the library call inside claims it again
+            assert (tmp_path / ".x.inr.inrbench-lock").is_file()
+        assert (tmp_path / ".x.inr.inrbench-lock").is_file()  # still held by the outer
+    assert not (tmp_path / ".x.inr.inrbench-lock").exists()
 
 
 def test_stale_lock_of_a_dead_process_is_taken_over(world, capsys):

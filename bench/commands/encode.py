@@ -86,22 +86,26 @@ def build_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from bench.devices import resolve_device
+    from bench.outputs import claim
+
+    args.device = resolve_device(args.device)  # a malformed or absent device: exit 2 before any work
+    # refuse a bad --out (or one another encode is writing) before any work; held until the store is written
+    with claim(args.out, "store", inputs={"prepared dataset": args.prepared, "fit cache (--fit-cache)": args.fit_cache},
+               mode="replace" if args.overwrite else "new"):
+        return _encode(args)
+
+
+def _encode(args: argparse.Namespace) -> int:
     import numpy as np
     from tqdm import tqdm
 
     from bench.datasets.identity import source_record
     from bench.datasets.prepared import open_prepared
-    from bench.devices import resolve_device
     from bench.errors import InputError
     from inr.encode import encode_split
     from inr.store import load
 
-    args.device = resolve_device(args.device)  # a malformed or absent device: exit 2 before any work
-
-    from bench.outputs import check_output
-
-    check_output(args.out, "store", inputs={"prepared dataset": args.prepared, "fit cache (--fit-cache)": args.fit_cache},
-                 mode="replace" if args.overwrite else "new")  # refuse before any work; encode_split claims it
     cfg = build_config(args)
     if args.threads:
         import torch
