@@ -13,7 +13,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", metavar="SOURCE", help="dataset source (see `inrbench datasets`)")
     p.add_argument("--root", help="folder holding the dataset (not for built-in photos/synthetic)")
     p.add_argument("--out", required=True, help="output folder (written atomically)")
-    p.add_argument("--size", type=int, help="output side S, images are S x S (default: the source's)")
+    p.add_argument("--size", help="output side S, images are S x S (default: the source's); `native`: every "
+                                  "image keeps its own size (photos; for `inrbench compare`)")
+    p.add_argument("--max-side", type=int, help="with --size native: downscale (aspect kept) an image whose long "
+                                                "side exceeds this (recorded in the manifest)")
     p.add_argument("--limit", type=int, help="at most N images per split (a seeded subset)")
     p.add_argument("--jpeg-quality", type=int, default=90, help="JPEG quality of the JPEG tree (default 90)")
     p.add_argument("--on-error", choices=("fail", "skip"), default="fail",
@@ -44,16 +47,22 @@ def run(args: argparse.Namespace) -> int:
         source=args.source, root=args.root, size=args.size, limit=args.limit,
         jpeg_quality=args.jpeg_quality, on_error=args.on_error, seed=args.seed,
         resize_policy=args.resize_policy, per_class=args.per_class, num_classes=args.num_classes,
-        val_fraction=args.val_fraction, workers=args.workers, max_pixels=args.max_pixels,
+        val_fraction=args.val_fraction, workers=args.workers, max_pixels=args.max_pixels, max_side=args.max_side,
     )
     out = prepare_config(cfg, args.out, overwrite=args.overwrite, progress=True)
     wall = time.perf_counter() - t0
     ds = open_prepared(out)
-    h, w = ds.image_size
+    if ds.native:
+        sizes = sorted({tuple(ds.native_split(n, verify=False).sizes[i]) for n in ds.splits
+                        for i in range(ds.manifest["splits"][n]["count"])})
+        size_text = f"native sizes ({len(sizes)} distinct, {sizes[0][0]}x{sizes[0][1]} .. {sizes[-1][0]}x{sizes[-1][1]})"
+    else:
+        h, w = ds.image_size
+        size_text = f"{h}x{w}"
     nbytes = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     counts = ", ".join(f"{n} {ds.manifest['splits'][n]['count']}" for n in ds.splits)
     skipped = len(ds.manifest.get("skipped", []))
     print(f"prepared {ds.manifest['source']} -> {out}")
-    print(f"  splits: {counts}; {ds.num_classes} classes; {h}x{w}; resize {ds.manifest['resize_policy']}")
+    print(f"  splits: {counts}; {ds.num_classes} classes; {size_text}; resize {ds.manifest['resize_policy']}")
     print(f"  size on disk: {nbytes / 1e6:.1f} MB; skipped: {skipped}; wall time: {wall:.1f} s")
     return 0

@@ -111,7 +111,7 @@ def _codec_rows(codec: Codec, image: np.ndarray, i: int, variants: Sequence[InrD
 
 
 def compare_images(
-    images: np.ndarray,
+    images: np.ndarray | Sequence[np.ndarray],
     variants: Sequence[InrDecoded],
     cfg: CompareConfig,
     progress: Callable[[int], None] | None = None,
@@ -120,21 +120,33 @@ def compare_images(
     """All per-image rows.
 
     Args:
-        images: uint8 ``[N, H, W, 3]`` originals.
-        variants: decoded INR stores, each with ``decoded.shape == images.shape``.
+        images: uint8 ``[N, H, W, 3]`` originals, or (native sizes) a list of uint8 ``[H_i, W_i, 3]``.
+        variants: decoded INR stores, each with ``decoded.shape == images.shape`` (a list of the
+            same shapes for native sizes). bpp and % raw are per image (its own pixel count).
         codecs: the (available) codecs to run; default: ``cfg.codecs`` from the registry.
     Returns:
         DataFrame with ``COLUMNS`` plus ``bpp``, ``bpp_header_free``, ``pct_raw``.
     """
-    images = np.asarray(images)
-    n, h, w, _ = images.shape
+    ragged = isinstance(images, (list, tuple))
+    if not ragged:
+        images = np.asarray(images)
+    n = len(images)
+    pixels = np.array([im.shape[0] * im.shape[1] for im in images], dtype=np.float64)
     for v in variants:
-        if v.decoded.shape != images.shape:
-            raise ValueError(f"variant {v.name}: decoded {v.decoded.shape} vs images {images.shape}")
+        bad = (len(v.decoded) != n or any(d.shape != im.shape for d, im in zip(v.decoded, images, strict=False))
+               if ragged else v.decoded.shape != images.shape)
+        if bad:
+            shape = [d.shape for d in v.decoded][:3] if ragged else v.decoded.shape
+            raise ValueError(f"variant {v.name}: decoded {shape} vs images {[im.shape for im in images][:3] if ragged else images.shape}")
     rows: list[dict] = []
 
     for v in variants:
-        p, s = psnr(v.decoded, images), ssim(v.decoded, images)
+        if ragged:  # one image at a time (each its own size)
+            ps = [(psnr(d[None], im[None])[0], ssim(np.ascontiguousarray(d)[None], np.ascontiguousarray(im)[None])[0])
+                  for d, im in zip(v.decoded, images, strict=True)]
+            p, s = [x for x, _ in ps], [y for _, y in ps]
+        else:
+            p, s = psnr(v.decoded, images), ssim(v.decoded, images)
         hf = np.nan if v.header_free_bytes_per_image is None else float(v.header_free_bytes_per_image)
         for i in range(n):
             rows.append(
@@ -154,7 +166,7 @@ def compare_images(
             progress(1)
 
     df = pd.DataFrame(rows, columns=COLUMNS)
-    px = float(h * w)
+    px = pixels[df["image"].to_numpy(int)] if n else np.zeros(0)  # each row's own image size
     df["bpp"] = df["file_bytes"] * 8.0 / px
     df["bpp_header_free"] = df["header_free_bytes"] * 8.0 / px
     df["pct_raw"] = df["file_bytes"] * 100.0 / (px * 3)

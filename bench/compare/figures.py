@@ -50,13 +50,15 @@ REFERENCE_STYLES = ("-", "--", "-.", ":")
 REFERENCE_GREYS = ("#4d4d4d", "#7f7f7f", "#a6a6a6")
 
 
-def rd_figure(summary: pd.DataFrame, image_size: tuple[int, int], title: str = "", reference: str | None = None):
+def rd_figure(summary: pd.DataFrame, image_size: tuple[int, int], title: str = "", reference: str | None = None,
+              pixels: float | None = None):
     """PSNR (dB) vs bytes per image; see the module docstring for the series. ``reference``
     (``kodak`` | ``cifar10``): the published curves of ``bench.compare.references`` in grey,
-    converted from bpp at this image size (their data, not these images)."""
+    converted from bpp at this image size (their data, not these images). ``pixels``: pixels per
+    image when images differ in size (native sizes: the mean), else ``image_size``'s."""
     from bench.compare.table import codec_label, codecs_in
 
-    px = image_size[0] * image_size[1]
+    px = float(pixels) if pixels is not None else image_size[0] * image_size[1]
     fig, (ax,) = _new()
     if reference:
         from bench.compare import references
@@ -118,7 +120,7 @@ def rd_figure(summary: pd.DataFrame, image_size: tuple[int, int], title: str = "
     ax.set_xlabel("bytes per image")
     ax.set_ylabel("PSNR (dB)")
     top = ax.secondary_xaxis("top", functions=(lambda b: b * 8.0 / px, lambda bpp: bpp * px / 8.0))
-    top.set_xlabel("bits per pixel")
+    top.set_xlabel("bits per pixel" if pixels is None else f"bits per pixel (at the mean image size, {px:,.0f} px)")
     from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
     top.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))

@@ -65,16 +65,28 @@ def load_variants(paths: Sequence[str | Path], n: int, image_size, labels, cfg: 
     return variants
 
 
+def image_geometry(meta: dict) -> tuple[tuple[int, int], float]:
+    """``(image size, pixels per image)`` of a compare run: native sizes use the mean pixel count
+    (for the figure's bpp axis and curve positions; table bpp stay per image)."""
+    if meta.get("native"):
+        px = float(meta["image_sizes"]["mean_pixels"])
+        side = round(px ** 0.5)
+        return (side, side), px
+    h, w = meta["image_size"]
+    return (int(h), int(w)), float(h * w)
+
+
 def write_outputs(out: Path, per_image: pd.DataFrame, summary: pd.DataFrame, variants: Sequence[InrDecoded],
                   meta: dict) -> None:
     """Write every output file into ``out`` (an existing folder)."""
     atomic_write_text(out / "per_image.csv", per_image.to_csv(index=False))
     atomic_write_text(out / "summary.csv", summary.to_csv(index=False))
     atomic_write_text(out / "summary.md", markdown(summary, meta))
-    size = tuple(meta["image_size"])
-    title = f"{meta['dataset']} {size[0]}x{size[1]} ({meta['split']}, {meta['n_images']} images)"
-    figures.save(figures.rd_figure(summary, size, f"PSNR vs bytes per image — {title}", reference=meta.get("reference")),
-                 out / "psnr_vs_bytes.png")
+    size, px = image_geometry(meta)
+    shape = "native sizes" if meta.get("native") else f"{size[0]}x{size[1]}"
+    title = f"{meta['dataset']} {shape} ({meta['split']}, {meta['n_images']} images)"
+    figures.save(figures.rd_figure(summary, size, f"PSNR vs bytes per image — {title}", reference=meta.get("reference"),
+                                   pixels=px if meta.get("native") else None), out / "psnr_vs_bytes.png")
     figures.save(figures.spread_figure(per_image, f"per-image PSNR — {title}"), out / "psnr_spread.png")
     hist_rows = []
     for v in variants:
@@ -110,14 +122,27 @@ def run_compare(prepared: str | Path, stores: Sequence[str | Path], cfg: Compare
 def _run(prepared, stores, cfg: CompareConfig, out: Path, variants, progress, env: bool,
          allow_unverified_store: bool = False) -> CompareResult:
     ds = open_prepared(prepared)
-    split = ds.split(cfg.split)
-    n = len(split) if cfg.limit is None else min(cfg.limit, len(split))
-    images = np.array(split.images[:n])  # a writable copy, not the read-only memmap
-    if variants is None:
+    if ds.native:
+        if stores:
+            raise InputError("INR stores of a native-size dataset are not supported yet (`inrbench encode` needs one "
+                             "image size): compare its codecs with --codecs and no --store", prepared)
+        split = ds.native_split(cfg.split)
+        n = len(split) if cfg.limit is None else min(cfg.limit, len(split))
+        images = [np.array(im) for im in split.images[:n]]  # writable copies, one per image
+        sizes = split.sizes[:n]
+    else:
+        split = ds.split(cfg.split)
+        n = len(split) if cfg.limit is None else min(cfg.limit, len(split))
+        images = np.array(split.images[:n])  # a writable copy, not the read-only memmap
+        sizes = np.tile(np.array(split.image_size, np.int64), (n, 1))
+    if variants is None and ds.native:
+        variants = []
+    elif variants is None:
         variants = load_variants(stores, n, split.image_size, split.labels, cfg, ds=ds,
                                  allow_unverified_store=allow_unverified_store)
     else:
         variants = [InrDecoded(**{**v.__dict__, "decoded": v.decoded[:n]}) for v in variants]
+    pixels = sizes[:, 0] * sizes[:, 1]
     codecs = [create_codec(c, cfg.subsampling) for c in cfg.codecs]
     usable = [c for c in codecs if c.unavailable() is None]
     per_image = compare_images(images, variants, cfg, progress=None if progress is None else progress(n), codecs=usable)
@@ -132,8 +157,12 @@ def _run(prepared, stores, cfg: CompareConfig, out: Path, variants, progress, en
         prepared=str(Path(prepared).resolve()),
         split=cfg.split,
         n_images=n,
-        image_size=list(split.image_size),
-        raw_bytes_per_image=int(split.image_size[0] * split.image_size[1] * 3),
+        image_size=None if ds.native else list(split.image_size),
+        native=ds.native,
+        image_sizes=dict(distinct=len({tuple(x) for x in sizes.tolist()}), mean_pixels=float(pixels.mean()),
+                         smallest=[int(x) for x in sizes[int(pixels.argmin())]],
+                         largest=[int(x) for x in sizes[int(pixels.argmax())]]) if ds.native else None,
+        raw_bytes_per_image=float(pixels.mean() * 3) if ds.native else int(pixels[0] * 3),
         config=cfg.to_dict(),
         jpeg_encoder="PIL baseline (bench.datasets.prepared.encode_jpeg), no optimize",
         codecs={c.name: c.describe() for c in codecs},

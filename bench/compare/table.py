@@ -177,6 +177,9 @@ def reference_lines(summary: pd.DataFrame, dataset: str, pixels: int) -> list[st
 
     curves = references.curves(dataset)
     inr = summary[summary["method"] == "inr"].sort_values("file_bytes")
+    if inr.empty:
+        return ["", f"Published {dataset} curves are drawn in `psnr_vs_bytes.png` (their numbers on their data, "
+                    "sources in `config.json`); no INR variant here to place on them."]
     lines = [
         "", f"Published {dataset} curves at each INR variant's bpp (`--reference {dataset}`): these are "
         f"their numbers on their data ({'the 24 Kodak images, 768x512' if dataset == 'kodak' else 'the CIFAR-10 test set, 32x32'}), "
@@ -195,19 +198,29 @@ def reference_lines(summary: pd.DataFrame, dataset: str, pixels: int) -> list[st
 
 def markdown(summary: pd.DataFrame, meta: dict) -> str:
     """The short README-style summary (``summary.md``)."""
-    h, w = meta["image_size"]
-    px = h * w
+    native = bool(meta.get("native"))
+    if native:
+        px = float(meta["image_sizes"]["mean_pixels"])
+        sz = meta["image_sizes"]
+        shape = (f"native sizes: {sz['distinct']} distinct, {sz['smallest'][0]}x{sz['smallest'][1]} .. "
+                 f"{sz['largest'][0]}x{sz['largest'][1]}")
+    else:
+        h, w = meta["image_size"]
+        px, shape = h * w, f"{h}x{w}"
     codecs = codecs_in(summary) or ["jpeg"]
     names = ", ".join(codec_label(c) for c in codecs)
     lines = [
-        f"# INR vs {names} — {meta['dataset']} ({meta['split']}, {meta['n_images']} images, {h}x{w})",
+        f"# INR vs {names} — {meta['dataset']} ({meta['split']}, {meta['n_images']} images, {shape})",
         "",
         "PSNR: decode, clamp, round to 8 bits, per image, mean (`bench.metrics`). SSIM: skimage, "
         "7x7 uniform window, data_range 255, mean over RGB. Bytes per image: INR = store file / N "
         "(header amortized); codecs = whole file, or for JPEG also header-free = entropy-coded data only. "
         "Matched codec = highest quality (1..100) whose bytes fit the INR's bytes per image, per image. "
-        f"Raw RGB = {px * 3} bytes/image. bpp and % raw are of the bytes a row is matched on "
-        "(header-free rows: header-free bytes). Overhead = file bytes minus the codec's coded payload "
+        + (f"Raw RGB = {px * 3:.0f} bytes/image (mean; each image has its own size). bpp and % raw are per image "
+         "(its own pixels), averaged, of the bytes a row is matched on; curve positions (crossings, published "
+         "curves) convert bytes at the mean image size. " if native else
+         f"Raw RGB = {px * 3:.0f} bytes/image. bpp and % raw are of the bytes a row is matched on ")
+        + "(header-free rows: header-free bytes). Overhead = file bytes minus the codec's coded payload "
         "(JPEG: markers; WebP: RIFF/chunk headers; AVIF: boxes outside `mdat`; JPEG 2000: JP2 boxes and "
         "codestream headers; JPEG XL: not measured, `–`). `unreachable`: even the codec's smallest output "
         "is larger than the target. INR − codec: mean per-image PSNR difference over the images the codec "
@@ -225,7 +238,7 @@ def markdown(summary: pd.DataFrame, meta: dict) -> str:
                 cells = (by, "–") if r["match"] == "file" else ("–", by)
                 lines.append(f"| {name} | {r['match']} | {cells[0]} | {cells[1]} | – | – | – | – | – | – | 0/{r['n_images']} | unreachable |")
                 continue
-            b = r["header_free_bytes"] if r["match"] == "header-free" else r["file_bytes"]
+            bpp = r["bpp_header_free"] if r["match"] == "header-free" else r["bpp"]
             q = "–" if r["method"] == "inr" else f"{r['quality']:.1f} ({r['quality_min']:.0f}-{r['quality_max']:.0f})"
             extra = ""
             if r["method"].endswith("-matched"):
@@ -233,7 +246,7 @@ def markdown(summary: pd.DataFrame, meta: dict) -> str:
                          f"{psnr_diff_text(r)})")
             lines.append(
                 f"| {name} | {r['match'] or '–'} | {r['file_bytes']:.0f} | {_fmt(r['header_free_bytes'], 0)} | "
-                f"{_fmt(r.get('overhead_bytes', np.nan), 0)} | {b * 8 / px:.2f} | {b * 100 / (3 * px):.1f} | {q} | "
+                f"{_fmt(r.get('overhead_bytes', np.nan), 0)} | {bpp:.2f} | {bpp * 100 / 24:.1f} | {q} | "
                 f"{r['psnr']:.2f}{extra} | {r['ssim']:.3f} | {r['n_ok']}/{r['n_images']} | {r['status']} |"
             )
     for _, r in summary[summary["status"] == "skipped"].iterrows():

@@ -16,6 +16,7 @@ ON_ERROR = ("fail", "skip")
 # project targets a hostile or accidental giant (a 200 KB PNG can claim 10000 x 10000)
 # is refused instead of taking the machine's memory. Raise it with ``--max-pixels``.
 DEFAULT_MAX_PIXELS = 50_000_000
+NATIVE = "native"  # --size native: every image keeps its own size (compression studies)
 
 
 @dataclass(frozen=True)
@@ -31,12 +32,14 @@ class PrepareConfig:
     sources (``photos``, ``synthetic``); num_classes: classes for ``synthetic``;
     val_fraction: held-out fraction per class where a source splits by ratio;
     workers: decode threads; max_pixels: an image file with more pixels (width x height,
-    from its header) is unreadable (``on_error`` applies) and is never decoded.
+    from its header) is unreadable (``on_error`` applies) and is never decoded;
+    ``size="native"``: every image keeps its own size (sources that support it), downscaled
+    (aspect kept) only when its long side exceeds ``max_side``.
     """
 
     source: str
     root: str | None = None
-    size: int | None = None
+    size: int | str | None = None
     limit: int | None = None
     jpeg_quality: int = 90
     on_error: str = "fail"
@@ -47,10 +50,22 @@ class PrepareConfig:
     val_fraction: float | None = None
     workers: int | None = None
     max_pixels: int = DEFAULT_MAX_PIXELS
+    max_side: int | None = None
+
+    @property
+    def native(self) -> bool:
+        return self.size == NATIVE
 
     def __post_init__(self) -> None:
-        if self.size is not None and not 8 <= self.size <= 4096:
+        if isinstance(self.size, str) and self.size != NATIVE:
+            try:
+                object.__setattr__(self, "size", int(self.size))
+            except ValueError:
+                raise InputError(f"--size must be an integer side or 'native', got {self.size!r}") from None
+        if self.size is not None and not self.native and not 8 <= self.size <= 4096:
             raise InputError(f"--size must be between 8 and 4096, got {self.size}")
+        if self.max_side is not None and (not self.native or not 8 <= self.max_side <= 16384):
+            raise InputError(f"--max-side needs --size native and a value in 8..16384, got {self.max_side}")
         if self.limit is not None and self.limit < 1:
             raise InputError(f"--limit must be >= 1, got {self.limit}")
         if not 1 <= self.jpeg_quality <= 100:

@@ -7,6 +7,7 @@ position, then a horizontal flip with probability 1/2; the box is resampled to S
 (``bench.datasets.resize``). Boxes do not depend on S, so the 32 and 224 sets show the
 same crops. Of ``per_class`` images per class the last ``round(val_fraction * per_class)``
 (default 20%) form ``test``. No file is downloaded: only photos that load offline are used.
+``--size native`` keeps every image at its own size (``native_boxes``; capped by ``--max-side``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from bench.datasets.sources import Loaded, Source, register_source
 from bench.datasets.splitting import limit_indices
 
 DEFAULT_PER_CLASS = 50
+DEFAULT_NATIVE_PER_CLASS = 5  # --size native: 4 train + 1 test per photo (full-size images are large)
 DEFAULT_TEST_FRACTION = 0.2
 MIN_SIDE_FRACTION = 0.35
 
@@ -95,18 +97,46 @@ def crop_boxes(
     return out
 
 
+def native_boxes(
+    width: int, height: int, region: tuple[float, float, float, float], n: int, rng: np.random.Generator
+) -> list[tuple[tuple[float, float, float, float], bool]]:
+    """``n`` integer (box, flip) pairs for ``--size native``: the whole region first, then boxes of
+    independent width and height fractions (mixed sizes and orientations)."""
+    rx0, ry0 = round(region[0] * width), round(region[1] * height)
+    rx1, ry1 = round(region[2] * width), round(region[3] * height)
+    out = [((rx0, ry0, rx1, ry1), False)]
+    for _ in range(n - 1):
+        bw = max(8, round(rng.uniform(MIN_SIDE_FRACTION, 1.0) * (rx1 - rx0)))
+        bh = max(8, round(rng.uniform(MIN_SIDE_FRACTION, 1.0) * (ry1 - ry0)))
+        x0 = int(rng.integers(rx0, rx1 - bw + 1))
+        y0 = int(rng.integers(ry0, ry1 - bh + 1))
+        out.append(((x0, y0, x0 + bw, y0 + bh), bool(rng.random() < 0.5)))
+    return out
+
+
+def native_crop(img: Image.Image, box, max_side: int | None) -> np.ndarray:
+    """Crop integer ``box`` at native resolution; downscale (aspect kept) only past ``max_side``."""
+    c = img.crop(tuple(int(v) for v in box))
+    if max_side is not None and max(c.size) > max_side:
+        f = max_side / max(c.size)
+        c = c.resize((max(1, round(c.width * f)), max(1, round(c.height * f))), Image.Resampling.BICUBIC)
+    return np.ascontiguousarray(np.asarray(c.convert("RGB")))
+
+
 @register_source("photos")
 class Photos(Source):
     description = "built in: seeded crops of scikit-image's colour photographs, one class per photo (no download)"
     needs_root = False
     default_size = 32
     default_resize_policy = "seeded-square-crop"
+    supports_native = True  # --size native
 
     def load(
         self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
     ) -> Loaded:
-        size = cfg.size or self.default_size
-        per_class = cfg.per_class or DEFAULT_PER_CLASS
+        native = cfg.native
+        size = None if native else (cfg.size or self.default_size)
+        per_class = cfg.per_class or (DEFAULT_NATIVE_PER_CLASS if native else DEFAULT_PER_CLASS)
         frac = cfg.val_fraction if cfg.val_fraction is not None else DEFAULT_TEST_FRACTION
         n_test = min(max(1, round(frac * per_class)), per_class - 1)
         photos = photo_list()
@@ -114,8 +144,10 @@ class Photos(Source):
         for c, ph in enumerate(photos):
             img = Image.fromarray(np.ascontiguousarray(ph.loader()[..., :3]))
             rng = np.random.default_rng([cfg.seed, c])
-            for i, (box, flip) in enumerate(crop_boxes(img.width, img.height, ph.region, per_class, rng)):
-                a = crop_resize(img, box, size)
+            boxes = (native_boxes(img.width, img.height, ph.region, per_class, rng) if native
+                     else crop_boxes(img.width, img.height, ph.region, per_class, rng))
+            for i, (box, flip) in enumerate(boxes):
+                a = native_crop(img, box, cfg.max_side) if native else crop_resize(img, box, size)
                 if flip:
                     a = np.ascontiguousarray(a[:, ::-1])
                 split = "train" if i < per_class - n_test else "test"
@@ -130,7 +162,7 @@ class Photos(Source):
             order = np.random.default_rng([cfg.seed, 1000 + k]).permutation(len(ims))
             order = order[limit_indices(len(order), cfg.limit, cfg.seed + k)]
             splits[name] = SplitData(
-                images=np.stack([ims[j] for j in order]),
+                images=[ims[j] for j in order] if native else np.stack([ims[j] for j in order]),
                 labels=np.asarray([labs[j] for j in order], dtype=np.int64),
                 ids=[ids[j] for j in order],
             )
@@ -139,4 +171,11 @@ class Photos(Source):
             "test_per_class": n_test,
             "crop": f"square side U({MIN_SIDE_FRACTION}, 1.0) x shorter side, uniform position, flip p=0.5",
         }
-        return Loaded(splits=splits, classes=[p.name for p in photos], meta=meta)
+        if native:
+            meta["crop"] = (f"native size: image 0 of a class is its whole photo (region), the others a box of width "
+                            f"U({MIN_SIDE_FRACTION}, 1.0) x region width and height U({MIN_SIDE_FRACTION}, 1.0) x "
+                            "region height (mixed sizes and orientations), uniform position, flip p=0.5; not resampled "
+                            "unless the long side exceeds max_side (then downscaled, aspect kept, BICUBIC)")
+            meta["max_side"] = cfg.max_side
+        return Loaded(splits=splits, classes=[p.name for p in photos], meta=meta,
+                      resize_policy="native" if native else None)

@@ -26,6 +26,8 @@ from bench.outputs import claim, make_temp_dir
 def resolve(cfg: PrepareConfig) -> PrepareConfig:
     """Fill the source's defaults (size, resize policy) and check ``root``; returns a new config."""
     src = get_source(cfg.source)
+    if cfg.native and not getattr(src, "supports_native", False):
+        raise InputError(f"source {cfg.source!r} does not support --size native (photos does)")
     policy = cfg.resize_policy
     if src.default_resize_policy in RESIZE_POLICIES:
         policy = policy or src.default_resize_policy
@@ -104,7 +106,7 @@ def prepare_dataset(
     out: str | Path,
     root: str | Path | None = None,
     *,
-    size: int | None = None,
+    size: int | str | None = None,
     limit: int | None = None,
     jpeg_quality: int = 90,
     on_error: str = "fail",
@@ -114,6 +116,7 @@ def prepare_dataset(
     num_classes: int | None = None,
     val_fraction: float | None = None,
     workers: int | None = None,
+    max_side: int | None = None,
     overwrite: bool = False,
     progress: bool = False,
 ) -> Path:
@@ -122,6 +125,7 @@ def prepare_dataset(
         source=source, root=None if root is None else str(root), size=size, limit=limit,
         jpeg_quality=jpeg_quality, on_error=on_error, seed=seed, resize_policy=resize_policy,
         per_class=per_class, num_classes=num_classes, val_fraction=val_fraction, workers=workers,
+        max_side=max_side,
     )
     return prepare_config(cfg, out, overwrite=overwrite, progress=progress)
 

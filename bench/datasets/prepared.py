@@ -5,7 +5,10 @@ Layout of a prepared folder ``DIR``::
     DIR/manifest.json              schema_version, source, image_size [H, W], resize_policy,
                                    jpeg {quality, subsampling}, classes, splits {name: {count,
                                    pixels_sha256, labels_sha256, jpeg_bytes}}, skipped [...]
-    DIR/<split>/pixels.npy         uint8  [N, H, W, 3]  RGB
+    DIR/<split>/pixels.npy         uint8  [N, H, W, 3]  RGB (one size; ``image_size`` in the manifest)
+    DIR/<split>/pixels_flat.npy    native sizes instead (``--size native``, manifest ``native: true``,
+    DIR/<split>/sizes.npy          ``image_size: null``): uint8 [sum(H_i*W_i*3)], image after image,
+                                   and int64 [N, 2] (H_i, W_i); both checksummed in the manifest
     DIR/<split>/labels.npy         int64  [N]           0 .. num_classes-1
     DIR/<split>/jpeg/000000.jpg    one JPEG per image, index-aligned with pixels.npy
     DIR/<split>/file_list.txt      "jpeg/000000.jpg <label>" per line (DALI ``readers.file`` format,
@@ -45,15 +48,27 @@ SOURCE_IDS = "source_ids.json"
 class SplitData:
     """One split in memory, as a source produces it.
 
-    images: uint8 ``[N, H, W, 3]`` RGB; labels: int64 ``[N]``; ids: one source id per image
-    (a file name or ``batch:index``) for error messages and the manifest.
+    images: uint8 ``[N, H, W, 3]`` RGB, or (native sizes) a list of N uint8 ``[H_i, W_i, 3]``;
+    labels: int64 ``[N]``; ids: one source id per image (a file name or ``batch:index``) for
+    error messages and the manifest.
     """
 
-    images: np.ndarray
+    images: np.ndarray | list[np.ndarray]
     labels: np.ndarray
     ids: list[str] = field(default_factory=list)
 
+    @property
+    def ragged(self) -> bool:
+        return isinstance(self.images, list)
+
     def __post_init__(self) -> None:
+        if self.ragged:
+            for i, im in enumerate(self.images):
+                if not isinstance(im, np.ndarray) or im.dtype != np.uint8 or im.ndim != 3 or im.shape[-1] != 3 or 0 in im.shape:
+                    raise ValueError(f"image {i} must be uint8 [H,W,3], got {getattr(im, 'dtype', type(im))} {getattr(im, 'shape', '')}")
+            if self.labels.shape != (len(self.images),):
+                raise ValueError(f"labels shape {self.labels.shape} does not match {len(self.images)} images")
+            return
         if self.images.dtype != np.uint8 or self.images.ndim != 4 or self.images.shape[-1] != 3:
             raise ValueError(f"images must be uint8 [N,H,W,3], got {self.images.dtype} {self.images.shape}")
         if self.labels.shape != (self.images.shape[0],):
@@ -100,25 +115,37 @@ def write_prepared(
     out = Path(out)
     if not splits:
         raise InputError("no splits to write", out)
-    shapes = {tuple(s.images.shape[1:3]) for s in splits.values()}
-    if len(shapes) != 1:
-        raise InputError(f"splits have different image sizes {sorted(shapes)}", out)
-    (h, w) = shapes.pop()
+    native = any(s.ragged for s in splits.values())
+    if not native:
+        shapes = {tuple(s.images.shape[1:3]) for s in splits.values()}
+        if len(shapes) != 1:
+            raise InputError(f"splits have different image sizes {sorted(shapes)}", out)
+        (h, w) = shapes.pop()
     manifest: dict[str, Any] = dict(meta)
     manifest.update(
         schema_version=SCHEMA_VERSION,
-        image_size=[h, w],
+        image_size=None if native else [h, w],
         jpeg={"quality": int(jpeg_quality), "subsampling": jpeg_subsampling, "encoder": "PIL"},
         splits={},
     )
+    if native:
+        manifest["native"] = True
     with atomic_dir(out, kind="prepared", overwrite=overwrite) as tmp:
         for name, s in splits.items():
             d = tmp / name
             (d / "jpeg").mkdir(parents=True)
-            np.save(d / "pixels.npy", s.images)
+            n = len(s.images) if s.ragged else int(s.images.shape[0])
+            if native:
+                ims = list(s.images)
+                sizes = np.array([im.shape[:2] for im in ims], dtype=np.int64).reshape(n, 2)
+                flat = np.concatenate([np.ascontiguousarray(im).reshape(-1) for im in ims]) if n else np.zeros(0, np.uint8)
+                np.save(d / "pixels_flat.npy", flat)
+                np.save(d / "sizes.npy", sizes)
+            else:
+                np.save(d / "pixels.npy", s.images)
             np.save(d / "labels.npy", s.labels.astype(np.int64))
             lines, jbytes = [], 0
-            for i in range(s.images.shape[0]):
+            for i in range(n):
                 rel = f"jpeg/{i:06d}.jpg"
                 data = encode_jpeg(s.images[i], jpeg_quality, jpeg_subsampling)
                 (d / rel).write_bytes(data)
@@ -130,11 +157,13 @@ def write_prepared(
             if s.ids:
                 (d / SOURCE_IDS).write_text(json.dumps(list(s.ids)) + "\n")
             manifest["splits"][name] = {
-                "count": int(s.images.shape[0]),
-                "pixels_sha256": sha256_array(s.images),
+                "count": n,
+                "pixels_sha256": sha256_array(flat if native else s.images),
                 "labels_sha256": sha256_array(s.labels.astype(np.int64)),
                 "jpeg_bytes": jbytes,
             }
+            if native:
+                manifest["splits"][name]["sizes_sha256"] = sha256_array(sizes)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return out
 
@@ -164,6 +193,33 @@ class PreparedSplit:
     def file_list(self) -> Path:
         """DALI-style file list (``relative/path label`` lines, relative to ``root``)."""
         return self.root / "file_list.txt"
+
+
+NATIVE_REFUSAL = ("images have different sizes (prepared with --size native): this needs one image size; "
+                  "prepare with --size S (native sizes are for `inrbench compare`)")
+
+
+@dataclass(frozen=True)
+class NativeSplit:
+    """One split as one array per image (``PreparedDataset.native_split``).
+
+    images: N uint8 ``[H_i, W_i, 3]`` (views of a memmap); labels: int64 ``[N]``;
+    sizes: int64 ``[N, 2]`` (H_i, W_i); jpeg_paths: N absolute paths.
+    """
+
+    name: str
+    root: Path
+    images: tuple[np.ndarray, ...]
+    labels: np.ndarray
+    sizes: np.ndarray
+    jpeg_paths: tuple[Path, ...]
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def uniform(self) -> bool:
+        return len(self) == 0 or bool((self.sizes == self.sizes[0]).all())
 
 
 _VERIFIED: dict[tuple[str, int, int, str], bool] = {}
@@ -197,9 +253,60 @@ class PreparedDataset:
         return list(self.manifest["splits"])
 
     @property
+    def native(self) -> bool:
+        """Images keep their own sizes (``prepare --size native``)."""
+        return bool(self.manifest.get("native"))
+
+    def _refuse_native(self) -> None:
+        if self.native:
+            raise InputError(NATIVE_REFUSAL, self.root)
+
+    @property
     def image_size(self) -> tuple[int, int]:
+        self._refuse_native()
         h, w = self.manifest["image_size"]
         return int(h), int(w)
+
+    def native_split(self, name: str, verify: bool = True) -> NativeSplit:
+        """Split ``name`` as one array per image (native-size datasets, and uniform ones alike),
+        checked like ``split`` (shapes, labels, checksums)."""
+        if not self.native:
+            sp = self.split(name, verify=verify)
+            n, (h, w) = len(sp), sp.image_size
+            return NativeSplit(name, sp.root, tuple(sp.images[i] for i in range(n)), sp.labels,
+                               np.tile(np.array([h, w], np.int64), (n, 1)), sp.jpeg_paths)
+        if name not in self.manifest["splits"]:
+            raise InputError(f"no split {name!r} (has {', '.join(self.splits)})", self.root / MANIFEST)
+        info, d = self.manifest["splits"][name], self.root / name
+        try:
+            flat = np.load(d / "pixels_flat.npy", mmap_mode="r")
+            sizes = np.load(d / "sizes.npy")
+            labels = np.load(d / "labels.npy")
+        except (OSError, ValueError) as e:
+            raise InputError(f"cannot read split arrays: {e}", d) from None
+        n = info["count"]
+        if sizes.shape != (n, 2) or sizes.dtype.kind not in "iu" or (n and int(sizes.min()) < 1):
+            raise InputError(f"sizes.npy is {sizes.dtype} {sizes.shape}, expected positive int [{n}, 2]", d / "sizes.npy")
+        ends = np.cumsum(sizes[:, 0] * sizes[:, 1] * 3)
+        if flat.dtype != np.uint8 or flat.ndim != 1 or flat.shape[0] != (int(ends[-1]) if n else 0):
+            raise InputError(f"pixels_flat.npy is {flat.dtype} {flat.shape}, sizes.npy needs uint8 [{int(ends[-1]) if n else 0}]",
+                             d / "pixels_flat.npy")
+        if labels.shape != (n,) or labels.dtype.kind not in "iu":
+            raise InputError(f"labels.npy is {labels.dtype} {labels.shape}, expected integers [{n}]", d / "labels.npy")
+        k = self.num_classes
+        if n and (int(labels.min()) < 0 or int(labels.max()) >= k):
+            raise InputError(f"labels outside the dataset's {k} classes (0..{k - 1})", d / "labels.npy")
+        if verify:
+            for arr, key, fname in ((flat, "pixels_sha256", "pixels_flat.npy"), (sizes, "sizes_sha256", "sizes.npy"),
+                                    (labels, "labels_sha256", "labels.npy")):
+                if not _verified(d / fname, arr, info.get(key)):
+                    raise InputError(f"checksum mismatch with {MANIFEST} ({key}): the file is damaged or was "
+                                     "changed after `inrbench prepare`", d / fname)
+        starts = np.concatenate([[0], ends[:-1]]) if n else np.zeros(0, np.int64)
+        images = tuple(flat[int(a) : int(a) + int(h) * int(w) * 3].reshape(int(h), int(w), 3)
+                       for a, (h, w) in zip(starts, sizes, strict=True))
+        paths = tuple(d / "jpeg" / f"{i:06d}.jpg" for i in range(n))
+        return NativeSplit(name, d, images, labels.astype(np.int64), sizes.astype(np.int64), paths)
 
     def split(self, name: str, verify: bool = True) -> PreparedSplit:
         """Open split ``name`` (memory-mapped); labels must lie in ``0 .. num_classes-1``.
@@ -208,6 +315,7 @@ class PreparedDataset:
         ``pixels.npy`` and ``labels.npy`` against the manifest's sha256, once per process per
         file state (``_verified``), so a damaged array is refused, never used.
         """
+        self._refuse_native()
         if name not in self.manifest["splits"]:
             raise InputError(f"no split {name!r} (has {', '.join(self.splits)})", self.root / MANIFEST)
         info = self.manifest["splits"][name]
