@@ -83,6 +83,23 @@ def per_epoch(rows: pd.DataFrame) -> pd.DataFrame:
     return w
 
 
+def cpu_seconds(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per train run x repeat: CPU seconds of the process tree over the measured epochs
+    (measured images / ``images_per_cpu_s``), robust to other jobs taking the cores; the whole
+    schedule only when the run had no warm-up epoch (else ``NaN``)."""
+    d = _train_ok(rows)
+    keys = ["dataset", "pipeline", "method", "run_id", "repeat"]
+    ipc = d[d["metric"] == "images_per_cpu_s"][[*keys, "value"]].rename(columns={"value": "ipc"})
+    img = _scheduled(d)
+    img = img[img["metric"] == "images"].groupby(keys)["value"].sum().rename("images").reset_index()
+    m = ipc.merge(img, on=keys)
+    m["cpu_s"] = m["images"] / m["ipc"]
+    if "cfg.warmup" in d:
+        warm = d.groupby("run_id")["cfg.warmup"].first().astype(float)
+        m.loc[m["run_id"].map(warm).fillna(0) > 0, "cpu_s"] = np.nan
+    return m
+
+
 def _accuracy_k_n(rows: pd.DataFrame) -> pd.DataFrame:
     d = _train_ok(rows)
     a = d[d["metric"] == "test_acc"][["dataset", "pipeline", "method", "run_id", "repeat", "value"]]
@@ -111,16 +128,27 @@ def pairs(rows: pd.DataFrame) -> list[tuple[str, str]]:
     return out
 
 
+def _ratio(base: np.ndarray, other: np.ndarray) -> S.Interval:
+    """``ratio_ci``; with a single sample on either side, the point ratio without an interval."""
+    iv = S.ratio_ci(base, other)
+    if not np.isfinite(iv.value) and len(base) and len(other) and np.median(other) > 0:
+        return S.Interval(float(np.median(base) / np.median(other)), np.nan, np.nan, 1)
+    return iv
+
+
 def comparison(rows: pd.DataFrame, predictions: pd.DataFrame | None) -> pd.DataFrame:
     """One row per dataset x pipeline x method (dense first): totals, speedup, FLOPs, accuracy."""
     ep = per_epoch(rows)
     acc = _accuracy_k_n(rows)
+    cpu = cpu_seconds(rows)
     recs = []
     for ds, p in pairs(rows):
         e = ep[(ep["dataset"] == ds) & (ep["pipeline"] == p)]
         totals = {m: g.groupby(["run_id", "repeat"])["seconds"].sum().to_numpy() for m, g in e.groupby("method")}
         flops = {m: g["model_flops_per_image"].mean() if "model_flops_per_image" in g else np.nan
                  for m, g in e.groupby("method")}
+        c = cpu[(cpu["dataset"] == ds) & (cpu["pipeline"] == p)]
+        cpus = {m: g["cpu_s"].dropna().to_numpy() for m, g in c.groupby("method")}
         a = acc[(acc["dataset"] == ds) & (acc["pipeline"] == p)]
         dense_run = sorted(a.loc[a["method"] == "dense", "run_id"].unique())
         for m in sorted(set(e["method"]) | set(a["method"]), key=lambda v: (v != "dense", v)):
@@ -128,8 +156,12 @@ def comparison(rows: pd.DataFrame, predictions: pd.DataFrame | None) -> pd.DataF
             g = a[a["method"] == m]
             r: dict[str, Any] = {"dataset": ds, "pipeline": p, "method": m, "repeats": len(t),
                                  "total_s": float(np.median(t)) if len(t) else np.nan}
-            iv = S.ratio_ci(totals.get("dense", []), t) if m != "dense" else S.NAN
+            iv = _ratio(totals.get("dense", np.array([])), t) if m != "dense" else S.NAN
             r.update(speedup=iv.value, lo=iv.lo, hi=iv.hi)
+            cs = cpus.get(m, np.array([]))
+            civ = _ratio(cpus.get("dense", np.array([])), cs) if m != "dense" else S.NAN
+            r.update(cpu_s=float(np.median(cs)) if len(cs) else np.nan, cpu_ratio=civ.value, cpu_lo=civ.lo,
+                     cpu_hi=civ.hi)
             r["flops_rel"] = flops.get(m, np.nan) / flops.get("dense", np.nan)
             if len(g) and g["n"].notna().all():
                 k, n = int(np.round(g["value"] * g["n"]).sum()), int(g["n"].sum())
@@ -150,7 +182,13 @@ def fmt_comparison(c: pd.DataFrame) -> pd.DataFrame:
         elif pd.notna(r["lo"]):
             sp = S.fmt_ratio(S.Interval(r["speedup"], r["lo"], r["hi"]))
         else:
-            sp = f"{fmt_num(r['speedup'])}x (no interval: needs >= 2 repeats each)" if pd.notna(r["speedup"]) else "—"
+            sp = f"{fmt_num(r['speedup'])}x (no interval: 1 repeat)" if pd.notna(r["speedup"]) else "—"
+        if r["method"] == "dense" or pd.isna(r["cpu_ratio"]):
+            cpu_sp = "—" if r["method"] != "dense" else "(baseline)"
+        elif pd.isna(r["cpu_lo"]):
+            cpu_sp = f"{fmt_num(r['cpu_ratio'])}x (no interval: 1 repeat)"
+        else:
+            cpu_sp = S.fmt_ratio(S.Interval(r["cpu_ratio"], r["cpu_lo"], r["cpu_hi"]))
         acc = (f"{100 * r['acc']:.1f} [{100 * r['acc_lo']:.1f}-{100 * r['acc_hi']:.1f}]"
                if pd.notna(r.get("acc", np.nan)) else "—")
         mc = r["mcnemar"]
@@ -158,6 +196,7 @@ def fmt_comparison(c: pd.DataFrame) -> pd.DataFrame:
                                      else f"{'better' if mc.only_a > mc.only_b else 'worse'} (p={mc.p_value:.2g})")
         out.append({"dataset": r["dataset"], "pipeline": r["pipeline"], "method": r["method"],
                     "total train s (median)": fmt_num(r["total_s"]), "speedup vs dense [95% CI]": sp,
+                    "CPU-s (median)": fmt_num(r["cpu_s"]), "CPU-s ratio [95% CI]": cpu_sp,
                     "FLOPs/image vs dense": f"{r['flops_rel']:.2f}x" if pd.notna(r["flops_rel"]) else "—",
                     "test acc % [95% CI]": acc, "vs dense (McNemar)": vs, "repeats": int(r["repeats"])})
     return pd.DataFrame(out)
@@ -224,7 +263,9 @@ def section(doc: Any, x: Any) -> None:
             "it into the dense backbone on a schedule; `dense` trains the backbone as built, on the same "
             "pipeline, data and epochs. Total training time: every scheduled epoch (warm-up included), per "
             "repeat; speedup = median(dense) / median(expand) with its 95% bootstrap interval (> 1: expand is "
-            "faster). FLOPs: forward FLOPs per image counted by `torch.utils.flop_counter`, averaged over the "
+            "faster). CPU-s: CPU seconds of the process tree over the measured epochs (all of them only "
+            "without warm-up epochs; per-epoch evaluations included), robust to other jobs on a shared "
+            "machine, compared the same way. FLOPs: forward FLOPs per image counted by `torch.utils.flop_counter`, averaged over the "
             "epochs. Accuracy: Wilson interval; expand against dense by an exact McNemar test on the same "
             "test images. These runs (`--eval-every-epoch`) are kept out of the pipeline tables above.")
     doc.add()
