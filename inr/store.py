@@ -13,7 +13,8 @@ File layout (little-endian)::
     ...        arrays, each 64-byte aligned, layer-major:
                labels [N] (smallest int dtype), psnr float16 [N],
                per layer l: codes{l} uint8 bit stream, scales{l} float16 [N, 2, C],
-                            mask{l} uint8 [N, ceil(in*out/8)] (pruned layers only)
+                            mask{l} uint8 [N, ceil(in*out/8)] (pruned layers only),
+               sizes uint16 [N, 2] (H, W per image; version-2 stores of native sizes only)
 
 The codes of layer ``l`` are the kept entries of ``M = [W; b]`` (``[in+1, out]`` row-major,
 pruned weights skipped, bias row always kept), image after image, each ``bits`` wide,
@@ -45,6 +46,10 @@ from inr.siren import SirenArch, Weights, coord_grid, forward
 
 MAGIC = b"INRSTORE"
 FORMAT_VERSION = 1
+# Stores of images with different sizes (``prepare --size native``) carry a ``sizes`` array
+# (uint16 [N, 2], H and W per image) and version 2, so a reader that knows only one size refuses them.
+NATIVE_FORMAT_VERSION = 2
+READ_VERSIONS = (FORMAT_VERSION, NATIVE_FORMAT_VERSION)
 PREFIX = struct.Struct("<8sIII")  # magic, version, header length, header crc32
 ALIGN = 64
 PAD_BYTES = 8  # zero bytes after each bit stream, so unpacking may read past the last value
@@ -125,14 +130,27 @@ def encode_bytes(
     psnr=None,
     meta: dict[str, Any] | None = None,
     per_channel: bool = False,
+    image_sizes=None,
 ) -> bytes:
-    """The complete file content for a store (see the module docstring)."""
+    """The complete file content for a store (see the module docstring). ``image_sizes``
+    (``[N, 2]``, optional): each image's (H, W); when they differ the store is a version-2
+    (native sizes) store with a ``sizes`` array, else an ordinary one of ``image_size``."""
     check_arch(layers, arch)
     labels = np.asarray(torch.as_tensor(labels).cpu(), dtype=np.int64).reshape(-1)
     n = labels.shape[0]
     if any(ql.codes.shape[0] != n for ql in layers):
         raise ValueError(f"{n} labels but layers hold {[ql.codes.shape[0] for ql in layers]} images")
     arrays: dict[str, np.ndarray] = {"labels": labels.astype(_label_dtype(labels))}
+    version = FORMAT_VERSION
+    if image_sizes is not None:
+        sizes = np.asarray(image_sizes, dtype=np.int64).reshape(-1, 2)
+        if sizes.shape[0] != n or (n and (sizes.min() < 1 or sizes.max() > 0xFFFF)):
+            raise ValueError(f"image_sizes must be [{n}, 2] in 1..65535, got {sizes.shape}")
+        if n and not (sizes == sizes[0]).all():
+            arrays["sizes"] = sizes.astype("<u2")
+            version = NATIVE_FORMAT_VERSION
+        if n:
+            image_size = (int(sizes[0, 0]), int(sizes[0, 1]))
     if psnr is not None:
         arrays["psnr"] = np.asarray(psnr, dtype=np.float16).reshape(n)
     for li, ql in enumerate(layers):
@@ -145,7 +163,7 @@ def encode_bytes(
         table.append({"name": name, "dtype": a.dtype.str, "shape": list(a.shape), "offset": off, "nbytes": int(a.nbytes), "crc32": _crc(a)})
         off += -(-a.nbytes // ALIGN) * ALIGN
     header: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
+        "format_version": version,
         "arch": arch.to_dict(),
         "image_size": [int(image_size[0]), int(image_size[1])],
         "num_images": int(n),
@@ -182,7 +200,8 @@ def pack_file(header: dict[str, Any], body: bytes | bytearray) -> bytes:
             break
         file_length = new_len
     buf = bytearray(file_length)
-    PREFIX.pack_into(buf, 0, MAGIC, FORMAT_VERSION, len(hbytes), zlib.crc32(hbytes) & 0xFFFFFFFF)
+    PREFIX.pack_into(buf, 0, MAGIC, int(header.get("format_version", FORMAT_VERSION)), len(hbytes),
+                     zlib.crc32(hbytes) & 0xFFFFFFFF)
     buf[PREFIX.size : PREFIX.size + len(hbytes)] = hbytes
     buf[data_start:] = body
     return bytes(buf)
@@ -197,10 +216,12 @@ def save(
     psnr=None,
     meta: dict[str, Any] | None = None,
     per_channel: bool = False,
+    image_sizes=None,
 ) -> Path:
-    """Write a store atomically (temp file + rename). ``layers`` from ``inr.quantize.quantize``."""
+    """Write a store atomically (temp file + rename). ``layers`` from ``inr.quantize.quantize``;
+    ``image_sizes``: see ``encode_bytes``."""
     path = Path(path)
-    atomic_write_bytes(path, encode_bytes(arch, image_size, labels, layers, psnr, meta, per_channel))
+    atomic_write_bytes(path, encode_bytes(arch, image_size, labels, layers, psnr, meta, per_channel, image_sizes))
     return path
 
 
@@ -316,6 +337,10 @@ def check_arrays(header: dict[str, Any], arrays: dict[str, np.ndarray], path: Pa
             raise bad(f"layers[{li}] is float32 but marked per_channel")
         expected.add(f"codes{li}")
         want(f"codes{li}", ("|u1",), ((count * bits + 7) // 8 + PAD_BYTES,))
+    if header["format_version"] == NATIVE_FORMAT_VERSION:
+        expected.add("sizes")
+        if not want("sizes", ("<u2",), (n, 2)).all():
+            raise bad("array 'sizes' holds a zero height or width")
     extra = sorted(set(arrays) - expected)
     if extra:
         raise bad(f"arrays {extra} are not part of this architecture's layout")
@@ -333,8 +358,8 @@ def read_verified(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarra
     magic, version, hlen, hcrc = PREFIX.unpack_from(data, 0)
     if magic != MAGIC:
         raise InputError(f"not an INR store (magic {magic!r}, expected {MAGIC!r})", path)
-    if version != FORMAT_VERSION:
-        raise InputError(f"INR store format version {version}, this inrbench reads version {FORMAT_VERSION}; re-encode it", path)
+    if version not in READ_VERSIONS:
+        raise InputError(f"INR store format version {version}, this inrbench reads versions {list(READ_VERSIONS)}; re-encode it", path)
     if PREFIX.size + hlen > len(data):
         raise InputError(f"truncated: header needs {PREFIX.size + hlen} bytes, file has {len(data)}", path)
     hbytes = data[PREFIX.size : PREFIX.size + hlen]
@@ -354,6 +379,9 @@ def read_verified(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarra
         raise InputError(f"{what}: expected {expected} bytes, file has {len(data)}", path)
     data_start = -(-(PREFIX.size + hlen) // ALIGN) * ALIGN
     check_header(header, max(0, len(data) - data_start), path)
+    if header["format_version"] != version:
+        raise InputError(f"INR store header is inconsistent: 'format_version' {header['format_version']} != the "
+                         f"file's version {version}", path)
     arrays = {}
     for e in header["arrays"]:
         s = data_start + e["offset"]
@@ -409,6 +437,7 @@ class StoredINR:
     header: dict[str, Any] = field(repr=False)
     _layers: list[_DeviceLayer] = field(repr=False, default_factory=list)
     _coords: torch.Tensor | None = field(repr=False, default=None)
+    image_sizes: np.ndarray | None = field(repr=False, default=None)  # int64 [N, 2] (native-size stores only)
 
     @property
     def num_images(self) -> int:
@@ -427,8 +456,21 @@ class StoredINR:
         return self.bytes_on_disk / max(1, self.num_images)
 
     @property
-    def raw_bytes_per_image(self) -> int:
+    def raw_bytes_per_image(self) -> float:
+        if self.image_sizes is not None:  # native sizes: the mean
+            return float((self.image_sizes[:, 0] * self.image_sizes[:, 1]).mean() * 3)
         return self.image_size[0] * self.image_size[1] * 3
+
+    def size_of(self, idx) -> tuple[int, int]:
+        """The (H, W) shared by images ``idx``; a ``ValueError`` when they differ (native-size stores)."""
+        if self.image_sizes is None:
+            return self.image_size
+        s = self.image_sizes[np.asarray(torch.as_tensor(idx).cpu()).reshape(-1)]
+        if len(s) == 0:
+            return self.image_size
+        if not (s == s[0]).all():
+            raise ValueError("these images have different sizes: decode one size at a time (StoredINR.size_of)")
+        return int(s[0, 0]), int(s[0, 1])
 
     def resident_bytes(self) -> int:
         """Device bytes of codes + scales + masks + offset tables (labels not included)."""
@@ -480,8 +522,9 @@ class StoredINR:
         ws = self.weights(idx)
         if coords is not None:
             return forward(ws, coords, self.arch)
-        h, w = self.image_size
-        out = forward(ws, self.coords(), self.arch).clamp_(0.0, 1.0)
+        h, w = self.size_of(idx)
+        grid = self.coords() if (h, w) == tuple(self.image_size) else coord_grid(h, w, device=self.device)
+        out = forward(ws, grid, self.arch).clamp_(0.0, 1.0)
         return out.view(-1, h, w, 3).permute(0, 3, 1, 2).contiguous()
 
     def quantized_layers(self, chunk: int = 4096) -> list[QLayer]:
@@ -560,6 +603,7 @@ def load(path: str | Path, device: torch.device | str = "cpu") -> StoredINR:
         device=dev,
         header=header,
         _layers=layers,
+        image_sizes=None if "sizes" not in arrays else arrays["sizes"].astype(np.int64),
     )
 
 

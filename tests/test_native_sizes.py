@@ -63,10 +63,13 @@ def test_one_size_consumers_refuse_a_native_dataset(native, capsys, tmp_path):
         with pytest.raises(InputError, match="different sizes"):
             get()
     assert "\n" not in NATIVE_REFUSAL
-    for argv in (("bench", "--pipeline", "raw", "--data", str(root), "--mode", "loader", "--out", str(tmp_path / "b")),
-                 ("encode", str(root), "--preset", "demo", "--out", str(tmp_path / "s.inr"))):
+    for pipeline in ("raw", "torch-jpeg", "inr"):
+        argv = ("bench", "--pipeline", pipeline, "--data", str(root), "--mode", "loader", "--out", str(tmp_path / pipeline))
+        if pipeline == "inr":
+            argv += ("--store", str(tmp_path / "none.inr"))
         rc, _, err = run_cli(capsys, *argv)
-        assert_one_line_error(rc, err, "different sizes", "--size S")
+        assert_one_line_error(rc, err)
+        assert "different sizes" in err or "no such INR store" in err
 
 
 def test_damaged_sizes_are_refused(native, tmp_path):
@@ -117,5 +120,80 @@ def test_compare_works_per_image_on_native_sizes(native, tmp_path):
     meta = json.loads((res.out / "config.json").read_text())
     assert meta["native"] and meta["image_size"] is None and meta["image_sizes"]["distinct"] == 4
     assert "native sizes: 4 distinct" in (res.out / "summary.md").read_text()
-    with pytest.raises(InputError, match="not supported yet"):
-        run_compare(root, [tmp_path / "x.inr"], cfg, tmp_path / "cmp2", env=False)
+
+
+@pytest.fixture(scope="module")
+def native_store(native, tmp_path_factory):
+    from bench.datasets.identity import source_record
+    from inr.encode import EncodeConfig
+    from inr.fit import preset
+    from inr.native import encode_native
+    from inr.quantize import QuantConfig
+
+    root, ims = native
+    ds = open_prepared(root)
+    cfg = EncodeConfig(fit=preset("demo", iterations=40), quant=QuantConfig((8,) * 6))
+    out = tmp_path_factory.mktemp("nstore") / "n.inr"
+    sp = ds.native_split("train")
+    encode_native(list(sp.images), sp.labels, cfg, out, source=source_record(ds, "train"))
+    return out
+
+
+def test_native_store_round_trips_per_image(native, native_store):
+    from bench.metrics import to_uint8
+    from inr.store import NATIVE_FORMAT_VERSION, load
+
+    _, ims = native
+    st = load(native_store)
+    assert st.header["format_version"] == NATIVE_FORMAT_VERSION
+    assert [tuple(x) for x in st.image_sizes] == SIZES
+    from bench.compare.quality import psnr
+
+    alone = []
+    for i, im in enumerate(ims):
+        x = to_uint8(st.decode(torch_idx([i]))).permute(0, 2, 3, 1).numpy()
+        assert x.shape == (1, *im.shape)
+        alone.append(x[0])
+        assert psnr(x, im[None])[0] == pytest.approx(float(st.psnr[i]), abs=0.02)  # stored at encode time (float16)
+    both = to_uint8(st.decode(torch_idx([0, 3]))).permute(0, 2, 3, 1).numpy()  # the two 24x40 images together
+    assert np.abs(both.astype(int) - np.stack([alone[0], alone[3]]).astype(int)).max() <= 1
+    with pytest.raises(ValueError, match="different sizes"):
+        st.decode(torch_idx([0, 1]))
+
+
+def torch_idx(ix):
+    import torch
+
+    return torch.tensor(ix, dtype=torch.int64)
+
+
+def test_damaged_native_store_is_refused(native_store, tmp_path):
+    from inr.store import load
+
+    data = bytearray(native_store.read_bytes())
+    st = load(native_store)
+    entry = next(e for e in st.header["arrays"] if e["name"] == "sizes")
+    from inr.store import ALIGN, PREFIX
+
+    hlen = int.from_bytes(data[12:16], "little")
+    start = -(-(PREFIX.size + hlen) // ALIGN) * ALIGN + entry["offset"]
+    data[start] ^= 0x01
+    bad = tmp_path / "bad.inr"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(InputError, match="'sizes'"):
+        load(bad)
+
+
+def test_compare_and_inspect_a_native_store(native, native_store, tmp_path, capsys):
+    root, ims = native
+    cfg = CompareConfig(qualities=(50,), codecs=("jpeg",), match="file")
+    res = run_compare(root, [native_store], cfg, tmp_path / "cmp", env=False)
+    inr = res.per_image[res.per_image.method == "inr"].sort_values("image")
+    px = np.array([h * w for h, w in SIZES], float)
+    np.testing.assert_allclose(inr.bpp, inr.file_bytes * 8 / px)
+    from inr.store import load
+
+    st = load(native_store)
+    np.testing.assert_allclose(inr.psnr, st.psnr.astype(float), atol=0.02)
+    rc, out, _ = run_cli(capsys, "inspect", str(native_store))
+    assert rc == 0 and "native sizes (4 distinct, 17x29 .. 32x32" in out

@@ -112,6 +112,8 @@ def _encode(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     ds = open_prepared(args.prepared)
+    if ds.native:  # images of different sizes: fitted in groups of one size (inr.native)
+        return _encode_native(args, cfg, ds)
     split = ds.split(args.split)
     n = len(split) if args.limit is None else min(len(split), args.limit)
     if n < 1:
@@ -140,4 +142,35 @@ def _encode(args: argparse.Namespace) -> int:
     p = st.psnr.astype(np.float64)
     print(f"wrote {out}: {st.num_images} images, {st.bytes_per_image:.1f} bytes/image "
           f"({100 * st.bytes_per_image / st.raw_bytes_per_image:.1f}% of raw RGB), PSNR mean {p.mean():.2f} dB (min {p.min():.2f})")
+    return 0
+
+
+def _encode_native(args: argparse.Namespace, cfg, ds) -> int:
+    """``encode`` of a native-size split (``prepare --size native``): one store, images grouped by size."""
+    import numpy as np
+    from tqdm import tqdm
+
+    from bench.datasets.identity import source_record
+    from bench.errors import InputError
+    from inr.native import encode_native, size_groups
+    from inr.store import load
+
+    split = ds.native_split(args.split)
+    n = len(split) if args.limit is None else min(len(split), args.limit)
+    if n < 1:
+        raise InputError(f"split {args.split!r} has no images to encode", args.prepared)
+    source = source_record(ds, args.split, args.limit)
+    print(f"encode {ds.root} [{args.split}] {n} images, native sizes ({len(size_groups(split.sizes[:n]))} size groups): "
+          f"{cfg.fit.arch}, {cfg.fit.iterations} iterations, bits {list(cfg.quant.bits)}, device {args.device}")
+    bar = tqdm(total=n, unit="img", desc="encode", disable=args.no_progress, dynamic_ncols=True)
+    try:
+        out = encode_native(list(split.images[:n]), split.labels[:n], cfg, args.out, device=args.device, source=source,
+                            progress=lambda k, p: bar.update(k), overwrite=args.overwrite, fit_cache=args.fit_cache)
+    finally:
+        bar.close()
+    st = load(out, "cpu")
+    p = st.psnr.astype(np.float64)
+    print(f"wrote {out}: {st.num_images} images, {st.bytes_per_image:.1f} bytes/image "
+          f"({100 * st.bytes_per_image / st.raw_bytes_per_image:.1f}% of mean raw RGB), PSNR mean {p.mean():.2f} dB "
+          f"(min {p.min():.2f})")
     return 0

@@ -41,6 +41,8 @@ def summary(path: str) -> dict:
         "arch": st.arch.to_dict(),
         "params_per_image": st.arch.params_per_image,
         "image_size": list(st.image_size),
+        # native-size stores (format v2): every image's [H, W]; bits_per_pixel is then the mean over images
+        "image_sizes": None if st.image_sizes is None else st.image_sizes.tolist(),
         "num_images": n,
         "bits": list(st.bits),
         "per_channel": st.per_channel,
@@ -48,7 +50,8 @@ def summary(path: str) -> dict:
         "kept_fraction_per_layer": kept,
         "bytes_on_disk": st.bytes_on_disk,
         "bytes_per_image": st.bytes_per_image,
-        "bits_per_pixel": st.bytes_per_image * 8 / (st.image_size[0] * st.image_size[1]),
+        "bits_per_pixel": (st.bytes_per_image * 8 / (st.image_size[0] * st.image_size[1]) if st.image_sizes is None
+                           else float((st.bytes_per_image * 8 / st.image_sizes.prod(axis=1)).mean())),
         "raw_rgb_bytes_per_image": st.raw_bytes_per_image,
         "percent_of_raw_rgb": 100.0 * st.bytes_per_image / st.raw_bytes_per_image,
         "resident_bytes": st.resident_bytes(),
@@ -65,10 +68,15 @@ def run(args: argparse.Namespace) -> int:
     a = s["arch"]
     print(f"{s['file']}  (INR store format v{s['format_version']})")
     print(f"  architecture   SIREN {a['layers']}x{a['hidden']}  w0_first={a['w0_first']:g} w0={a['w0']:g}  {s['params_per_image']} params/image")
-    print(f"  images         {s['num_images']} of {s['image_size'][0]}x{s['image_size'][1]}")
+    if s["image_sizes"]:
+        px = sorted({tuple(x) for x in s["image_sizes"]}, key=lambda x: x[0] * x[1])
+        print(f"  images         {s['num_images']} of native sizes ({len(px)} distinct, {px[0][0]}x{px[0][1]} .. "
+              f"{px[-1][0]}x{px[-1][1]}; bpp and raw RGB below are means over images)")
+    else:
+        print(f"  images         {s['num_images']} of {s['image_size'][0]}x{s['image_size'][1]}")
     print(f"  bits / layer   {s['bits']}  ({'per-channel' if s['per_channel'] else 'per-layer'} scales; 32 = float32)")
     print(f"  pruned         {100 * s['pruned_fraction_of_weights']:.1f}% of weights  (kept per layer: {', '.join(f'{k:.2f}' for k in s['kept_fraction_per_layer'])})")
-    print(f"  bytes/image    {s['bytes_per_image']:.1f}  ({s['bits_per_pixel']:.2f} bpp, {s['percent_of_raw_rgb']:.1f}% of raw RGB {s['raw_rgb_bytes_per_image']} B); file {s['bytes_on_disk']} B, resident {s['resident_bytes']} B")
+    print(f"  bytes/image    {s['bytes_per_image']:.1f}  ({s['bits_per_pixel']:.2f} bpp, {s['percent_of_raw_rgb']:.1f}% of raw RGB {s['raw_rgb_bytes_per_image']:.0f} B); file {s['bytes_on_disk']} B, resident {s['resident_bytes']} B")
     p = s["psnr_db"]
     if p:
         print(f"  PSNR dB        mean {p['mean']:.2f}  min {p['min']:.2f}  p5 {p['p5']:.2f}  median {p['median']:.2f}  max {p['max']:.2f}")

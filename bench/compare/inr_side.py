@@ -51,6 +51,26 @@ def _count(store) -> int:
     return int(n)
 
 
+def _decode_native(store, path: Path, sizes: np.ndarray, batch: int, device: str) -> list[np.ndarray]:
+    """Decode images of different sizes, batched within each size; ``InputError`` when the store's
+    sizes are not the split's."""
+    from inr.native import size_groups
+
+    n = len(sizes)
+    have = store.image_sizes[:n] if store.image_sizes is not None else np.tile(np.array(store.image_size), (n, 1))
+    if not np.array_equal(have, sizes):
+        raise InputError("image sizes differ from the prepared split's: is it a store of another dataset?", path)
+    out: list[np.ndarray | None] = [None] * n
+    for (h, w), idx in size_groups(sizes).items():
+        step = max(1, min(batch, PIXELS_PER_FORWARD // (h * w)))
+        for s in range(0, len(idx), step):
+            ii = torch.as_tensor(idx[s : s + step], device=device)
+            x = to_uint8(store.decode(ii)).permute(0, 2, 3, 1).cpu().numpy()
+            for k, i in enumerate(idx[s : s + step]):
+                out[i] = x[k]
+    return out
+
+
 def load_variant(
     path: str | Path,
     n_images: int,
@@ -60,6 +80,7 @@ def load_variant(
     weight_images: int = 256,
     device: str = "cpu",
     check=None,
+    sizes: np.ndarray | None = None,
 ) -> InrDecoded:
     """Decode the first ``n_images`` images of the store at ``path`` to uint8 ``[n, H, W, 3]``.
 
@@ -86,9 +107,11 @@ def load_variant(
             raise InputError("labels differ from the prepared split's: is it a store of another dataset or split?", path)
     decoded = []
     # at most ~2M pixels per forward (activations [B, H*W, hidden] float32 stay ~0.25 GB at 32 wide)
-    step = max(1, min(batch, PIXELS_PER_FORWARD // (image_size[0] * image_size[1])))
+    step = max(1, min(batch, PIXELS_PER_FORWARD // (image_size[0] * image_size[1]))) if sizes is None else 1
     with torch.no_grad():
-        for s in range(0, n_images, step):
+        if sizes is not None:  # native sizes: ``decoded`` is a list, one [H_i, W_i, 3] per image
+            decoded = _decode_native(store, path, np.asarray(sizes)[:n_images], batch, device)
+        for s in range(0, n_images if sizes is None else 0, step):
             idx = torch.arange(s, min(n_images, s + step), device=device)
             x = store.decode(idx)
             if x.shape[-2:] != tuple(image_size):
@@ -106,7 +129,7 @@ def load_variant(
         name=variant_name(store, path),
         bytes_per_image=bpi,
         header_free_bytes_per_image=None if hf is None else float(hf) / n_store,
-        decoded=np.concatenate(decoded),
+        decoded=decoded if sizes is not None else np.concatenate(decoded),
         path=str(path),
         arch=str(getattr(store, "arch", "")),
         weights=weights,

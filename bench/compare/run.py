@@ -38,7 +38,8 @@ class CompareResult:
 
 
 def load_variants(paths: Sequence[str | Path], n: int, image_size, labels, cfg: CompareConfig,
-                  ds: PreparedDataset | None = None, allow_unverified_store: bool = False) -> list[InrDecoded]:
+                  ds: PreparedDataset | None = None, allow_unverified_store: bool = False,
+                  sizes=None) -> list[InrDecoded]:
     """Load and decode the stores. With ``ds``, each store must have been encoded from the
     split's images (``bench.datasets.identity.check_store_source``), checked before decoding."""
     from bench.compare.inr_side import load_variant
@@ -49,7 +50,7 @@ def load_variants(paths: Sequence[str | Path], n: int, image_size, labels, cfg: 
             check_store_source(store, ds, cfg.split, allow_unverified=allow_unverified_store)
 
     variants = [
-        load_variant(p, n, image_size, labels, batch=cfg.batch, weight_images=cfg.weight_images, check=check)
+        load_variant(p, n, image_size, labels, batch=cfg.batch, weight_images=cfg.weight_images, check=check, sizes=sizes)
         for p in paths
     ]
     names = [v.name for v in variants]
@@ -123,9 +124,6 @@ def _run(prepared, stores, cfg: CompareConfig, out: Path, variants, progress, en
          allow_unverified_store: bool = False) -> CompareResult:
     ds = open_prepared(prepared)
     if ds.native:
-        if stores:
-            raise InputError("INR stores of a native-size dataset are not supported yet (`inrbench encode` needs one "
-                             "image size): compare its codecs with --codecs and no --store", prepared)
         split = ds.native_split(cfg.split)
         n = len(split) if cfg.limit is None else min(cfg.limit, len(split))
         images = [np.array(im) for im in split.images[:n]]  # writable copies, one per image
@@ -135,11 +133,9 @@ def _run(prepared, stores, cfg: CompareConfig, out: Path, variants, progress, en
         n = len(split) if cfg.limit is None else min(cfg.limit, len(split))
         images = np.array(split.images[:n])  # a writable copy, not the read-only memmap
         sizes = np.tile(np.array(split.image_size, np.int64), (n, 1))
-    if variants is None and ds.native:
-        variants = []
-    elif variants is None:
-        variants = load_variants(stores, n, split.image_size, split.labels, cfg, ds=ds,
-                                 allow_unverified_store=allow_unverified_store)
+    if variants is None:
+        variants = load_variants(stores, n, None if ds.native else split.image_size, split.labels, cfg, ds=ds,
+                                 allow_unverified_store=allow_unverified_store, sizes=sizes if ds.native else None)
     else:
         variants = [InrDecoded(**{**v.__dict__, "decoded": v.decoded[:n]}) for v in variants]
     pixels = sizes[:, 0] * sizes[:, 1]

@@ -27,21 +27,36 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bench.datasets.prepared import PreparedDataset, sha256_array
 from bench.errors import InputError
 
 
+def _first(ds: PreparedDataset, split: str, n: int | None) -> tuple[int, str, str]:
+    """(count, sha256 of the first ``n`` images' pixels, of their labels); native-size splits hash
+    the images' pixels concatenated (as ``pixels_flat.npy`` stores them)."""
+    if ds.native:
+        s = ds.native_split(split)
+        k = len(s) if n is None else min(len(s), n)
+        flat = np.concatenate([im.reshape(-1) for im in s.images[:k]]) if k else np.zeros(0, np.uint8)
+        return len(s), sha256_array(flat), sha256_array(s.labels[:k])
+    s = ds.split(split)
+    k = len(s) if n is None else min(len(s), n)
+    return len(s), sha256_array(s.images[:k]), sha256_array(s.labels[:k])
+
+
 def source_record(ds: PreparedDataset, split: str, limit: int | None = None) -> dict[str, Any]:
     """``meta["source"]`` for a store of the first ``limit`` (default all) images of ``split``."""
-    s = ds.split(split)
-    n = len(s) if limit is None else min(len(s), limit)
+    count, px, lab = _first(ds, split, limit)
+    n = count if limit is None else min(count, limit)
     info = ds.manifest["splits"][split]
     return {
-        "prepared": str(ds.root), "split": split, "limit": limit, "count": len(s),
+        "prepared": str(ds.root), "split": split, "limit": limit, "count": count,
         "pixels_sha256": info.get("pixels_sha256"), "labels_sha256": info.get("labels_sha256"),
         "encoded_count": n,
-        "encoded_pixels_sha256": sha256_array(s.images[:n]),
-        "encoded_labels_sha256": sha256_array(s.labels[:n]),
+        "encoded_pixels_sha256": px,
+        "encoded_labels_sha256": lab,
     }
 
 
@@ -72,8 +87,8 @@ def check_store_source(store: Any, ds: PreparedDataset, split: str, *, allow_unv
         return True  # encoded from this very split (all of it, or its first n images)
     enc = src.get("encoded_pixels_sha256")
     if enc and n <= int(info["count"]):
-        s = ds.split(split)
-        if sha256_array(s.images[:n]) == enc and src.get("encoded_labels_sha256") in (None, sha256_array(s.labels[:n])):
+        _, px, lab = _first(ds, split, n)
+        if px == enc and src.get("encoded_labels_sha256") in (None, lab):
             return True
     origin = f"{src.get('prepared', '?')} [{src.get('split', '?')}]"
     raise InputError(
