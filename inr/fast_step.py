@@ -75,17 +75,58 @@ def _step(thetas: list[torch.Tensor], a0: torch.Tensor, t01: torch.Tensor, scale
     return grads, psnr
 
 
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-8
+
+
+def _iteration(thetas, m, v, best, best_p, a0, t01, step_size, sqrt_bc2, scales, sin_fn) -> None:
+    """One whole fit iteration in place: step (``_step``), keep-best of the weights it measured, then
+    Adam (``torch.optim.Adam``'s update: ``T -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps)``).
+    ``step_size`` (``lr / bc1``) and ``sqrt_bc2`` are 0-d tensors (no recompilation per iteration)."""
+    grads, psnr = _step(thetas, a0, t01, scales, sin_fn)
+    better = psnr.double() > best_p
+    best_p.copy_(torch.where(better, psnr.double(), best_p))
+    b1, b2 = ADAM_BETAS
+    for T, g, mi, vi, bt in zip(thetas, grads, m, v, best, strict=True):
+        bt.copy_(torch.where(better.view(-1, 1, 1), T, bt))
+        mi.mul_(b1).add_(g, alpha=1.0 - b1)
+        vi.mul_(b2).addcmul_(g, g, value=1.0 - b2)
+        T.sub_(step_size * mi / (vi.sqrt() / sqrt_bc2 + ADAM_EPS))
+
+
+def compiled_iteration(arch: SirenArch, B: int, P: int, device: torch.device, threads: int, fast_sine: bool = True):
+    """The compiled ``_iteration`` for one chunk shape and thread count (cached)."""
+    key = ("iteration", arch, B, P, str(device), fast_sine, threads if torch.device(device).type == "cpu" else 0)
+    with _LOCK:
+        fn = _CACHE.get(key)
+        if fn is None:
+            _raise_recompile_limit()
+            scales = tuple(float(arch.omega(li) or 0.5) for li in range(arch.num_linear))
+            sin_fn = fast_sin if fast_sine else torch.sin
+
+            def it(thetas, m, v, best, best_p, a0, t01, step_size, sqrt_bc2):
+                _iteration(thetas, m, v, best, best_p, a0, t01, step_size, sqrt_bc2, scales, sin_fn)
+
+            fn = torch.compile(it, dynamic=False, fullgraph=True)
+            _CACHE[key] = fn
+    return fn
+
+
+def _raise_recompile_limit() -> None:
+    from torch import _dynamo
+
+    cfg = _dynamo.config
+    limit = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+    setattr(cfg, limit, max(getattr(cfg, limit), 64))  # one graph per chunk shape, never a silent eager fallback
+
+
 def compiled_step(arch: SirenArch, B: int, P: int, device: torch.device, threads: int, fast_sine: bool = True):
     """The compiled step for one chunk shape run with ``threads`` CPU threads (cached; compiled on first call)."""
     key = (arch, B, P, str(device), fast_sine, threads if torch.device(device).type == "cpu" else 0)
     with _LOCK:
         fn = _CACHE.get(key)
         if fn is None:
-            from torch import _dynamo
-
-            cfg = _dynamo.config
-            limit = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
-            setattr(cfg, limit, max(getattr(cfg, limit), 64))  # one graph per chunk shape, never a silent eager fallback
+            _raise_recompile_limit()
             scales = tuple(float(arch.omega(li) or 0.5) for li in range(arch.num_linear))
             sin_fn = fast_sin if fast_sine else torch.sin
 
@@ -104,16 +145,23 @@ def eager_step(arch: SirenArch, fast_sine: bool = False):
     return lambda thetas, a0, t01: _step(thetas, a0, t01, scales, sin_fn)
 
 
-def warm(arch: SirenArch, shapes: list[tuple[int, int]], device: torch.device, threads: int) -> None:
+def warm(arch: SirenArch, shapes: list[tuple[int, int]], device: torch.device, threads: int, fused: bool = False) -> None:
     """Compile the step for each ``(B, P)`` before worker threads use it (compilation is not thread-parallel)."""
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         with torch.no_grad():
             for B, P in sorted(set(shapes)):
-                fn = compiled_step(arch, B, P, device, threads)
                 thetas = [torch.zeros(B, o, i + 1, device=device) for i, o in arch.shapes]
                 a0 = torch.ones(3, P, device=device)
-                fn(thetas, a0, torch.zeros(B, 3, P, device=device))
+                t01 = torch.zeros(B, 3, P, device=device)
+                if fused:
+                    z = [torch.zeros_like(T) for T in thetas]
+                    compiled_iteration(arch, B, P, device, threads)(
+                        thetas, z, [torch.zeros_like(T) for T in thetas], [torch.zeros_like(T) for T in thetas],
+                        torch.zeros(B, dtype=torch.float64, device=device), a0, t01,
+                        torch.tensor(1e-3, device=device), torch.tensor(1.0, device=device))
+                else:
+                    compiled_step(arch, B, P, device, threads)(thetas, a0, t01)
     finally:
         torch.set_num_threads(old)

@@ -260,6 +260,9 @@ def _optimize_chunk(
         if ac_dtype is not None:
             raise ValueError("the compiled fit step is fp32 only (autocast none)")
         fast = compiled_step(arch, B, P, dev, threads or torch.get_num_threads())
+        if fused_iteration(masks, transform, eval_every):
+            return _optimize_chunk_fused(thetas, best, best_p, t01.contiguous(), eng, arch, iterations, lr, lr * lr_final_factor,
+                                         threads or torch.get_num_threads(), coords, targets)
         t01c = t01.contiguous()  # the layout the step was compiled for (``fast_step.warm``)
     opt = _make_adam(thetas, lr)
     lr_min = lr * lr_final_factor
@@ -310,6 +313,38 @@ def _optimize_chunk(
         # report the PSNR of decoding the kept weights with ``siren.forward`` (the decoder everyone uses)
         dec = forward(transform(kept, masks) if transform is not None else kept, coords, arch)
         best_p = _psnr_from_rgb(dec, targets.to(torch.float32))
+    return kept, best_p
+
+
+def fused_iteration(masks, transform, eval_every: int) -> bool:
+    """Whether the compiled path runs whole iterations in one graph (``inr.fast_step.compiled_iteration``):
+    no masks, no transform, keep-best every iteration."""
+    return masks is None and transform is None and eval_every in (0, 1)
+
+
+def _optimize_chunk_fused(thetas, best, best_p, t01, eng, arch, iterations, lr, lr_min, threads, coords, targets):
+    """``_optimize_chunk`` with each iteration (step, keep-best, Adam) one compiled graph."""
+    from inr.fast_step import ADAM_BETAS, compiled_iteration
+
+    dev = t01.device
+    B, _, P = t01.shape
+    fn = compiled_iteration(arch, B, P, dev, threads)
+    m = [torch.zeros_like(T) for T in thetas]
+    v = [torch.zeros_like(T) for T in thetas]
+    b1, b2 = ADAM_BETAS
+    with torch.no_grad():
+        for it in range(iterations):
+            lr_t = lr_min + 0.5 * (lr - lr_min) * (1.0 + math.cos(math.pi * it / iterations))
+            t = it + 1
+            fn(thetas, m, v, best, best_p, eng.a0, t01, torch.tensor(lr_t / (1.0 - b1**t), device=dev),
+               torch.tensor(math.sqrt(1.0 - b2**t), device=dev))
+        # the weights after the last update are a candidate too (as in the eager loop's final evaluation)
+        psnr = _psnr_from_rgb(eng.forward(thetas, need_grad=False), targets.permute(0, 2, 1).to(torch.float32))
+        better = psnr > best_p
+        for b, T in zip(best, thetas, strict=True):
+            b.copy_(torch.where(better.view(-1, 1, 1), T, b))
+        kept = from_theta(best)
+        best_p = _psnr_from_rgb(forward(kept, coords, arch), targets.to(torch.float32))
     return kept, best_p
 
 
@@ -379,7 +414,8 @@ def optimize(
     if step == "compiled" and B:
         from inr.fast_step import warm
 
-        warm(arch, [(e - s, targets.shape[1]) for s, e in ranges], dev, step_threads)
+        warm(arch, [(e - s, targets.shape[1]) for s, e in ranges], dev, step_threads,
+             fused=fused_iteration(masks, transform, eval_every))
     if n_workers > 1:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)

@@ -18,6 +18,7 @@ read back with ``weights_only=True``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import time
@@ -65,11 +66,24 @@ class LearnedInit:
     sha256: str = ""
 
 
+@contextlib.contextmanager
+def _cpu_threads(device: torch.device, n: int = 1):
+    """One torch thread on the CPU: these loops are many small ops, where intra-op threads mostly
+    wait on each other (and on shared cores collapse); it also fixes the result (thread count)."""
+    old = torch.get_num_threads()
+    if device.type == "cpu" and n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
 def meta_train(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig = MetaConfig(),
                device: str | torch.device = "cpu", progress=None) -> tuple[Weights, dict]:
     """Reptile on uint8 ``[N, H, W, 3]`` *training* images -> (init weights ``[(W [1,in,out], b [1,1,out])]``, info).
 
-    Deterministic for a given seed, device and thread count.
+    Deterministic for a given seed and device (on the CPU it runs on one thread).
     """
     dev = torch.device(device)
     n, h, w, _ = images.shape
@@ -83,7 +97,7 @@ def meta_train(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig =
     eng = SirenEngine(arch, coords_s, B)
     inner_lr = cfg.inner_lr or lr
     t0 = time.perf_counter()
-    with torch.no_grad():
+    with torch.no_grad(), _cpu_threads(dev):
         for step in range(cfg.outer_steps):
             idx = np.sort(rng.choice(n, B, replace=False))
             tg = torch.from_numpy(np.asarray(images[idx], dtype=np.uint8).reshape(B, P, 3)).to(dev)
@@ -196,7 +210,7 @@ def fit_curve(images: np.ndarray, arch: SirenArch, iterations: int, lr: float, s
     opt = torch.optim.Adam(thetas, lr=lr)
     best = torch.full((n,), -math.inf, dtype=torch.float64, device=dev)
     curve = np.zeros(iterations + 1)
-    with torch.no_grad():
+    with torch.no_grad(), _cpu_threads(dev, 1 if n * h * w <= 1 << 16 else 0):  # big images: all threads
         for it in range(iterations + 1):
             rgb = eng.forward(thetas)
             q = torch.round(rgb.clamp(0, 1) * 255.0).sub_(t255)

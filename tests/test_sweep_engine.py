@@ -218,7 +218,7 @@ def test_builtin_sweeps_are_valid_and_cover_every_stage(capsys):
     assert {"demo", "paper", "design-space"} <= set(builtin_names())
     demo = load_sweep("demo")
     kinds = {c.kind for c in demo.cells}
-    assert kinds == {"prepare", "encode", "compare", "bench"} and demo.device == "cpu" and demo.report
+    assert kinds == {"prepare", "meta-init", "encode", "compare", "bench"} and demo.device == "cpu" and demo.report
     bench = {(c.pipeline, c.mode) for c in demo.cells if c.kind == "bench"}
     import pipelines
 

@@ -165,7 +165,7 @@ class EncodeCell(Cell):
     """
 
     kind: ClassVar[str] = "encode"
-    REF_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+    REF_FIELDS: ClassVar[tuple[str, ...]] = ("data", "init")
 
     data: str = ""
     name: str = ""
@@ -179,6 +179,7 @@ class EncodeCell(Cell):
     bits: str | None = None
     device: str | None = None
     fit_cache: bool = False
+    init: str | None = None  # a meta-init cell: --init its file (learned initialization)
 
     FIT_CACHE: ClassVar[str] = "fit-cache"
 
@@ -191,11 +192,40 @@ class EncodeCell(Cell):
             _opt(argv, f, getattr(self, f))
         if self.fit_cache:
             argv += ["--fit-cache", str(ctx.shared_dir(self.FIT_CACHE))]
+        if self.init:
+            argv += ["--init", str(ctx.output(self.init))]
         argv += ["--out", str(self.output(ctx))]
         return argv + extra_argv(self.args)
 
     def labels(self) -> dict[str, str]:
         return {"pipeline": "inr", "dataset": "", "mode": "encode"}
+
+
+@dataclass(frozen=True)
+class MetaInitCell(Cell):
+    """``inrbench meta-init DATA --preset P [--outer-steps N] [--images N] --out CELL/init.pt``
+    (a learned initialization from DATA's train split; encode cells name it with ``init``)."""
+
+    kind: ClassVar[str] = "meta-init"
+    REF_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+
+    data: str = ""
+    preset: str | None = None
+    outer_steps: int | None = None
+    images: int | None = None
+    device: str | None = None
+
+    def output(self, ctx: Context) -> Path:
+        return ctx.cell_dir(self.id) / "init.pt"
+
+    def argv(self, ctx: Context) -> list[str]:
+        argv = ["meta-init", str(ctx.output(self.data))]
+        for f in ("preset", "outer_steps", "images", "device"):
+            _opt(argv, f, getattr(self, f))
+        return argv + ["--out", str(self.output(ctx))] + extra_argv(self.args)
+
+    def labels(self) -> dict[str, str]:
+        return {"pipeline": "inr", "dataset": "", "mode": "meta-init"}
 
 
 @dataclass(frozen=True)
@@ -297,5 +327,5 @@ class PythonCell(Cell):
 
 
 KINDS: dict[str, type[Cell]] = {
-    c.kind: c for c in (PrepareCell, EncodeCell, CompareCell, BenchCell, CommandCell, PythonCell)
+    c.kind: c for c in (PrepareCell, MetaInitCell, EncodeCell, CompareCell, BenchCell, CommandCell, PythonCell)
 }

@@ -256,7 +256,7 @@ def _build(cls: type[Cell], f: dict, device: str, path: Path, where: str) -> Cel
 
 def _check_refs(cell: Cell, seen: dict[str, Cell], path: Path) -> Cell:
     """References resolve to earlier cells of the right kind; globs in ``stores`` expand."""
-    want = {"data": "prepare", "store": "encode", "stores": "encode"}
+    want = {"data": "prepare", "store": "encode", "stores": "encode", "init": "meta-init"}
     updates: dict[str, Any] = {}
     for name in cell.REF_FIELDS:
         val = getattr(cell, name)
