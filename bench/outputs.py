@@ -66,7 +66,7 @@ def _is_prepared(p: Path) -> bool:
 def _is_store(p: Path) -> bool:
     try:
         with open(p, "rb") as f:
-            return f.read(8) == b"INRSTORE"
+            return f.read(8) in (b"INRSTORE", b"INRPACKZ")  # a store, or its packed at-rest form (inr.atrest)
     except OSError:
         return False
 

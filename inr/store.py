@@ -347,12 +347,23 @@ def check_arrays(header: dict[str, Any], arrays: dict[str, np.ndarray], path: Pa
     return arch
 
 
-def read_verified(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray], int]:
-    """Read and verify a store file -> (header, arrays on CPU, file bytes). Any defect is an ``InputError``."""
+def read_verified(path: str | Path, info: dict | None = None) -> tuple[dict[str, Any], dict[str, np.ndarray], int]:
+    """Read and verify a store file -> (header, arrays on CPU, file bytes). Any defect is an ``InputError``.
+
+    A packed (at-rest) file (``inr.atrest``) is checked and decompressed first; ``info``, when
+    given, receives ``at_rest`` (its pack header, or None) and ``store_bytes`` (the store's length).
+    """
     path = Path(path)
     if not path.is_file():
         raise InputError("no such INR store file", path)
     data = path.read_bytes()
+    disk_bytes, pack_header = len(data), None
+    from inr import atrest
+
+    if atrest.is_packed(data):
+        data, pack_header = atrest.unpack(data, path)
+    if info is not None:
+        info.update(at_rest=pack_header, store_bytes=len(data))
     if len(data) < PREFIX.size:
         raise InputError(f"not an INR store: file is {len(data)} bytes, shorter than the {PREFIX.size}-byte prefix", path)
     magic, version, hlen, hcrc = PREFIX.unpack_from(data, 0)
@@ -398,7 +409,7 @@ def read_verified(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarra
     if any(data[PREFIX.size + hlen : data_start]):
         raise InputError("non-zero bytes between the header and the data: file is corrupt", path)
     check_arrays(header, arrays, path)
-    return header, arrays, len(data)
+    return header, arrays, disk_bytes
 
 
 @dataclass
@@ -438,6 +449,8 @@ class StoredINR:
     _layers: list[_DeviceLayer] = field(repr=False, default_factory=list)
     _coords: torch.Tensor | None = field(repr=False, default=None)
     image_sizes: np.ndarray | None = field(repr=False, default=None)  # int64 [N, 2] (native-size stores only)
+    at_rest: dict[str, Any] | None = field(repr=False, default=None)  # inr.atrest pack header when packed on disk
+    store_bytes: int | None = None  # the store file's bytes (== bytes_on_disk unless packed)
 
     @property
     def num_images(self) -> int:
@@ -558,7 +571,8 @@ class StoredINR:
 def load(path: str | Path, device: torch.device | str = "cpu") -> StoredINR:
     """Load and verify a store; codes, scales and masks go to ``device`` as they are on disk."""
     path = Path(path)
-    header, arrays, nbytes = read_verified(path)
+    info: dict[str, Any] = {}
+    header, arrays, nbytes = read_verified(path, info)
     try:
         arch = SirenArch.from_dict(header["arch"])
         n = int(header["num_images"])
@@ -604,6 +618,8 @@ def load(path: str | Path, device: torch.device | str = "cpu") -> StoredINR:
         header=header,
         _layers=layers,
         image_sizes=None if "sizes" not in arrays else arrays["sizes"].astype(np.int64),
+        at_rest=info["at_rest"],
+        store_bytes=info["store_bytes"],
     )
 
 

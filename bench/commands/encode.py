@@ -52,6 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--keep-work", action="store_true", help="keep the shard folder after success")
     g.add_argument("--fit-cache", help="folder of float32 fits reused by encodes of the same images and fit config")
     g.add_argument("--no-progress", action="store_true")
+    g.add_argument("--at-rest", choices=("lzma",),
+                   help="write the store entropy-coded for disk and transfer (inr.atrest); it is decoded once "
+                        "at load into the same resident layout (inspect/compare report disk and resident bytes)")
 
 
 def build_config(args: argparse.Namespace):
@@ -138,10 +141,12 @@ def _encode(args: argparse.Namespace) -> int:
                            overwrite=args.overwrite)
     finally:
         bar.close()
+    _pack(out, getattr(args, "at_rest", None))
     st = load(out, "cpu")
     p = st.psnr.astype(np.float64)
     print(f"wrote {out}: {st.num_images} images, {st.bytes_per_image:.1f} bytes/image "
-          f"({100 * st.bytes_per_image / st.raw_bytes_per_image:.1f}% of raw RGB), PSNR mean {p.mean():.2f} dB (min {p.min():.2f})")
+          f"({100 * st.bytes_per_image / st.raw_bytes_per_image:.1f}% of raw RGB{_packed_note(st)}), PSNR mean {p.mean():.2f} dB "
+          f"(min {p.min():.2f})")
     return 0
 
 
@@ -168,9 +173,26 @@ def _encode_native(args: argparse.Namespace, cfg, ds) -> int:
                             progress=lambda k, p: bar.update(k), overwrite=args.overwrite, fit_cache=args.fit_cache)
     finally:
         bar.close()
+    _pack(out, getattr(args, "at_rest", None))
     st = load(out, "cpu")
     p = st.psnr.astype(np.float64)
     print(f"wrote {out}: {st.num_images} images, {st.bytes_per_image:.1f} bytes/image "
           f"({100 * st.bytes_per_image / st.raw_bytes_per_image:.1f}% of mean raw RGB), PSNR mean {p.mean():.2f} dB "
           f"(min {p.min():.2f})")
     return 0
+
+
+def _pack(out, codec: str | None) -> None:
+    """Replace the store at ``out`` by its packed at-rest form (``--at-rest``), atomically."""
+    if not codec:
+        return
+    from bench.atomic import atomic_write_bytes
+    from inr.atrest import pack
+
+    atomic_write_bytes(out, pack(out.read_bytes(), codec))
+
+
+def _packed_note(st) -> str:
+    if st.at_rest is None:
+        return ""
+    return f"; packed on disk ({st.at_rest['codec']}), store {st.store_bytes / max(1, st.num_images):.1f} bytes/image resident layout"

@@ -55,9 +55,22 @@ def summary(path: str) -> dict:
         "raw_rgb_bytes_per_image": st.raw_bytes_per_image,
         "percent_of_raw_rgb": 100.0 * st.bytes_per_image / st.raw_bytes_per_image,
         "resident_bytes": st.resident_bytes(),
+        # disk (the file; packed with --at-rest) vs the store layout vs device-resident bytes, per image and as bpp
+        "at_rest": st.at_rest,
+        "store_bytes": st.store_bytes,
+        "disk_bits_per_pixel": _bpp(st, st.bytes_on_disk),
+        "resident_bits_per_pixel": _bpp(st, st.resident_bytes()),
         "psnr_db": psnr,
         "meta": st.meta,
     }
+
+
+def _bpp(st, total_bytes: float) -> float:
+    """``total_bytes`` over all images as bits per pixel (native sizes: the mean of per-image bpp)."""
+    per = total_bytes / max(1, st.num_images)
+    if st.image_sizes is None:
+        return per * 8 / (st.image_size[0] * st.image_size[1])
+    return float((per * 8 / st.image_sizes.prod(axis=1)).mean())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,6 +90,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"  bits / layer   {s['bits']}  ({'per-channel' if s['per_channel'] else 'per-layer'} scales; 32 = float32)")
     print(f"  pruned         {100 * s['pruned_fraction_of_weights']:.1f}% of weights  (kept per layer: {', '.join(f'{k:.2f}' for k in s['kept_fraction_per_layer'])})")
     print(f"  bytes/image    {s['bytes_per_image']:.1f}  ({s['bits_per_pixel']:.2f} bpp, {s['percent_of_raw_rgb']:.1f}% of raw RGB {s['raw_rgb_bytes_per_image']:.0f} B); file {s['bytes_on_disk']} B, resident {s['resident_bytes']} B")
+    if s["at_rest"]:
+        n = max(1, s["num_images"])
+        print(f"  at rest        packed ({s['at_rest']['codec']}): disk {s['bytes_on_disk'] / n:.1f} B/image "
+              f"({s['disk_bits_per_pixel']:.2f} bpp) vs store layout {s['store_bytes'] / n:.1f} B/image; resident "
+              f"{s['resident_bytes'] / n:.1f} B/image ({s['resident_bits_per_pixel']:.2f} bpp), decoded once at load")
     p = s["psnr_db"]
     if p:
         print(f"  PSNR dB        mean {p['mean']:.2f}  min {p['min']:.2f}  p5 {p['p5']:.2f}  median {p['median']:.2f}  max {p['max']:.2f}")

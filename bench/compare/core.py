@@ -64,6 +64,8 @@ class InrDecoded:
     path: str = ""
     arch: str = ""
     weights: dict[str, np.ndarray] = field(default_factory=dict)
+    resident_bytes_per_image: float | None = None  # device bytes (codes, scales, masks) / N
+    at_rest: str | None = None  # the at-rest codec when the file is packed (inr.atrest): bytes_per_image is disk bytes
 
 
 def _row(**kw) -> dict:

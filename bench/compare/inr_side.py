@@ -124,8 +124,13 @@ def load_variant(
         weights[f"layer{i}"] = torch.as_tensor(w).float().cpu().numpy().ravel()
         del b  # biases are not part of the paper's Figure 4
     bpi = float(getattr(store, "bytes_per_image", None) or store.bytes_on_disk / n_store)
-    hf = weight_data_bytes(store)
+    packed = getattr(store, "at_rest", None)
+    # a packed file's arrays are compressed together: no header-free count of its disk bytes
+    hf = None if packed else weight_data_bytes(store)
+    resident = getattr(store, "resident_bytes", None)
     return InrDecoded(
+        resident_bytes_per_image=None if resident is None else float(resident()) / n_store,
+        at_rest=None if not packed else str(packed.get("codec")),
         name=variant_name(store, path),
         bytes_per_image=bpi,
         header_free_bytes_per_image=None if hf is None else float(hf) / n_store,

@@ -167,7 +167,8 @@ def _run(prepared, stores, cfg: CompareConfig, out: Path, variants, progress, en
             dict(method=c.method, paper=c.paper, sources=list(c.sources), approximate=c.approximate,
                  points=len(c.bpp)) for c in references.curves(cfg.reference)],
         stores=[dict(name=v.name, path=v.path, arch=v.arch, bytes_per_image=v.bytes_per_image,
-                     header_free_bytes_per_image=v.header_free_bytes_per_image) for v in variants],
+                     header_free_bytes_per_image=v.header_free_bytes_per_image,
+                     resident_bytes_per_image=v.resident_bytes_per_image, at_rest=v.at_rest) for v in variants],
     )
     if env:
         from bench import envinfo

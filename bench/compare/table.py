@@ -276,6 +276,16 @@ def markdown(summary: pd.DataFrame, meta: dict) -> str:
     if cross:
         front = ", ".join(f"inr-{v}" for v in inr_frontier(summary)["variant"])
         lines += ["", f"Where INR stands against each codec's curve (INR frontier: {front}):", ""] + [f"- {c}" for c in cross]
+    stores = [st for st in meta.get("stores", []) if st.get("resident_bytes_per_image")]
+    if stores:
+        lines += ["", "Disk bytes (the file, header amortized; packed with `encode --at-rest` where noted) against "
+                      "device-resident bytes (codes, scales, masks as loaded; decode speed depends on these):", "",
+                  "| INR variant | on disk | disk bytes/img | disk bpp | resident bytes/img | resident bpp |",
+                  "|---|---|---|---|---|---|"]
+        for st in stores:
+            d, r = float(st["bytes_per_image"]), float(st["resident_bytes_per_image"])
+            kind = f"packed ({st['at_rest']})" if st.get("at_rest") else "store"
+            lines.append(f"| inr-{st['name']} | {kind} | {d:.0f} | {d * 8 / px:.2f} | {r:.0f} | {r * 8 / px:.2f} |")
     if meta.get("reference"):
         lines += reference_lines(summary, meta["reference"], px)
     return "\n".join(lines) + "\n"

@@ -1,0 +1,90 @@
+"""The at-rest form of an INR store: the whole store file entropy-coded for disk and transfer.
+
+A packed file is::
+
+    offset 0   b"INRPACKZ"     magic (8 bytes)
+    offset 8   u32 version     (PACK_VERSION)
+    offset 12  u32 header length H
+    offset 16  u32 CRC-32 of the header
+    offset 20  header: UTF-8 JSON  codec ("lzma"), preset, store_length, store_sha256,
+                                   packed_length, packed_crc32
+    ...        the compressed store file (LZMA, xz container, stdlib ``lzma``)
+
+``inr.store.load`` reads either form: a packed file is checked (header CRC, compressed bytes'
+CRC and length, the decompressed store's length and sha256), decompressed once, and then
+verified and loaded exactly like a store file, into the same resident layout. So a packed
+store decodes bit-identically to its store, its decode speed is the store's, and only its
+disk bytes differ (``StoredINR.bytes_on_disk``; ``at_rest`` says how it was packed and
+``store_bytes`` how large the store itself is). The store's data region is layer-major
+quantized codes, so LZMA sees long runs of one layer's codes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+import struct
+import zlib
+from pathlib import Path
+
+from bench.errors import InputError
+
+MAGIC = b"INRPACKZ"
+PACK_VERSION = 1
+PREFIX = struct.Struct("<8sIII")
+CODECS = ("lzma",)
+LZMA_PRESET = 9 | lzma.PRESET_EXTREME
+
+
+def is_packed(data: bytes) -> bool:
+    return data[: len(MAGIC)] == MAGIC
+
+
+def pack(store_bytes: bytes, codec: str = "lzma") -> bytes:
+    """A store file's bytes -> its packed (at-rest) file's bytes."""
+    if codec not in CODECS:
+        raise ValueError(f"unknown at-rest codec {codec!r} (known: {', '.join(CODECS)})")
+    if is_packed(store_bytes) or store_bytes[:8] != b"INRSTORE":
+        raise ValueError("pack takes the bytes of an INR store file")
+    blob = lzma.compress(store_bytes, preset=LZMA_PRESET)
+    header = {
+        "codec": codec, "preset": "9e", "store_length": len(store_bytes),
+        "store_sha256": hashlib.sha256(store_bytes).hexdigest(),
+        "packed_length": len(blob), "packed_crc32": zlib.crc32(blob) & 0xFFFFFFFF,
+    }
+    h = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    return PREFIX.pack(MAGIC, PACK_VERSION, len(h), zlib.crc32(h) & 0xFFFFFFFF) + h + blob
+
+
+def unpack(data: bytes, path: str | Path = "") -> tuple[bytes, dict]:
+    """A packed file's bytes -> (the store file's bytes, the pack header); any defect is an ``InputError``."""
+    path = Path(path)
+    if len(data) < PREFIX.size or not is_packed(data):
+        raise InputError("not a packed INR store", path)
+    _, version, hlen, hcrc = PREFIX.unpack_from(data, 0)
+    if version != PACK_VERSION:
+        raise InputError(f"packed INR store version {version}, this inrbench reads version {PACK_VERSION}", path)
+    h = data[PREFIX.size : PREFIX.size + hlen]
+    if len(h) != hlen or zlib.crc32(h) & 0xFFFFFFFF != hcrc:
+        raise InputError("packed INR store: header truncated or checksum mismatch: file is corrupt", path)
+    try:
+        header = json.loads(h)
+        blob = data[PREFIX.size + hlen :]
+        want_len, want_crc = int(header["packed_length"]), int(header["packed_crc32"])
+        if header["codec"] not in CODECS:
+            raise InputError(f"packed INR store: unknown codec {header['codec']!r}", path)
+    except (ValueError, KeyError, TypeError) as e:
+        raise InputError(f"packed INR store header is inconsistent ({type(e).__name__}: {e})", path) from None
+    if len(blob) != want_len:
+        what = "truncated" if len(blob) < want_len else "has trailing bytes"
+        raise InputError(f"packed INR store {what}: expected {want_len} compressed bytes, file has {len(blob)}", path)
+    if zlib.crc32(blob) & 0xFFFFFFFF != want_crc:
+        raise InputError("packed INR store: checksum mismatch in the compressed data: file is corrupt", path)
+    try:
+        store_bytes = lzma.decompress(blob)
+    except lzma.LZMAError as e:
+        raise InputError(f"packed INR store: cannot decompress ({e}): file is corrupt", path) from None
+    if len(store_bytes) != header.get("store_length") or hashlib.sha256(store_bytes).hexdigest() != header.get("store_sha256"):
+        raise InputError("packed INR store: the decompressed store does not match its recorded length / sha256", path)
+    return store_bytes, header
