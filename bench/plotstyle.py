@@ -34,7 +34,7 @@ COLORS: dict[str, str] = {
     "webp": "#999933",  # olive
     "avif": "#661100",  # dark red
     "jxl": "#EE6677",  # rose
-    "jp2": "#CCBB44",  # sand
+    "jp2": "#01665E",  # dark teal (not the sand of inr-6bit)
     # INR store variants (shades of the `inr` family: blues/purples)
     "inr-fp32": "#0072B2",
     "inr-pruned": "#56B4E9",
