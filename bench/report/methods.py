@@ -9,7 +9,8 @@ each pipeline's expand runs with its dense runs on the same dataset:
   bootstrap interval of ``bench.stats.ratio_ci`` (> 1: expand trains faster; needs >= 2 repeats
   of each);
 - test accuracy with its Wilson interval and an exact McNemar test of expand against dense on
-  the same test images (first run of each, paired by repeat and image);
+  the same test images, of each method's first trained model (first run, first repeat: repeats
+  share the seed, they repeat the timing, not the training's randomness);
 - FLOPs per image (forward, counted) averaged over the scheduled epochs, relative to dense;
 - per stage: width, depth, epochs, parameters, FLOPs per image, median epoch time, last loss;
 - a time-to-accuracy figure: test accuracy after each scheduled epoch (``epoch_test_acc``, runs
@@ -40,9 +41,7 @@ def dense_inputs(x: Any) -> Any:
     """``ReportInputs`` without the rows/predictions of the method comparison's runs: non-dense
     runs, and dense runs evaluated after every epoch (``--eval-every-epoch``: the pairs' dense
     halves, whose epochs match their expand schedule rather than the pipeline cells')."""
-    keep = method_of(x.rows) == "dense"
-    if "cfg.eval_every_epoch" in x.rows:
-        keep &= ~x.rows["cfg.eval_every_epoch"].astype("boolean").fillna(False).astype(bool)
+    keep = (method_of(x.rows) == "dense") & ~_per_epoch_eval(x.rows)
     if keep.all():
         return x
     rows = x.rows[keep]
@@ -50,6 +49,23 @@ def dense_inputs(x: Any) -> Any:
     if preds is not None and len(preds):
         preds = preds[preds["run_id"].isin(set(rows["run_id"].dropna()))]
     return dataclasses.replace(x, rows=rows, predictions=preds)
+
+
+def _per_epoch_eval(rows: pd.DataFrame) -> pd.Series:
+    if "cfg.eval_every_epoch" not in rows:
+        return pd.Series(False, index=rows.index)
+    return rows["cfg.eval_every_epoch"].astype("boolean").fillna(False).astype(bool)
+
+
+def pair_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows the comparison reads: every non-dense run, and per dataset x pipeline the dense runs
+    made for the pair (``--eval-every-epoch``) where there are any, else every dense run."""
+    dense = method_of(rows) == "dense"
+    paired = _per_epoch_eval(rows)
+    key = rows["dataset"].astype(str) + "\0" + rows["pipeline"].astype(str)
+    has_pair_dense = set(key[dense & paired])
+    drop = dense & ~paired & key.isin(has_pair_dense)
+    return rows[~drop]
 
 
 def _train_ok(rows: pd.DataFrame) -> pd.DataFrame:
@@ -111,6 +127,7 @@ def _mcnemar(preds: pd.DataFrame | None, run_a: str, run_b: str) -> S.McNemar | 
     if preds is None or preds.empty:
         return None
     a, b = preds[preds["run_id"] == run_a], preds[preds["run_id"] == run_b]
+    a, b = a[a["repeat"] == a["repeat"].min()], b[b["repeat"] == b["repeat"].min()]
     m = a.merge(b, on=["repeat", "image"], suffixes=("_a", "_b"))
     if m.empty or (m["label_a"] != m["label_b"]).any():
         return None
@@ -154,6 +171,9 @@ def comparison(rows: pd.DataFrame, predictions: pd.DataFrame | None) -> pd.DataF
         for m in sorted(set(e["method"]) | set(a["method"]), key=lambda v: (v != "dense", v)):
             t = totals.get(m, np.array([]))
             g = a[a["method"] == m]
+            if len(g):  # repeats share the seed (timing repeats): one trained model per method
+                first = g.sort_values(["run_id", "repeat"]).iloc[0]
+                g = g[(g["run_id"] == first["run_id"]) & (g["repeat"] == first["repeat"])]
             r: dict[str, Any] = {"dataset": ds, "pipeline": p, "method": m, "repeats": len(t),
                                  "total_s": float(np.median(t)) if len(t) else np.nan}
             iv = _ratio(totals.get("dense", np.array([])), t) if m != "dense" else S.NAN
@@ -255,6 +275,7 @@ def time_to_accuracy_figure(rows: pd.DataFrame, dataset: str):
 
 def section(doc: Any, x: Any) -> None:
     """The "Training method: dense vs expand" section (nothing when no pair was run)."""
+    x = dataclasses.replace(x, rows=pair_rows(x.rows))
     if not pairs(x.rows):
         return
     doc.add("## Training method: dense vs expand")
@@ -267,7 +288,7 @@ def section(doc: Any, x: Any) -> None:
             "without warm-up epochs; per-epoch evaluations included), robust to other jobs on a shared "
             "machine, compared the same way. FLOPs: forward FLOPs per image counted by `torch.utils.flop_counter`, averaged over the "
             "epochs. Accuracy: Wilson interval; expand against dense by an exact McNemar test on the same "
-            "test images. These runs (`--eval-every-epoch`) are kept out of the pipeline tables above.")
+            "test images, one trained model per method (repeats share the seed: they repeat the timing). These runs (`--eval-every-epoch`) are kept out of the pipeline tables above.")
     doc.add()
     doc.table(fmt_comparison(comparison(x.rows, x.predictions)), index=False)
     st = stages(x.rows)
