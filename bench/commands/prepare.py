@@ -9,11 +9,21 @@ from bench.datasets.config import DEFAULT_MAX_PIXELS
 HELP = "read a dataset source once and write pixels + labels, a JPEG tree and manifest.json"
 
 
+def _size(text: str) -> int | str:
+    """``--size``: an integer side, or ``native``."""
+    if text == "native":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (an integer side, or 'native')") from None
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", metavar="SOURCE", help="dataset source (see `inrbench datasets`)")
     p.add_argument("--root", help="folder holding the dataset (not for built-in photos/synthetic)")
     p.add_argument("--out", required=True, help="output folder (written atomically)")
-    p.add_argument("--size", help="output side S, images are S x S (default: the source's); `native`: every "
+    p.add_argument("--size", type=_size, help="output side S, images are S x S (default: the source's); `native`: every "
                                   "image keeps its own size (photos; for `inrbench compare`)")
     p.add_argument("--max-side", type=int, help="with --size native: downscale (aspect kept) an image whose long "
                                                 "side exceeds this (recorded in the manifest)")
