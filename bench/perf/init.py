@@ -177,6 +177,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True, default=str))
         return 0
+    print_table(doc)
+    return 0
+
+
+def print_table(doc: dict) -> None:
+    """The text form of ``perf init --json``'s document."""
+    results, fig = doc["sets"], doc["figure"]
     print(f"perf init: learned (Reptile, train split) vs random init, held-out test images, threads {doc['threads']}")
     print(f"{'set':<18} {'SIREN':>6} {'iters':>6} {'random@full':>11} {'learned@full':>12} {'learned@0':>9} "
           f"{'it to reach':>11} {'saving':>7} {'meta s':>7} {'meta img-it':>11} {'break-even imgs':>15}")
@@ -186,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{r['set']:<18} {r['arch']:>6} {r['iterations']:>6} {r['random_psnr_at_full']:>11.2f} "
               f"{r['learned_psnr_at_full']:>12.2f} {r['learned_psnr_at_0']:>9.2f} {k if k else 'never':>11} "
               f"{(str(round(r['saving_factor'], 1)) + 'x') if k else '-':>7} {r['meta']['seconds']:>7.1f} "
-              f"{r['meta']['image_iterations']:>11} {(f'{be:.0f}' if be else '-'):>15}")
+              f"{r['meta']['image_iterations']:>11} {(f'{be:.3g}' if be else '-'):>15}")
     print("end points through the encoder (mean PSNR dB; learned at its iterations-to-reach, own cosine schedule):")
     for r in results:
         for who in ("random", "learned"):
@@ -195,4 +202,3 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {r['set']:<18} {who:<8} {e['iterations']:>5} it: fp32 {e['fp32']:.2f}  8-bit {e['8bit']:.2f}{extra}")
     print(f"meta-init trains on the train split only ({', '.join(str(r['meta']['num_images']) + ' images' for r in results)}); "
           f"total {doc['seconds']:.0f} s" + (f"; figure {fig}" if fig else ""))
-    return 0
