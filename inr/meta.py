@@ -210,7 +210,7 @@ def fit_curve(images: np.ndarray, arch: SirenArch, iterations: int, lr: float, s
     opt = torch.optim.Adam(thetas, lr=lr)
     best = torch.full((n,), -math.inf, dtype=torch.float64, device=dev)
     curve = np.zeros(iterations + 1)
-    with torch.no_grad(), _cpu_threads(dev, 1 if n * h * w <= 1 << 16 else 0):  # big images: all threads
+    with torch.no_grad(), _cpu_threads(dev, 1 if n * h * w <= 1 << 15 else 0):  # big images: all threads
         for it in range(iterations + 1):
             rgb = eng.forward(thetas)
             q = torch.round(rgb.clamp(0, 1) * 255.0).sub_(t255)
