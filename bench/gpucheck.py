@@ -463,12 +463,15 @@ def mini_sweep(device: str, pipeline_names: list[str]) -> dict[str, Any]:
     pruned8 = {"name": "pruned-8bit", "prune": 0.15, "bits": "16:8:16", "args": {"prune_rounds": 1, "prune_finetune": 10}}
     cells: list[dict[str, Any]] = []
     # like `paper`: per size prepare, encode variants, compare, loader-only and train runs of every pipeline
-    for size, per_class, backbone, variants in ((32, 4, "resnet18-cifar", [{"name": "fp32"}, pruned8]),
+    learned = {"name": "learned-init", "init": "meta-init-s32", "bits": "16:8:16"}
+    for size, per_class, backbone, variants in ((32, 4, "resnet18-cifar", [{"name": "fp32"}, pruned8, learned]),
                                                 (224, 2, "resnet18", [pruned8])):
         s = f"s{size}"
         cells += [
             {"kind": "prepare", "id": f"prepare-{s}", "source": "synthetic", "name": f"syn{size}", "size": size,
              "args": {"per_class": per_class, "num_classes": 4}},
+            *([{"kind": "meta-init", "id": "meta-init-s32", "data": "prepare-s32", "preset": "cifar10",
+                "outer_steps": 5, "device": device}] if size == 32 else []),
             {"kind": "encode", "id": f"encode-{s}-{{name}}", "data": f"prepare-{s}", "matrix": {"variant": variants}},
             {"kind": "compare", "id": f"compare-{s}", "data": f"prepare-{s}", "stores": [f"encode-{s}-*"],
              "jpeg_qualities": [30, 90]},
