@@ -54,6 +54,8 @@ CASES = [
     (BENCH + ["--pipeline", "nope"], "unknown pipeline 'nope'"),
     (BENCH + ["--device", "cuda:7"], "cuda:7"),
     (BENCH + ["--device", "bogus"], "bogus"),
+    (BENCH + ["--method", "expand", "--schedule", "0.5:1:1,1:2:1", "--warmup", "1"],
+     "--method expand trains a model: it needs --mode replay or train, not loader"),
     (CMP + ["--jpeg-qualities", "0"], "JPEG qualities must be in 1..100"),
     (CMP + ["--limit", "0"], "--limit must be >= 1"),
     (CMP + ["--window", "-1"], "window must be >= 0"),

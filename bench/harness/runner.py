@@ -101,6 +101,8 @@ class BenchConfig:
         from bench.train.trainers import check_method
 
         check_method(self.method, self.expand, self.warmup + self.epochs)
+        if self.method != "dense" and self.mode == "loader":
+            raise ValueError(f"--method {self.method} trains a model: it needs --mode replay or train, not loader")
         if not self.min_seconds >= 0:
             raise ValueError(f"min_seconds must be >= 0, got {self.min_seconds}")
         if self.monitor_period_s <= 0 or self.pss_period_s <= 0:
