@@ -7,6 +7,9 @@
   randomly initialized (no weight downloads).
 - ``small-cnn``: four 3x3 conv/BN/ReLU layers and global pooling (~0.1 M parameters), sized
   for CPU demos and tests; any input size.
+- ``vit-tiny``: a small class-token ViT for 32x32 inputs (patch 4, dim 96, 3 heads, MLP ratio 2,
+  depth 6, drop-path 0.1; ~0.46 M parameters; ``bench.train.vit``). Network expansion grows its
+  depth by EMA interleaving (width growth is not implemented for it).
 """
 
 from __future__ import annotations
@@ -74,6 +77,13 @@ def small_cnn(num_classes: int) -> nn.Module:
         _conv_bn(3, 16, 1), _conv_bn(16, 32, 2), _conv_bn(32, 64, 2), _conv_bn(64, 128, 2),
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, num_classes),
     )
+
+
+@register_backbone("vit-tiny")
+def vit_tiny(num_classes: int) -> nn.Module:
+    from bench.train.vit import ViT
+
+    return ViT(num_classes, image_size=32, patch=4, dim=96, depth=6, heads=3, mlp_ratio=2.0, drop_path=0.1)
 
 
 def num_parameters(model: nn.Module) -> int:

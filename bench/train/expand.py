@@ -23,8 +23,15 @@ this project's design, after Net2Net-style zero-outgoing growth and torchvision'
 - optimizer: momentum (any per-parameter state tensor shaped like the parameter) is copied into
   the leading slice of the new tensor, zero elsewhere; new parameters join the same param group;
   the learning-rate schedule is kept (``restart_lr=False``) or restarted as a cosine over the
-  remaining steps. ViT depth growth (EMA interleaving, the public DeiT code) is not implemented:
-  no ViT backbone is registered.
+  remaining steps.
+
+ViT (``vit-tiny``, ``bench.train.vit``): depth only, as in the public DeiT code. The sub-network
+keeps the first ``depth`` blocks; the trainer keeps an EMA of the model (decay 0.99, updated after
+every step); at growth the deeper model interleaves the current blocks with EMA copies
+(``[b0, ema0, b1, ema1, ...]``), drop-path rates are re-spread linearly over the new depth, the
+EMA is rebuilt from the grown model, the optimizer state of the carried-over blocks follows them
+to their new indices (the EMA copies start with none). The function is NOT preserved (measured
+bound in ``bench.train.vit``); a ViT stage with width < 1 is refused.
 """
 
 from __future__ import annotations
@@ -43,7 +50,8 @@ from bench.train.loop import TrainConfig, Trainer
 @dataclass(frozen=True)
 class Stage:
     """One stage of a schedule: ``width`` fraction of the dense channels (0, 1], ``depth`` residual
-    blocks per ResNet stage (``None`` = the dense depth), trained for ``epochs`` epochs."""
+    blocks per ResNet stage or transformer blocks of a ViT (``None`` = the dense depth), trained
+    for ``epochs`` epochs."""
 
     width: float
     epochs: int
@@ -109,8 +117,17 @@ def _blocks_sequences(model: nn.Module) -> dict[str, nn.Sequential]:
             if isinstance(m, nn.Sequential) and len(m) and all(isinstance(b, BasicBlock | Bottleneck) for b in m)}
 
 
+def _is_vit(model: nn.Module) -> bool:
+    from bench.train.vit import ViT
+
+    return isinstance(model, ViT)
+
+
 def dense_depth(model: nn.Module) -> int | None:
-    """Blocks per ResNet stage of the dense model (all stages equal), or ``None`` (no residual stages)."""
+    """Blocks per ResNet stage of the dense model (all stages equal), a ViT's blocks, or ``None``
+    (no residual stages)."""
+    if _is_vit(model):
+        return len(model.blocks)
     seqs = _blocks_sequences(model)
     if not seqs:
         return None
@@ -123,6 +140,15 @@ def dense_depth(model: nn.Module) -> int | None:
 def check_schedule(cfg: ExpandConfig, dense: nn.Module) -> None:
     """``ValueError`` unless every stage fits ``dense`` and the last one IS ``dense``."""
     full = dense_depth(dense)
+    if _is_vit(dense):
+        from bench.train.vit import interleave_plan
+
+        if any(s.width != 1.0 for s in cfg.stages):
+            raise ValueError("width growth is not implemented for the ViT (depth only): use width 1 in every stage")
+        depths = [s.depth if s.depth is not None else full for s in cfg.stages]
+        for a, b in zip(depths, depths[1:], strict=False):
+            if a is not None and b is not None and b <= full:
+                interleave_plan(a, b)  # refuses more than doubling
     for s in cfg.stages:
         if s.depth is not None and full is None:
             raise ValueError(f"stage depth {s.depth} given, but this backbone has no residual stages to grow "
@@ -141,6 +167,12 @@ def _scaled(n: int, width: float) -> int:
 def subnet(dense: nn.Module, width: float, depth: int | None) -> nn.Module:
     """A new module with the structure of ``dense`` at ``width``/``depth`` (parameters sliced from
     ``dense``: leading channels, first blocks). ``width=1, depth=None`` is a copy of ``dense``."""
+    if _is_vit(dense):
+        from bench.train.vit import vit_subnet
+
+        if width != 1.0:
+            raise ValueError("width growth is not implemented for the ViT (depth only)")
+        return vit_subnet(dense, depth)
     m = copy.deepcopy(dense)
     if depth is not None:
         for seq in _blocks_sequences(m).values():
@@ -208,6 +240,9 @@ def grow_module(old: nn.Module, template: nn.Module, width: float, depth: int | 
 
 # ----------------------------------------------------------------------------------------- trainer
 
+EMA_DECAY = 0.99  # ViT depth growth's EMA, updated every step (see bench.train.vit)
+
+
 class ExpandTrainer(Trainer):
     """``Trainer`` whose model grows at stage boundaries (``ExpandConfig``).
 
@@ -226,11 +261,22 @@ class ExpandTrainer(Trainer):
         self._grow_pending = False
         first = expand.stages[0]
         super().__init__(subnet(self.template, first.width, first.depth), cfg, device, total_steps)
+        self.ema = self._new_ema()
+
+    def _new_ema(self) -> Any:
+        """A fresh EMA of the model for ViT depth growth (``None`` for CNNs: they need none)."""
+        if not _is_vit(self.model):
+            return None
+        from bench.train.vit import ModelEma
+
+        return ModelEma(self.model, EMA_DECAY)
 
     def step(self, batch: Any) -> None:
         if self._grow_pending:
             self.grow()
         super().step(batch)
+        if self.ema is not None:
+            self.ema.update(self.model)
 
     def end_epoch(self) -> float:
         loss = super().end_epoch()
@@ -253,12 +299,20 @@ class ExpandTrainer(Trainer):
         self.stage += 1
         s = self.expand.stages[self.stage]
         old_model = self.model
-        new_model = grow_module(old_model, self.template, s.width, s.depth).to(self.device)
+        if _is_vit(old_model):
+            from bench.train.vit import grow_vit
+
+            depth = s.depth if s.depth is not None else dense_depth(self.template)
+            new_model, old_names = grow_vit(old_model, self.ema.module, depth)
+            new_model = new_model.to(self.device)
+        else:
+            new_model = grow_module(old_model, self.template, s.width, s.depth).to(self.device)
+            old_names = {n: n for n, _ in new_model.named_parameters()}
         old_params = dict(old_model.named_parameters())
         group = self.opt.param_groups[0]
         new_state: dict[torch.Tensor, dict[str, Any]] = {}
         for name, p in new_model.named_parameters():
-            op = old_params.get(name)
+            op = old_params.get(old_names.get(name, ""))
             if op is None or op not in self.opt.state:
                 continue
             st = {}
@@ -275,6 +329,7 @@ class ExpandTrainer(Trainer):
         for p, st in new_state.items():
             self.opt.state[p] = st
         self.model = new_model
+        self.ema = self._new_ema()
         if self.expand.restart_lr:
             remaining = max(1, self.total_steps - self.steps_done)
             group["lr"] = group["initial_lr"] = self.cfg.lr
