@@ -3,7 +3,8 @@
 Growth preserves the function on a fixed batch (bound: max |diff| <= 1e-4 x max |logit|, the
 floating-point summation order; exact in real arithmetic), parameters and FLOPs follow the schedule,
 optimizer state of pre-existing parameters survives growth, a schedule that does not end at the
-dense model is refused (exit 2, one line), and ``--method expand`` trains end to end.
+dense model is refused (exit 2, one line), and ``--method expand`` trains end to end. small-cnn
+depth growth (Net2DeeperNet identity layers) preserves the eval-mode logits to 1e-5 relative.
 """
 
 from __future__ import annotations
@@ -99,6 +100,66 @@ def test_params_and_flops_follow_the_schedule():
     assert seen[2][1] / seen[-1][1] == pytest.approx(0.75**2, rel=0.02)
 
 
+SMALL_CNN_DEPTH = ["1:1:1,1:2:1,1:4:1", "0.5:2:1,0.75:3:1,1:4:1", "0.25:1:1,1:-:1"]
+DEPTH_TOL = 1e-5
+
+
+@pytest.mark.parametrize("schedule", SMALL_CNN_DEPTH)
+def test_small_cnn_depth_growth_preserves_the_eval_function(schedule):
+    """Net2DeeperNet: inserted conv/BN/ReLU layers are the identity in eval mode (max |diff| <=
+    1e-5 x max |logit| on a fixed batch); momentum of pre-existing parameters carries over; the
+    last stage is exactly ``small_cnn`` (same parameter names and shapes)."""
+    torch.manual_seed(0)
+    tr = ExpandTrainer(create_backbone("small-cnn", 10), TrainConfig(lr=0.05), "cpu", 40, ExpandConfig.parse(schedule))
+    fixed, b = _batch(seed=1), _batch()
+    for stage in range(len(tr.expand.stages) - 1):
+        for _ in range(3):
+            tr.step(b)
+        tr.model.eval()
+        with torch.no_grad():
+            before = tr.model(fixed.images)
+        old = dict(tr.model.named_parameters())
+        momentum = {n: tr.opt.state[p]["momentum_buffer"].clone() for n, p in old.items()}
+        tr.grow()
+        tr.model.eval()
+        with torch.no_grad():
+            after = tr.model(fixed.images)
+        err = float((after - before).abs().max()) / float(before.abs().max())
+        assert err <= DEPTH_TOL, f"{schedule}: growth {stage}->{stage + 1} relative error {err:.2e}"
+        new = dict(tr.model.named_parameters())
+        assert set(old) <= set(new)
+        for n, m in momentum.items():
+            got = tr.opt.state[new[n]]["momentum_buffer"]
+            assert torch.equal(got[tuple(slice(0, k) for k in m.shape)], m), n
+        assert {id(p) for p in tr.opt.param_groups[0]["params"]} == {id(p) for p in new.values()}
+        tr.step(b)
+        assert all(p.grad is not None for p in tr.model.parameters())
+    dense = create_backbone("small-cnn", 10)
+    assert {k: v.shape for k, v in tr.model.state_dict().items()} == {k: v.shape for k, v in dense.state_dict().items()}
+    assert num_parameters(tr.model) == num_parameters(dense)
+
+
+def test_small_cnn_depth_params_and_flops_follow_the_schedule():
+    torch.manual_seed(0)
+    cfg = ExpandConfig.parse("0.5:1:1,0.5:2:1,0.75:3:1,1:4:1")
+    tr = ExpandTrainer(create_backbone("small-cnn", 10), TrainConfig(), "cpu", 40, cfg)
+    dense = Trainer(create_backbone("small-cnn", 10), TrainConfig(), "cpu", 1)
+    dense.step(_batch())
+    dense_m = dict((k, v) for k, v, _ in dense.epoch_metrics())
+    seen = []
+    for stage, s in enumerate(cfg.stages):
+        tr.step(_batch())
+        m = dict((k, v) for k, v, _ in tr.epoch_metrics())
+        assert m["expand_stage"] == stage and m["expand_depth"] == s.depth
+        assert m["model_params"] == num_parameters(subnet(create_backbone("small-cnn", 10), s.width, s.depth))
+        seen.append((m["model_params"], m["model_flops_per_image"]))
+        tr.end_epoch()
+        if stage < len(cfg.stages) - 1:
+            tr.grow()
+    assert seen == sorted(seen) and len(set(seen)) == len(seen)
+    assert seen[-1] == (dense_m["model_params"], dense_m["model_flops_per_image"])
+
+
 def test_growth_runs_at_the_first_step_after_a_stage_ends():
     tr = _trained_expand("small-cnn")
     tr.step(_batch())
@@ -123,7 +184,9 @@ def test_restart_lr_restarts_the_cosine():
     ("0.5:1:2,0.75:2:2", "resnet18-cifar", "must end at the dense model (width 1)"),
     ("0.5:1:2,1:1:2", "resnet18-cifar", "must end at the dense model (depth 2)"),
     ("0.5:2:2,1:1:2", "resnet18-cifar", "must not shrink"),
-    ("0.5:1:2,1:-:2", "small-cnn", "no residual stages"),
+    ("0.5:5:2,1:-:2", "small-cnn", "small-cnn stage depth 5 is not in 1..4"),
+    ("0.5:2:2,1:3:2", "small-cnn", "must end at the dense model (depth 4)"),
+    ("0.5:3:2,1:2:2", "small-cnn", "must not shrink"),
     ("0.5:1", "small-cnn", "WIDTH:DEPTH:EPOCHS"),
 ])
 def test_bad_schedules_are_refused(text, backbone, fragment):
@@ -166,6 +229,23 @@ def test_cli_refuses_a_schedule_not_ending_dense(tiny, tmp_path, capsys):
     rc, _, err = run_cli(capsys, *BASE, "--data", tiny, "--method", "expand", "--schedule", "0.5:-:1,1:-:1",
                          "--out", tmp_path / "r")
     assert_one_line_error(rc, err, "trains 2 epochs but the run trains 3")
+    rc, _, err = run_cli(capsys, *BASE, "--data", tiny, "--method", "expand", "--schedule", "0.5:5:2,1:-:1",
+                         "--out", tmp_path / "r")
+    assert_one_line_error(rc, err, "small-cnn stage depth 5 is not in 1..4")
+
+
+def test_small_cnn_depth_growth_trains_end_to_end_through_the_cli(tiny, tmp_path, capsys):
+    from bench.results import read_results
+
+    out = tmp_path / "res"
+    rc, _, err = run_cli(capsys, *BASE, "--data", tiny, "--method", "expand", "--schedule", "0.5:2:1,0.75:3:1,1:4:1",
+                         "--out", out)
+    assert rc == 0, err
+    ok = read_results(out).query("status == 'ok'")
+    assert ok[ok.metric == "expand_depth"].sort_values("epoch")["value"].tolist() == [2, 3, 4]
+    params = ok[ok.metric == "model_params"].sort_values("epoch")["value"].tolist()
+    assert params[0] < params[1] < params[2] == num_parameters(create_backbone("small-cnn", 4))
+    assert np.isfinite(ok[ok.metric == "model_flops_per_image"]["value"]).all()
 
 
 def test_expand_trains_end_to_end_through_the_cli(tiny, tmp_path, capsys):

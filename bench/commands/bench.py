@@ -77,8 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "a sub-network grown into the dense model; needs --schedule)")
     t.add_argument("--schedule", metavar="W:D:E,...",
                    help="expand: stages WIDTH:DEPTH:EPOCHS (width fraction of the dense channels, residual "
-                        "blocks per ResNet stage or '-' for the dense depth, epochs), ending at the dense "
-                        "model; epochs add up to --warmup + --epochs, e.g. 0.5:1:2,0.75:2:1,1:2:1")
+                        "blocks per ResNet stage, ViT blocks or small-cnn conv layers, or '-' for the dense depth, "
+                        "epochs), ending at the dense model; epochs add up to --warmup + --epochs, e.g. 0.5:1:2,0.75:2:1,1:2:1")
     t.add_argument("--restart-lr", action="store_true",
                    help="expand: restart the cosine learning-rate schedule at each growth (default: keep it)")
     t.add_argument("--eval-every-epoch", action="store_true",

@@ -6,7 +6,8 @@
 - ``resnet18``: torchvision's ResNet-18 (7x7 stride-2 stem + max-pool) for 224x224 inputs,
   randomly initialized (no weight downloads).
 - ``small-cnn``: four 3x3 conv/BN/ReLU layers and global pooling (~0.1 M parameters), sized
-  for CPU demos and tests; any input size.
+  for CPU demos and tests; any input size. A ``SmallCNN`` (an ``nn.Sequential``, so the class only
+  marks it for network expansion, which grows its width and depth: ``bench.train.expand``).
 - ``vit-tiny``: a small class-token ViT for 32x32 inputs (patch 4, dim 96, 3 heads, MLP ratio 2,
   depth 6, drop-path 0.1; ~0.46 M parameters; ``bench.train.vit``). Network expansion grows its
   depth by EMA interleaving (width growth is not implemented for it).
@@ -71,9 +72,13 @@ def _conv_bn(cin: int, cout: int, stride: int) -> nn.Sequential:
                          nn.ReLU(inplace=True))
 
 
+class SmallCNN(nn.Sequential):
+    """``small_cnn``'s model: ``[conv/BN/ReLU] x 4, AdaptiveAvgPool2d, Flatten, Linear``."""
+
+
 @register_backbone("small-cnn")
 def small_cnn(num_classes: int) -> nn.Module:
-    return nn.Sequential(
+    return SmallCNN(
         _conv_bn(3, 16, 1), _conv_bn(16, 32, 2), _conv_bn(32, 64, 2), _conv_bn(64, 128, 2),
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, num_classes),
     )

@@ -5,6 +5,11 @@ The sub-network computes with genuinely smaller tensors: ``subnet(dense, width, 
 every ``Conv2d``/``BatchNorm2d``/``Linear`` with ``round(width x channels)`` hidden channels (the
 image's 3 input channels and the classifier's outputs stay), and keeps the first ``depth``
 residual blocks of each ResNet stage (``layer1..4``; the first, downsampling block always stays).
+For ``small-cnn`` (four conv/BN/ReLU layers, no residual stages) ``depth`` (1..4) counts the conv
+layers kept, from the first; each later layer is a parameter-free ``SkippedLayer`` that computes
+what that layer's identity initialization computes (below): its stride's subsampling
+``x[:, :, ::s, ::s]``, channels unchanged; the classifier reads the last kept layer's channels. The
+dense small-cnn (depth 4) is exactly ``small_cnn``.
 
 Growth at a stage boundary (``grow``), CNN strategy (the paper's CNN code is not public; this is
 this project's design, after Net2Net-style zero-outgoing growth and torchvision's
@@ -20,6 +25,22 @@ this project's design, after Net2Net-style zero-outgoing growth and torchvision'
 - depth: a new BasicBlock/Bottleneck is appended at the end of its stage with the dense
   initialization and its last BatchNorm scale (and shift) zero: the residual branch outputs 0, and
   the block returns ``relu(x) = x`` (its input is a ReLU output, >= 0): the identity, exactly.
+- small-cnn depth (Net2DeeperNet, Chen et al. 2016): a skipped layer is inserted as an identity
+  conv/BN/ReLU. Its 3x3 conv has, for each channel ``j`` the old model carried there (the old
+  classifier's inputs), the identity kernel (center tap ``w[j, j, 1, 1] = 1``, all else 0 in that
+  row; with padding 1 and stride ``s`` that is ``x[:, :, ::s, ::s]``: what the skipped layer
+  computed); its other output channels keep the dense initialization and, like width growth's new
+  channels, reach old outputs downstream only through zero weights. The BatchNorm of the identity
+  channels gets running mean 0, running variance 1, scale ``sqrt(1 + eps)``, shift 0, so in eval
+  mode BN(x) = x (up to one float32 rounding, ~1e-7 relative), and ReLU(x) = x on its input, a
+  ReLU output (>= 0; the first layer, whose input is the image, is always kept). Eval-mode logits
+  are therefore preserved (tests: <= 1e-5 relative on a fixed batch). In training mode BatchNorm
+  normalizes with batch statistics instead, so the new layer outputs ``relu(sqrt(1 + eps) x (x -
+  mean_B) / sqrt(var_B + eps))`` per channel, the identity only where the batch mean is 0 and
+  variance 1: no bound holds in general, the train-mode function right after depth growth is NOT
+  preserved (Net2DeeperNet's caveat for BatchNorm; measured on the tests' fixed batch: eval-mode
+  logits change <= 4e-8 relative, train-mode logits 14-28%); the running statistics then move
+  from (0, 1) toward the batch statistics at BatchNorm's momentum.
 - optimizer: momentum (any per-parameter state tensor shaped like the parameter) is copied into
   the leading slice of the new tensor, zero elsewhere; new parameters join the same param group;
   the learning-rate schedule is kept (``restart_lr=False``) or restarted as a cosine over the
@@ -50,8 +71,8 @@ from bench.train.loop import TrainConfig, Trainer
 @dataclass(frozen=True)
 class Stage:
     """One stage of a schedule: ``width`` fraction of the dense channels (0, 1], ``depth`` residual
-    blocks per ResNet stage or transformer blocks of a ViT (``None`` = the dense depth), trained
-    for ``epochs`` epochs."""
+    blocks per ResNet stage, transformer blocks of a ViT or conv layers of small-cnn (``None`` = the
+    dense depth), trained for ``epochs`` epochs."""
 
     width: float
     epochs: int
@@ -117,6 +138,45 @@ def _blocks_sequences(model: nn.Module) -> dict[str, nn.Sequential]:
             if isinstance(m, nn.Sequential) and len(m) and all(isinstance(b, BasicBlock | Bottleneck) for b in m)}
 
 
+SMALL_CNN_LAYERS = 4  # conv/BN/ReLU layers of small_cnn: its dense depth
+
+
+class SkippedLayer(nn.Module):
+    """A small-cnn conv layer the sub-network skips: the stride's subsampling, what the layer's
+    identity initialization computes at growth (see the module docstring)."""
+
+    def __init__(self, stride: int):
+        super().__init__()
+        self.stride = stride
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, :, ::self.stride, ::self.stride] if self.stride > 1 else x
+
+    def extra_repr(self) -> str:
+        return f"stride={self.stride}"
+
+
+def _is_small_cnn(model: nn.Module) -> bool:
+    from bench.train.backbones import SmallCNN
+
+    return isinstance(model, SmallCNN)
+
+
+def _small_cnn_subnet(m: nn.Module, depth: int) -> None:
+    """Skip conv layers ``depth..`` of the (already width-scaled) small-cnn ``m`` in place; the
+    classifier keeps the leading columns, one per channel of the last kept layer."""
+    if not 1 <= depth <= SMALL_CNN_LAYERS:
+        raise ValueError(f"small-cnn depth must be in 1..{SMALL_CNN_LAYERS} (conv layers kept), got {depth}")
+    if depth == SMALL_CNN_LAYERS:
+        return
+    for i in range(depth, SMALL_CNN_LAYERS):
+        m[i] = SkippedLayer(m[i][0].stride[0])
+    fc = m[-1]
+    new = nn.Linear(m[depth - 1][0].out_channels, fc.out_features, bias=fc.bias is not None)
+    _copy_leading(new, fc)
+    m[-1] = new
+
+
 def _is_vit(model: nn.Module) -> bool:
     from bench.train.vit import ViT
 
@@ -128,6 +188,8 @@ def dense_depth(model: nn.Module) -> int | None:
     (no residual stages)."""
     if _is_vit(model):
         return len(model.blocks)
+    if _is_small_cnn(model):
+        return SMALL_CNN_LAYERS
     seqs = _blocks_sequences(model)
     if not seqs:
         return None
@@ -150,6 +212,9 @@ def check_schedule(cfg: ExpandConfig, dense: nn.Module) -> None:
             if a is not None and b is not None and b <= full:
                 interleave_plan(a, b)  # refuses more than doubling
     for s in cfg.stages:
+        if _is_small_cnn(dense) and s.depth is not None and not 1 <= s.depth <= SMALL_CNN_LAYERS:
+            raise ValueError(f"small-cnn stage depth {s.depth} is not in 1..{SMALL_CNN_LAYERS} "
+                             "(conv layers kept; the others are inserted as identity layers at growth)")
         if s.depth is not None and full is None:
             raise ValueError(f"stage depth {s.depth} given, but this backbone has no residual stages to grow "
                              "(use depth '-': width growth only)")
@@ -174,12 +239,18 @@ def subnet(dense: nn.Module, width: float, depth: int | None) -> nn.Module:
             raise ValueError("width growth is not implemented for the ViT (depth only)")
         return vit_subnet(dense, depth)
     m = copy.deepcopy(dense)
-    if depth is not None:
+    if depth is not None and not _is_small_cnn(m):
         for seq in _blocks_sequences(m).values():
             for i in range(len(seq) - 1, depth - 1, -1):
                 del seq[i]
-    if width == 1.0:
-        return m
+    if width != 1.0:
+        _scale_width(m, width)
+    if depth is not None and _is_small_cnn(m):
+        _small_cnn_subnet(m, depth)
+    return m
+
+
+def _scale_width(m: nn.Module, width: float) -> None:
     for name, mod in list(m.named_modules()):
         new: nn.Module | None = None
         if isinstance(mod, nn.Conv2d):
@@ -196,7 +267,6 @@ def subnet(dense: nn.Module, width: float, depth: int | None) -> nn.Module:
             _copy_leading(new, mod)
             parent, _, attr = name.rpartition(".")
             setattr(m.get_submodule(parent) if parent else m, attr, new)
-    return m
 
 
 def _copy_leading(dst: nn.Module, src: nn.Module) -> None:
@@ -208,8 +278,9 @@ def _copy_leading(dst: nn.Module, src: nn.Module) -> None:
 
 def grow_module(old: nn.Module, template: nn.Module, width: float, depth: int | None) -> nn.Module:
     """The model at ``width``/``depth``: ``template`` (the dense initialization) sliced, with ``old``'s
-    tensors in the leading slices, zero weights from new input channels to old outputs, and new
-    residual blocks' last BatchNorm zeroed (identity). See the module docstring for the bound."""
+    tensors in the leading slices, zero weights from new input channels to old outputs, new
+    residual blocks' last BatchNorm zeroed and new small-cnn layers set to the identity on the old
+    model's channels. See the module docstring for the bound."""
     from torchvision.models.resnet import BasicBlock, Bottleneck
 
     new = subnet(template, width, depth)
@@ -235,7 +306,27 @@ def grow_module(old: nn.Module, template: nn.Module, width: float, depth: int | 
             t[lead] = o
             if k.endswith("weight") and t.ndim >= 2 and t.shape[1] > o.shape[1]:
                 t[: o.shape[0], o.shape[1]:] = 0  # new inputs -> old outputs: zero
+    if _is_small_cnn(new):
+        _init_inserted_layers(old, new)
     return new
+
+
+def _init_inserted_layers(old: nn.Module, new: nn.Module) -> None:
+    """Layers of small-cnn ``new`` that are ``SkippedLayer`` in ``old``: identity on the channels
+    ``old`` carried (its classifier's inputs), dense initialization elsewhere (module docstring)."""
+    carried = old[-1].in_features
+    with torch.no_grad():
+        for i in range(SMALL_CNN_LAYERS):
+            if not isinstance(old[i], SkippedLayer) or isinstance(new[i], SkippedLayer):
+                continue
+            conv, bn = new[i][0], new[i][1]
+            conv.weight[:carried] = 0
+            idx = torch.arange(carried)
+            conv.weight[idx, idx, 1, 1] = 1.0
+            bn.running_mean[:carried] = 0
+            bn.running_var[:carried] = 1
+            bn.weight[:carried] = math.sqrt(1 + bn.eps)
+            bn.bias[:carried] = 0
 
 
 # ----------------------------------------------------------------------------------------- trainer
