@@ -94,22 +94,34 @@ def _iteration(thetas, m, v, best, best_p, a0, t01, step_size, sqrt_bc2, scales,
         T.sub_(step_size * mi / (vi.sqrt() / sqrt_bc2 + ADAM_EPS))
 
 
-def compiled_iteration(arch: SirenArch, B: int, P: int, device: torch.device, threads: int, fast_sine: bool = True):
-    """The compiled ``_iteration`` for one chunk shape and thread count (cached)."""
-    key = ("iteration", arch, B, P, str(device), fast_sine, threads if torch.device(device).type == "cpu" else 0)
+def _sine_setup(arch: SirenArch, fast_sine: bool):
+    """Per-layer scales and the sine used by ``_step``/``_iteration`` (shared by every variant)."""
+    scales = tuple(float(arch.omega(li) or 0.5) for li in range(arch.num_linear))
+    return scales, (fast_sin if fast_sine else torch.sin)
+
+
+def _compiled(kind: str, arch: SirenArch, B: int, P: int, device, threads: int, fast_sine: bool, make):
+    """``torch.compile(make(scales, sin_fn))`` once per kind, chunk shape, device and CPU thread count (cached)."""
+    key = (kind, arch, B, P, str(device), fast_sine, threads if torch.device(device).type == "cpu" else 0)
     with _LOCK:
         fn = _CACHE.get(key)
         if fn is None:
             _raise_recompile_limit()
-            scales = tuple(float(arch.omega(li) or 0.5) for li in range(arch.num_linear))
-            sin_fn = fast_sin if fast_sine else torch.sin
-
-            def it(thetas, m, v, best, best_p, a0, t01, step_size, sqrt_bc2):
-                _iteration(thetas, m, v, best, best_p, a0, t01, step_size, sqrt_bc2, scales, sin_fn)
-
-            fn = torch.compile(it, dynamic=False, fullgraph=True)
+            fn = torch.compile(make(*_sine_setup(arch, fast_sine)), dynamic=False, fullgraph=True)
             _CACHE[key] = fn
     return fn
+
+
+def compiled_iteration(arch: SirenArch, B: int, P: int, device: torch.device, threads: int, fast_sine: bool = True):
+    """The compiled ``_iteration`` for one chunk shape and thread count (cached)."""
+
+    def make(scales, sin_fn):
+        def it(thetas, m, v, best, best_p, a0, t01, step_size, sqrt_bc2):
+            _iteration(thetas, m, v, best, best_p, a0, t01, step_size, sqrt_bc2, scales, sin_fn)
+
+        return it
+
+    return _compiled("iteration", arch, B, P, device, threads, fast_sine, make)
 
 
 def _raise_recompile_limit() -> None:
@@ -122,26 +134,19 @@ def _raise_recompile_limit() -> None:
 
 def compiled_step(arch: SirenArch, B: int, P: int, device: torch.device, threads: int, fast_sine: bool = True):
     """The compiled step for one chunk shape run with ``threads`` CPU threads (cached; compiled on first call)."""
-    key = (arch, B, P, str(device), fast_sine, threads if torch.device(device).type == "cpu" else 0)
-    with _LOCK:
-        fn = _CACHE.get(key)
-        if fn is None:
-            _raise_recompile_limit()
-            scales = tuple(float(arch.omega(li) or 0.5) for li in range(arch.num_linear))
-            sin_fn = fast_sin if fast_sine else torch.sin
 
-            def step(thetas, a0, t01):
-                return _step(thetas, a0, t01, scales, sin_fn)
+    def make(scales, sin_fn):
+        def step(thetas, a0, t01):
+            return _step(thetas, a0, t01, scales, sin_fn)
 
-            fn = torch.compile(step, dynamic=False, fullgraph=True)
-            _CACHE[key] = fn
-    return fn
+        return step
+
+    return _compiled("step", arch, B, P, device, threads, fast_sine, make)
 
 
 def eager_step(arch: SirenArch, fast_sine: bool = False):
     """The uncompiled twin of ``compiled_step`` (for tests and for measuring what compilation buys)."""
-    scales = tuple(float(arch.omega(li) or 0.5) for li in range(arch.num_linear))
-    sin_fn = fast_sin if fast_sine else torch.sin
+    scales, sin_fn = _sine_setup(arch, fast_sine)
     return lambda thetas, a0, t01: _step(thetas, a0, t01, scales, sin_fn)
 
 

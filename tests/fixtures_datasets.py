@@ -130,3 +130,18 @@ def png_claiming(path: Path, width: int, height: int, mode: str = "L") -> None:
     data[16:24] = struct.pack(">II", width, height)
     data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
     path.write_bytes(bytes(data))
+
+
+def write_tiny_prepared(out: Path, n_train: int, n_test: int, num_classes: int = 4, base: int = 30,
+                        step: int = 50, seed: int = 0) -> Path:
+    """A prepared 8x8 dataset whose label is the flat grey level (``base + step * label``): harness tests."""
+    from bench.datasets.prepared import SplitData, write_prepared
+
+    rng = np.random.default_rng(seed)
+    splits = {}
+    for name, n in (("train", n_train), ("test", n_test)):
+        labels = rng.integers(0, num_classes, n)
+        images = np.full((n, 8, 8, 3), base, np.uint8) + (labels * step).astype(np.uint8)[:, None, None, None]
+        splits[name] = SplitData(images=images, labels=labels.astype(np.int64))
+    classes = [chr(ord("a") + k) for k in range(num_classes)]
+    return write_prepared(out, splits, {"source": "test", "classes": classes, "resize_policy": "none"})

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from fixtures_datasets import write_tiny_prepared
 
 import pipelines.base as base
 from bench import results as R
@@ -49,17 +50,7 @@ def fake(monkeypatch):
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    from bench.datasets.prepared import SplitData, write_prepared
-
-    rng = np.random.default_rng(0)
-    splits = {}
-    for name, n in (("train", N_TRAIN), ("test", N_TEST)):
-        labels = rng.integers(0, 3, n)
-        images = (np.full((n, 8, 8, 3), 40, np.uint8) + (labels * 60).astype(np.uint8)[:, None, None, None])
-        splits[name] = SplitData(images=images, labels=labels.astype(np.int64))
-    out = tmp_path_factory.mktemp("ds") / "tiny8"
-    write_prepared(out, splits, {"source": "test", "classes": list("abc"), "resize_policy": "none"})
-    return out
+    return write_tiny_prepared(tmp_path_factory.mktemp("ds") / "tiny8", N_TRAIN, N_TEST, num_classes=3, base=40, step=60)
 
 
 def _cfg(data, mode, **kw) -> BenchConfig:

@@ -18,6 +18,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from fixtures_datasets import write_tiny_prepared
 
 import pipelines.base as base
 from bench import results as R
@@ -65,17 +66,7 @@ def fake(monkeypatch):
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    from bench.datasets.prepared import SplitData, write_prepared
-
-    rng = np.random.default_rng(0)
-    splits = {}
-    for name, n in (("train", N), ("test", 8)):
-        labels = rng.integers(0, 4, n)
-        images = np.full((n, 8, 8, 3), 30, np.uint8) + (labels * 50).astype(np.uint8)[:, None, None, None]
-        splits[name] = SplitData(images=images, labels=labels.astype(np.int64))
-    out = tmp_path_factory.mktemp("ds") / "tiny8"
-    write_prepared(out, splits, {"source": "test", "classes": list("abcd"), "resize_policy": "none"})
-    return out
+    return write_tiny_prepared(tmp_path_factory.mktemp("ds") / "tiny8", N, 8)
 
 
 def _cfg(data, mode, **kw) -> BenchConfig:
@@ -152,3 +143,34 @@ def test_cuda_cache_is_emptied_and_peaks_reset_before_each_repeat(monkeypatch):
     calls.clear()
     runner._free_device_memory("cpu")
     assert calls == []
+
+
+def test_split_checksums_are_not_inside_the_timed_build(data, tmp_path, monkeypatch):
+    """pixels.npy is verified (sha256, cached per process) before repeat 0's clock starts, so the
+    first repeat's build_s does not carry a hash the later repeats skip."""
+    import bench.datasets.prepared as P
+    import pipelines
+
+    monkeypatch.setattr(P, "_VERIFIED", {})
+    hashed_during_build = []
+    real_hash, real_create = P.sha256_array, pipelines.create
+    building = threading.local()
+
+    def hash_(a, *k, **kw):
+        if getattr(building, "on", False):
+            hashed_during_build.append(a.shape)
+        return real_hash(a, *k, **kw)
+
+    def create(*a, **kw):
+        building.on = True
+        try:
+            return real_create(*a, **kw)
+        finally:
+            building.on = False
+
+    monkeypatch.setattr(P, "sha256_array", hash_)
+    monkeypatch.setattr(pipelines, "create", create)
+    outcome = run_bench(_cfg(data, "loader", pipeline="raw", repeats=2), tmp_path / "r")
+    assert outcome.exit_code == EXIT_OK and outcome.status == "ok"
+    assert len(P._VERIFIED) >= 2  # pixels and labels of the train split were verified ...
+    assert hashed_during_build == []  # ... and never inside a timed build

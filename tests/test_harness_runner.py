@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from fixtures_datasets import write_tiny_prepared
 
 import pipelines.base as base
 from bench import results as R
@@ -88,17 +89,7 @@ def fakes(monkeypatch):
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    from bench.datasets.prepared import SplitData, write_prepared
-
-    rng = np.random.default_rng(0)
-    splits = {}
-    for name, n in (("train", N_TRAIN), ("test", 20)):
-        labels = rng.integers(0, 4, n)
-        images = np.full((n, 8, 8, 3), 30, np.uint8) + (labels * 50).astype(np.uint8)[:, None, None, None]
-        splits[name] = SplitData(images=images, labels=labels.astype(np.int64))
-    out = tmp_path_factory.mktemp("ds") / "tiny8"
-    write_prepared(out, splits, {"source": "test", "classes": list("abcd"), "resize_policy": "none"})
-    return out
+    return write_tiny_prepared(tmp_path_factory.mktemp("ds") / "tiny8", N_TRAIN, 20)
 
 
 def _cfg(data, mode, **kw) -> BenchConfig:

@@ -107,7 +107,6 @@ def _encode(args: argparse.Namespace) -> int:
     from bench.datasets.prepared import open_prepared
     from bench.errors import InputError
     from inr.encode import encode_split
-    from inr.store import load
 
     cfg = build_config(args)
     if args.threads:
@@ -141,24 +140,16 @@ def _encode(args: argparse.Namespace) -> int:
                            overwrite=args.overwrite)
     finally:
         bar.close()
-    _pack(out, getattr(args, "at_rest", None))
-    st = load(out, "cpu")
-    p = st.psnr.astype(np.float64)
-    print(f"wrote {out}: {st.num_images} images, {st.bytes_per_image:.1f} bytes/image "
-          f"({100 * st.bytes_per_image / st.raw_bytes_per_image:.1f}% of raw RGB{_packed_note(st)}), PSNR mean {p.mean():.2f} dB "
-          f"(min {p.min():.2f})")
-    return 0
+    return _finish(out, args, "raw RGB")
 
 
 def _encode_native(args: argparse.Namespace, cfg, ds) -> int:
     """``encode`` of a native-size split (``prepare --size native``): one store, images grouped by size."""
-    import numpy as np
     from tqdm import tqdm
 
     from bench.datasets.identity import source_record
     from bench.errors import InputError
     from inr.native import encode_native, size_groups
-    from inr.store import load
 
     split = ds.native_split(args.split)
     n = len(split) if args.limit is None else min(len(split), args.limit)
@@ -173,12 +164,21 @@ def _encode_native(args: argparse.Namespace, cfg, ds) -> int:
                             progress=lambda k, p: bar.update(k), overwrite=args.overwrite, fit_cache=args.fit_cache)
     finally:
         bar.close()
+    return _finish(out, args, "mean raw RGB")
+
+
+def _finish(out, args: argparse.Namespace, raw_label: str) -> int:
+    """Pack the store at rest if asked, then print its one-line summary."""
+    import numpy as np
+
+    from inr.store import load
+
     _pack(out, getattr(args, "at_rest", None))
     st = load(out, "cpu")
     p = st.psnr.astype(np.float64)
     print(f"wrote {out}: {st.num_images} images, {st.bytes_per_image:.1f} bytes/image "
-          f"({100 * st.bytes_per_image / st.raw_bytes_per_image:.1f}% of mean raw RGB), PSNR mean {p.mean():.2f} dB "
-          f"(min {p.min():.2f})")
+          f"({100 * st.bytes_per_image / st.raw_bytes_per_image:.1f}% of {raw_label}{_packed_note(st)}), "
+          f"PSNR mean {p.mean():.2f} dB (min {p.min():.2f})")
     return 0
 
 

@@ -143,6 +143,9 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
         from bench.datasets.prepared import open_prepared
 
         data = open_prepared(cfg.data)
+        # checksum the splits now (cached per process), not inside repeat 0's timed build
+        for name in dict.fromkeys((cfg.pipe.split, *((cfg.eval_split,) if cfg.mode == "train" else ()))):
+            data.split(name)
         _require_device(cfg.pipe.device)
         clock = clock or clock_for(cfg.pipe.device)
         for r in range(cfg.repeats):
