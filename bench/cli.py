@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help (0) or a usage error (2, one line): an exit status, like every command
         return e.code if isinstance(e.code, int) else 2
+    args._argv = list(sys.argv[1:] if argv is None else argv)  # what --nproc relaunches (bench.dist.launch)
     return guarded(lambda: args._run(args))
 
 

@@ -94,8 +94,15 @@ class PipelineConfig:
     # A store that records no source pixels hash cannot be tied to the split (bench.datasets.identity):
     # refused unless this is set (--allow-unverified-store); the row records it.
     allow_unverified_store: bool = False
+    # Data parallelism (bench.dist): this process is rank ``rank`` of ``world_size`` and iterates its
+    # shard of every epoch only (pipelines.shard: the rank's slice of one seeded global permutation,
+    # DistributedSampler's padding; batch_size is per rank). world_size 1 = the whole split.
+    rank: int = 0
+    world_size: int = 1
 
     def __post_init__(self) -> None:
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank must be in [0, world_size), got rank {self.rank} of {self.world_size}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.workers < 0:

@@ -1,0 +1,252 @@
+"""Data-parallel runs on ``torch.distributed``: torchrun's environment -> ``World``; ``--nproc`` -> torchrun.
+
+inr-bench has no launcher of its own. A distributed run is ``torchrun`` starting one process
+per device, each running the same ``inrbench`` command; ``init`` reads the environment torchrun
+sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``/``PORT``)
+and joins the process group: NCCL when the rank's device is CUDA, gloo on CPUs. Outside torchrun
+(no ``WORLD_SIZE``) a run is the single process ``World()`` and nothing is initialized.
+
+``--nproc N`` on ``bench`` / ``encode`` is a shortcut that builds the torchrun command
+(``torchrun_command``) and runs it (``launch``): single node, ``--standalone`` rendezvous.
+For a cluster, ``--nnodes M --rdzv-endpoint HOST:PORT`` builds the line to run on every node
+(``torchrun --nnodes M --nproc-per-node N --rdzv-backend c10d --rdzv-endpoint HOST:PORT
+--rdzv-id ID -m bench ...``); ``inrbench sweep ... --list`` prints it.
+
+Device per rank: ``--device cuda`` means ``cuda:LOCAL_RANK`` on every rank; an explicit
+``cuda:N`` is refused under more than one process (two ranks on one device measure nothing
+useful). CPU ranks share the node's cores: torchrun sets ``OMP_NUM_THREADS=1`` per process
+unless it is already set.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from bench.errors import InputError
+
+# Seconds a collective may wait for a rank before the group gives up (a dead rank must not hang
+# the others forever; the slowest legitimate wait is a rank still encoding its last shard).
+DEFAULT_TIMEOUT_S = 1800.0
+LAUNCH_OPTIONS = ("--nproc", "--nnodes", "--rdzv-endpoint", "--rdzv-id")  # --dist-timeout reaches the ranks
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place in the run. ``World()`` is the single-process run."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    backend: str | None = None  # gloo | nccl once the group is initialized; None for one process
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} is not in a world of {self.world_size}")
+        if self.local_world_size < 1 or not 0 <= self.local_rank < self.local_world_size:
+            raise ValueError(f"local rank {self.local_rank} is not in a node of {self.local_world_size}")
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def nnodes(self) -> int:
+        return max(1, self.world_size // self.local_world_size)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "nnodes": self.nnodes}
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise InputError(f"environment variable {name}={raw!r} is not an integer (set by torchrun)") from None
+
+
+def from_env() -> World:
+    """The ``World`` torchrun describes in the environment (``World()`` outside torchrun)."""
+    world_size = _env_int("WORLD_SIZE", 1)
+    try:
+        return World(rank=_env_int("RANK", 0), world_size=world_size, local_rank=_env_int("LOCAL_RANK", 0),
+                     local_world_size=_env_int("LOCAL_WORLD_SIZE", world_size))
+    except ValueError as e:
+        raise InputError(f"inconsistent torchrun environment: {e}") from None
+
+
+def rank_device(device: str, world: World) -> str:
+    """The device of this rank: ``cuda`` -> ``cuda:LOCAL_RANK``; CPU stays CPU; ``cuda:N`` refused under >1 rank."""
+    if not world.distributed or not device.startswith("cuda"):
+        return device
+    if device != "cuda":
+        raise InputError(f"--device {device}: under {world.world_size} processes every rank takes its own GPU "
+                         "(cuda:LOCAL_RANK); pass --device cuda")
+    return f"cuda:{world.local_rank}"
+
+
+def init(device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> World:
+    """Join the process group torchrun set up (NCCL for CUDA, gloo otherwise); the ``World`` with its backend.
+
+    A no-op returning ``World()`` outside torchrun; idempotent inside it.
+    """
+    import datetime
+
+    world = from_env()
+    if not world.distributed:
+        return world
+    import torch
+    import torch.distributed as dist
+
+    cuda = device.startswith("cuda")
+    if cuda:
+        if not torch.cuda.is_available():
+            raise InputError(f"--device {device}: no CUDA device here (torch.cuda.is_available() is False)")
+        if world.local_rank >= torch.cuda.device_count():
+            raise InputError(f"local rank {world.local_rank} has no GPU: this node has {torch.cuda.device_count()} "
+                             f"(--nproc-per-node must not exceed it)")
+        torch.cuda.set_device(world.local_rank)
+    backend = "nccl" if cuda else "gloo"
+    if not dist.is_initialized():
+        kw: dict[str, Any] = {"timeout": datetime.timedelta(seconds=timeout_s)}
+        if cuda:
+            kw["device_id"] = torch.device("cuda", world.local_rank)
+        dist.init_process_group(backend, **kw)
+    return World(world.rank, world.world_size, world.local_rank, world.local_world_size, dist.get_backend())
+
+
+def shutdown() -> None:
+    """Leave the process group (if one was joined)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def active() -> bool:
+    """Whether this process is in an initialized group of more than one process."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def all_gather_object(obj: Any) -> list[Any]:
+    """``obj`` from every rank, in rank order (``[obj]`` for one process)."""
+    if not active():
+        return [obj]
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """Rank ``src``'s ``obj`` on every rank (``obj`` itself for one process)."""
+    if not active():
+        return obj
+    import torch.distributed as dist
+
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def barrier() -> None:
+    if active():
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+# ----------------------------------------------------------------------------- launching
+
+def torchrun_command(inrbench_args: list[str], nproc: int, nnodes: int = 1, rdzv_endpoint: str | None = None,
+                     rdzv_id: str = "inrbench") -> list[str]:
+    """The torchrun command running ``inrbench <inrbench_args>`` on ``nproc`` processes per node.
+
+    One node: ``--standalone`` (a local rendezvous on a free port). Several: the c10d rendezvous
+    at ``rdzv_endpoint`` (``HOST:PORT`` of one node every node reaches), the same line on each node.
+    """
+    if nproc < 1 or nnodes < 1:
+        raise InputError(f"--nproc and --nnodes must be >= 1, got {nproc}, {nnodes}")
+    cmd = [sys.executable, "-m", "torch.distributed.run"]
+    if nnodes == 1 and rdzv_endpoint is None:
+        cmd += ["--standalone", "--nnodes", "1"]
+    else:
+        if not rdzv_endpoint:
+            raise InputError(f"--nnodes {nnodes}: a multi-node run needs --rdzv-endpoint HOST:PORT "
+                             "(a node every node can reach)")
+        cmd += ["--nnodes", str(nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint,
+                "--rdzv-id", rdzv_id]
+    return [*cmd, "--nproc-per-node", str(nproc), "-m", "bench", *inrbench_args]
+
+
+def shell_line(cmd: list[str]) -> str:
+    """``cmd`` as one copy-pasteable shell line, ``torchrun`` spelled as users type it."""
+    if cmd[1:3] == ["-m", "torch.distributed.run"]:
+        cmd = ["torchrun", *cmd[3:]]
+    return shlex.join(cmd)
+
+
+def strip_launch_options(argv: list[str]) -> list[str]:
+    """``argv`` without the launch options (``--nproc N``, ``--nnodes=M``, ...): what each rank runs."""
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        name = a.split("=", 1)[0]
+        if name in LAUNCH_OPTIONS:
+            skip = "=" not in a
+            continue
+        out.append(a)
+    return out
+
+
+def add_launch_arguments(p: Any) -> None:
+    """``--nproc``/``--nnodes``/``--rdzv-endpoint``/``--rdzv-id``/``--dist-timeout`` on a command's parser."""
+    from bench.argtypes import positive_float, positive_int
+
+    g = p.add_argument_group("distributed (torchrun)")
+    g.add_argument("--nproc", type=positive_int, default=1,
+                   help="processes per node: relaunch this command under torchrun, one process per device "
+                        "(default 1: this process). Or run the command under torchrun yourself")
+    g.add_argument("--nnodes", type=positive_int, default=1, help="nodes (with --rdzv-endpoint; run the same line on every node)")
+    g.add_argument("--rdzv-endpoint", help="HOST:PORT of the rendezvous for --nnodes > 1")
+    g.add_argument("--rdzv-id", default="inrbench", help="rendezvous id shared by every node (default inrbench)")
+    g.add_argument("--dist-timeout", type=positive_float, default=DEFAULT_TIMEOUT_S,
+                   help=f"seconds a rank waits for the others at a collective (default {DEFAULT_TIMEOUT_S:g})")
+
+
+def launch_requested(args: Any) -> bool:
+    """Whether this invocation should relaunch itself under torchrun (``--nproc``/``--nnodes`` > 1, not yet inside)."""
+    return (getattr(args, "nproc", 1) > 1 or getattr(args, "nnodes", 1) > 1) and from_env().world_size == 1 \
+        and "TORCHELASTIC_RUN_ID" not in os.environ
+
+
+def launch(args: Any, command: str, argv: list[str] | None = None) -> int:
+    """Run ``inrbench <command> <argv minus launch options>`` under torchrun; its exit status.
+
+    ``argv`` defaults to the command line ``bench.cli.main`` parsed (``args._argv``) after the subcommand.
+    """
+    if argv is None:
+        raw = list(getattr(args, "_argv", None) or sys.argv[1:])
+        argv = raw[raw.index(command) + 1:] if command in raw else raw
+    rest = strip_launch_options(argv)
+    cmd = torchrun_command([command, *rest], args.nproc, args.nnodes, args.rdzv_endpoint, args.rdzv_id)
+    print(f"inrbench: launching {shell_line(cmd)}", file=sys.stderr, flush=True)
+    return subprocess.call(cmd)
