@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bench.argtypes import positive_int
+
 HELP = "run a sweep (demo, paper, design-space or a YAML file) cell by cell, resumable, then report"
 
 
@@ -25,7 +27,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-stale", action="store_true",
                    help="keep cells finished under another code version or library versions (stale) "
                         "instead of recomputing them; the report marks them")
-    p.add_argument("--list", action="store_true", help="print the resolved cells and their commands, run nothing")
+    p.add_argument("--list", action="store_true",
+                   help="print every cell and the exact command line it runs (torchrun lines for nproc > 1; "
+                        "for nnodes > 1 the line to run on every node), run nothing")
+    g = p.add_argument_group("distributed cells (bench, encode; run under torchrun)")
+    g.add_argument("--nproc", type=positive_int, metavar="N",
+                   help="processes per node (one per GPU) for every bench/encode cell on the sweep's device "
+                        "that does not set nproc itself, e.g. 8 on an 8-GPU node")
+    g.add_argument("--nnodes", type=positive_int, metavar="M",
+                   help="nodes for those cells (needs --rdzv-endpoint); the sweep does not start them: "
+                        "--list prints the line to run on every node")
+    g.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
+                   help="c10d rendezvous of multi-node cells: a node every node reaches")
+    g.add_argument("--rdzv-id", default="inrbench", metavar="ID",
+                   help="rendezvous id, the same on every node (default inrbench)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -34,9 +49,11 @@ def run(args: argparse.Namespace) -> int:
 
     from bench.outputs import check_output
     from bench.sweep.runner import run_sweep
+    from bench.sweep.cells import Rendezvous
     from bench.sweep.spec import load_sweep
 
-    cfg = load_sweep(args.sweep, device=args.device)
+    cfg = load_sweep(args.sweep, device=args.device, nproc=args.nproc, nnodes=args.nnodes,
+                     rendezvous=Rendezvous(args.rdzv_endpoint, args.rdzv_id))
     out = Path(args.out or Path("runs") / cfg.name)
     if args.list:
         _print_cells(cfg, out, args.data_root)
@@ -71,10 +88,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_cells(cfg, out: Path, data_root: str | None) -> None:
+    """Per cell: ``id [kind] <- deps``, then the exact line it runs (``inrbench ...`` / ``torchrun ...``)."""
+    from bench.sweep.cells import shell_line
     from bench.sweep.runner import SweepContext
 
     ctx = SweepContext(out=out.resolve(), data_root=Path(data_root).resolve() if data_root else None,
-               cells=cfg.by_id())
+                       cells=cfg.by_id(), rendezvous=cfg.rendezvous)
     for c in cfg.cells:
         deps = f"  <- {', '.join(c.deps())}" if c.deps() else ""
-        print(f"{c.id} [{c.kind}]{deps}\n    inrbench {' '.join(c.argv(ctx))}")
+        nodes = getattr(c, "nnodes", 1)
+        where = f"  (on each of {nodes} nodes; the sweep does not start it)" if c.elsewhere(ctx) else ""
+        print(f"{c.id} [{c.kind}]{deps}{where}\n    {shell_line(c.process_argv(ctx))}")

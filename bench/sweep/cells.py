@@ -3,20 +3,40 @@
 Every cell runs ``python -m bench <argv>`` in its own folder ``OUT/cells/<id>/``. Fields that
 name another cell (``data``, ``store``, ``stores``) are *references*: they resolve to that
 cell's output path and make it a dependency. A kind declares its output with ``output``.
+
+``bench`` and ``encode`` cells are ``DistributedCell``s: ``nproc`` processes per node on
+``nnodes`` nodes. Their ``process_argv`` is then the torchrun line (``bench.dist.torchrun_command``)
+instead of ``python -m bench``; nothing else about them changes. A cell on more than one node
+cannot be started by the sweep (one process on one node): ``elsewhere`` says so, with the line to
+run on every node.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the nodes of multi-node cells meet (``inrbench sweep --rdzv-endpoint/--rdzv-id``).
+
+    Not part of any cell's identity: where the nodes meet does not change what they measure.
+    """
+
+    endpoint: str | None = None  # HOST:PORT of one node every node reaches (c10d)
+    id: str = "inrbench"
 
 
 class Context(Protocol):
     """What a cell needs from the runner to build its argv."""
 
     data_root: Path | None
+    rendezvous: Rendezvous
 
     def cell_dir(self, cell_id: str) -> Path: ...
 
@@ -107,6 +127,18 @@ class Cell:
         """Arguments after ``python -m bench`` (or after ``python`` for ``python`` cells)."""
         raise NotImplementedError
 
+    def process_argv(self, ctx: Context) -> list[str]:
+        """The full argv the runner starts: ``python -m bench <argv>``."""
+        return [sys.executable, "-m", "bench", *self.argv(ctx)]
+
+    def elsewhere(self, ctx: Context) -> str | None:
+        """Why this process cannot run the cell itself (it must be started elsewhere), or ``None``."""
+        return None
+
+    def identity(self) -> dict[str, Any]:
+        """The fields that make the cell's config hash (``to_dict`` unless a kind says otherwise)."""
+        return self.to_dict()
+
     def labels(self) -> dict[str, str]:
         """``pipeline``/``dataset``/``mode`` for this cell's status row (empty when not applicable)."""
         return {"pipeline": "", "dataset": "", "mode": ""}
@@ -155,7 +187,67 @@ class PrepareCell(Cell):
 
 
 @dataclass(frozen=True)
-class EncodeCell(Cell):
+class DistributedCell(Cell):
+    """A cell that can run data-parallel under torchrun.
+
+    nproc: processes per node (one per GPU; default 1: a plain ``python -m bench`` process).
+    nnodes: nodes (default 1). More than one needs the sweep's ``Rendezvous`` endpoint, and the
+      sweep does not start such a cell: the same line is run on every node (``elsewhere``).
+
+    Both are part of the cell's identity: the world size changes each rank's share of the data
+    and the timings. At their default (1) they are left out of the hash, so single-process cells
+    keep the hash they had before these fields existed.
+    """
+
+    LAUNCH_FIELDS: ClassVar[tuple[str, ...]] = ("nproc", "nnodes")
+
+    nproc: int = 1
+    nnodes: int = 1
+
+    def __post_init__(self) -> None:
+        for name in self.LAUNCH_FIELDS:
+            val = getattr(self, name)
+            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {val!r}")
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+    def process_argv(self, ctx: Context) -> list[str]:
+        """``python -m bench <argv>`` for one process, else the torchrun line (``--standalone`` on one node)."""
+        if self.world_size == 1:
+            return super().process_argv(ctx)
+        from bench import dist
+
+        endpoint = ctx.rendezvous.endpoint if self.nnodes > 1 else None
+        return dist.torchrun_command(self.argv(ctx), self.nproc, self.nnodes, endpoint, ctx.rendezvous.id)
+
+    def elsewhere(self, ctx: Context) -> str | None:
+        if self.nnodes == 1:
+            return None
+        return (f"runs on {self.nnodes} nodes x {self.nproc} processes: the sweep does not start it; "
+                f"run on every node: {shell_line(self.process_argv(ctx))}")
+
+    def identity(self) -> dict[str, Any]:
+        d = self.to_dict()
+        for name in self.LAUNCH_FIELDS:
+            if d[name] == 1:
+                del d[name]
+        return d
+
+
+def shell_line(cmd: list[str]) -> str:
+    """A runner argv as the line a user types: ``inrbench ...`` or ``torchrun ...``."""
+    from bench import dist
+
+    if cmd[1:3] == ["-m", "bench"]:
+        return shlex.join(["inrbench", *cmd[3:]])
+    return dist.shell_line(cmd)
+
+
+@dataclass(frozen=True)
+class EncodeCell(DistributedCell):
     """``inrbench encode DATA --preset P [--iterations ...] [--prune ...] [--bits ...] --out CELL/name.inr``.
 
     data: a prepare cell. name: the variant label (``fp32``, ``pruned-8bit``...): the store's file name.
@@ -256,7 +348,7 @@ class CompareCell(Cell):
 
 
 @dataclass(frozen=True)
-class BenchCell(Cell):
+class BenchCell(DistributedCell):
     """``inrbench bench --pipeline P --data DATA [--store S] --mode M ... --out CELL/results``."""
 
     kind: ClassVar[str] = "bench"
@@ -280,6 +372,7 @@ class BenchCell(Cell):
         return ctx.cell_dir(self.id) / RESULTS_SUBDIR
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.mode not in self.MODES:
             raise ValueError(f"mode must be one of {'|'.join(self.MODES)}, got {self.mode!r}")
 
@@ -324,6 +417,9 @@ class PythonCell(Cell):
 
     def argv(self, ctx: Context) -> list[str]:
         return list(self.command) + extra_argv(self.args)
+
+    def process_argv(self, ctx: Context) -> list[str]:
+        return [sys.executable, *self.argv(ctx)]
 
 
 KINDS: dict[str, type[Cell]] = {

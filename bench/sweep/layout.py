@@ -77,6 +77,7 @@ def status_row(marker: dict[str, Any]) -> dict[str, Any]:
         "mode": marker.get("mode", ""),
         "repeat": None,
         "epoch": None,
+        "rank": None,  # a status row is about the whole cell, never one rank of it
         "metric": STATUS_METRIC,
         "value": float(marker["wall_s"]) if ok else float("nan"),
         "unit": "s",

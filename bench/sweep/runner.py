@@ -7,19 +7,30 @@ Protocol per cell (in file order, which is dependency order):
    or a cell it depends on is re-run in this invocation).
 2. Otherwise its folder (a killed run's partial output, a stale config, an error) is
    discarded. A dependency that is not ``ok`` -> a ``skip`` marker naming it.
-3. Else ``python -m bench <argv>`` runs with the cell folder as working directory, stdout and
+3. Else the cell's ``process_argv`` (``python -m bench <argv>``; the torchrun line for a cell of
+   ``nproc > 1`` processes) runs with the cell folder as working directory, stdout and
    stderr to ``stdout.log``/``stderr.log``. Status: rows the cell wrote itself decide first
    (``inrbench bench`` writes a skip row for an ``Unavailable`` pipeline, an error row for a
    crash); otherwise exit 0 -> ok, else error with the tail of stderr.
 4. The marker is written atomically (temp file + rename) after the subprocess has exited.
+
+A cell the sweep cannot start (``Cell.elsewhere``: ``nnodes > 1``, run by hand on every node) gets
+a ``skip`` marker with the reason and the per-node line; the marker says ``elsewhere`` and, like a
+skip caused by a dependency, is not final. Its folder is kept: when the hand-started run has
+written its rows there (``--out`` of the printed line), the next sweep takes its status from
+them, as for any cell, and keeps it (unless the cell's configuration changed).
 
 A cell's identity (``hash``) is its ``config_hash`` (its fields, its argv and its dependencies'
 config hashes) plus the code identity (``bench.envinfo.code_identity``: the package code version
 and the torch/torchvision/DALI/PIL versions), both recorded in the marker with ``code``. A finished
 cell whose config hash matches but whose code identity does not is *stale*: it is recomputed, or
 kept as it is with ``keep_stale`` (the report marks it). Changing a cell
-(or anything upstream) redoes exactly what it affects. Killing the sweep (SIGKILL, SIGINT)
-leaves no marker for the running cell; the child dies with its parent (``PR_SET_PDEATHSIG``).
+(or anything upstream) redoes exactly what it affects. The config hash covers ``Cell.identity``:
+a distributed cell's ``nproc``/``nnodes`` when not 1 (the world size changes the measurement),
+never the rendezvous. Killing the sweep (SIGKILL, SIGINT)
+leaves no marker for the running cell; the child gets SIGTERM when its parent dies
+(``PR_SET_PDEATHSIG``: torchrun stops its workers on SIGTERM, a plain child just ends), and a cell
+past its timeout gets SIGTERM, then SIGKILL after ``KILL_GRACE_S``.
 """
 
 from __future__ import annotations
@@ -32,7 +43,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,11 +53,12 @@ from bench.atomic import atomic_write_json
 from bench.errors import InputError
 from bench.outputs import claim
 from bench.sweep import layout
-from bench.sweep.cells import Cell, EncodeCell, PythonCell
+from bench.sweep.cells import Cell, EncodeCell, Rendezvous
 from bench.sweep.spec import SweepConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 FINAL = ("ok", "skip")
+KILL_GRACE_S = 30.0  # torchrun waits up to 30 s for its workers after SIGTERM
 
 
 @dataclass
@@ -55,6 +66,7 @@ class SweepContext:
     out: Path
     data_root: Path | None
     cells: dict[str, Cell]
+    rendezvous: Rendezvous = field(default_factory=Rendezvous)
 
     def cell_dir(self, cell_id: str) -> Path:
         return self.out / layout.CELLS_DIR / cell_id
@@ -87,7 +99,7 @@ def cell_hashes(cfg: SweepConfig, ctx: SweepContext, code: str | None = None) ->
     identity id, ``bench.envinfo.code_identity()["id"]``) each hash also covers the code."""
     hashes: dict[str, str] = {}
     for c in cfg.cells:
-        doc = {"cell": c.to_dict(), "argv": c.argv(ctx), "deps": [hashes[d] for d in c.deps()]}
+        doc = {"cell": c.identity(), "argv": c.argv(ctx), "deps": [hashes[d] for d in c.deps()]}
         hashes[c.id] = hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
     if code is None:
         return hashes
@@ -121,7 +133,7 @@ def _lock(out: Path, data_root: Path | None) -> Iterator[None]:
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
 
@@ -153,9 +165,22 @@ def _own_status(cell_dir: Path) -> tuple[str, str] | None:
     return None
 
 
-def _run_cell(cell: Cell, argv: list[str], cell_dir: Path) -> tuple[str, str, int | None]:
-    """Execute one cell; returns (status, reason, returncode)."""
-    cmd = [sys.executable, *argv] if isinstance(cell, PythonCell) else [sys.executable, "-m", "bench", *argv]
+def _hand_run_status(cell_dir: Path, output: Path, elsewhere: str) -> tuple[str, str]:
+    """Status of a cell started by hand (on every node): from the rows its run wrote (``bench``), or
+    ok when its output file exists (``encode`` writes its store atomically, at the end); else skip."""
+    own = _own_status(cell_dir)
+    if own is not None:
+        return own
+    try:
+        rows = layout.cell_rows(cell_dir)
+    except InputError:
+        rows = None
+    done = (rows is not None and not rows.empty) or output.is_file()
+    return ("ok", "") if done else ("skip", elsewhere)
+
+
+def _run_cell(cell: Cell, cmd: list[str], cell_dir: Path) -> tuple[str, str, int | None]:
+    """Execute one cell (``cmd``: its ``process_argv``); returns (status, reason, returncode)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
@@ -165,8 +190,12 @@ def _run_cell(cell: Cell, argv: list[str], cell_dir: Path) -> tuple[str, str, in
         try:
             rc = proc.wait(timeout=cell.timeout_s)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            proc.terminate()  # torchrun passes it on to its workers (a SIGKILL would orphan them)
+            try:
+                proc.wait(timeout=KILL_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
             return "error", f"timed out after {cell.timeout_s:g} s", None
         except BaseException:  # KeyboardInterrupt: stop the child too, leave no marker
             with contextlib.suppress(ProcessLookupError):
@@ -207,7 +236,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = 
     if resume and not layout.is_sweep_dir(out):
         raise InputError(f"--resume: nothing to resume (no {layout.SWEEP_FILE})", out)
     cells = cfg.by_id()
-    ctx = SweepContext(out=out, data_root=Path(data_root).resolve() if data_root else None, cells=cells)
+    ctx = SweepContext(out=out, data_root=Path(data_root).resolve() if data_root else None, cells=cells,
+                       rendezvous=cfg.rendezvous)
     t_start = time.perf_counter()
     summary = SweepSummary()
     with _lock(out, ctx.data_root):
@@ -219,6 +249,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = 
         resolved["code"] = ident
         for c in resolved["cells"]:
             c["argv"] = cells[c["id"]].argv(ctx)
+            c["process_argv"] = cells[c["id"]].process_argv(ctx)
             c["hash"] = hashes[c["id"]]
             c["config_hash"] = config_hashes[c["id"]]
             c["deps"] = list(cells[c["id"]].deps())
@@ -231,7 +262,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = 
             m = layout.read_marker(ctx.cell_dir(cell.id))
             forced = any(fnmatch.fnmatchcase(cell.id, p) for p in redo)
             upstream = any(d in {t.id for t in todo} for d in cell.deps())
-            done = bool(m) and m["status"] in FINAL and not m.get("blocked_by")
+            done = bool(m) and m["status"] in FINAL and not m.get("blocked_by") and not m.get("elsewhere")
             # same config, other code (a marker from before code identities: its hash is the config hash)
             stale = done and m.get("hash") != hashes[cell.id] and \
                 m.get("config_hash", m.get("hash")) == config_hashes[cell.id]
@@ -277,12 +308,15 @@ def _write_env(out: Path) -> None:
 def _do_cell(cell: Cell, ctx: SweepContext, h: str, status: dict[str, tuple[str, str]], cells: dict[str, Cell],
              write, identity: dict[str, Any] | None = None) -> tuple[str, str]:
     cell_dir = ctx.cell_dir(cell.id)
-    if cell_dir.exists():
+    elsewhere = cell.elsewhere(ctx)
+    old = layout.read_marker(cell_dir) if elsewhere else None
+    # a cell started by hand writes into its folder: kept unless it holds another configuration's run
+    if cell_dir.exists() and not (elsewhere and (old is None or old.get("hash") == h)):
         shutil.rmtree(cell_dir)
-    cell_dir.mkdir(parents=True)
+    cell_dir.mkdir(parents=True, exist_ok=True)
     argv = cell.argv(ctx)
     marker: dict[str, Any] = {
-        "id": cell.id, "kind": cell.kind, "hash": h, "argv": argv,
+        "id": cell.id, "kind": cell.kind, "hash": h, "argv": argv, "process_argv": cell.process_argv(ctx),
         **cell.labels(), "dataset": _dataset_of(cell, cells) or cell.labels()["dataset"], **(identity or {}),
     }
     blocked = [(d, status[d]) for d in cell.deps() if status.get(d, ("error", ""))[0] != "ok"]
@@ -292,8 +326,12 @@ def _do_cell(cell: Cell, ctx: SweepContext, h: str, status: dict[str, tuple[str,
         d, (dst, dreason) = blocked[0]
         st, reason, rc = "skip", f"dependency {d} {dst}: {dreason}".rstrip(": "), None
         marker["blocked_by"] = [b[0] for b in blocked]
+    elif elsewhere:
+        st, reason, rc = (*_hand_run_status(cell_dir, cell.output(ctx), elsewhere), None)
+        if st == "skip" and reason == elsewhere:
+            marker["elsewhere"] = True
     else:
-        st, reason, rc = _run_cell(cell, argv, cell_dir)
+        st, reason, rc = _run_cell(cell, cell.process_argv(ctx), cell_dir)
     wall = time.perf_counter() - t0
     marker.update({"status": st, "reason": reason, "returncode": rc, "wall_s": wall,
                    "started_utc": started})

@@ -17,6 +17,12 @@ YAML layout::
           mode: [loader, train]                # scalar items set that field
           feed: [{pipeline: raw}, {pipeline: inr, store: enc}]   # dict items merge fields
 
+Distributed cells (``bench``, ``encode``): ``nproc`` processes per node and ``nnodes`` nodes,
+per cell, in ``defaults`` or from the command line (``inrbench sweep paper --nproc 8``): a
+command-line value fills every such cell on the sweep's device that does not set the field
+itself (a cell pinned to ``device: cpu`` in a GPU sweep stays one process). ``nnodes > 1``
+needs the rendezvous endpoint (``--rdzv-endpoint HOST:PORT``), else an ``InputError``.
+
 Rules: ids are unique and ``[A-Za-z0-9._-]+``; a cell may only reference cells declared
 before it (so file order is a valid run order and there are no cycles); ``data`` must name a
 ``prepare`` cell and ``store``/``stores`` ``encode`` cells (``stores`` items may be globs
@@ -37,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import InputError
-from bench.sweep.cells import KINDS, Cell
+from bench.sweep.cells import KINDS, Cell, DistributedCell, Rendezvous
 
 ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 DEVICES = ("cpu", "cuda")
@@ -54,6 +60,7 @@ class SweepConfig:
     report: bool
     cells: tuple[Cell, ...]
     source: str = ""
+    rendezvous: Rendezvous = Rendezvous()
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -69,6 +76,7 @@ class SweepConfig:
             "device": self.device,
             "report": self.report,
             "source": self.source,
+            "rendezvous": dataclasses.asdict(self.rendezvous),
             "cells": [c.to_dict() for c in self.cells],
         }
 
@@ -92,8 +100,13 @@ def locate(name_or_path: str) -> Path:
     return Path(str(root))
 
 
-def load_sweep(name_or_path: str, device: str | None = None) -> SweepConfig:
-    """Read, expand and validate a sweep; ``device`` overrides the file's default device."""
+def load_sweep(name_or_path: str, device: str | None = None, nproc: int | None = None, nnodes: int | None = None,
+               rendezvous: Rendezvous | None = None) -> SweepConfig:
+    """Read, expand and validate a sweep; ``device`` overrides the file's default device.
+
+    ``nproc``/``nnodes`` fill the distributed cells on the sweep's device that do not set them;
+    ``rendezvous`` is where multi-node cells meet.
+    """
     path = locate(name_or_path)
     import yaml
 
@@ -101,10 +114,11 @@ def load_sweep(name_or_path: str, device: str | None = None) -> SweepConfig:
         doc = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
         raise InputError(f"cannot read sweep YAML: {' '.join(str(e).split())}", path) from None
-    return parse_sweep(doc, path, device=device)
+    return parse_sweep(doc, path, device=device, nproc=nproc, nnodes=nnodes, rendezvous=rendezvous)
 
 
-def parse_sweep(doc: Any, path: Path, device: str | None = None) -> SweepConfig:
+def parse_sweep(doc: Any, path: Path, device: str | None = None, nproc: int | None = None,
+                nnodes: int | None = None, rendezvous: Rendezvous | None = None) -> SweepConfig:
     if not isinstance(doc, dict):
         raise InputError("a sweep file must be a mapping with 'name' and 'cells'", path)
     unknown = set(doc) - TOP_KEYS
@@ -120,6 +134,9 @@ def parse_sweep(doc: Any, path: Path, device: str | None = None) -> SweepConfig:
     bad = set(defaults) - set(KINDS)
     if bad:
         raise InputError(f"'defaults' names unknown kinds {sorted(bad)}; known: {sorted(KINDS)}", path)
+    rdzv = rendezvous or Rendezvous()
+    _check_endpoint(rdzv.endpoint)
+    launch = {k: v for k, v in (("nproc", nproc), ("nnodes", nnodes)) if v is not None}
     raw_cells = doc.get("cells")
     if not isinstance(raw_cells, list) or not raw_cells:
         raise InputError("'cells' must be a non-empty list", path)
@@ -135,12 +152,24 @@ def parse_sweep(doc: Any, path: Path, device: str | None = None) -> SweepConfig:
             raise InputError(f"{where}: unknown kind {kind!r}; known: {', '.join(KINDS)}", path)
         known = {fl.name for fl in fields(KINDS[kind])}
         for fields_ in _expand(raw, defaults.get(kind, {}), known, path, where):
-            cell = _build(KINDS[kind], fields_, dev, path, where)
+            cell = _build(KINDS[kind], fields_, dev, path, where, launch)
+            if isinstance(cell, DistributedCell) and cell.nnodes > 1 and not rdzv.endpoint:
+                raise InputError(f"cell {cell.id!r}: nnodes {cell.nnodes} needs a rendezvous: pass "
+                                 "--rdzv-endpoint HOST:PORT (a node every node reaches) to inrbench sweep", path)
             cell = _check_refs(cell, seen, path)
             seen[cell.id] = cell
             cells.append(cell)
     return SweepConfig(name=str(name), description=str(doc.get("description", "")), device=dev,
-                       report=bool(doc.get("report", True)), cells=tuple(cells), source=str(path))
+                       report=bool(doc.get("report", True)), cells=tuple(cells), source=str(path), rendezvous=rdzv)
+
+
+def _check_endpoint(endpoint: str | None) -> None:
+    """``HOST:PORT`` (a port 1..65535), else an ``InputError``."""
+    if endpoint is None:
+        return
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InputError(f"--rdzv-endpoint {endpoint!r}: expected HOST:PORT (e.g. node0.cluster:29500)")
 
 
 def _expand(raw: dict, defaults: dict, known: set[str], path: Path, where: str) -> list[dict]:
@@ -224,7 +253,7 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
     return value
 
 
-def _build(cls: type[Cell], f: dict, device: str, path: Path, where: str) -> Cell:
+def _build(cls: type[Cell], f: dict, device: str, path: Path, where: str, launch: dict | None = None) -> Cell:
     hints = typing.get_type_hints(cls)
     known = {fl.name for fl in fields(cls)}
     cid = f.get("id")
@@ -237,6 +266,8 @@ def _build(cls: type[Cell], f: dict, device: str, path: Path, where: str) -> Cel
         raise InputError(f"{where}: id must match {ID_RE.pattern}", path)
     if "device" in known and f.get("device") is None:
         f = {**f, "device": device}
+    if f.get("device", device) == device:  # command-line nproc/nnodes: cells that do not set them
+        f = {**{k: v for k, v in (launch or {}).items() if k in known}, **f}
     if "args" in f:
         if not isinstance(f["args"], dict):
             raise InputError(f"{where}: 'args' must be a mapping of flag -> value", path)
