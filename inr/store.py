@@ -160,20 +160,10 @@ def encode_bytes(
     for name, a in arrays.items():
         a = np.ascontiguousarray(a)
         arrays[name] = a
-        table.append({"name": name, "dtype": a.dtype.str, "shape": list(a.shape), "offset": off, "nbytes": int(a.nbytes), "crc32": _crc(a)})
-        off += -(-a.nbytes // ALIGN) * ALIGN
-    header: dict[str, Any] = {
-        "format_version": version,
-        "arch": arch.to_dict(),
-        "image_size": [int(image_size[0]), int(image_size[1])],
-        "num_images": int(n),
-        "layers": [
-            {"bits": ql.bits, "per_channel": bool(per_channel) if ql.bits != FLOAT_BITS else False, "pruned": ql.mask is not None}
-            for ql in layers
-        ],
-        "arrays": table,
-        "meta": meta or {},
-    }
+        table.append(array_entry(name, a.dtype.str, a.shape, off, a.nbytes, _crc(a)))
+        off += aligned(a.nbytes)
+    header = make_header(arch, image_size, n, [(ql.bits, ql.mask is not None) for ql in layers], per_channel,
+                         table, meta, version)
     body = bytearray(off)  # the data region: arrays at their offsets, zero padding between
     for entry in table:
         a = arrays[entry["name"]]
@@ -181,15 +171,43 @@ def encode_bytes(
     return pack_file(header, body)
 
 
-def pack_file(header: dict[str, Any], body: bytes | bytearray) -> bytes:
-    """Header + data region -> the file's bytes; sets ``data_crc32`` and ``file_length`` in ``header``.
+def aligned(nbytes: int) -> int:
+    """Bytes an array of ``nbytes`` takes in the data region (padded to ``ALIGN``)."""
+    return -(-int(nbytes) // ALIGN) * ALIGN
+
+
+def array_entry(name: str, dtype: str, shape: Sequence[int], offset: int, nbytes: int, crc32: int) -> dict[str, Any]:
+    """One row of the header's array table."""
+    return {"name": name, "dtype": dtype, "shape": [int(v) for v in shape], "offset": int(offset),
+            "nbytes": int(nbytes), "crc32": int(crc32)}
+
+
+def make_header(arch: SirenArch, image_size: Sequence[int], num_images: int, layers: Sequence[tuple[int, bool]],
+                per_channel: bool, table: list[dict[str, Any]], meta: dict[str, Any] | None,
+                version: int = FORMAT_VERSION) -> dict[str, Any]:
+    """The header (without ``data_crc32`` / ``file_length``, which ``file_prefix`` sets);
+    ``layers``: ``(bits, pruned)`` per linear layer; ``table``: ``array_entry`` rows in data order."""
+    return {
+        "format_version": version,
+        "arch": arch.to_dict(),
+        "image_size": [int(image_size[0]), int(image_size[1])],
+        "num_images": int(num_images),
+        "layers": [{"bits": int(b), "per_channel": bool(per_channel) if b != FLOAT_BITS else False, "pruned": bool(p)}
+                   for b, p in layers],
+        "arrays": table,
+        "meta": meta or {},
+    }
+
+
+def file_prefix(header: dict[str, Any], data_len: int, data_crc32: int) -> bytes:
+    """The bytes before the data region (prefix, header, zero gap to the aligned data start) of a
+    file whose data region is ``data_len`` bytes with CRC-32 ``data_crc32``; sets ``data_crc32``
+    and ``file_length`` in ``header``.
 
     Data offsets are relative to the first aligned byte after the header; ``file_length`` is part
-    of the header, so the header is serialized until its length is stable. The arrays' own
-    ``crc32`` entries are the caller's (``encode_bytes``).
+    of the header, so the header is serialized until its length is stable.
     """
-    data_len = len(body)
-    header["data_crc32"] = zlib.crc32(body) & 0xFFFFFFFF  # covers the padding too
+    header["data_crc32"] = int(data_crc32) & 0xFFFFFFFF  # covers the padding too
     file_length = 0
     for _ in range(4):
         header["file_length"] = file_length
@@ -199,12 +217,17 @@ def pack_file(header: dict[str, Any], body: bytes | bytearray) -> bytes:
         if new_len == file_length:
             break
         file_length = new_len
-    buf = bytearray(file_length)
+    buf = bytearray(data_start)
     PREFIX.pack_into(buf, 0, MAGIC, int(header.get("format_version", FORMAT_VERSION)), len(hbytes),
                      zlib.crc32(hbytes) & 0xFFFFFFFF)
     buf[PREFIX.size : PREFIX.size + len(hbytes)] = hbytes
-    buf[data_start:] = body
     return bytes(buf)
+
+
+def pack_file(header: dict[str, Any], body: bytes | bytearray) -> bytes:
+    """Header + data region -> the file's bytes (``file_prefix`` + ``body``). The arrays' own
+    ``crc32`` entries are the caller's (``encode_bytes``)."""
+    return file_prefix(header, len(body), zlib.crc32(body)) + bytes(body)
 
 
 def save(
@@ -347,6 +370,42 @@ def check_arrays(header: dict[str, Any], arrays: dict[str, np.ndarray], path: Pa
     return arch
 
 
+def _parse_header(head: bytes | memoryview, total: int, path: Path) -> tuple[dict[str, Any], int, int]:
+    """Prefix + header of a store of ``total`` bytes whose first bytes are ``head`` (at least the prefix
+    and header, or the whole file) -> (checked header, header end, data start); the bytes between
+    the two must be zero. Any defect is an ``InputError``."""
+    if total < PREFIX.size:
+        raise InputError(f"not an INR store: file is {total} bytes, shorter than the {PREFIX.size}-byte prefix", path)
+    magic, version, hlen, hcrc = PREFIX.unpack_from(head, 0)
+    if magic != MAGIC:
+        raise InputError(f"not an INR store (magic {magic!r}, expected {MAGIC!r})", path)
+    if version not in READ_VERSIONS:
+        raise InputError(f"INR store format version {version}, this inrbench reads versions {list(READ_VERSIONS)}; re-encode it", path)
+    if PREFIX.size + hlen > total:
+        raise InputError(f"truncated: header needs {PREFIX.size + hlen} bytes, file has {total}", path)
+    hbytes = bytes(head[PREFIX.size : PREFIX.size + hlen])
+    got = zlib.crc32(hbytes) & 0xFFFFFFFF
+    if got != hcrc:
+        raise InputError(f"header checksum mismatch (stored crc32 {hcrc:08x}, computed {got:08x}): file is corrupt", path)
+    try:
+        header = json.loads(hbytes)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"INR store header is not valid JSON ({e})", path) from None
+    if not isinstance(header, dict):
+        raise InputError(f"INR store header is inconsistent: a JSON {type(header).__name__}, expected an object", path)
+    _typed(header, {"file_length": int}, "header", path)
+    expected = header["file_length"]
+    if total != expected:
+        what = "truncated" if total < expected else "has trailing bytes"
+        raise InputError(f"{what}: expected {expected} bytes, file has {total}", path)
+    data_start = -(-(PREFIX.size + hlen) // ALIGN) * ALIGN
+    check_header(header, max(0, total - data_start), path)
+    if header["format_version"] != version:
+        raise InputError(f"INR store header is inconsistent: 'format_version' {header['format_version']} != the "
+                         f"file's version {version}", path)
+    return header, PREFIX.size + hlen, data_start
+
+
 def read_verified(path: str | Path, info: dict | None = None) -> tuple[dict[str, Any], dict[str, np.ndarray], int]:
     """Read and verify a store file -> (header, arrays on CPU, file bytes). Any defect is an ``InputError``.
 
@@ -364,35 +423,7 @@ def read_verified(path: str | Path, info: dict | None = None) -> tuple[dict[str,
         data, pack_header = atrest.unpack(data, path)
     if info is not None:
         info.update(at_rest=pack_header, store_bytes=len(data))
-    if len(data) < PREFIX.size:
-        raise InputError(f"not an INR store: file is {len(data)} bytes, shorter than the {PREFIX.size}-byte prefix", path)
-    magic, version, hlen, hcrc = PREFIX.unpack_from(data, 0)
-    if magic != MAGIC:
-        raise InputError(f"not an INR store (magic {magic!r}, expected {MAGIC!r})", path)
-    if version not in READ_VERSIONS:
-        raise InputError(f"INR store format version {version}, this inrbench reads versions {list(READ_VERSIONS)}; re-encode it", path)
-    if PREFIX.size + hlen > len(data):
-        raise InputError(f"truncated: header needs {PREFIX.size + hlen} bytes, file has {len(data)}", path)
-    hbytes = data[PREFIX.size : PREFIX.size + hlen]
-    got = zlib.crc32(hbytes) & 0xFFFFFFFF
-    if got != hcrc:
-        raise InputError(f"header checksum mismatch (stored crc32 {hcrc:08x}, computed {got:08x}): file is corrupt", path)
-    try:
-        header = json.loads(hbytes)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(f"INR store header is not valid JSON ({e})", path) from None
-    if not isinstance(header, dict):
-        raise InputError(f"INR store header is inconsistent: a JSON {type(header).__name__}, expected an object", path)
-    _typed(header, {"file_length": int}, "header", path)
-    expected = header["file_length"]
-    if len(data) != expected:
-        what = "truncated" if len(data) < expected else "has trailing bytes"
-        raise InputError(f"{what}: expected {expected} bytes, file has {len(data)}", path)
-    data_start = -(-(PREFIX.size + hlen) // ALIGN) * ALIGN
-    check_header(header, max(0, len(data) - data_start), path)
-    if header["format_version"] != version:
-        raise InputError(f"INR store header is inconsistent: 'format_version' {header['format_version']} != the "
-                         f"file's version {version}", path)
+    header, header_end, data_start = _parse_header(data, len(data), path)
     arrays = {}
     for e in header["arrays"]:
         s = data_start + e["offset"]
@@ -406,10 +437,112 @@ def read_verified(path: str | Path, info: dict | None = None) -> tuple[dict[str,
     got = zlib.crc32(memoryview(data)[data_start:]) & 0xFFFFFFFF
     if got != header["data_crc32"]:
         raise InputError(f"checksum mismatch in the padding between arrays (stored crc32 {header['data_crc32']:08x}, computed {got:08x}): file is corrupt", path)
-    if any(data[PREFIX.size + hlen : data_start]):
+    if any(data[header_end:data_start]):
         raise InputError("non-zero bytes between the header and the data: file is corrupt", path)
     check_arrays(header, arrays, path)
     return header, arrays, disk_bytes
+
+
+CHUNK_BYTES = 1 << 22  # streamed reads: bytes per read
+
+
+class StoreStream:
+    """A store file verified and read in bounded memory (``inr.merge``; resume checks of shards).
+
+    Opening reads the file once in ``chunk``-byte pieces and makes every check ``read_verified``
+    makes (prefix, header, each array's CRC, the data CRC, the zero gap, the layout) while holding
+    only the small per-image arrays: ``labels`` int64 ``[N]``, ``psnr`` float16 ``[N]`` or None, and
+    each layer's masks, just long enough to count its kept codes (``counts``). Arrays are then
+    read again piece by piece with ``iter_array`` (re-checked against their CRC). Packed (at-rest)
+    files are refused: they are read whole (``load``).
+    """
+
+    def __init__(self, path: str | Path, chunk: int = CHUNK_BYTES):
+        self.path = path = Path(path)
+        self.chunk = int(chunk)
+        if not path.is_file():
+            raise InputError("no such INR store file", path)
+        from inr import atrest
+
+        with open(path, "rb") as f:
+            total = os.fstat(f.fileno()).st_size
+            head = f.read(PREFIX.size)
+            if atrest.is_packed(head):
+                raise InputError("is packed at rest (inr.atrest); a streamed read needs the unpacked store", path)
+            if total >= PREFIX.size and PREFIX.size + PREFIX.unpack_from(head, 0)[2] <= total:
+                head += f.read(PREFIX.unpack_from(head, 0)[2])
+            header, header_end, data_start = _parse_header(head, total, path)
+            entries = {e["name"]: e for e in header["arrays"]}
+            crcs = dict.fromkeys(entries, 0)
+            data_crc, pos, data_len = 0, 0, total - data_start
+            gap = f.read(data_start - header_end)
+            while pos < data_len:
+                buf = f.read(min(self.chunk, data_len - pos))
+                if not buf:
+                    raise InputError(f"truncated while reading: {pos} of {data_len} data bytes", path)
+                data_crc = zlib.crc32(buf, data_crc)
+                for name, e in entries.items():  # each array's part of this piece
+                    a, b = max(e["offset"], pos), min(e["offset"] + e["nbytes"], pos + len(buf))
+                    if a < b:
+                        crcs[name] = zlib.crc32(memoryview(buf)[a - pos : b - pos], crcs[name])
+                pos += len(buf)
+        for name, e in entries.items():
+            if crcs[name] != e["crc32"]:
+                raise InputError(f"checksum mismatch in array {name!r} (stored crc32 {e['crc32']:08x}, computed "
+                                 f"{crcs[name]:08x}): file is corrupt", path)
+        if "data_crc32" not in header:
+            raise InputError("header has no data_crc32 (written by a pre-release inrbench); re-encode it", path)
+        if data_crc != header["data_crc32"]:
+            raise InputError(f"checksum mismatch in the padding between arrays (stored crc32 {header['data_crc32']:08x}, "
+                             f"computed {data_crc:08x}): file is corrupt", path)
+        if any(gap):
+            raise InputError("non-zero bytes between the header and the data: file is corrupt", path)
+        self.header, self.data_start, self._entries = header, data_start, entries
+        small = {n for n in entries if n in ("labels", "psnr", "sizes") or n.startswith("mask")}
+        arrays = {n: self.read_array(n) if n in small else
+                  np.broadcast_to(np.zeros((), np.dtype(e["dtype"])), tuple(e["shape"]))  # layout check only
+                  for n, e in entries.items()}
+        self.arch = check_arrays(header, arrays, path)
+        self.num_images = int(header["num_images"])
+        self.image_size = (int(header["image_size"][0]), int(header["image_size"][1]))
+        self.bits = tuple(int(li["bits"]) for li in header["layers"])
+        self.pruned = tuple(bool(li["pruned"]) for li in header["layers"])
+        self.labels = arrays["labels"].astype(np.int64)
+        self.psnr = arrays.get("psnr")
+        self.counts = []  # kept codes per layer, all images
+        for li, (i, o) in enumerate(self.arch.shapes):
+            m = arrays.get(f"mask{li}")
+            kept = self.num_images * (i + 1) * o if m is None else \
+                int(np.unpackbits(m, axis=1, bitorder="little")[:, : i * o].sum(dtype=np.int64)) + self.num_images * o
+            self.counts.append(kept)
+
+    def entry(self, name: str) -> dict[str, Any] | None:
+        """The array table row of ``name`` (None when the store has no such array)."""
+        return self._entries.get(name)
+
+    def iter_array(self, name: str, chunk: int | None = None):
+        """The bytes of array ``name`` as uint8 pieces of at most ``chunk`` bytes, checked against its
+        CRC at the end (an ``InputError`` when the file changed since it was opened)."""
+        e = self._entries[name]
+        step, left, crc = int(chunk or self.chunk), e["nbytes"], 0
+        with open(self.path, "rb") as f:
+            f.seek(self.data_start + e["offset"])
+            while left:
+                buf = f.read(min(step, left))
+                if not buf:
+                    break
+                crc = zlib.crc32(buf, crc)
+                left -= len(buf)
+                yield np.frombuffer(buf, np.uint8)
+        if left or crc != e["crc32"]:
+            raise InputError(f"array {name!r} changed since the file was verified (crc32 {crc:08x}, "
+                             f"stored {e['crc32']:08x})", self.path)
+
+    def read_array(self, name: str) -> np.ndarray:
+        """Array ``name`` whole, in its dtype and shape (for the small per-image arrays)."""
+        e = self._entries[name]
+        raw = b"".join(p.tobytes() for p in self.iter_array(name))
+        return np.frombuffer(raw, np.dtype(e["dtype"])).reshape(e["shape"]).copy()
 
 
 @dataclass
