@@ -124,7 +124,9 @@ class Pipeline(abc.ABC):
     """One way of feeding images. Subclasses register with ``@register("name")``.
 
     Epoch ``e`` (0-based count of ``__iter__`` calls) draws its permutation and its
-    augmentation from ``seed`` and ``e`` only, so a run is reproducible.
+    augmentation from ``seed`` and ``e`` only (and ``rank``: each rank iterates its shard with its
+    own augmentation draws, ``pipelines.shard``), so a run is reproducible. ``len`` counts this
+    rank's batches, the same on every rank.
     """
 
     name: ClassVar[str] = ""

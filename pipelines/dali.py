@@ -6,6 +6,30 @@ crops/flips/normalizes per sample with DALI operators, and hands torch tensors t
 and pads the last shard batch (``pad_last_batch``) so ``LastBatchPolicy.PARTIAL`` yields every
 sample exactly once.
 
+Sharding (``config.rank`` of ``config.world_size``), DALI's own way: the reader reads
+``shard_id=rank`` of ``num_shards=world_size``, every rank with the same
+``shuffle_after_epoch_seed`` (``config.seed``), so each epoch's global shuffle is the same on
+every rank and the shards partition it. ``shuffle_after_epoch`` implies ``stick_to_shard``
+(``reader_meta`` says so): rank ``r`` always reads the contiguous slice
+``[floor(r n / w), floor((r + 1) n / w))`` of the epoch's shuffled list, so shard sizes differ by
+at most one. DALI's permutation is not ``pipelines.shard``'s (which sample a rank sees differs
+from ``raw``/``inr``/``torch-jpeg``); the invariant is the union. ``len`` is the same on every
+rank and equals the other adapters' (``ceil(ceil(n / w) / b)``; ``(n // w) // b`` with
+``drop_last``). The last batch, measured on DALI 2.4 CPU pipelines (``tests/test_pipelines_shard.py``):
+
+* ``drop_last=False``: every sample at least once per epoch. ``pad_last_batch`` gives every rank
+  the same number of batches; where a rank's shard is one short and that costs it its last batch,
+  DALI's ``PARTIAL`` iterator hands it an empty batch, which this adapter replaces by that rank's
+  previous sample again, same crop (one duplicate; at most ``world_size - 1`` per epoch, as
+  ``DistributedSampler``'s padding). Otherwise no sample twice.
+* ``drop_last=True``: the iterator runs ``PARTIAL`` too and the adapter yields only the first
+  ``(n // w) // b`` (full) batches, draining the rest: DALI's own ``DROP`` policy with
+  ``num_shards > 1`` and uneven shards leaves the reader a sample out of step, and later epochs
+  then repeat samples (seen on DALI 2.4). No sample twice; the rest of each shard is dropped.
+
+Augmentation draws: DALI's pipeline ``seed`` is ``shard.rank_seed(seed, rank, world_size)``
+(``seed`` itself with one rank; distinct per rank otherwise).
+
 DALI as its own best practice (a weak baseline flatters the others):
 
 * random-resized crops use the fused ``fn.decoders.image_random_crop``: the crop window is drawn
@@ -35,6 +59,7 @@ from bench.datasets.prepared import PreparedDataset
 from bench.errors import InputError
 from pipelines.base import Augment, Batch, Pipeline, PipelineConfig, Unavailable, register
 from pipelines.crops import RRC_TRIES
+from pipelines.shard import num_batches, rank_seed
 
 PREFETCH_DEPTH = 2
 # Share of JPEGs routed to the hardware decoder (NVJPG engines) where there is one. 0.65 is DALI's
@@ -71,9 +96,12 @@ def decoder_options(gpu: bool, hw_jpeg: bool, height: int, width: int) -> dict[s
 
 def _graph(
     file_root: str, file_list: str, aug: Augment, height: int, width: int, shuffle: bool, shuffle_seed: int,
-    gpu: bool, decoder_kw: dict[str, Any],
+    gpu: bool, decoder_kw: dict[str, Any], shard_id: int = 0, num_shards: int = 1,
 ) -> tuple[Any, Any]:
-    """The DALI graph (called inside ``pipeline_def``): returns ``(images [3,s,s] float, labels)``."""
+    """The DALI graph (called inside ``pipeline_def``): returns ``(images [3,s,s] float, labels)``.
+
+    The reader reads shard ``shard_id`` of ``num_shards``; ``shuffle_seed`` must be the same on every rank.
+    """
     from nvidia.dali import fn, types
 
     jpegs, labels = fn.readers.file(
@@ -82,6 +110,8 @@ def _graph(
         shuffle_after_epoch=shuffle,
         shuffle_after_epoch_seed=shuffle_seed,
         pad_last_batch=True,
+        shard_id=shard_id,
+        num_shards=num_shards,
         name="Reader",
     )
     decoder = "mixed" if gpu else "cpu"
@@ -183,15 +213,18 @@ class DaliPipeline(Pipeline):
         pipe_fn = pipeline_def(_graph)
         self.pipe = pipe_fn(
             str(split.root), str(split.file_list), config.augment, h, w, config.shuffle, config.seed, gpu,
-            decoder_options(gpu, self.hw_jpeg, h, w),
+            decoder_options(gpu, self.hw_jpeg, h, w), config.rank, config.world_size,
             batch_size=config.batch_size,
             num_threads=max(1, config.workers),
             device_id=device_id,
-            seed=config.seed,
+            seed=rank_seed(config.seed, config.rank, config.world_size),
             prefetch_queue_depth=PREFETCH_DEPTH,
         )
         self._paths, self._folder = split.jpeg_paths, split.root / "jpeg"
-        policy = LastBatchPolicy.DROP if config.drop_last else LastBatchPolicy.PARTIAL
+        # PARTIAL in both cases: ``drop_last`` is applied in ``__iter__`` (see the module docstring).
+        policy = LastBatchPolicy.PARTIAL
+        # Only uneven shards can leave a rank an empty last batch (module docstring).
+        self._uneven = self.n % config.world_size != 0 and not config.drop_last
         try:
             self.pipe.build()
             self.iterator = DALIGenericIterator(  # prefetches: a bad file can fail here already
@@ -210,8 +243,8 @@ class DaliPipeline(Pipeline):
         raise e
 
     def __len__(self) -> int:
-        b = self.config.batch_size
-        return self.n // b if self.config.drop_last else -(-self.n // b)
+        """Batches per epoch on this rank (the same on every rank)."""
+        return num_batches(self.n, self.config)
 
     def __iter__(self) -> Iterator[Batch]:
         if self.iterator is None:
@@ -220,6 +253,8 @@ class DaliPipeline(Pipeline):
             for _ in self.iterator:
                 pass
         self._in_epoch = True
+        keep, done = len(self), 0
+        spare: tuple[torch.Tensor, torch.Tensor] | None = None
         it = iter(self.iterator)
         while True:
             try:
@@ -228,9 +263,19 @@ class DaliPipeline(Pipeline):
                 break
             except RuntimeError as e:
                 self._reraise(e)
+            if done >= keep:  # drop_last: the shard's partial tail, drained so the reader stays in step
+                continue
             d = out[0]
             images = d["images"].to(self.device, non_blocking=True)
             labels = d["labels"].reshape(-1).to(self.device, torch.int64, non_blocking=True)
+            if labels.numel() == 0:  # a shard one short lost its last batch: repeat its last sample
+                if spare is None:
+                    raise RuntimeError(f"dali: rank {self.config.rank} got an empty batch "
+                                       f"({self.n} images over {self.config.world_size} ranks)")
+                images, labels = spare
+            elif self._uneven and done == keep - 2:  # DALI may reuse its buffers: keep a copy
+                spare = images[-1:].clone(), labels[-1:].clone()
+            done += 1
             yield Batch(images=images, labels=labels)
         self._in_epoch = False
 

@@ -10,6 +10,9 @@ crop touching the border is the network's own smooth continuation); for ``random
 samples outside the image are zero (black before normalization), as with
 ``RandomCrop(padding=pad)``.
 
+Sharding: rank ``config.rank`` iterates its slice of the epoch's global permutation and draws its
+crops from its own generator (``pipelines.shard.epoch_shard``); every rank holds the whole store.
+
 Host syncs: none in an epoch's steady state. Crops are drawn on the CPU, turned into ``theta``
 there and copied with ``pipelines.crops.to_device`` (pinned, non-blocking on CUDA), as is the
 epoch's order; the store's gather/dequantize and the decode are queued kernels. The one documented
@@ -32,13 +35,12 @@ from pipelines.crops import (
     Crops,
     batch_slices,
     crop_theta,
-    epoch_generator,
-    epoch_order,
     normalize_,
     sample_crops,
     to_device,
 )
 from pipelines.inr_decode import SirenDecoder
+from pipelines.shard import epoch_shard, num_batches
 
 
 def inside_mask(theta: torch.Tensor, size: int) -> torch.Tensor:
@@ -81,7 +83,8 @@ class InrPipeline(Pipeline):
         self.epoch = 0
 
     def __len__(self) -> int:
-        return len(batch_slices(self.n, self.config.batch_size, self.config.drop_last))
+        """Batches per epoch on this rank (``pipelines.shard``: the same on every rank)."""
+        return num_batches(self.n, self.config)
 
     def decode(self, idx: torch.Tensor, crops: Crops) -> torch.Tensor:
         """Images ``idx`` int64 ``[B]`` decoded at ``crops``: float ``[B, 3, size, size]`` in [0, 1].
@@ -99,12 +102,12 @@ class InrPipeline(Pipeline):
         if self.stored is None:
             raise RuntimeError("inr pipeline is closed")
         cfg, aug = self.config, self.config.augment
-        g = epoch_generator(cfg.seed, self.epoch)
+        part = epoch_shard(self.n, cfg.seed, self.epoch, cfg.shuffle, cfg.rank, cfg.world_size, cfg.drop_last)
         self.epoch += 1
-        order = to_device(epoch_order(self.n, g, cfg.shuffle), self.device)
-        for sl in batch_slices(self.n, cfg.batch_size, cfg.drop_last):
+        order = to_device(part.indices, self.device)
+        for sl in batch_slices(order.numel(), cfg.batch_size, cfg.drop_last):
             idx = order[sl]
-            crops = sample_crops(aug, idx.numel(), self.height, self.width, g)
+            crops = sample_crops(aug, idx.numel(), self.height, self.width, part.generator)
             x = self.decode(idx, crops)
             yield Batch(images=normalize_(x, aug, value_range=1.0), labels=self.labels[idx])
 

@@ -2,6 +2,9 @@
 
 The ceiling that shows when no codec is needed: one gather and one ``grid_sample`` per batch.
 
+Sharding: rank ``config.rank`` iterates its slice of the epoch's global permutation and draws its
+crops from its own generator (``pipelines.shard.epoch_shard``); every rank holds the whole split.
+
 Host syncs: none in an epoch's steady state. The epoch's order and each batch's crops are drawn on
 the CPU and copied with ``pipelines.crops.to_device`` (pinned, non-blocking on CUDA); indexing
 with a device index tensor and ``grid_sample`` are queued kernels. The one documented exception:
@@ -20,13 +23,12 @@ from bench.datasets.prepared import PreparedDataset
 from pipelines.base import Batch, Pipeline, PipelineConfig, register
 from pipelines.crops import (
     batch_slices,
-    epoch_generator,
-    epoch_order,
     normalize_,
     sample_crops,
     to_device,
     warp,
 )
+from pipelines.shard import epoch_shard, num_batches
 
 
 @register("raw")
@@ -45,18 +47,19 @@ class RawPipeline(Pipeline):
         self.epoch = 0
 
     def __len__(self) -> int:
-        return len(batch_slices(self.n, self.config.batch_size, self.config.drop_last))
+        """Batches per epoch on this rank (``pipelines.shard``: the same on every rank)."""
+        return num_batches(self.n, self.config)
 
     def __iter__(self) -> Iterator[Batch]:
         if self.images is None or self.labels is None:
             raise RuntimeError("raw pipeline is closed")
         cfg, aug = self.config, self.config.augment
-        g = epoch_generator(cfg.seed, self.epoch)
+        part = epoch_shard(self.n, cfg.seed, self.epoch, cfg.shuffle, cfg.rank, cfg.world_size, cfg.drop_last)
         self.epoch += 1
-        order = to_device(epoch_order(self.n, g, cfg.shuffle), self.device)
-        for sl in batch_slices(self.n, cfg.batch_size, cfg.drop_last):
+        order = to_device(part.indices, self.device)
+        for sl in batch_slices(order.numel(), cfg.batch_size, cfg.drop_last):
             idx = order[sl]
-            crops = sample_crops(aug, idx.numel(), self.height, self.width, g)
+            crops = sample_crops(aug, idx.numel(), self.height, self.width, part.generator)
             x = warp(self.images[idx].float(), crops, aug)
             yield Batch(images=normalize_(x, aug), labels=self.labels[idx])
 

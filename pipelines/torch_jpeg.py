@@ -3,10 +3,21 @@
 transforms, and ship uint8 ``[B, 3, size, size]`` batches (pinned when the device is CUDA); the
 device converts to float and normalizes after a non-blocking copy.
 
-Reproducibility: the batch sampler hands every batch a seed drawn from ``(seed, epoch)``; the
-dataset seeds torch's RNG with it (inside ``fork_rng``) before transforming the batch, so an
-epoch's crops depend on neither the worker count nor which worker fetches which batch, and
-persistent workers need no re-seeding between epochs.
+Reproducibility: the batch sampler hands every batch a seed drawn from ``(seed, epoch, rank)``
+(``pipelines.shard.augment_generator``, ``batch_seeds``: ranks never share one); the dataset seeds
+torch's RNG with it (inside ``fork_rng``) before transforming the batch, so an epoch's crops
+depend on neither the worker count nor which worker fetches which batch, and persistent workers
+need no re-seeding between epochs.
+
+Sharding: the users' way, a ``DistributedSampler`` (``ShardSampler``) told the epoch with
+``set_epoch`` before every epoch, wrapped by the batch sampler. It is a subclass whose ``__iter__``
+takes the global permutation from ``pipelines.shard.epoch_shard`` instead of drawing its own
+(``randperm`` seeded with ``seed + epoch``): the padding, truncation and ``[rank::world]`` slicing
+are ``DistributedSampler``'s, mirrored exactly in ``pipelines.shard.shard``, and the permutation is
+the one ``raw``, ``inr`` and ``torch-nvjpeg`` draw, so every rank sees the same samples in the same
+order as theirs for the same seed (a cross-adapter comparison feeds every model the same data),
+and with one rank the epochs are the single-process ones. ``len(sampler)`` is
+``DistributedSampler``'s ``num_samples``.
 
 Host syncs: none in an epoch's steady state. Batches arrive pinned (``pin_memory`` on CUDA) and
 are copied with ``non_blocking=True``; the normalization constants live on the device once
@@ -26,7 +37,8 @@ import torch
 from bench.datasets.prepared import PreparedDataset
 from bench.errors import InputError
 from pipelines.base import Augment, Batch, Pipeline, PipelineConfig, register
-from pipelines.crops import batch_slices, epoch_generator, epoch_order, normalize_
+from pipelines.crops import batch_slices, normalize_
+from pipelines.shard import batch_seeds, epoch_shard
 
 
 def build_transform(aug: Augment, height: int, width: int) -> Any:
@@ -103,22 +115,40 @@ class JpegFiles(torch.utils.data.Dataset):
             return out
 
 
-class EpochBatches:
-    """Batch sampler: lists of ``(index, batch_seed)`` for the epoch ``plan`` set before iterating."""
+class ShardSampler(torch.utils.data.DistributedSampler):
+    """``DistributedSampler`` (rank, world size, shuffle, seed, drop_last from ``PipelineConfig``) whose
+    epoch permutation is ``pipelines.shard``'s. After ``__iter__``, ``generator`` holds this rank's
+    augmentation generator for the epoch set by ``set_epoch``."""
 
-    def __init__(self, n: int, batch_size: int, drop_last: bool):
-        self.slices = batch_slices(n, batch_size, drop_last)
-        self.plan: tuple[torch.Tensor, torch.Tensor] | None = None
+    def __init__(self, dataset: torch.utils.data.Dataset, config: PipelineConfig):
+        super().__init__(dataset, num_replicas=config.world_size, rank=config.rank, shuffle=config.shuffle,
+                         seed=config.seed, drop_last=config.drop_last)
+        self.generator: torch.Generator | None = None
+
+    def __iter__(self) -> Iterator[int]:
+        part = epoch_shard(len(self.dataset), self.seed, self.epoch, self.shuffle, self.rank, self.num_replicas,
+                           self.drop_last)
+        assert part.indices.numel() == self.num_samples
+        self.generator = part.generator
+        return iter(part.indices.tolist())
+
+
+class EpochBatches:
+    """Batch sampler: lists of ``(index, batch_seed)`` over the ``ShardSampler``'s indices for its epoch."""
+
+    def __init__(self, sampler: ShardSampler, batch_size: int, drop_last: bool):
+        self.sampler = sampler
+        self.slices = batch_slices(len(sampler), batch_size, drop_last)
 
     def __len__(self) -> int:
         return len(self.slices)
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        assert self.plan is not None, "set EpochBatches.plan before iterating"
-        order, seeds = self.plan
+        order = list(self.sampler)
+        seeds = batch_seeds(len(self.slices), self.sampler.rank, self.sampler.num_replicas, self.sampler.generator)
         for b, sl in enumerate(self.slices):
             seed = int(seeds[b])
-            yield [(int(i), seed) for i in order[sl]]
+            yield [(i, seed) for i in order[sl]]
 
 
 @register("torch-jpeg")
@@ -129,10 +159,11 @@ class TorchJpegPipeline(Pipeline):
         self.device = torch.device(config.device)
         h, w = split.image_size
         self.dataset = JpegFiles(split.jpeg_paths, split.labels.tolist(), build_transform(config.augment, h, w))
-        self.sampler = EpochBatches(len(split), config.batch_size, config.drop_last)
+        self.sampler = ShardSampler(self.dataset, config)
+        self.batches = EpochBatches(self.sampler, config.batch_size, config.drop_last)
         self.loader: torch.utils.data.DataLoader | None = torch.utils.data.DataLoader(
             self.dataset,
-            batch_sampler=self.sampler,
+            batch_sampler=self.batches,
             num_workers=config.workers,
             pin_memory=self.device.type == "cuda",
             persistent_workers=config.workers > 0,
@@ -141,16 +172,14 @@ class TorchJpegPipeline(Pipeline):
         self.epoch = 0
 
     def __len__(self) -> int:
-        return len(self.sampler)
+        """Batches per epoch on this rank (the same on every rank)."""
+        return len(self.batches)
 
     def __iter__(self) -> Iterator[Batch]:
         if self.loader is None:
             raise RuntimeError("torch-jpeg pipeline is closed")
-        g = epoch_generator(self.config.seed, self.epoch)
+        self.sampler.set_epoch(self.epoch)
         self.epoch += 1
-        order = epoch_order(len(self.dataset), g, self.config.shuffle)
-        seeds = torch.randint(0, 2**62, (len(self.sampler),), generator=g)
-        self.sampler.plan = (order, seeds)
         for batch in self.loader:
             if isinstance(batch, BadJpeg):
                 raise batch.error()

@@ -15,6 +15,9 @@ drawn per image on the CPU from ``(seed, epoch)`` and applied with one ``grid_sa
 then ``normalize_``. So the augmentation, and its statistics, are ``raw``'s exactly: the two
 differ only by the decode.
 
+Sharding: as ``raw``, rank ``config.rank`` decodes its slice of the epoch's global permutation with
+crops from its own generator (``pipelines.shard.epoch_shard``); every rank holds all the files.
+
 Host syncs on CUDA: none of ours in an epoch's steady state. The epoch's order goes to the device
 once per epoch with ``crops.to_device`` (pinned, non-blocking); the file indices stay on the CPU
 (``order`` there), crops go through ``warp`` like ``raw``'s. What torchvision's batched CUDA decode
@@ -42,13 +45,12 @@ from bench.errors import InputError
 from pipelines.base import Batch, Pipeline, PipelineConfig, Unavailable, register
 from pipelines.crops import (
     batch_slices,
-    epoch_generator,
-    epoch_order,
     normalize_,
     sample_crops,
     to_device,
     warp,
 )
+from pipelines.shard import epoch_shard, num_batches
 
 # Start-of-frame markers (baseline, extended, progressive, lossless; Huffman and arithmetic).
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
@@ -139,7 +141,8 @@ class TorchNvjpegPipeline(Pipeline):
         self.epoch = 0
 
     def __len__(self) -> int:
-        return len(batch_slices(self.n, self.config.batch_size, self.config.drop_last))
+        """Batches per epoch on this rank (``pipelines.shard``: the same on every rank)."""
+        return num_batches(self.n, self.config)
 
     def _decode_batch(self, idx: list[int]) -> torch.Tensor:
         """uint8 ``[B, 3, H, W]`` on ``config.device`` for the files ``idx``."""
@@ -167,13 +170,13 @@ class TorchNvjpegPipeline(Pipeline):
         if self.jpegs is None or self.labels is None:
             raise RuntimeError("torch-nvjpeg pipeline is closed")
         cfg, aug = self.config, self.config.augment
-        g = epoch_generator(cfg.seed, self.epoch)
+        part = epoch_shard(self.n, cfg.seed, self.epoch, cfg.shuffle, cfg.rank, cfg.world_size, cfg.drop_last)
         self.epoch += 1
-        order = epoch_order(self.n, g, cfg.shuffle)
+        order = part.indices
         order_dev = to_device(order, self.device)  # once per epoch, no sync: labels gather on the device
-        for sl in batch_slices(self.n, cfg.batch_size, cfg.drop_last):
+        for sl in batch_slices(order.numel(), cfg.batch_size, cfg.drop_last):
             pixels = self._decode_batch(order[sl].tolist())
-            crops = sample_crops(aug, pixels.shape[0], self.height, self.width, g)
+            crops = sample_crops(aug, pixels.shape[0], self.height, self.width, part.generator)
             images = normalize_(warp(pixels.float(), crops, aug), aug)
             yield Batch(images=images, labels=self.labels[order_dev[sl]])
 

@@ -1,0 +1,245 @@
+"""Per-rank sharding of every registered pipeline (``pipelines.shard``; parametrized over ``pipelines.names()``).
+
+Every rank's pipeline is built in this one process with ``rank``/``world_size`` set. Samples are
+identified by their label: the ``index`` datasets label image ``k`` with ``k``. Sizes 12 (divisible
+by 2 and 3) and 13 (by neither); batch size 2, so ``drop_last`` also drops partial last batches.
+The documented last-batch policy (``pipelines/shard.py``, ``pipelines/dali.py``):
+``drop_last=False``: every sample at least once per epoch, at most ``world - 1`` twice (none when
+``world`` divides the split); ``drop_last=True``: no sample twice, ``world * ((n // world) // b) * b``
+samples seen. ``raw``, ``inr``, ``torch-jpeg``, ``torch-nvjpeg`` feed every rank its slice of the same
+global permutation (``shard.epoch_shard``), so they agree sample for sample; DALI's reader draws its own.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DistributedSampler
+
+import pipelines
+from bench.datasets.prepared import PreparedDataset, SplitData, open_prepared, write_prepared
+from pipelines import Augment, PipelineConfig, Unavailable
+from pipelines.crops import epoch_generator, epoch_order
+from pipelines.shard import (
+    augment_generator,
+    batch_seeds,
+    epoch_shard,
+    rank_seed,
+    shard,
+    shard_size,
+)
+
+ADAPTERS = pipelines.names()
+OWN_ORDER = {"dali"}  # DALI's reader shuffles with its own permutation (pipelines/dali.py docstring)
+SIDE, BATCH, EPOCHS, SEED = 16, 2, 2, 7
+AUG = Augment(crop="random-resized", size=8, flip=True)
+
+
+def _ramp_image() -> np.ndarray:
+    """uint8 ``[SIDE, SIDE, 3]``: red ramps along x, green along y (crops and flips change the output)."""
+    ramp = np.linspace(0, 255, SIDE).astype(np.uint8)
+    img = np.zeros((SIDE, SIDE, 3), np.uint8)
+    img[..., 0], img[..., 1], img[..., 2] = ramp[None, :], ramp[:, None], 90
+    return img
+
+
+def _write(out, images: np.ndarray) -> PreparedDataset:
+    n = images.shape[0]
+    split = SplitData(images, np.arange(n, dtype=np.int64))  # label = image index
+    meta = {"source": "test-index", "classes": [str(i) for i in range(n)]}
+    return open_prepared(write_prepared(out, {"train": split}, meta, jpeg_quality=90))
+
+
+def _store(data: PreparedDataset, out, same: bool) -> tuple[object, str]:
+    """An unfitted INR store for ``data`` (SIREN init weights, 16-bit): labels are what is tested here.
+
+    ``same``: every image gets image 0's weights (identical decoded content)."""
+    try:
+        from bench.datasets.identity import source_record
+        from inr.quantize import QuantConfig, quantize
+        from inr.siren import SirenArch, init_weights
+        from inr.store import save
+    except ImportError as e:
+        return None, f"the INR codec is not importable here ({e})"
+    split = data.split("train")
+    n, arch = len(split), SirenArch(3, 16)
+    weights = init_weights(arch, 1 if same else n, seed=1)
+    if same:
+        weights = [(W.expand(n, -1, -1).clone(), b.expand(n, -1, -1).clone()) for W, b in weights]
+    layers = quantize(weights, QuantConfig((16,) * arch.num_linear))
+    return save(out, arch, split.image_size, split.labels, layers, meta={"source": source_record(data, "train")}), ""
+
+
+@pytest.fixture(scope="module")
+def index_sets(tmp_path_factory) -> dict:
+    """``{n: (dataset, store)}`` for n = 12, 13: random images labelled by index."""
+    d = tmp_path_factory.mktemp("shard")
+    rng = np.random.default_rng(0)
+    out = {}
+    for n in (12, 13):
+        data = _write(d / f"index{n}", rng.integers(0, 256, (n, SIDE, SIDE, 3), dtype=np.uint8))
+        out[n] = (data, _store(data, d / f"index{n}.inr", same=False))
+    return out
+
+
+@pytest.fixture(scope="module")
+def same_set(tmp_path_factory) -> tuple:
+    """12 identical ramp images (labels 0..11): two outputs differ only by their augmentation."""
+    d = tmp_path_factory.mktemp("shard-same")
+    data = _write(d / "same", np.repeat(_ramp_image()[None], 12, axis=0))
+    return data, _store(data, d / "same.inr", same=True)
+
+
+def rank_pipes(name: str, data: PreparedDataset, store, world: int, **kw) -> list[pipelines.Pipeline]:
+    """The ``world`` ranks' pipelines (skips with the adapter's ``Unavailable`` reason)."""
+    out = []
+    for r in range(world):
+        cfg = PipelineConfig(batch_size=BATCH, augment=AUG, workers=0, seed=SEED, rank=r, world_size=world, **kw)
+        try:
+            out.append(pipelines.create(name, data, cfg, store=store[0] if name == "inr" else None))
+        except Unavailable as e:
+            for p in out:
+                p.close()
+            pytest.skip(f"{name} unavailable here: {store[1] if name == 'inr' and store[1] else e}")
+    return out
+
+
+def epochs_of(pipe: pipelines.Pipeline, epochs: int = EPOCHS) -> list[list[list[int]]]:
+    """Per epoch, the label lists of its batches (checking each batch's shape on the way)."""
+    out = []
+    for _ in range(epochs):
+        batches = []
+        for b in pipe:
+            assert 1 <= b.labels.numel() <= BATCH and b.images.shape == (b.labels.numel(), 3, AUG.size, AUG.size)
+            batches.append(b.labels.cpu().tolist())
+        assert len(batches) == len(pipe)
+        out.append(batches)
+    return out
+
+
+# ---------------------------------------------------------------------------------- shard.py itself
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_shard_is_distributed_samplers_slice(drop_last, shuffle):
+    """``shard`` of DistributedSampler's own permutation is exactly what DistributedSampler yields."""
+    for n in range(1, 16):
+        for world in range(1, 5):
+            for rank in range(world):
+                ds = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=shuffle, seed=3,
+                                        drop_last=drop_last)
+                ds.set_epoch(5)
+                perm = torch.randperm(n, generator=torch.Generator().manual_seed(3 + 5)) if shuffle else torch.arange(n)
+                got = shard(perm, rank, world, drop_last).tolist()
+                assert got == list(ds) and len(got) == len(ds) == shard_size(n, world, drop_last), (n, world, rank)
+
+
+def test_world_of_one_is_the_single_process_epoch():
+    g = epoch_generator(SEED, 3)
+    order = epoch_order(13, g, True)
+    part = epoch_shard(13, SEED, 3, True)
+    assert part.indices.tolist() == order.tolist()
+    assert torch.equal(torch.rand(5, generator=part.generator), torch.rand(5, generator=g))  # continues the order's
+    assert rank_seed(SEED, 0, 1) == SEED
+    g1, g2 = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+    assert torch.equal(batch_seeds(6, 0, 1, g1), torch.randint(0, 2**62, (6,), generator=g2))
+
+
+def test_rank_seeds_never_collide():
+    for world in (2, 3, 8):
+        firsts = {tuple(torch.rand(4, generator=augment_generator(SEED, e, r, world, epoch_generator(SEED, e))).tolist())
+                  for e in range(3) for r in range(world)}
+        orders = {tuple(torch.rand(4, generator=epoch_generator(SEED, e)).tolist()) for e in range(3)}
+        assert len(firsts) == 3 * world and not firsts & orders
+        assert sorted(rank_seed(SEED, r, world) % world for r in range(world)) == list(range(world))
+        seeds = [batch_seeds(50, r, world, torch.Generator().manual_seed(0)) for r in range(world)]
+        assert all(bool((s % world == r).all()) and int(s.max()) < 2**62 for r, s in enumerate(seeds))
+
+
+# ---------------------------------------------------------------------------------- every adapter
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("n", [12, 13])
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_union_over_ranks_is_the_split(name, world, n, drop_last, index_sets):
+    data, store = index_sets[n]
+    pipes = rank_pipes(name, data, store, world, drop_last=drop_last)
+    try:
+        per_rank = [epochs_of(p) for p in pipes]
+    finally:
+        for p in pipes:
+            p.close()
+    lens = {len(p) for p in pipes}
+    assert len(lens) == 1  # DDP: every rank the same number of batches
+    for e in range(EPOCHS):
+        seen = collections.Counter(i for rank in per_rank for batch in rank[e] for i in batch)
+        total = sum(seen.values())
+        assert set(seen) <= set(range(n))
+        if drop_last:
+            assert max(seen.values()) == 1
+            assert total == world * ((n // world) // BATCH) * BATCH
+        else:
+            assert set(seen) == set(range(n))  # every sample, at least once
+            assert n <= total <= n + world - 1 and total - n == sum(c - 1 for c in seen.values())
+            if n % world == 0:
+                assert total == n  # nothing padded
+            if name not in OWN_ORDER:  # DistributedSampler's padding exactly
+                assert total == math.ceil(n / world) * world
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_ranks_get_their_slice_of_the_global_permutation(name, drop_last, index_sets):
+    """Rank r's samples in epoch e are ``epoch_shard``'s, in order: the same for every such adapter."""
+    if name in OWN_ORDER:
+        pytest.skip(f"{name}: the reader draws its own permutation (the union is tested above)")
+    data, store = index_sets[13]
+    pipes = rank_pipes(name, data, store, 3, drop_last=drop_last)
+    try:
+        for r, p in enumerate(pipes):
+            got = epochs_of(p)
+            for e in range(EPOCHS):
+                want = epoch_shard(13, SEED, e, True, r, 3, drop_last).indices.tolist()
+                if drop_last:
+                    want = want[: (len(want) // BATCH) * BATCH]
+                assert [i for b in got[e] for i in b] == want, (r, e)
+    finally:
+        for p in pipes:
+            p.close()
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_epochs_are_reshuffled_per_rank(name, index_sets):
+    data, store = index_sets[13]
+    pipes = rank_pipes(name, data, store, 2)
+    try:
+        for p in pipes:
+            e0, e1 = epochs_of(p)
+            assert e0 != e1
+    finally:
+        for p in pipes:
+            p.close()
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_ranks_draw_different_augmentations(name, same_set):
+    """All images identical: rank 0's and rank 1's outputs differ only if their crop/flip streams do."""
+    data, store = same_set
+    pipes = rank_pipes(name, data, store, 2)
+    try:
+        imgs = [torch.cat([b.images.cpu() for b in p]) for p in pipes]
+        again = torch.cat([b.images.cpu() for b in pipes[0]])  # epoch 1 of rank 0
+    finally:
+        for p in pipes:
+            p.close()
+    assert imgs[0].shape == imgs[1].shape == (6, 3, AUG.size, AUG.size)
+    per_sample = (imgs[0] - imgs[1]).abs().flatten(1).amax(1)
+    assert int((per_sample > 0.05).sum()) >= 4  # different crops, sample by sample
+    assert int(((imgs[0] - again).abs().flatten(1).amax(1) > 0.05).sum()) >= 4  # and per epoch
