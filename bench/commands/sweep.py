@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.argtypes import positive_int
-
 HELP = "run a sweep (demo, paper, design-space or a YAML file) cell by cell, resumable, then report"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from bench.argtypes import positive_int
+
     p.add_argument("sweep", metavar="NAME|FILE.yaml",
                    help="a built-in sweep (demo, paper, design-space) or a sweep YAML file")
     p.add_argument("--data-root", metavar="DIR",
@@ -48,8 +48,8 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from bench.outputs import check_output
-    from bench.sweep.runner import run_sweep
     from bench.sweep.cells import Rendezvous
+    from bench.sweep.runner import run_sweep
     from bench.sweep.spec import load_sweep
 
     cfg = load_sweep(args.sweep, device=args.device, nproc=args.nproc, nnodes=args.nnodes,
