@@ -10,6 +10,7 @@ MATCH_KEYS = ("file", "header-free")
 MATCH_CHOICES = ("file", "header-free", "both")
 SEARCH_CHOICES = ("binary", "exhaustive")
 SUBSAMPLINGS = ("4:4:4", "4:2:2", "4:2:0")
+INR_BYTES = ("file", "payload")
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,10 @@ class CompareConfig:
     subsampling: JPEG chroma subsampling; weight_images: images sampled for the weight
     histograms; batch: images decoded per INR forward; codecs: ``bench.compare.codecs`` names
     compared at matched bytes (the sweep qualities apply to each); reference: published
-    curves to draw (``bench.compare.references``: ``kodak`` | ``cifar10``) or ``None``."""
+    curves to draw (``bench.compare.references``: ``kodak`` | ``cifar10``) or ``None``;
+    inr_bytes: what an INR image costs, i.e. the bytes the codecs must fit and every INR bpp:
+    ``file`` (store file / N, its header amortized) or ``payload`` (the packed weight arrays /
+    N: codes, scales, masks, no store header; the network's bits, as COIN counts them)."""
 
     split: str = "train"
     qualities: tuple[int, ...] = DEFAULT_QUALITIES
@@ -33,6 +37,7 @@ class CompareConfig:
     batch: int = 64
     codecs: tuple[str, ...] = ("jpeg",)
     reference: str | None = None
+    inr_bytes: str = "file"
 
     def __post_init__(self) -> None:
         if not self.qualities or any(not (1 <= int(q) <= 100) for q in self.qualities):
@@ -62,6 +67,8 @@ class CompareConfig:
 
             if self.reference not in DATASETS:
                 raise ValueError(f"unknown reference {self.reference!r}; known: {', '.join(DATASETS)}")
+        if self.inr_bytes not in INR_BYTES:
+            raise ValueError(f"inr_bytes must be one of {INR_BYTES}, got {self.inr_bytes!r}")
         if self.weight_images < 1 or self.batch < 1:
             raise ValueError("weight_images and batch must be >= 1")
 

@@ -139,3 +139,12 @@ def load_variant(
         arch=str(getattr(store, "arch", "")),
         weights=weights,
     )
+
+
+def payload_variant(v: InrDecoded) -> InrDecoded:
+    """``v`` counted by its payload (``CompareConfig.inr_bytes == "payload"``): bytes per image =
+    the packed weight arrays / N (codes, scales, masks), no store header. ``InputError`` when the
+    store exposes no array table (a store packed at rest: its arrays are compressed together)."""
+    if v.header_free_bytes_per_image is None:
+        raise InputError("INR bytes 'payload' need the store's array table (none for a store packed at rest)", v.path)
+    return InrDecoded(**{**v.__dict__, "bytes_per_image": float(v.header_free_bytes_per_image)})

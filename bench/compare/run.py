@@ -141,7 +141,13 @@ def _run(prepared, stores, cfg: CompareConfig, out: Path, variants, progress, en
     pixels = sizes[:, 0] * sizes[:, 1]
     codecs = [create_codec(c, cfg.subsampling) for c in cfg.codecs]
     usable = [c for c in codecs if c.unavailable() is None]
-    per_image = compare_images(images, variants, cfg, progress=None if progress is None else progress(n), codecs=usable)
+    if cfg.inr_bytes == "payload":
+        from bench.compare.inr_side import payload_variant
+
+        counted = [payload_variant(v) for v in variants]
+    else:
+        counted = list(variants)
+    per_image = compare_images(images, counted, cfg, progress=None if progress is None else progress(n), codecs=usable)
     summary = summarize(per_image)
     skipped = [dict(method=f"{c.name}-matched", codec=c.name, variant="", match="", n_images=n, n_ok=0,
                     status="skipped", note=c.unavailable()) for c in codecs if c not in usable]
@@ -167,8 +173,10 @@ def _run(prepared, stores, cfg: CompareConfig, out: Path, variants, progress, en
             dict(method=c.method, paper=c.paper, sources=list(c.sources), approximate=c.approximate,
                  points=len(c.bpp)) for c in references.curves(cfg.reference)],
         stores=[dict(name=v.name, path=v.path, arch=v.arch, bytes_per_image=v.bytes_per_image,
+                     counted_bytes_per_image=c.bytes_per_image,
                      header_free_bytes_per_image=v.header_free_bytes_per_image,
-                     resident_bytes_per_image=v.resident_bytes_per_image, at_rest=v.at_rest) for v in variants],
+                     resident_bytes_per_image=v.resident_bytes_per_image, at_rest=v.at_rest)
+                for v, c in zip(variants, counted, strict=True)],
     )
     if env:
         from bench import envinfo

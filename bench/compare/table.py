@@ -213,8 +213,11 @@ def markdown(summary: pd.DataFrame, meta: dict) -> str:
         f"# INR vs {names} — {meta['dataset']} ({meta['split']}, {meta['n_images']} images, {shape})",
         "",
         "PSNR: decode, clamp, round to 8 bits, per image, mean (`bench.metrics`). SSIM: skimage, "
-        "7x7 uniform window, data_range 255, mean over RGB. Bytes per image: INR = store file / N "
-        "(header amortized); codecs = whole file, or for JPEG also header-free = entropy-coded data only. "
+        "7x7 uniform window, data_range 255, mean over RGB. Bytes per image: INR = "
+        + ("its payload: the packed weight arrays (codes, scales, masks) / N, no store header (the network's "
+           "bits, as COIN counts them; `inr_bytes=payload`)"
+           if meta.get("config", {}).get("inr_bytes") == "payload" else "store file / N (header amortized)")
+        + "; codecs = whole file, or for JPEG also header-free = entropy-coded data only. "
         "Matched codec = highest quality (1..100) whose bytes fit the INR's bytes per image, per image. "
         + (f"Raw RGB = {px * 3:.0f} bytes/image (mean; each image has its own size). bpp and % raw are per image "
          "(its own pixels), averaged, of the bytes a row is matched on; curve positions (crossings, published "
