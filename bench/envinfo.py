@@ -220,8 +220,13 @@ def gpu_info() -> dict[str, Any]:
         pynvml.nvmlShutdown()
 
 
-def collect() -> dict[str, Any]:
-    """Everything ``env.json`` holds. Imports torch (and DALI if installed)."""
+def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything ``env.json`` holds. Imports torch (and DALI if installed).
+
+    ``distributed``: a data-parallel run's shape (world size, backend, nnodes, each rank's hostname
+    and local rank: ``bench.harness.runner._topology``), recorded as ``distributed``; a single
+    process records ``{"world_size": 1}``. The rest describes the writing process (rank 0).
+    """
     import torch
 
     try:
@@ -253,4 +258,5 @@ def collect() -> dict[str, Any]:
         "pil": pil_info(),
         "cpu": cpu_info(),
         "gpu": gpu_info(),
+        "distributed": dict(distributed) if distributed else {"world_size": 1},
     }

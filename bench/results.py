@@ -1,6 +1,6 @@
 """Results as data: one tidy row per observation, one folder per run, merged views on top.
 
-Schema (``RESULTS_SCHEMA_VERSION`` = 1). Every row has these columns, in this order:
+Schema (``RESULTS_SCHEMA_VERSION`` = 2). Every row has these columns, in this order:
 
 =================  ========  ===========================================================
 column             dtype     meaning
@@ -10,6 +10,9 @@ run_id             string    one ``inrbench bench`` invocation (``<utc>-<pipelin
 pipeline           string    registry name (``raw``, ``torch-jpeg``, ``torch-nvjpeg``, ``dali``, ``inr``, ...)
 dataset            string    prepared dataset (its folder name)
 mode               string    ``loader`` | ``replay`` | ``train``
+rank               Int64     the process (``torch.distributed`` rank) a per-rank row of a data-parallel
+                             run was measured on; <NA> for a single-process run's rows and for a
+                             data-parallel run's aggregate rows (over all ranks; ``bench.harness.ranks``)
 repeat             Int64     0-based repeat index; <NA> for run-level rows (skip/error)
 epoch              Int64     0-based epoch index within the repeat (warm-up epochs come first
                              and carry their own metric names); <NA> for per-repeat rows
@@ -23,8 +26,15 @@ cfg.<key>          any       the run's resolved config, flattened with ``.`` (ne
                              lists/tuples are stored as JSON text (e.g. ``[0.08, 1.0]``)
 =================  ========  ===========================================================
 
+A data-parallel run (``inrbench bench --nproc N``, world size N) writes each rank's rows (``rank``
+= r) and the aggregate rows (``rank`` <NA>: global images/s, the slowest rank's epoch time, ...;
+the rules are in ``bench.harness.ranks``). Statistics and reports use the rows whose ``rank`` is
+<NA> (``aggregate_rows``), so per-rank rows never mix into the run's figures.
+Version 1 files (no ``rank`` column, single process only) are read with ``rank`` <NA>.
+
 A skipped run (pipeline ``Unavailable``) or a failed run (crash, out of memory) is ONE row
-with ``status`` skip/error, ``metric == "run"``, ``value`` NaN and the reason. A single metric
+with ``status`` skip/error, ``metric == "run"``, ``value`` NaN and the reason (a data-parallel
+run: one such row per failed rank, its ``rank`` set and its reason ``rank R: ...``). A single metric
 that cannot be measured here (NVML without a driver, torch allocator stats on a CPU run) is a
 ``skip`` row *for that metric* (``value`` NaN, the reason) inside an ok run: absent, never 0.
 A run was skipped or failed iff it has a ``metric == "run"`` row. A run's ok
@@ -38,13 +48,16 @@ Storage layout under a results folder ``OUT`` (chosen so concurrent runs never l
     OUT/runs/<run_id>/config.json  the resolved config (also flattened into the rows' cfg.*)
     OUT/runs/<run_id>/env.json     ``bench.envinfo.collect()`` (``write_env``)
     OUT/runs/<run_id>/steps.csv    ok runs only: per-step samples of every measured epoch
-                                   (``repeat, epoch, step, wait_s, compute_s, images``), for
+                                   (``repeat, epoch, step, wait_s, compute_s, images``; a leading
+                                   ``rank`` column in a data-parallel run), for
                                    distributions (stalls, worker start-up); not in the merged views
     OUT/runs/<run_id>/predictions.csv  ok train runs only: every test image's predicted class
                                    (``repeat, image, label, prediction``), for paired tests
     OUT/runs/<run_id>/monitor.csv  ok runs only: the monitors' samples over the measured region
                                    (``repeat, t_s, cores_busy, rss_bytes, gpu_mem_used_bytes,
-                                   gpu_util_pct``; GPU columns empty without NVML)
+                                   gpu_util_pct``; GPU columns empty without NVML; a leading
+                                   ``rank`` column in a data-parallel run: each rank's own
+                                   process tree and GPU)
     OUT/results.csv                merged view of every runs/*/rows.csv, rebuilt atomically
                                    (temp file + rename) after each run
     OUT/results.parquet            the same view, when pyarrow is importable
@@ -67,7 +80,8 @@ from typing import Any
 from bench.atomic import atomic_write_bytes, atomic_write_json
 from bench.errors import InputError
 
-RESULTS_SCHEMA_VERSION = 1
+RESULTS_SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)  # 1: no rank column (read as <NA>)
 STATUSES = ("ok", "skip", "error")
 MODES = ("loader", "replay", "train")
 CFG_PREFIX = "cfg."
@@ -79,6 +93,7 @@ CORE_COLUMNS: dict[str, str] = {
     "pipeline": "string",
     "dataset": "string",
     "mode": "string",
+    "rank": "Int64",
     "repeat": "Int64",
     "epoch": "Int64",
     "metric": "string",
@@ -151,6 +166,11 @@ class RunRows:
 
     ``add`` records an ok observation. ``skip``/``error`` replace everything collected so
     far with the single status row, so a failed run can never carry partial results.
+
+    ``rank``: the rank of a data-parallel run's process collecting its own rows (stamped on
+    every row, step and monitor sample); None for a single process and for the merged run.
+    ``rank_rows``: finished rows of the ranks (``rows()`` of each rank's ``RunRows``, their own
+    config flattened in), written after this run's own rows (the aggregate ones).
     """
 
     run_id: str
@@ -158,7 +178,9 @@ class RunRows:
     dataset: str
     mode: str
     config: Mapping[str, Any] = field(default_factory=dict)
+    rank: int | None = None
     _rows: list[dict[str, Any]] = field(default_factory=list)
+    rank_rows: list[dict[str, Any]] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     monitor: list[dict[str, Any]] = field(default_factory=list)
     predictions: list[dict[str, Any]] = field(default_factory=list)
@@ -175,7 +197,11 @@ class RunRows:
             "pipeline": self.pipeline,
             "dataset": self.dataset,
             "mode": self.mode,
+            "rank": self.rank,
         }
+
+    def _ranked(self) -> dict[str, Any]:
+        return {} if self.rank is None else {"rank": self.rank}
 
     def add(self, metric: str, value: float, unit: str, repeat: int | None = None,
             epoch: int | None = None) -> None:
@@ -192,13 +218,13 @@ class RunRows:
         """Per-step samples of one measured epoch (kept apart from the rows: ``steps.csv``)."""
         if not len(wait_s) == len(compute_s) == len(images):
             raise ValueError("per-step sample lists differ in length")
-        self.steps += [{"repeat": repeat, "epoch": epoch, "step": i, "wait_s": w, "compute_s": c, "images": n}
+        self.steps += [{**self._ranked(), "repeat": repeat, "epoch": epoch, "step": i, "wait_s": w, "compute_s": c, "images": n}
                        for i, (w, c, n) in enumerate(zip(wait_s, compute_s, images, strict=True))]
 
     def add_monitor_samples(self, repeat: int, samples: Iterable[Sequence[Any]]) -> None:
         """Monitor samples ``(t_s, cores_busy, rss_bytes, gpu_mem_used_bytes, gpu_util_pct)``."""
         cols = ("t_s", "cores_busy", "rss_bytes", "gpu_mem_used_bytes", "gpu_util_pct")
-        self.monitor += [{"repeat": repeat, **dict(zip(cols, smp, strict=True))} for smp in samples]
+        self.monitor += [{**self._ranked(), "repeat": repeat, **dict(zip(cols, smp, strict=True))} for smp in samples]
 
     def add_predictions(self, repeat: int, labels: Sequence[int], predictions: Sequence[int]) -> None:
         """One repeat's test predictions, image ``i`` of the evaluation split at position ``i``."""
@@ -215,22 +241,29 @@ class RunRows:
                            "value": float("nan"), "unit": unit, "status": "skip",
                            "reason": _one_line(reason, "skip")})
 
-    def _mark(self, status: str, reason: str) -> None:
-        reason = _one_line(reason, status)
+    def _mark(self, status: str, reasons: Mapping[int | None, str]) -> None:
         self.status = status
-        self.steps, self.monitor, self.predictions = [], [], []
-        self._rows = [{**self._base(), "repeat": None, "epoch": None, "metric": "run",
-                       "value": float("nan"), "unit": "", "status": status, "reason": reason}]
+        self.steps, self.monitor, self.predictions, self.rank_rows = [], [], [], []
+        self._rows = [{**self._base(), "rank": rank if rank is not None else self.rank, "repeat": None,
+                       "epoch": None, "metric": "run", "value": float("nan"), "unit": "", "status": status,
+                       "reason": _one_line(reason, status)} for rank, reason in reasons.items()]
 
     def skip(self, reason: str) -> None:
-        self._mark("skip", reason)
+        self._mark("skip", {None: reason})
 
     def error(self, reason: str) -> None:
-        self._mark("error", reason)
+        self._mark("error", {None: reason})
+
+    def fail_ranks(self, status: str, reasons: Mapping[int | None, str]) -> None:
+        """A data-parallel run that did not finish: one ``run`` row per rank in ``reasons``
+        (``rank`` column set; None = a row for the whole run), replacing every other row."""
+        if status not in ("skip", "error") or not reasons:
+            raise ValueError(f"fail_ranks needs status skip|error and at least one reason, got {status!r}")
+        self._mark(status, reasons)
 
     def rows(self) -> list[dict[str, Any]]:
         cfg = flatten_config(self.config)
-        return [{**r, **cfg} for r in self._rows]
+        return [{**r, **cfg} for r in self._rows] + list(self.rank_rows)
 
 
 def to_frame(rows: Sequence[Mapping[str, Any]]):
@@ -306,14 +339,16 @@ def _read_rows_csv(path: Path):
                          keep_default_na=True)
     except (OSError, ValueError) as e:
         raise InputError(f"cannot read results rows: {e}", path) from None
+    versions = set(pd.to_numeric(df.get("schema_version"), errors="coerce").dropna().astype(int)) \
+        if "schema_version" in df.columns else set()
+    if versions == {1} and "rank" not in df.columns:  # version 1: single-process rows, no rank column
+        df.insert(list(df.columns).index("mode") + 1 if "mode" in df.columns else 0, "rank", pd.NA)
     missing = [c for c in CORE_COLUMNS if c not in df.columns]
     if missing:
         raise InputError(f"not a results file (missing columns {missing})", path)
-    versions = set(pd.to_numeric(df["schema_version"], errors="coerce").dropna().astype(int))
-    if versions and versions != {RESULTS_SCHEMA_VERSION}:
-        raise InputError(
-            f"results schema_version {sorted(versions)}, this inrbench reads {RESULTS_SCHEMA_VERSION}", path
-        )
+    if versions and not versions <= set(READABLE_SCHEMA_VERSIONS):
+        raise InputError(f"results schema_version {sorted(versions)}, this inrbench reads "
+                         f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}", path)
     return df
 
 
@@ -353,11 +388,19 @@ def rebuild_views(out: str | Path) -> None:
     atomic_write_bytes(out / MERGED_PARQUET, buf.getvalue())
 
 
-def summarize(df, by: Iterable[str] = ("run_id", "pipeline", "dataset", "mode", "metric", "unit")):
+def aggregate_rows(df):
+    """The rows that describe whole runs: every row of a single-process run, and a data-parallel
+    run's aggregate rows (``rank`` <NA>); its per-rank rows are left out."""
+    return df[df["rank"].isna()] if "rank" in df.columns else df
+
+
+def summarize(df, by: Iterable[str] = ("run_id", "pipeline", "dataset", "mode", "rank", "metric", "unit")):
     """Median, quartiles, IQR and sample count of ``value`` over the ok rows, grouped by ``by``.
 
     Returns a DataFrame with ``by`` columns plus ``median, q25, q75, iqr, n``. Skip/error
-    rows are excluded (they are never averaged in); report them from ``df.status``.
+    rows are excluded (they are never averaged in); report them from ``df.status``. The default
+    grouping keeps each rank of a data-parallel run (and its aggregate, rank <NA>) apart; with a
+    ``by`` without ``rank``, pass ``aggregate_rows(df)`` so per-rank rows are not pooled in.
     """
     by = list(by)
     ok = df[df["status"] == "ok"]

@@ -8,6 +8,14 @@ Exit status: 0 = ok, or skipped because the pipeline is ``Unavailable`` here (a 
 with the reason is written: a sweep goes on); 1 = the run crashed (an error row); 2 = bad
 input (one line on stderr; an error row when the run had started); 3 = out of memory (an
 error row). A failed run never leaves rows that read as results.
+
+Data parallel: ``--nproc N`` (``--nnodes M --rdzv-endpoint HOST:PORT`` for several nodes) re-runs
+this command under torchrun, one process per device (``bench.dist.launch``); the same command run
+under ``torchrun`` yourself does the same. Each rank joins the process group (``--dist-timeout``),
+takes ``cuda:LOCAL_RANK`` for ``--device cuda``, trains DDP with ``--batch-size`` per rank, and
+rank 0 writes one run of per-rank and aggregate rows (``bench.harness.ranks``) and prints the
+summary. The exit status through ``--nproc`` is torchrun's: 0, or 1 when any rank exited non-zero
+(the classes above reach torchrun from every rank, torchrun reports its own).
 """
 
 from __future__ import annotations
@@ -94,10 +102,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch intra-op threads (default: torch's, usually the core count)")
     p.add_argument("--compile", action="store_true", help="let adapters torch.compile their device work")
     p.add_argument("--out", required=True, help="results folder (rows are added to it)")
+    from bench import dist
+
+    dist.add_launch_arguments(p)
 
 
-def build_config(args: argparse.Namespace):
-    """argv -> a resolved, validated ``BenchConfig`` (``InputError`` on bad values)."""
+def build_config(args: argparse.Namespace, world=None, dist_config=None):
+    """argv -> a resolved, validated ``BenchConfig`` (``InputError`` on bad values).
+
+    Data parallel: ``world`` (``bench.dist.World``) gives this rank's place and device
+    (``--device cuda`` -> ``cuda:LOCAL_RANK``), ``dist_config`` the run's ``DistConfig``.
+    """
     import pipelines
     from bench.datasets.prepared import open_prepared
     from bench.devices import resolve_device
@@ -112,6 +127,11 @@ def build_config(args: argparse.Namespace):
     data = open_prepared(args.data)
     # cuda on a machine without CUDA is a skip row (run_bench); a malformed or absent device is exit 2
     device = resolve_device(args.device, missing_cuda_ok=True)
+    rank, world_size = 0, 1
+    if world is not None and world.distributed:
+        from bench import dist
+
+        device, rank, world_size = dist.rank_device(device, world), world.rank, world.world_size
     size = args.size if args.size is not None else data.image_size[0]
     backbone = default_backbone(size) if args.backbone == "auto" else args.backbone
     if backbone not in backbone_names():
@@ -121,7 +141,8 @@ def build_config(args: argparse.Namespace):
                       pad=args.pad, flip=not args.no_flip)
         pipe = PipelineConfig(batch_size=args.batch_size, augment=aug, split=args.split, device=device,
                               workers=args.workers, seed=args.seed, compile=args.compile,
-                              allow_unverified_store=args.allow_unverified_store)
+                              allow_unverified_store=args.allow_unverified_store, rank=rank,
+                              world_size=world_size)
         train = TrainConfig(lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, amp=args.amp)
         expand = _expand_config(args, backbone, data.num_classes)
         return BenchConfig(
@@ -131,7 +152,7 @@ def build_config(args: argparse.Namespace):
             train=train, eval_split=args.eval_split, replay_batches=args.replay_batches,
             step_sync=not args.no_step_sync, monitor_period_s=args.monitor_period,
             pss_period_s=args.pss_period, torch_threads=args.threads,
-            method=args.method, expand=expand, eval_every_epoch=args.eval_every_epoch,
+            method=args.method, expand=expand, eval_every_epoch=args.eval_every_epoch, dist=dist_config,
         )
     except ValueError as e:
         raise InputError(f"bad configuration: {e}") from None
@@ -155,21 +176,31 @@ def _expand_config(args: argparse.Namespace, backbone: str, num_classes: int):
 
 
 def summary_table(rows) -> str:
-    """A compact table of median [IQR] over the run's ok rows (measured epochs / repeats)."""
-    from bench.results import summarize, to_frame
+    """A compact table of median [IQR] over the run's ok rows (measured epochs / repeats); a
+    data-parallel run's aggregate rows, and each rank's images/s."""
+    from bench.results import aggregate_rows, summarize, to_frame
 
-    df = to_frame(rows.rows())
-    status = df[df.metric == "run"]
+    every = to_frame(rows.rows())
+    df = aggregate_rows(every)
+    status = every[every.metric == "run"]
     if len(status):
         r = status.iloc[0]
-        return f"{r['pipeline']} {r['mode']}: {r['status'].upper()}: {r['reason']}"
+        return "\n".join(f"{r['pipeline']} {r['mode']}: {r['status'].upper()}: {r['reason']}"
+                         for _, r in status.iterrows())
     s = summarize(df, by=("metric",)).set_index("metric")
     head = f"{rows.pipeline} {rows.mode} on {rows.dataset} (median [IQR], n samples)"
+    world = rows.config.get("dist") or {}
+    if world:
+        head += f", {world['world_size']} ranks ({world['backend']}; img/s global, times the slowest rank's)"
     lines = [head]
     for metric, (label, scale, unit) in SUMMARY.items():
         if metric in s.index:
             m = s.loc[metric]
             lines.append(f"  {label:<12} {m['median'] * scale:>12.4g} [{m['iqr'] * scale:.3g}] {unit:<4} n={int(m['n'])}")
+    per_rank = every[(every.metric == "images_per_s") & every["rank"].notna() & (every.status == "ok")]
+    if len(per_rank):
+        med = per_rank.groupby("rank")["value"].median()
+        lines.append("  img/s by rank " + ", ".join(f"{int(k)}: {v:.4g}" for k, v in med.items()))
     absent = sorted(set(df.loc[df.status == "skip", "metric"]))
     if absent:
         lines.append(f"  absent here: {', '.join(absent)}")
@@ -177,6 +208,12 @@ def summary_table(rows) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bench import dist
+
+    if dist.launch_requested(args):
+        return dist.launch(args, "bench")
+    if dist.from_env().distributed:
+        return _run_rank(args)
     from bench.harness.runner import run_bench
 
     cfg = build_config(args)
@@ -186,3 +223,48 @@ def run(args: argparse.Namespace) -> int:
     if outcome.input_error is not None:
         raise outcome.input_error
     return outcome.exit_code
+
+
+def _run_rank(args: argparse.Namespace) -> int:
+    """One rank of a data-parallel run (under torchrun): join the group, agree on the config, run.
+
+    Only rank 0 prints (the summary, or the one-line error); every rank returns the run's status.
+    """
+    import socket
+
+    import torch
+
+    from bench import dist
+    from bench.devices import resolve_device
+    from bench.errors import InputError
+    from bench.harness.ranks import DistConfig
+    from bench.harness.runner import EXIT_INPUT, run_bench
+
+    device = resolve_device(args.device, missing_cuda_ok=True)
+    # no CUDA here: join with gloo; the run records the skip (as one process does)
+    world = dist.init(device if torch.cuda.is_available() else "cpu", args.dist_timeout)
+    try:
+        places = dist.all_gather_object((socket.gethostname(), world.local_rank))
+        dist_config = DistConfig(world_size=world.world_size, backend=str(world.backend), nnodes=world.nnodes,
+                                 local_world_size=world.local_world_size,
+                                 hosts=tuple(h for h, _ in places), local_ranks=tuple(lr for _, lr in places),
+                                 timeout_s=float(args.dist_timeout))
+        try:
+            cfg, error = build_config(args, world, dist_config), None
+        except InputError as e:
+            cfg, error = None, str(e)
+        errors = [(r, e) for r, e in enumerate(dist.all_gather_object(error)) if e]
+        if errors:
+            if world.is_main:
+                r, e = errors[0]
+                raise InputError(e if all(x == e for _, x in errors) else f"rank {r}: {e}")
+            return EXIT_INPUT
+        outcome = run_bench(cfg, args.out)
+        if world.is_main:
+            print(summary_table(outcome.rows))
+            print(f"rows: {outcome.run_dir / 'rows.csv'}")
+            if outcome.input_error is not None:
+                raise outcome.input_error
+        return outcome.exit_code
+    finally:
+        dist.shutdown()

@@ -34,6 +34,14 @@ Modes share that protocol and differ only in the batch source and the step:
 ``loader`` = pipeline, no-op step; ``replay`` = cached batches, train step; ``train`` =
 pipeline, train step. Epoch indices count warm-up epochs first (0-based within a repeat).
 
+Data parallel (``cfg.dist`` set, ``cfg.pipe.rank``/``world_size`` this process's place; run under
+torchrun by ``inrbench bench --nproc N``): every rank runs this same protocol on its shard with
+its own clock and monitors, the epochs of all ranks start together (a sync point before each),
+the model trains under DDP, evaluation is all-reduced; rank 0 draws the run id, gathers every
+rank's rows and writes one run: per-rank rows and aggregate rows (``bench.harness.ranks``: sync
+points, failures, aggregation rules). ``INRBENCH_TEST_FAIL_RANK=R`` (a test hook, read in one
+place: ``_injected_failure``) makes rank R raise just before repeat 0's first measured epoch.
+
 Outcomes: ``Unavailable`` (from the adapter, or ``--device cuda`` on a machine without CUDA)
 -> one skip row, exit 0. Out of memory -> one error row, exit 3.
 Any other exception -> one error row, exit 1 (traceback on stderr). Bad input
@@ -44,6 +52,7 @@ together when the run ends, so a failed run never leaves partial rows that read 
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -53,6 +62,7 @@ from typing import Any
 from bench import results
 from bench.errors import InputError
 from bench.harness.monitors import Monitor
+from bench.harness.ranks import DistConfig, PeerStopped, RankResult, Sync, merge
 from bench.harness.replay import CountingSource, ReplayBatches, cache_batches
 from bench.harness.timing import DeviceClock, EpochTiming, clock_for, timed_epoch
 from bench.train.expand import ExpandConfig
@@ -87,6 +97,7 @@ class BenchConfig:
     method: str = "dense"  # training method (bench.train.trainers registry)
     expand: ExpandConfig | None = None  # the method's schedule (method expand)
     eval_every_epoch: bool = False  # train: test accuracy after every scheduled epoch (untimed)
+    dist: DistConfig | None = None  # data parallel: world size, backend, topology (None: one process)
 
     def __post_init__(self) -> None:
         if self.mode not in results.MODES:
@@ -107,6 +118,9 @@ class BenchConfig:
             raise ValueError(f"min_seconds must be >= 0, got {self.min_seconds}")
         if self.monitor_period_s <= 0 or self.pss_period_s <= 0:
             raise ValueError(f"monitor periods must be > 0, got {self.monitor_period_s}, {self.pss_period_s}")
+        world = self.dist.world_size if self.dist is not None else 1
+        if self.pipe.world_size != world:
+            raise ValueError(f"pipe.world_size {self.pipe.world_size} but the run has {world} process(es)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -133,10 +147,12 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
     defaults to ``clock_for(cfg.pipe.device)``. ``rows.csv`` is written last: it marks the run done.
     ``out`` is checked before any work (``bench.outputs``): a results folder of this project,
     an empty folder or a new path, never overlapping ``cfg.data`` or ``cfg.store``.
+    Data parallel (``cfg.dist``): every rank calls this; rank 0 writes; all return its outcome.
     """
-    out = _claim_results(cfg, out)
-    rows = results.RunRows(results.new_run_id(cfg.pipeline, cfg.mode), cfg.pipeline, cfg.dataset,
-                           cfg.mode, cfg.to_dict())
+    sync = _sync_for(cfg)
+    out, run_id = _start(cfg, out, sync)
+    rows = results.RunRows(run_id, cfg.pipeline, cfg.dataset, cfg.mode, cfg.to_dict(),
+                           rank=cfg.pipe.rank if sync.distributed else None)
     code, input_error = EXIT_OK, None
     threads = _set_threads(cfg.torch_threads)
     try:
@@ -149,7 +165,9 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
         _require_device(cfg.pipe.device)
         clock = clock or clock_for(cfg.pipe.device)
         for r in range(cfg.repeats):
-            _repeat(cfg, data, rows, r, clock)
+            _repeat(cfg, data, rows, r, clock, sync)
+    except PeerStopped as e:  # another rank failed: its row says why; this rank's rows are dropped
+        rows.error(f"stopped: {e}")
     except Unavailable as e:
         rows.skip(f"unavailable: {e}")
     except InputError as e:
@@ -162,9 +180,85 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
     finally:
         _set_threads(threads)
         _free_device_memory(cfg.pipe.device)
-    results.write_env(Path(out) / results.RUNS_DIR / rows.run_id)
-    run_dir = results.write_run(out, rows)
-    return RunOutcome(rows.run_id, run_dir, rows.status, code, rows, input_error)
+    if not sync.distributed:
+        results.write_env(Path(out) / results.RUNS_DIR / rows.run_id)
+        run_dir = results.write_run(out, rows)
+        return RunOutcome(rows.run_id, run_dir, rows.status, code, rows, input_error)
+    return _finish_distributed(cfg, out, rows, code, input_error, sync)
+
+
+def _sync_for(cfg: BenchConfig) -> Sync:
+    """This process's sync points; a data-parallel config needs the process group to exist."""
+    if cfg.dist is None:
+        return Sync()
+    from bench import dist
+
+    if not dist.active():
+        raise InputError(f"this config is a data-parallel run of {cfg.dist.world_size} processes: run it "
+                         "under torchrun (inrbench bench --nproc N)")
+    import torch.distributed as tdist
+
+    if tdist.get_world_size() != cfg.dist.world_size or tdist.get_rank() != cfg.pipe.rank:
+        raise InputError(f"config rank {cfg.pipe.rank} of {cfg.dist.world_size}, but this process is rank "
+                         f"{tdist.get_rank()} of {tdist.get_world_size()}")
+    return Sync(cfg.pipe.rank, cfg.dist.world_size)
+
+
+def _start(cfg: BenchConfig, out: str | Path, sync: Sync) -> tuple[Path, str]:
+    """Rank 0 checks/claims ``out`` and draws the run id; every rank gets both (or the InputError)."""
+    if not sync.distributed:
+        return _claim_results(cfg, out), results.new_run_id(cfg.pipeline, cfg.mode)
+    from bench import dist
+
+    got: tuple[str | None, str | None] = (None, None)
+    if sync.rank == 0:
+        try:
+            got = (str(_claim_results(cfg, out)), results.new_run_id(cfg.pipeline, cfg.mode))
+        except InputError as e:
+            got = (None, str(e))
+    claimed, run_id = dist.broadcast_object(got)
+    if claimed is None:
+        raise InputError(run_id or "results folder refused on rank 0")
+    return Path(claimed), str(run_id)
+
+
+def _finish_distributed(cfg: BenchConfig, out: Path, rows: results.RunRows, code: int,
+                        input_error: InputError | None, sync: Sync) -> RunOutcome:
+    """Every rank's result to rank 0 (``Sync.finish``), which merges and writes; its outcome to all."""
+    assert cfg.dist is not None
+    mine = RankResult.of(sync.rank, rows, code, input_error is not None)
+    every = sync.finish(mine)
+    announced: tuple[str, str, int, str | None] = ("", "error", EXIT_ERROR, None)
+    merged = rows
+    try:
+        if sync.rank == 0:
+            merged = results.RunRows(rows.run_id, cfg.pipeline, cfg.dataset, cfg.mode, cfg.to_dict())
+            code, bad_input = merge(merged, every, sync.broken)
+            from bench import envinfo
+
+            run_dir = Path(out) / results.RUNS_DIR / merged.run_id
+            results.write_env(run_dir, envinfo.collect(distributed=_topology(cfg)))
+            results.write_run(out, merged)
+            announced = (str(run_dir), merged.status, code, bad_input)
+    finally:
+        announced = sync.announce(announced)
+    run_dir, status, code, bad_input = announced
+    if sync.rank != 0:
+        merged = results.RunRows(rows.run_id, cfg.pipeline, cfg.dataset, cfg.mode, cfg.to_dict(),
+                                 rank=sync.rank)
+        merged.status = status
+    return RunOutcome(rows.run_id, Path(run_dir), status, code, merged,
+                      InputError(bad_input) if bad_input else None)
+
+
+def _topology(cfg: BenchConfig) -> dict[str, Any]:
+    """``env.json``'s ``distributed`` section: world size, backend, nnodes, each rank's host and local rank."""
+    assert cfg.dist is not None
+    d = cfg.dist
+    return {"world_size": d.world_size, "backend": d.backend, "nnodes": d.nnodes,
+            "local_world_size": d.local_world_size, "timeout_s": d.timeout_s,
+            "ranks": [{"rank": r, "hostname": h, "local_rank": lr}
+                      for r, (h, lr) in enumerate(zip(d.hosts, d.local_ranks, strict=True))]}
 
 
 def _claim_results(cfg: BenchConfig, out: str | Path) -> Path:
@@ -217,18 +311,21 @@ def _free_device_memory(device: str) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def _repeat(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: DeviceClock) -> None:
+def _repeat(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: DeviceClock,
+            sync: Sync | None = None) -> None:
     """One repeat: build, first batch, warm-up, measured epochs under the monitors, eval."""
+    sync = sync or Sync()
     _free_device_memory(cfg.pipe.device)  # nothing of the previous repeat/run stays cached
+    sync.point()  # every rank builds its pipeline together
     mon = Monitor(cfg.pipe.device, cfg.monitor_period_s, pss_period_s=cfg.pss_period_s).start()
     try:
-        _repeat_body(cfg, data, rows, r, clock, mon)
+        _repeat_body(cfg, data, rows, r, clock, mon, sync)
     finally:
         mon.close()
 
 
 def _repeat_body(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: DeviceClock,
-                 mon: Monitor) -> None:
+                 mon: Monitor, sync: Sync) -> None:
     import pipelines
 
     t0 = clock.now()
@@ -245,16 +342,21 @@ def _repeat_body(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clo
             source = ReplayBatches(_replay_cache(cfg, counted, clock, rows, r), steps_per_epoch)
             pipe.close()  # nothing can be decoded from here on
             _free_device_memory(cfg.pipe.device)
-        trainer = _trainer(cfg, data, steps_per_epoch) if cfg.mode != "loader" else None
+        trainer = None
+        if cfg.mode != "loader":
+            sync.point()  # DDP's constructor is a collective
+            trainer = _trainer(cfg, data, steps_per_epoch)
         step = trainer.step if trainer is not None else _no_step
         for e in range(cfg.warmup):
+            sync.point()  # the ranks' epochs start together
             t = _epoch(cfg, source, step, clock, rows, r, e)
             rows.add("warmup_epoch_s", t.seconds, "s", repeat=r, epoch=e)
             rows.add("warmup_images_per_s", t.images_per_s, "img/s", repeat=r, epoch=e)
-            _add_loss(rows, trainer, r, e, cfg, data)
-        _measure(cfg, source, counted, step, trainer, clock, rows, r, mon=mon, data=data)
+            _add_loss(rows, trainer, r, e, cfg, data, sync)
+        _measure(cfg, source, counted, step, trainer, clock, rows, r, mon=mon, data=data, sync=sync)
         _add_time_to_first_batch(rows, r)
         if cfg.mode == "train":
+            sync.point()  # evaluation all-reduces
             _add_eval(cfg, data, trainer, clock, rows, r)
     finally:
         pipe.close()
@@ -279,18 +381,33 @@ def _epoch(cfg: BenchConfig, source: Any, step: Any, clock: DeviceClock, rows: r
     return t
 
 
+def _injected_failure(cfg: BenchConfig, r: int, n: int) -> None:
+    """Test hook: ``INRBENCH_TEST_FAIL_RANK=R`` makes rank R raise before the sync point of repeat 0's
+    first measured epoch (between sync points, as a pipeline failure would; tests only)."""
+    want = os.environ.get("INRBENCH_TEST_FAIL_RANK")
+    if want is not None and r == 0 and n == 0 and want.strip() == str(cfg.pipe.rank):
+        raise RuntimeError(f"injected failure on rank {cfg.pipe.rank} (INRBENCH_TEST_FAIL_RANK)")
+
+
 def _measure(cfg: BenchConfig, source: Any, counted: CountingSource, step: Any, trainer: Any,
              clock: DeviceClock, rows: results.RunRows, r: int, mon: Monitor | None = None,
-             data: Any = None) -> None:
+             data: Any = None, sync: Sync | None = None) -> None:
     """The measured epochs (``epochs``, then autorange to ``min_seconds``), inside the monitors;
-    then the monitors' rows. A trained model is restored to its state after the scheduled epochs."""
+    then the monitors' rows. A trained model is restored to its state after the scheduled epochs.
+    Data parallel: each epoch starts at a sync point, which also hands every rank the slowest
+    rank's measured seconds, so the autorange stops every rank after the same epoch."""
+    sync = sync or Sync()
     if mon is not None:  # started before the build (``_repeat``): only mark the region
         mon.mark()
     else:
         mon = Monitor(cfg.pipe.device, cfg.monitor_period_s, pss_period_s=cfg.pss_period_s).start()
     images, measured_s, n, scheduled = 0, 0.0, 0, None
     try:
-        while n < cfg.epochs or (measured_s < cfg.min_seconds and n < AUTORANGE_MAX_EPOCHS):
+        while True:
+            _injected_failure(cfg, r, n)
+            slowest_s = max(sync.point(measured_s))
+            if not (n < cfg.epochs or (slowest_s < cfg.min_seconds and n < AUTORANGE_MAX_EPOCHS)):
+                break
             if n == cfg.epochs and cfg.mode == "train":  # past the schedule: timing only
                 scheduled = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
             e = cfg.warmup + n
@@ -300,7 +417,7 @@ def _measure(cfg: BenchConfig, source: Any, counted: CountingSource, step: Any, 
             measured_s += t.seconds
             n += 1
             _add_epoch(rows, t, r, e, counted.drawn - drawn, cfg.step_sync)
-            _add_loss(rows, trainer, r, e, cfg, data)
+            _add_loss(rows, trainer, r, e, cfg, data, sync)
     finally:
         mres = mon.stop()
     if scheduled is not None:
@@ -349,13 +466,14 @@ def _trainer(cfg: BenchConfig, data: Any, steps_per_epoch: int) -> Any:
     from bench.train.backbones import create_backbone
     from bench.train.trainers import create_trainer
 
-    torch.manual_seed(cfg.pipe.seed)
+    torch.manual_seed(cfg.pipe.seed)  # the same seed on every rank (DDP also broadcasts rank 0's weights)
     model = create_backbone(cfg.backbone, data.num_classes)
     dev = torch.device(cfg.pipe.device)
     if dev.type == "cuda":
         torch.backends.cudnn.benchmark = True
     return create_trainer(cfg.method, model, cfg.train, dev,
-                          total_steps=steps_per_epoch * (cfg.warmup + cfg.epochs), method_config=cfg.expand)
+                          total_steps=steps_per_epoch * (cfg.warmup + cfg.epochs), method_config=cfg.expand,
+                          ddp=cfg.dist is not None)
 
 
 def _add_epoch(rows: results.RunRows, t: EpochTiming, r: int, e: int, drawn: int, step_sync: bool) -> None:
@@ -372,7 +490,8 @@ def _add_epoch(rows: results.RunRows, t: EpochTiming, r: int, e: int, drawn: int
         rows.add_steps(r, e, [w / 1e9 for w in t.wait_ns], [c / 1e9 for c in t.compute_ns], t.step_images)
 
 
-def _add_loss(rows: results.RunRows, trainer: Any, r: int, e: int, cfg: BenchConfig, data: Any) -> None:
+def _add_loss(rows: results.RunRows, trainer: Any, r: int, e: int, cfg: BenchConfig, data: Any,
+              sync: Sync | None = None) -> None:
     """After epoch ``e`` (untimed): what the trainer reports about the model that trained it
     (``epoch_metrics``: parameters, FLOPs per image, method-specific stage), the mean loss, and with
     ``eval_every_epoch`` the test accuracy of a scheduled epoch (``epoch_test_acc``)."""
@@ -385,6 +504,7 @@ def _add_loss(rows: results.RunRows, trainer: Any, r: int, e: int, cfg: BenchCon
         from bench.train.evaluate import evaluate
 
         split = data.split(cfg.eval_split)
+        (sync or Sync()).point()  # evaluation all-reduces
         ev = evaluate(trainer.model, split.images, split.labels, cfg.pipe.augment, trainer.device,
                       amp=cfg.train.amp)
         rows.add("epoch_test_acc", ev.accuracy, "1", repeat=r, epoch=e)

@@ -4,6 +4,13 @@ The test split is read from the prepared dataset's uint8 array (``split.images``
 decoded JPEG or INR reconstruction) and transformed with the evaluation transform
 ``Augment.eval_for(train_augment)``: centre crop of the largest square, resize to ``size``
 (bilinear, antialiased), scale to [0, 1], normalize with mean/std.
+
+Data parallel (inside an initialized ``torch.distributed`` group of more than one process):
+every rank evaluates its contiguous slice of the split (``eval_slice``: ``numpy.array_split``
+bounds, rank order), the model's buffers (BatchNorm statistics) are first broadcast from rank 0
+(parameters are identical under DDP; buffers drift apart by each rank's last forward), and the
+correct counts, loss sums and image counts are all-reduced, the predictions gathered in rank
+order: every rank returns the same ``EvalResult`` of the whole split, as one process would.
 """
 
 from __future__ import annotations
@@ -47,25 +54,59 @@ class EvalResult:
     predictions: np.ndarray | None = None  # [N] int64 predicted class per image, in input order
 
 
+def eval_slice(n: int, rank: int, world_size: int) -> slice:
+    """Rank ``rank``'s contiguous share of ``n`` evaluation images (sizes differ by at most one)."""
+    bounds = [0, *np.cumsum([len(a) for a in np.array_split(np.arange(n), world_size)]).tolist()]
+    return slice(bounds[rank], bounds[rank + 1])
+
+
+def _group() -> tuple[int, int]:
+    """(rank, world size) of the initialized group of more than one process, else (0, 1)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, images: np.ndarray, labels: np.ndarray, train_augment: Augment,
              device: str | torch.device, batch_size: int = 500, amp: str = "auto") -> EvalResult:
     """Top-1 accuracy, loss and per-image predictions of ``model`` on uint8 ``images [N, H, W, 3]``,
-    ``labels [N]``."""
+    ``labels [N]`` (the whole split's, also when data-parallel: see the module docstring)."""
     dev = torch.device(device)
     aug = Augment.eval_for(train_augment)
     model.eval()
-    correct, loss_sum, n, preds = 0, 0.0, int(labels.shape[0]), []
-    if n == 0:
+    total = int(labels.shape[0])
+    if total == 0:
         raise ValueError("evaluation split is empty")
-    for i in range(0, n, batch_size):
-        x = eval_transform(images[i:i + batch_size], aug, dev)
-        y = torch.as_tensor(np.asarray(labels[i:i + batch_size]), dtype=torch.int64, device=dev)
+    rank, world = _group()
+    if world > 1:
+        import torch.distributed as dist
+
+        for b in model.buffers():
+            dist.broadcast(b, src=0)
+    part = eval_slice(total, rank, world)
+    correct, loss_sum, preds = 0, 0.0, []
+    for i in range(part.start, part.stop, batch_size):
+        j = min(i + batch_size, part.stop)
+        x = eval_transform(images[i:j], aug, dev)
+        y = torch.as_tensor(np.asarray(labels[i:j]), dtype=torch.int64, device=dev)
         with autocast_for(dev, amp):  # type: ignore[arg-type]
             logits = model(x).float()
         loss_sum += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
         pred = logits.argmax(1)
         correct += int((pred == y).sum())
         preds.append(pred.cpu())
-    return EvalResult(accuracy=correct / n, loss=loss_sum / n, images=n,
-                      predictions=torch.cat(preds).numpy().astype(np.int64))
+    mine = torch.cat(preds).numpy().astype(np.int64) if preds else np.zeros(0, np.int64)
+    n = part.stop - part.start
+    if world > 1:
+        import torch.distributed as dist
+
+        sums = torch.tensor([correct, loss_sum, n], dtype=torch.float64, device=dev)
+        dist.all_reduce(sums)
+        correct, loss_sum, n = int(round(sums[0].item())), float(sums[1].item()), int(round(sums[2].item()))
+        every: list = [None] * world
+        dist.all_gather_object(every, mine)
+        mine = np.concatenate(every).astype(np.int64)
+    return EvalResult(accuracy=correct / n, loss=loss_sum / n, images=n, predictions=mine)

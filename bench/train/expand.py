@@ -340,10 +340,12 @@ class ExpandTrainer(Trainer):
     ``end_epoch()`` counts epochs; the growth due after a stage's last epoch runs at the first
     ``step`` of the next epoch, so its cost lands in that epoch's time. ``epoch_metrics`` reports
     the stage that trained the epoch just run. Autorange epochs past the schedule stay dense.
+    Data parallel (``ddp``): ``grow`` assigns ``self.model``, which re-wraps the grown module in
+    DDP on every rank at the same step (the optimizer's param group takes the new parameters).
     """
 
     def __init__(self, model: nn.Module, cfg: TrainConfig, device: str | torch.device, total_steps: int,
-                 expand: ExpandConfig):
+                 expand: ExpandConfig, ddp: bool = False):
         check_schedule(expand, model)
         self.expand = expand
         self.template = model.to(torch.device(device))
@@ -351,7 +353,7 @@ class ExpandTrainer(Trainer):
         self._epochs_done = 0
         self._grow_pending = False
         first = expand.stages[0]
-        super().__init__(subnet(self.template, first.width, first.depth), cfg, device, total_steps)
+        super().__init__(subnet(self.template, first.width, first.depth), cfg, device, total_steps, ddp=ddp)
         self.ema = self._new_ema()
 
     def _new_ema(self) -> Any:

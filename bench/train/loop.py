@@ -2,6 +2,15 @@
 cross-entropy, bf16 autocast on CUDA (fp32 on CPU). The trainer takes any ``Batch`` (images
 float ``[B, 3, S, S]`` normalized, labels int64 ``[B]``, both on the device) and never knows
 which pipeline produced it.
+
+Data parallel (``ddp=True``, inside an initialized ``torch.distributed`` group of more than one
+process): the forward/backward runs through ``DistributedDataParallel`` (``device_ids`` on CUDA,
+none on the CPU; buffers broadcast from rank 0 at each forward, DDP's default), so after every
+``step`` each rank's parameters are identical: the SGD update of the gradients averaged over the
+ranks (batch size is per rank; the learning rate is not scaled). ``model`` is always the plain
+module (state dicts, evaluation, FLOPs); assigning a new one (network expansion's growth)
+re-wraps it, which every rank must do at the same step (DDP's constructor broadcasts rank 0's
+parameters). Optimizers hold the module's parameters, which DDP shares, so they follow as they are.
 """
 
 from __future__ import annotations
@@ -56,11 +65,13 @@ class Trainer:
     is accumulated on the device and read once per epoch by ``end_epoch()``.
     """
 
-    def __init__(self, model: nn.Module, cfg: TrainConfig, device: str | torch.device, total_steps: int):
+    def __init__(self, model: nn.Module, cfg: TrainConfig, device: str | torch.device, total_steps: int,
+                 ddp: bool = False):
         if total_steps < 1:
             raise ValueError(f"total_steps must be >= 1, got {total_steps}")
         self.device = torch.device(device)
         self.cfg = cfg
+        self.ddp = ddp
         self.model = model.to(self.device)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                                    nesterov=cfg.nesterov and cfg.momentum > 0,
@@ -74,11 +85,21 @@ class Trainer:
         self._input_shape: tuple[int, ...] | None = None
         self._metrics_cache: tuple[nn.Module, list[tuple[str, float, str]]] | None = None
 
+    @property
+    def model(self) -> nn.Module:
+        """The module being trained (never the DDP wrapper)."""
+        return self._model
+
+    @model.setter
+    def model(self, module: nn.Module) -> None:
+        self._model = module
+        self._forward = wrap_ddp(module, self.device) if self.ddp else module
+
     def step(self, batch: Any) -> None:
-        self.model.train()
+        self._forward.train()
         self._input_shape = tuple(batch.images.shape[1:])
         with autocast_for(self.device, self.cfg.amp):
-            logits = self.model(batch.images)
+            logits = self._forward(batch.images)
             loss = self.loss_fn(logits.float(), batch.labels)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -111,6 +132,19 @@ class Trainer:
             self._metrics_cache = (self.model, [("model_params", float(sum(p.numel() for p in self.model.parameters())), "1"),
                                                 ("model_flops_per_image", float(forward_flops(self.model, self._input_shape, self.device)), "flop")])
         return self._metrics_cache[1] + [(k, float(v), "1") for k, v in self.stage_info().items()]
+
+
+def wrap_ddp(module: nn.Module, device: torch.device) -> nn.Module:
+    """``module`` in ``DistributedDataParallel`` when this process is in a group of more than one
+    (else ``module`` itself): ``device_ids=[index]`` on CUDA, none on the CPU."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return module
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else None
+    return DistributedDataParallel(module, device_ids=ids)
 
 
 @torch.no_grad()

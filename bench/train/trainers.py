@@ -56,17 +56,19 @@ def check_method(method: str, method_config: Any, train_epochs: int) -> None:
 
 
 def create_trainer(method: str, model: nn.Module, cfg: TrainConfig, device: str | torch.device,
-                   total_steps: int, method_config: Any = None) -> Any:
+                   total_steps: int, method_config: Any = None, ddp: bool = False) -> Any:
+    """``ddp``: train data-parallel across the initialized process group (``loop.Trainer``)."""
     if method not in _TRAINERS:
         raise KeyError(f"unknown training method {method!r}; known: {', '.join(trainer_names())}")
-    return _TRAINERS[method](model, cfg, device, total_steps, method_config)
+    return _TRAINERS[method](model, cfg, device, total_steps, method_config, ddp=ddp)
 
 
 @register_trainer("dense")
-def _dense(model: nn.Module, cfg: TrainConfig, device: str | torch.device, total_steps: int, _: Any) -> Any:
+def _dense(model: nn.Module, cfg: TrainConfig, device: str | torch.device, total_steps: int, _: Any,
+           ddp: bool = False) -> Any:
     from bench.train.loop import Trainer
 
-    return Trainer(model, cfg, device, total_steps)
+    return Trainer(model, cfg, device, total_steps, ddp=ddp)
 
 
 def _expand_config_type() -> type:
@@ -76,7 +78,8 @@ def _expand_config_type() -> type:
 
 
 @register_trainer("expand", config_type=_expand_config_type())
-def _expand(model: nn.Module, cfg: TrainConfig, device: str | torch.device, total_steps: int, expand: Any) -> Any:
+def _expand(model: nn.Module, cfg: TrainConfig, device: str | torch.device, total_steps: int, expand: Any,
+            ddp: bool = False) -> Any:
     from bench.train.expand import ExpandTrainer
 
-    return ExpandTrainer(model, cfg, device, total_steps, expand)
+    return ExpandTrainer(model, cfg, device, total_steps, expand, ddp=ddp)
