@@ -130,15 +130,18 @@ def test_cell_hash_includes_world_size_but_not_the_rendezvous(tmp_path):
         return cell_hashes(cfg, ctx, "code")
 
     one, eight = hashes(), hashes(nproc=8)
-    assert one["p"] == eight["p"] and one["enc"] != eight["enc"] and one["b"] != eight["b"]
+    # the store of 8 processes is the store of 1: a finished encode is kept when --nproc changes
+    assert one["p"] == eight["p"] and one["enc"] == eight["enc"] and one["b"] != eight["b"]
     assert hashes(nproc=1) == one  # nproc 1 is the single-process cell it always was
     r1 = hashes(nproc=4, nnodes=2, rendezvous=Rendezvous("a:1", "x"))
     r2 = hashes(nproc=4, nnodes=2, rendezvous=Rendezvous("b:2", "y"))
     assert r1 == r2 and r1["b"] not in (one["b"], eight["b"], hashes(nproc=2)["b"])
     assert hashes(nproc=8, nnodes=1)["b"] != r1["b"]  # same world size, other topology
-    cell = load_sweep(str(p)).by_id()["b"]
+    cells = load_sweep(str(p)).by_id()
+    cell = cells["b"]
     assert "nproc" not in cell.identity() and cell.to_dict()["nproc"] == 1
     assert dataclasses.replace(cell, nproc=2).identity()["nproc"] == 2
+    assert "nproc" not in dataclasses.replace(cells["enc"], nproc=2, nnodes=3).identity()
 
 
 @dataclass(frozen=True)

@@ -194,12 +194,15 @@ class DistributedCell(Cell):
     nnodes: nodes (default 1). More than one needs the sweep's ``Rendezvous`` endpoint, and the
       sweep does not start such a cell: the same line is run on every node (``elsewhere``).
 
-    Both are part of the cell's identity: the world size changes each rank's share of the data
-    and the timings. At their default (1) they are left out of the hash, so single-process cells
-    keep the hash they had before these fields existed.
+    Identity (``WORLD_IN_IDENTITY``, per kind): where the world size changes the result, both are
+    part of the cell's hash (``bench``: each rank's share of the data, the global batch of
+    ``nproc x nnodes x batch_size``, the timings); where it does not, neither is (``encode``: the
+    store is the one one process writes, only faster). At their default (1) they are left out of
+    the hash, so single-process cells keep the hash they had before these fields existed.
     """
 
     LAUNCH_FIELDS: ClassVar[tuple[str, ...]] = ("nproc", "nnodes")
+    WORLD_IN_IDENTITY: ClassVar[bool] = True
 
     nproc: int = 1
     nnodes: int = 1
@@ -232,7 +235,7 @@ class DistributedCell(Cell):
     def identity(self) -> dict[str, Any]:
         d = self.to_dict()
         for name in self.LAUNCH_FIELDS:
-            if d[name] == 1:
+            if d[name] == 1 or not self.WORLD_IN_IDENTITY:
                 del d[name]
         return d
 
@@ -274,6 +277,9 @@ class EncodeCell(DistributedCell):
     init: str | None = None  # a meta-init cell: --init its file (learned initialization)
 
     FIT_CACHE: ClassVar[str] = "fit-cache"
+    # every shard's bytes depend only on its images and the configuration: the store of N processes is
+    # the one 1 process writes (``inr.encode.encode_split_distributed``), so N is not in the hash
+    WORLD_IN_IDENTITY: ClassVar[bool] = False
 
     def output(self, ctx: Context) -> Path:
         return ctx.cell_dir(self.id) / f"{store_stem(self.name or self.id)}.inr"

@@ -26,8 +26,8 @@ and the torch/torchvision/DALI/PIL versions), both recorded in the marker with `
 cell whose config hash matches but whose code identity does not is *stale*: it is recomputed, or
 kept as it is with ``keep_stale`` (the report marks it). Changing a cell
 (or anything upstream) redoes exactly what it affects. The config hash covers ``Cell.identity``:
-a distributed cell's ``nproc``/``nnodes`` when not 1 (the world size changes the measurement),
-never the rendezvous. Killing the sweep (SIGKILL, SIGINT)
+a ``bench`` cell's ``nproc``/``nnodes`` when not 1 (the world size changes the measurement), not an
+``encode`` cell's (its store does not depend on them), never the rendezvous. Killing the sweep (SIGKILL, SIGINT)
 leaves no marker for the running cell; the child gets SIGTERM when its parent dies
 (``PR_SET_PDEATHSIG``: torchrun stops its workers on SIGTERM, a plain child just ends), and a cell
 past its timeout gets SIGTERM, then SIGKILL after ``KILL_GRACE_S``.
