@@ -19,8 +19,8 @@ from bench.sweep.runner import SweepContext, cell_hashes, run_sweep
 from bench.sweep.spec import load_sweep
 
 TORCHRUN_1 = "torchrun --standalone --nnodes 1 --nproc-per-node 8 -m bench "
-TORCHRUN_2 = ("torchrun --nnodes 2 --rdzv-backend c10d --rdzv-endpoint node0:29500 --rdzv-id paper-1 "
-              "--nproc-per-node 4 -m bench ")
+TORCHRUN_2 = "torchrun --nnodes 2 --rdzv-backend c10d --rdzv-endpoint node0:29500 --rdzv-id paper-1-{} " \
+    "--nproc-per-node 4 -m bench "
 
 BASE = """
     device: cuda
@@ -98,9 +98,10 @@ def test_list_prints_the_line_for_every_node_of_a_multi_node_cell(capsys):
     listing = _listing(capsys, "paper", "--nproc", "4", "--nnodes", "2", "--rdzv-endpoint", "node0:29500",
                        "--rdzv-id", "paper-1")
     header, line = listing["train-flowers102-dali"]
-    assert line.startswith(TORCHRUN_2 + "bench --pipeline dali ") and "--device cuda" in line
-    assert "(on each of 2 nodes; the sweep does not start it)" in header
-    assert listing["encode-cifar10-8bit"][1].startswith(TORCHRUN_2 + "encode ")
+    # the same line on every node; one rendezvous id per cell
+    assert line.startswith(TORCHRUN_2.format("train-flowers102-dali") + "bench --pipeline dali ")
+    assert "--device cuda" in line and "(on each of 2 nodes; the sweep does not start it)" in header
+    assert listing["encode-cifar10-8bit"][1].startswith(TORCHRUN_2.format("encode-cifar10-8bit") + "encode ")
     assert listing["compare-cifar10"][1].startswith("inrbench compare ")
 
 
@@ -185,7 +186,7 @@ def test_multi_node_cell_is_a_skip_with_the_line_then_adopted_when_run_by_hand(t
     assert s.status == {"p": "ok", "enc": "skip", "b": "skip"}
     m = layout.read_marker(out / "cells/enc")
     assert m["elsewhere"] and "run on every node: torchrun --nnodes 2 --rdzv-backend c10d --rdzv-endpoint " \
-        "node0:29500 --rdzv-id inrbench --nproc-per-node 2 -m bench encode " in m["reason"]
+        "node0:29500 --rdzv-id inrbench-enc --nproc-per-node 2 -m bench encode " in m["reason"]
     assert "dependency enc skip" in layout.read_marker(out / "cells/b")["reason"]
     # not final: the next run looks again (and the dependency skip with it)
     s = run_sweep(cfg, out, progress=False)

@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
                    help="c10d rendezvous of multi-node cells: a node every node reaches")
     g.add_argument("--rdzv-id", default="inrbench", metavar="ID",
-                   help="rendezvous id, the same on every node (default inrbench)")
+                   help="rendezvous id prefix (default inrbench): each multi-node cell meets as ID-<cell id>")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

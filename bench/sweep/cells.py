@@ -29,7 +29,7 @@ class Rendezvous:
     """
 
     endpoint: str | None = None  # HOST:PORT of one node every node reaches (c10d)
-    id: str = "inrbench"
+    id: str = "inrbench"  # a cell's rendezvous id is ``<id>-<cell id>``
 
 
 class Context(Protocol):
@@ -223,8 +223,11 @@ class DistributedCell(Cell):
             return super().process_argv(ctx)
         from bench import dist
 
-        endpoint = ctx.rendezvous.endpoint if self.nnodes > 1 else None
-        return dist.torchrun_command(self.argv(ctx), self.nproc, self.nnodes, endpoint, ctx.rendezvous.id)
+        if self.nnodes == 1:
+            return dist.torchrun_command(self.argv(ctx), self.nproc)
+        # one rendezvous per cell: a node still in one cell's job never meets the next cell's
+        return dist.torchrun_command(self.argv(ctx), self.nproc, self.nnodes, ctx.rendezvous.endpoint,
+                                     f"{ctx.rendezvous.id}-{self.id}")
 
     def elsewhere(self, ctx: Context) -> str | None:
         if self.nnodes == 1:
