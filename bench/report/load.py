@@ -6,6 +6,10 @@ From a sweep folder the report also reads each finished compare cell's ``summary
 figures, prepared manifests (image size, JPEG bytes) and store file sizes. From either: the
 train runs' per-image test predictions (``predictions.csv``) and the code identity of every result
 (sweep: each cell's marker; plain folder: each run's ``env.json``).
+
+A data-parallel run's per-rank rows (``rank`` set) are dropped here: every figure and table of a
+report reads the run's aggregate rows (``bench.results.aggregate_rows``: global images/s, the
+slowest rank's times), like a single-process run's rows.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ def load(results_dir: str | Path) -> ReportInputs:
         return _load_sweep(root)
     from bench import results as R
 
-    rows = R.read_results(root)
+    rows = R.aggregate_rows(R.read_results(root))
     env = _read_json(next(iter(sorted(root.glob("runs/*/env.json"))), None))
     code_of = {p.parent.name: (_read_json(p) or {}).get("code") for p in sorted(root.glob("runs/*/env.json"))}
     return ReportInputs(root=root, name=root.name, description="", rows=rows, env=env,
@@ -103,7 +107,9 @@ def _load_sweep(root: Path) -> ReportInputs:
     sweep = _read_json(root / layout.SWEEP_FILE)
     if sweep is None:
         raise InputError(f"unreadable {layout.SWEEP_FILE}", root / layout.SWEEP_FILE)
-    rows = layout.read_sweep_results(root)
+    from bench import results as R
+
+    rows = R.aggregate_rows(layout.read_sweep_results(root))
     finished = layout.finished_cells(root)
     markers = {m["id"]: m for _, m in finished}
     cells = sweep.get("cells", [])

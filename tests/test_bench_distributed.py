@@ -1,0 +1,334 @@
+"""Data-parallel ``inrbench bench`` (issue #13, harness side): gloo, 2 processes on the CPU.
+
+Real torchrun launches (``python -m torch.distributed.run --standalone``), small and fast: one
+launch runs every pipeline in loader and train mode (a driver calling ``bench.cli.main`` per run
+in one process group), one goes through ``inrbench bench --nproc 2``, one injects a failure on
+rank 1 (``INRBENCH_TEST_FAIL_RANK``), one checks DDP's gradient agreement and the all-reduced
+evaluation against one process. The aggregation rules and the schema are tested in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from fixtures_datasets import write_tiny_prepared
+
+from bench import results as R
+from bench.harness.ranks import RankResult, aggregate, merge
+
+REPO = Path(__file__).resolve().parent.parent
+N_TRAIN, N_TEST, BS = 32, 11, 8  # 4 batches per rank per epoch; 11 test images split 6 + 5
+PIPELINES = ("raw", "torch-jpeg", "dali", "inr", "torch-nvjpeg")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                            "MASTER_PORT", "TORCHELASTIC_RUN_ID")}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""), **extra)
+    return env
+
+
+def _torchrun(script: Path, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
+           str(script), *args]
+    return subprocess.run(cmd, cwd=REPO, env=_env(**env), capture_output=True, text=True, timeout=timeout)
+
+
+def _bench_args(data: Path, out: Path, pipeline: str, mode: str, store: Path | None = None) -> list[str]:
+    return ["bench", "--pipeline", pipeline, "--data", str(data), "--mode", mode, "--epochs", "2", "--warmup", "1",
+            "--repeats", "1", "--min-seconds", "0", "--batch-size", str(BS), "--workers", "1", "--device", "cpu",
+            "--backbone", "small-cnn", "--crop", "random-pad", "--size", "8", "--pad", "2", "--out", str(out),
+            "--dist-timeout", "120", *(["--store", str(store)] if store else [])]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return write_tiny_prepared(tmp_path_factory.mktemp("ddp") / "tiny", N_TRAIN, N_TEST)
+
+
+@pytest.fixture(scope="module")
+def store(data, tmp_path_factory) -> Path:
+    from bench.datasets.prepared import open_prepared
+    from inr.testing import fit_store_for_tests
+
+    return fit_store_for_tests(open_prepared(data), tmp_path_factory.mktemp("store") / "train.inr", iterations=20)
+
+
+# ----------------------------------------------------------------------------- every pipeline, 2 ranks
+
+DRIVER = """
+import json, sys
+from bench import cli, dist
+dist.shutdown = lambda: None  # one process group for every run of this driver
+codes = [cli.main(argv) for argv in json.loads(open(sys.argv[1]).read())]
+if dist.from_env().rank == 0:
+    open(sys.argv[2], "w").write(json.dumps(codes))
+"""
+
+
+@pytest.fixture(scope="module")
+def every_pipeline(data, store, tmp_path_factory):
+    """Every pipeline x loader/train on 2 gloo ranks, in one torchrun launch: {(pipeline, mode): (rc, out)}."""
+    tmp = tmp_path_factory.mktemp("every")
+    runs = {(p, m): tmp / f"{p}-{m}" for p in PIPELINES for m in ("loader", "train")}
+    (tmp / "argv.json").write_text(json.dumps([_bench_args(data, out, p, m, store if p == "inr" else None)
+                                               for (p, m), out in runs.items()]))
+    (tmp / "driver.py").write_text(DRIVER)
+    t0 = time.perf_counter()
+    proc = _torchrun(tmp / "driver.py", str(tmp / "argv.json"), str(tmp / "codes.json"), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    codes = json.loads((tmp / "codes.json").read_text())
+    print(f"{len(runs)} runs on 2 ranks in {time.perf_counter() - t0:.1f} s")
+    return {k: (c, out) for (k, out), c in zip(runs.items(), codes, strict=True)}
+
+
+def _one_run(out: Path) -> tuple[pd.DataFrame, Path]:
+    df = R.read_results(out)
+    assert df["run_id"].nunique() == 1  # one run id shared by the ranks
+    return df, next((out / R.RUNS_DIR).iterdir())
+
+
+def _ok(df: pd.DataFrame, metric: str, rank=None, epoch=None) -> pd.DataFrame:
+    d = df[(df.metric == metric) & (df.status == "ok")]
+    if epoch is not None:
+        d = d[d["epoch"] == epoch]
+    return d[d["rank"].isna()] if rank is None else d[d["rank"] == rank]
+
+
+@pytest.mark.parametrize("mode", ["loader", "train"])
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_every_pipeline_two_gloo_ranks(every_pipeline, pipeline, mode):
+    code, out = every_pipeline[(pipeline, mode)]
+    df, run_dir = _one_run(out)
+    if df.iloc[0].status == "skip":  # torch-nvjpeg (no CUDA), dali without its CPU backend: one skip row
+        assert code == 0 and len(df) == 1 and pd.isna(df.iloc[0]["rank"]) and df.iloc[0].reason
+        pytest.skip(f"{pipeline} unavailable here (one skip row): {df.iloc[0].reason}")
+    assert code == 0, df[df.status != "ok"].reason.tolist()
+    assert set(df["rank"].dropna().astype(int)) == {0, 1}
+    assert (df.loc[df["rank"] == 1, "cfg.pipe.rank"] == 1).all() and (df["cfg.pipe.world_size"] == 2).all()
+    assert (df["cfg.dist.world_size"] == 2).all() and (df["cfg.dist.backend"] == "gloo").all()
+    env = json.loads((run_dir / R.ENV_FILE).read_text())["distributed"]
+    assert env["world_size"] == 2 and env["backend"] == "gloo" and env["nnodes"] == 1
+    assert [r["local_rank"] for r in env["ranks"]] == [0, 1] and all(r["hostname"] for r in env["ranks"])
+    for epoch in (1, 2):  # the measured epochs: global img/s = all ranks' images / the slowest epoch
+        secs = [_ok(df, "epoch_s", k, epoch).value.item() for k in (0, 1)]
+        imgs = [_ok(df, "images", k, epoch).value.item() for k in (0, 1)]
+        agg = _ok(df, "images_per_s", epoch=epoch).value.item()
+        assert agg == pytest.approx(sum(imgs) / max(secs), rel=1e-9)
+        assert _ok(df, "epoch_s", epoch=epoch).value.item() == pytest.approx(max(secs))
+        assert _ok(df, "images", epoch=epoch).value.item() == sum(imgs)
+    ttfb = [_ok(df, "time_to_first_batch_s", k).value.item() for k in (0, 1)]
+    assert _ok(df, "time_to_first_batch_s").value.item() == pytest.approx(max(ttfb))
+    steps = pd.read_csv(run_dir / R.STEPS_FILE)
+    assert set(steps["rank"]) == {0, 1}
+    if mode == "train":
+        acc = [_ok(df, "test_acc", k).value.item() for k in (None, 0, 1)]
+        assert acc[0] == acc[1] == acc[2]  # all-reduced: the same on every rank
+        assert _ok(df, "test_images").value.item() == N_TEST
+        preds = pd.read_csv(run_dir / R.PREDICTIONS_FILE)
+        assert preds["image"].tolist() == list(range(N_TEST))  # gathered: complete, in order
+        assert (preds.label == preds.prediction).mean() == pytest.approx(acc[0])
+
+
+def test_nproc_relaunches_under_torchrun(data, tmp_path):
+    """``inrbench bench --nproc 2`` builds the torchrun line and runs it; exit 0, one run of 2 ranks."""
+    out = tmp_path / "res"
+    proc = subprocess.run([sys.executable, "-m", "bench", *_bench_args(data, out, "raw", "replay"), "--nproc", "2"],
+                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "launching torchrun --standalone --nnodes 1 --nproc-per-node 2 -m bench bench" in proc.stderr
+    assert "--nproc " not in proc.stderr.split("-m bench bench", 1)[1].splitlines()[0]  # each rank runs one
+    assert proc.stdout.count("img/s by rank") == 1  # rank 0 alone prints the summary
+    df, _ = _one_run(out)
+    assert len(_ok(df, "train_loss", 0)) == len(_ok(df, "train_loss", 1)) == 3  # replay trains on every rank
+    assert _ok(df, "pipeline_batches").value.sum() == 0  # nothing decoded while replay is timed
+
+
+def test_failure_on_one_rank_is_an_error_row_naming_it_no_hang(data, tmp_path):
+    """Rank 1 raises mid-run (the test hook): rank 0 writes one error row naming rank 1, both exit."""
+    out = tmp_path / "res"
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "bench", *_bench_args(data, out, "raw", "train"), "--nproc", "2"],
+                          cwd=REPO, env=_env(INRBENCH_TEST_FAIL_RANK="1"), capture_output=True, text=True,
+                          timeout=300)
+    elapsed = time.perf_counter() - t0
+    assert proc.returncode != 0
+    assert elapsed < 100, f"took {elapsed:.0f} s: a rank waited for the collective timeout (120 s)"
+    df, _ = _one_run(out)
+    assert df.metric.tolist() == ["run"] and df.status.tolist() == ["error"]
+    assert df["rank"].tolist() == [1]
+    assert df.reason.item().startswith("rank 1: RuntimeError: injected failure on rank 1")
+    assert "ERROR: rank 1: RuntimeError" in proc.stdout
+
+
+# ----------------------------------------------------------------------------- DDP and evaluation
+
+DDP_SCRIPT = """
+import json, sys
+import numpy as np, torch
+from bench import dist
+from bench.train.backbones import create_backbone
+from bench.train.evaluate import evaluate
+from bench.train.expand import ExpandConfig, ExpandTrainer
+from bench.train.loop import Trainer, TrainConfig
+from pipelines.base import Augment, Batch
+
+world = dist.init("cpu")
+cfg = TrainConfig(lr=0.1, momentum=0.9, weight_decay=5e-4)
+
+def batch(rank):
+    g = torch.Generator().manual_seed(100 + rank)
+    return Batch(images=torch.randn(6, 3, 8, 8, generator=g), labels=torch.randint(0, 4, (6,), generator=g))
+
+def params(model):
+    return [p.detach().clone().numpy().tolist() for p in model.parameters()]
+
+torch.manual_seed(0)
+init = create_backbone("small-cnn", 4)
+torch.manual_seed(world.rank + 7)  # the ranks' own random state differs; DDP broadcasts rank 0's weights
+tr = Trainer(create_backbone("small-cnn", 4) if world.rank else init, cfg, "cpu", total_steps=10, ddp=True)
+start = params(tr.model)
+tr.step(batch(world.rank))
+after = params(tr.model)
+
+# network expansion: growth re-wraps DDP on every rank at the same step
+torch.manual_seed(0)
+ex = ExpandTrainer(create_backbone("small-cnn", 4), cfg, "cpu", 4, ExpandConfig.parse("0.5:-:1,1:-:1"), ddp=True)
+ex.step(batch(world.rank)); ex.end_epoch(); ex.step(batch(world.rank))
+grown = params(ex.model)
+
+rng = np.random.default_rng(3)
+labels = rng.integers(0, 4, 11)
+images = (rng.integers(0, 255, (11, 8, 8, 3))).astype(np.uint8)
+aug = Augment(crop="random-pad", size=8, pad=2)
+ev = evaluate(tr.model, images, labels, aug, "cpu")
+got = dist.all_gather_object({"start": start, "after": after, "grown": grown,
+                              "eval": [ev.accuracy, ev.loss, ev.images, ev.predictions.tolist()]})
+dist.shutdown()
+if world.rank == 0:
+    # one process, rank 0's model after the DDP step (buffers as evaluate broadcast them)
+    one = evaluate(tr.model, images, labels, aug, "cpu")
+    # one process from the averaged gradients: the same init (seed 0), each rank's batch, one step
+    torch.manual_seed(0)
+    ref = Trainer(create_backbone("small-cnn", 4), cfg, "cpu", total_steps=10)
+    grads = []
+    for r in range(world.world_size):
+        ref.model.train(); ref.opt.zero_grad()
+        b = batch(r)
+        ref.loss_fn(ref.model(b.images).float(), b.labels).backward()
+        grads.append([p.grad.clone() for p in ref.model.parameters()])
+    for p, *g in zip(ref.model.parameters(), *grads):
+        p.grad = sum(g) / len(g)
+    ref.opt.step()
+    json.dump({"ranks": got, "reference": params(ref.model),
+               "one": [one.accuracy, one.loss, one.images, one.predictions.tolist()]}, open(sys.argv[1], "w"))
+"""
+
+
+def test_ddp_parameters_agree_and_equal_the_averaged_gradient_step(tmp_path):
+    """After one DDP step every rank's parameters are identical, and equal to one process applying
+    the gradients averaged over the ranks' batches; a grown (expand) model is re-wrapped and stays
+    identical; evaluation over 2 ranks returns what one process gets for the whole split."""
+    (tmp_path / "ddp.py").write_text(textwrap.dedent(DDP_SCRIPT))
+    proc = _torchrun(tmp_path / "ddp.py", str(tmp_path / "got.json"), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads((tmp_path / "got.json").read_text())
+    r0, r1 = got["ranks"]
+    flat = lambda ps: np.concatenate([np.ravel(np.asarray(p, dtype=np.float64)) for p in ps])  # noqa: E731
+    assert np.array_equal(flat(r0["start"]), flat(r1["start"]))  # DDP broadcast rank 0's init
+    assert np.array_equal(flat(r0["after"]), flat(r1["after"]))  # identical after the step
+    assert not np.array_equal(flat(r0["after"]), flat(r0["start"]))  # and it did move
+    np.testing.assert_allclose(flat(r0["after"]), flat(got["reference"]), rtol=1e-5, atol=1e-6)
+    assert np.array_equal(flat(r0["grown"]), flat(r1["grown"]))
+    assert r0["eval"] == r1["eval"]  # all-reduced and gathered: the same on both ranks
+    acc, loss, n, preds = r0["eval"]
+    one_acc, one_loss, one_n, one_preds = got["one"]
+    assert n == one_n == 11 and preds == one_preds and acc == one_acc
+    assert loss == pytest.approx(one_loss, rel=1e-6)
+
+
+# ----------------------------------------------------------------------------- rows, in-process
+
+def _rank_rows(rank: int, epoch_s: float, images: int, wait: float, cpu_s: float, gpu: float | None,
+               run_id: str = "r") -> list[dict]:
+    run = R.RunRows(run_id, "raw", "d", "train", {"pipe": {"rank": rank}}, rank=rank)
+    run.add("epoch_s", epoch_s, "s", repeat=0, epoch=1)
+    run.add("images_per_s", images / epoch_s, "img/s", repeat=0, epoch=1)
+    run.add("images", images, "1", repeat=0, epoch=1)
+    run.add("data_wait_s", wait, "s", repeat=0, epoch=1)
+    run.add("compute_s", epoch_s - wait, "s", repeat=0, epoch=1)
+    run.add("train_loss", 1.0 + rank, "1", repeat=0, epoch=1)
+    run.add("cpu_seconds", cpu_s, "s", repeat=0)
+    run.add("images_per_cpu_s", images / cpu_s, "img/cpu-s", repeat=0)
+    run.add("test_acc", 0.5, "1", repeat=0, epoch=1)
+    run.add("some_new_metric", 7.0, "1", repeat=0)
+    if gpu is None:
+        run.unavailable("gpu_mem_used_peak_bytes", "bytes", "no NVML here", repeat=0)
+    else:
+        run.add("gpu_mem_used_peak_bytes", gpu, "bytes", repeat=0)
+    return run.rows()
+
+
+def test_aggregate_rules_with_real_numbers():
+    """Global img/s = all images / the slowest epoch; the slowest rank's split; CPU per image over
+    the job; train loss the mean; all-reduced values once; GPU memory the largest device's; a metric
+    skipped on one rank is a skip row naming it; a metric without a rule stays per rank."""
+    a = {(r["metric"], r["epoch"]): r for r in aggregate([_rank_rows(0, 2.0, 64, 0.5, 4.0, 100.0),
+                                                          _rank_rows(1, 4.0, 60, 1.5, 2.0, 300.0)])}
+    assert a[("images_per_s", 1)]["value"] == pytest.approx(124 / 4.0)
+    assert a[("epoch_s", 1)]["value"] == 4.0 and a[("images", 1)]["value"] == 124
+    assert a[("data_wait_s", 1)]["value"] == 1.5 and a[("compute_s", 1)]["value"] == 2.5  # rank 1's: the slowest
+    assert a[("images_per_cpu_s", None)]["value"] == pytest.approx(124 / 6.0)
+    assert a[("train_loss", 1)]["value"] == 1.5 and a[("test_acc", 1)]["value"] == 0.5
+    assert a[("gpu_mem_used_peak_bytes", None)]["value"] == 300.0
+    assert ("some_new_metric", None) not in a
+    b = {r["metric"]: r for r in aggregate([_rank_rows(0, 2.0, 64, 0.5, 4.0, None), _rank_rows(1, 4.0, 60, 1.5, 2.0, 9.0)])}
+    assert b["gpu_mem_used_peak_bytes"]["status"] == "skip" and b["gpu_mem_used_peak_bytes"]["reason"] == "rank 0: no NVML here"
+
+
+def test_merge_failed_rank_is_one_error_row_and_exit_class():
+    ok = RankResult(0, "ok", 0, rows=_rank_rows(0, 2.0, 64, 0.5, 4.0, 1.0))
+    bad = RankResult(1, "error", 3, "out of memory: CUDA out of memory")
+    run = R.RunRows("r", "raw", "d", "train", {"x": 1})
+    assert merge(run, [ok, bad]) == (3, None)
+    df = R.to_frame(run.rows())
+    assert df.metric.tolist() == ["run"] and df["rank"].tolist() == [1]
+    assert df.reason.item() == "rank 1: out of memory: CUDA out of memory" and run.status == "error"
+    run = R.RunRows("r", "raw", "d", "train", {"x": 1})  # a rank unheard of when the group broke
+    assert merge(run, [ok, None], broken="timeout")[0] == 1
+    assert R.to_frame(run.rows()).reason.item() == "rank 1: no result: the process group failed (timeout)"
+    run = R.RunRows("r", "torch-nvjpeg", "d", "loader", {})  # skipped everywhere alike: one skip row
+    assert merge(run, [RankResult(k, "skip", 0, "unavailable: no CUDA") for k in (0, 1)]) == (0, None)
+    df = R.to_frame(run.rows())
+    assert len(df) == 1 and df.status.item() == "skip" and pd.isna(df["rank"].item())
+
+
+def test_v1_rows_read_with_rank_na_and_reports_skip_per_rank_rows(tmp_path):
+    """A version-1 rows.csv (no rank column) reads as rank <NA>; a report reads aggregate rows only."""
+    v1 = tmp_path / "res" / R.RUNS_DIR / "old"
+    v1.mkdir(parents=True)
+    (v1 / R.ROWS_FILE).write_text("schema_version,run_id,pipeline,dataset,mode,repeat,epoch,metric,value,unit,"
+                                  "status,reason,cfg.x\n1,old,raw,d,loader,0,1,images_per_s,10.0,img/s,ok,,1\n")
+    run = R.RunRows("new", "raw", "d", "loader", {"x": 1})
+    ok = [RankResult(k, "ok", 0, rows=_rank_rows(k, 2.0 + k, 64, 0.5, 4.0, 1.0, "new")) for k in (0, 1)]
+    merge(run, ok)
+    R.write_run(tmp_path / "res", run)
+    df = R.read_results(tmp_path / "res")
+    assert df.loc[df.run_id == "old", "rank"].isna().all()
+    assert set(df.loc[df.run_id == "new", "rank"].dropna()) == {0, 1}
+    s = R.summarize(df[df.metric == "images_per_s"])
+    assert sorted(s.loc[s.run_id == "new", "median"]) == pytest.approx(sorted([32.0, 64 / 3, 128 / 3]))
+    from bench.report.load import load
+
+    rows = load(tmp_path / "res").rows
+    assert rows["rank"].isna().all()
+    assert sorted(rows.loc[rows.metric == "images_per_s", "value"]) == pytest.approx([10.0, 128 / 3])
