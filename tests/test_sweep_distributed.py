@@ -199,3 +199,36 @@ def test_multi_node_cell_is_a_skip_with_the_line_then_adopted_when_run_by_hand(t
     assert s.status["enc"] == "ok" and store.is_file() and s.status["b"] == "error"
     s = run_sweep(cfg, out, progress=False)
     assert "enc" in s.kept
+
+
+def test_two_process_bench_cell_end_to_end_on_cpu(tmp_path, monkeypatch):
+    """A sweep cell of 2 gloo ranks (``nproc: 2``) beside the same cell in one process: per-rank and
+    aggregate rows in the cell's results and the sweep's merged view, and another hash."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    y = tmp_path / "ddp.yaml"
+    bench = {"kind": "bench", "data": "p", "pipeline": "raw", "mode": "train", "epochs": 2, "warmup": 1,
+             "repeats": 1, "batch_size": 8, "workers": 1, "backbone": "small-cnn",
+             "args": {"crop": "random-pad", "min_seconds": 0, "dist_timeout": 120}}
+    y.write_text(yaml.safe_dump({"name": "ddp", "device": "cpu", "cells": [
+        {"kind": "prepare", "id": "p", "source": "synthetic", "name": "syn", "size": 16,
+         "args": {"per_class": 8, "num_classes": 2}},
+        {**bench, "id": "one"},
+        {**bench, "id": "two", "nproc": 2},
+    ]}))
+    out = tmp_path / "out"
+    cfg = load_sweep(str(y))
+    s = run_sweep(cfg, out, progress=False)
+    logs = {c: (out / f"cells/{c}/stderr.log").read_text()[-3000:] for c in ("one", "two")}
+    assert s.status == {"p": "ok", "one": "ok", "two": "ok"}, logs
+    m = layout.read_marker(out / "cells/two")
+    assert m["process_argv"][1:3] == ["-m", "torch.distributed.run"]
+    assert m["process_argv"][m["process_argv"].index("--nproc-per-node") + 1] == "2"
+    rows = layout.cell_rows(out / "cells/two")
+    ips = rows[(rows.metric == "images_per_s") & (rows.status == "ok")]
+    assert set(ips["rank"].dropna().astype(int)) == {0, 1} and ips["rank"].isna().any()
+    assert layout.cell_rows(out / "cells/one")["rank"].isna().all()  # one process: no per-rank rows
+    merged = layout.read_sweep_results(out)
+    assert set(merged.loc[merged["cfg.sweep.cell"] == "two", "rank"].dropna().astype(int)) == {0, 1}
+    ctx = SweepContext(out=out, data_root=None, cells=cfg.by_id())
+    h = cell_hashes(cfg, ctx)
+    assert h["one"] != h["two"]
