@@ -259,7 +259,12 @@ def _run_rank(args: argparse.Namespace) -> int:
                 r, e = errors[0]
                 raise InputError(e if all(x == e for _, x in errors) else f"rank {r}: {e}")
             return EXIT_INPUT
-        outcome = run_bench(cfg, args.out)
+        try:
+            outcome = run_bench(cfg, args.out)
+        except InputError:  # the results folder refused (every rank learns it from rank 0)
+            if world.is_main:
+                raise
+            return EXIT_INPUT
         if world.is_main:
             print(summary_table(outcome.rows))
             print(f"rows: {outcome.run_dir / 'rows.csv'}")

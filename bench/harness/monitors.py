@@ -23,6 +23,10 @@ What is measured, and how:
   = NVML peak over the measured region minus that baseline: what the run itself held, DALI/nvJPEG
   pools included, beside torch's allocator peak (which sees only torch's own blocks).
 
+In a data-parallel run every rank runs its own monitors: the process tree of that rank (torchrun
+starts the ranks as siblings, so no rank counts another's CPU or memory) and that rank's GPU
+(``cuda:LOCAL_RANK``); ``bench.harness.ranks`` says how their rows are combined.
+
 ``mark()`` begins the measured region without restarting anything: the runner starts the monitor
 before building the pipeline (so starting NVML and the sampler thread never overlaps a pipeline
 working ahead) and marks the region when the measured epochs begin; ``stop`` reports [mark, stop].
