@@ -170,6 +170,19 @@ def test_failure_on_one_rank_is_an_error_row_naming_it_no_hang(data, tmp_path):
     assert "ERROR: rank 1: RuntimeError" in proc.stdout
 
 
+def test_rank_killed_outright_still_leaves_one_error_row(data, tmp_path):
+    """Rank 1 is SIGKILLed: torchrun stops rank 0 too, so no rank writes the run; ``--nproc``'s launcher does."""
+    out = tmp_path / "res"
+    proc = subprocess.run([sys.executable, "-m", "bench", *_bench_args(data, out, "raw", "loader"), "--nproc", "2"],
+                          cwd=REPO, env=_env(INRBENCH_TEST_FAIL_RANK="1:kill"), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode != 0
+    df, run_dir = _one_run(out)
+    assert df.metric.tolist() == ["run"] and df.status.tolist() == ["error"]
+    assert "before rank 0 wrote this run" in df.reason.item()
+    assert (run_dir / "env.json").exists()
+
+
 # ----------------------------------------------------------------------------- DDP and evaluation
 
 DDP_SCRIPT = """

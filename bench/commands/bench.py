@@ -184,7 +184,6 @@ def summary_table(rows) -> str:
     df = aggregate_rows(every)
     status = every[every.metric == "run"]
     if len(status):
-        r = status.iloc[0]
         return "\n".join(f"{r['pipeline']} {r['mode']}: {r['status'].upper()}: {r['reason']}"
                          for _, r in status.iterrows())
     s = summarize(df, by=("metric",)).set_index("metric")
@@ -211,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
     from bench import dist
 
     if dist.launch_requested(args):
-        return dist.launch(args, "bench")
+        return _launch(args)
     if dist.from_env().distributed:
         return _run_rank(args)
     from bench.harness.runner import run_bench
@@ -223,6 +222,36 @@ def run(args: argparse.Namespace) -> int:
     if outcome.input_error is not None:
         raise outcome.input_error
     return outcome.exit_code
+
+
+def _launch(args: argparse.Namespace) -> int:
+    """``--nproc``: run the ranks under torchrun with a run id drawn here (``RUN_ID_ENV``), so that a run
+    whose ranks never wrote it (a rank killed, a hard crash: torchrun then stops every rank) still
+    leaves one error row saying so, instead of nothing."""
+    import os
+    from pathlib import Path
+
+    from bench import dist, results
+    from bench.harness.runner import RUN_ID_ENV
+    from bench.outputs import is_own
+
+    run_id = results.new_run_id(args.pipeline, args.mode)
+    os.environ[RUN_ID_ENV] = run_id
+    try:
+        code = dist.launch(args, "bench")
+    finally:
+        os.environ.pop(RUN_ID_ENV, None)
+    run_dir = Path(args.out) / results.RUNS_DIR / run_id
+    if code != 0 and not (run_dir / "rows.csv").exists() and is_own(args.out, "results"):  # rank 0 claimed it
+        rows = results.RunRows(run_id, args.pipeline, Path(args.data).resolve().name, args.mode,
+                               {"pipeline": args.pipeline, "data": str(args.data), "mode": args.mode,
+                                "nproc": args.nproc, "nnodes": args.nnodes, "argv": " ".join(args._argv)})
+        rows.error(f"torchrun exited with status {code} before rank 0 wrote this run (a rank was killed "
+                   "or crashed hard; its stderr is above)")
+        results.write_env(run_dir)
+        results.write_run(args.out, rows)
+        print(f"rows: {run_dir / 'rows.csv'} (error: no rank finished the run)")
+    return code
 
 
 def _run_rank(args: argparse.Namespace) -> int:

@@ -40,7 +40,9 @@ its own clock and monitors, the epochs of all ranks start together (a sync point
 the model trains under DDP, evaluation is all-reduced; rank 0 draws the run id, gathers every
 rank's rows and writes one run: per-rank rows and aggregate rows (``bench.harness.ranks``: sync
 points, failures, aggregation rules). ``INRBENCH_TEST_FAIL_RANK=R`` (a test hook, read in one
-place: ``_injected_failure``) makes rank R raise just before repeat 0's first measured epoch.
+place: ``_injected_failure``) makes rank R raise just before repeat 0's first measured epoch
+(``R:kill``: SIGKILL itself; torchrun then stops every rank, and ``inrbench bench --nproc``
+writes the run's one error row, since no rank could).
 
 Outcomes: ``Unavailable`` (from the adapter, or ``--device cuda`` on a machine without CUDA)
 -> one skip row, exit 0. Out of memory -> one error row, exit 3.
@@ -70,7 +72,8 @@ from bench.train.loop import TrainConfig
 from pipelines.base import PipelineConfig, Unavailable
 
 EXIT_OK, EXIT_ERROR, EXIT_INPUT, EXIT_OOM = 0, 1, 2, 3
-AUTORANGE_MAX_EPOCHS = 10_000  # per repeat: a bound on the autorange whatever min_seconds says
+AUTORANGE_MAX_EPOCHS = 10_000
+RUN_ID_ENV = "INRBENCH_RUN_ID"  # set by ``inrbench bench --nproc`` for the ranks it launches  # per repeat: a bound on the autorange whatever min_seconds says
 
 
 @dataclass(frozen=True)
@@ -212,8 +215,8 @@ def _start(cfg: BenchConfig, out: str | Path, sync: Sync) -> tuple[Path, str]:
 
     got: tuple[str | None, str | None] = (None, None)
     if sync.rank == 0:
-        try:
-            got = (str(_claim_results(cfg, out)), results.new_run_id(cfg.pipeline, cfg.mode))
+        try:  # the id ``inrbench bench --nproc`` drew (it writes an error row if no rank writes the run)
+            got = (str(_claim_results(cfg, out)), os.environ.get(RUN_ID_ENV) or results.new_run_id(cfg.pipeline, cfg.mode))
         except InputError as e:
             got = (None, str(e))
     claimed, run_id = dist.broadcast_object(got)
@@ -385,7 +388,14 @@ def _injected_failure(cfg: BenchConfig, r: int, n: int) -> None:
     """Test hook: ``INRBENCH_TEST_FAIL_RANK=R`` makes rank R raise before the sync point of repeat 0's
     first measured epoch (between sync points, as a pipeline failure would; tests only)."""
     want = os.environ.get("INRBENCH_TEST_FAIL_RANK")
-    if want is not None and r == 0 and n == 0 and want.strip() == str(cfg.pipe.rank):
+    if want is None or r != 0 or n != 0:
+        return
+    rank, _, how = want.strip().partition(":")
+    if rank == str(cfg.pipe.rank):
+        if how == "kill":  # ``R:kill``: the process dies outright (SIGKILL), as an OOM killer would do it
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
         raise RuntimeError(f"injected failure on rank {cfg.pipe.rank} (INRBENCH_TEST_FAIL_RANK)")
 
 
