@@ -186,21 +186,26 @@ def _open_work(work: Path, job: dict) -> None:
         if not names:  # killed between mkdir and writing config.json: nothing to keep
             atomic_write_json(cfg_path, job)
             return
-        try:
-            old = json.loads(cfg_path.read_text())
-        except (OSError, ValueError):
-            old = None
-        if not isinstance(old, dict) or "encode" not in old:
-            raise InputError("exists and is not an encode work folder (no config.json of inrbench encode); "
-                             "refusing to use or remove it", work)
-        old = {**old, "source": {k: v for k, v in old.get("source", {}).items() if k != "prepared"}}
-        if old != job:
-            diff = sorted(_diff_keys(old, job))
-            raise InputError(f"holds shards of an encode with other settings ({', '.join(diff[:6])} differ); "
-                             "delete it to start over, or rerun with those settings to resume", work)
+        _check_work(work, job)
         return
     work.mkdir(parents=True)
     atomic_write_json(cfg_path, job)
+
+
+def _check_work(work: Path, job: dict) -> None:
+    """The work folder's ``config.json`` names this very job (else an ``InputError``)."""
+    try:
+        old = json.loads((work / "config.json").read_text())
+    except (OSError, ValueError):
+        old = None
+    if not isinstance(old, dict) or "encode" not in old:
+        raise InputError("exists and is not an encode work folder (no config.json of inrbench encode); "
+                         "refusing to use or remove it", work)
+    old = {**old, "source": {k: v for k, v in old.get("source", {}).items() if k != "prepared"}}
+    if old != job:
+        diff = sorted(_diff_keys(old, job))
+        raise InputError(f"holds shards of an encode with other settings ({', '.join(diff[:6])} differ); "
+                         "delete it to start over, or rerun with those settings to resume", work)
 
 
 def _diff_keys(a, b, prefix: str = "") -> list[str]:
@@ -250,46 +255,173 @@ def encode_split(
         return _encode_split(images, labels, cfg, out, device, source, progress, keep_work, fit_cache)
 
 
-def _encode_split(images, labels, cfg: EncodeConfig, out: Path, device, source, progress, keep_work, fit_cache) -> Path:
+@dataclass(frozen=True)
+class _Split:
+    """What every process of an encode derives from its arguments alone."""
+
+    imgs: np.ndarray  # uint8 [N, H, W, 3]
+    labels: np.ndarray  # int64 [N]
+    work: Path
+    job: dict
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        n, h, w, _ = self.imgs.shape
+        return n, h, w
+
+
+def _split(images, labels, cfg: EncodeConfig, out: Path, source) -> _Split:
     imgs = as_image_array(images, str(out))
     labels = np.asarray(labels, dtype=np.int64).reshape(-1)
     n, h, w, _ = imgs.shape
     if labels.shape[0] != n:
         raise InputError(f"{n} images but {labels.shape[0]} labels", out)
-    work = out.with_name(out.name + WORK_SUFFIX)
-    job = _job(cfg, source, n, h, w)
-    _open_work(work, job)
-    shard_paths = []
-    for si, s in enumerate(range(0, n, cfg.shard_size)):
-        e = min(n, s + cfg.shard_size)
-        sp = work / f"shard_{si:05d}.inr"
-        shard_paths.append(sp)
-        if sp.exists():
-            try:
-                st = store.load(sp, "cpu")
-                if st.num_images == e - s:
-                    if progress is not None:
-                        progress(e - s, st.psnr if st.psnr is not None else np.full(e - s, np.nan))
-                    continue
-            except InputError:
-                pass  # a damaged shard is recomputed
-        enc = encode_images(imgs[s:e], cfg, device=device, first_index=s, progress=progress, fit_cache=fit_cache)
-        store.save(sp, cfg.fit.arch, (h, w), labels[s:e], enc.layers, psnr=enc.psnr,
+    return _Split(imgs, labels, out.with_name(out.name + WORK_SUFFIX), _job(cfg, source, n, h, w))
+
+
+def shard_ranges(n: int, shard_size: int) -> list[tuple[int, int]]:
+    """``(start, end)`` image ranges of the shards of ``n`` images; shard ``si`` is ``shard_{si:05d}.inr``."""
+    return [(s, min(n, s + shard_size)) for s in range(0, n, shard_size)]
+
+
+def _finished(path: Path, size: int) -> np.ndarray | None:
+    """The PSNRs of a finished, intact shard of ``size`` images at ``path``, else None (to be refitted)."""
+    if not path.exists():
+        return None
+    try:
+        st = store.StoreStream(path)  # every CRC checked, in bounded memory
+    except InputError:
+        return None  # a damaged shard is recomputed
+    if st.num_images != size:
+        return None
+    return st.psnr.astype(np.float32) if st.psnr is not None else np.full(size, np.nan, np.float32)
+
+
+def encode_shards(sp: _Split, cfg: EncodeConfig, device, progress, fit_cache, rank: int = 0,
+                  world_size: int = 1) -> dict:
+    """Fit the shards ``si`` with ``si % world_size == rank`` that are not finished in the work folder
+    (each written atomically as a complete store); -> ``{"fitted": [si...], "resumed": [si...], "images": k}``."""
+    n, h, w = sp.shape
+    done: dict = {"rank": rank, "fitted": [], "resumed": [], "images": 0}
+    for si, (s, e) in enumerate(shard_ranges(n, cfg.shard_size)):
+        if si % world_size != rank:
+            continue
+        path = sp.work / f"shard_{si:05d}.inr"
+        done["images"] += e - s
+        psnr = _finished(path, e - s)
+        if psnr is not None:
+            done["resumed"].append(si)
+            if progress is not None:
+                progress(e - s, psnr)
+            continue
+        enc = encode_images(sp.imgs[s:e], cfg, device=device, first_index=s, progress=progress, fit_cache=fit_cache)
+        store.save(path, cfg.fit.arch, (h, w), sp.labels[s:e], enc.layers, psnr=enc.psnr,
                    meta={"shard": si, "first_index": s, "stages": enc.stages}, per_channel=cfg.quant.per_channel)
-    parts, psnrs = [], []
-    for sp in shard_paths:
-        st = store.load(sp, "cpu")
-        parts.append(st.quantized_layers())
-        psnrs.append(st.psnr)
-    layers = concat_layers(parts) if parts else quantize(
-        [(torch.zeros(0, i, o), torch.zeros(0, 1, o)) for i, o in cfg.fit.arch.shapes], cfg.quant)
-    psnr = np.concatenate(psnrs) if psnrs else np.zeros(0, np.float32)
+        done["fitted"].append(si)
+    return done
+
+
+def merge_work(sp: _Split, cfg: EncodeConfig, out: Path, source, keep_work: bool) -> Path:
+    """Merge the work folder's shards into the store ``out`` (``inr.merge``, streamed) and remove the folder."""
+    from inr.merge import merge_stores
+
+    n, h, w = sp.shape
+    paths = [sp.work / f"shard_{si:05d}.inr" for si in range(len(shard_ranges(n, cfg.shard_size)))]
+    missing = [p.name for p, (s, e) in zip(paths, shard_ranges(n, cfg.shard_size), strict=True) if not p.is_file()]
+    if missing:
+        raise InputError(f"shards {', '.join(missing[:4])} are missing; rerun to fit them", sp.work)
     meta = {"encode": cfg.to_dict(), "source": source or {}, "fit": cfg.fit.to_dict(), "bits": list(cfg.quant.bits)}
     if cfg.fit.init_sha256:  # the learned init this store was fitted from (inrbench meta-init)
         from inr.meta import init_record
 
         meta["init"] = init_record(cfg.fit.init, cfg.fit.init_sha256)
-    store.save(out, cfg.fit.arch, (h, w), labels, layers, psnr=psnr, meta=meta, per_channel=cfg.quant.per_channel)
+    merge_stores(out, paths, cfg.fit.arch, (h, w), cfg.quant.bits, cfg.quant.per_channel, meta, labels=sp.labels)
     if not keep_work:
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(sp.work, ignore_errors=True)
     return out
+
+
+def _encode_split(images, labels, cfg: EncodeConfig, out: Path, device, source, progress, keep_work, fit_cache) -> Path:
+    sp = _split(images, labels, cfg, out, source)
+    _open_work(sp.work, sp.job)
+    encode_shards(sp, cfg, device, progress, fit_cache)
+    return merge_work(sp, cfg, out, source, keep_work)
+
+
+class PeerFailed(Exception):
+    """Another rank of a distributed encode failed; rank 0 reports it (``encode_split_distributed``)."""
+
+
+def encode_split_distributed(
+    images, labels, cfg: EncodeConfig, out: str | Path, world, device: str = "cpu", source: dict | None = None,
+    progress: Callable[[int, np.ndarray], None] | None = None, keep_work: bool = False,
+    fit_cache: str | Path | None = None, overwrite: bool = False,
+) -> tuple[Path | None, list[dict]]:
+    """``encode_split`` as rank ``world.rank`` of ``world.world_size`` processes (``bench.dist``, group joined).
+
+    Rank 0 claims ``out`` (the lock, held to the end) and opens or checks the work folder; then
+    every rank checks its ``config.json`` and fits the shards ``si % world_size == rank`` on
+    ``device`` (this rank's), resumably, as one process does; the ranks exchange their status
+    and rank 0 merges. Every shard's bytes depend only on its images and the configuration, so
+    the store is the one a single process writes (same device type and thread count per process).
+
+    Returns ``(out, per-rank summaries)`` on rank 0 and ``(None, summaries)`` on the others. A
+    failure on any rank is an ``InputError`` on rank 0 naming the rank (finished shards are kept
+    for a rerun) and ``PeerFailed`` on the others, which leave the report to rank 0.
+    """
+    import contextlib
+
+    from bench import dist
+    from bench.outputs import check_output, claim
+
+    out = Path(out)
+    sp = status = None
+    with contextlib.ExitStack() as held:
+        if world.is_main:
+            try:
+                inputs = {"prepared dataset": (source or {}).get("prepared"), "fit cache (--fit-cache)": fit_cache}
+                out = held.enter_context(claim(out, "store", inputs=inputs, mode="replace" if overwrite else "new"))
+                if fit_cache is not None:
+                    check_output(fit_cache, "fit-cache", inputs={"prepared dataset": inputs["prepared dataset"]},
+                                 mode="append", option="--fit-cache")
+                sp = _split(images, labels, cfg, out, source)
+                _open_work(sp.work, sp.job)
+            except (InputError, OSError) as e:
+                status = _message(e)
+        status, out = dist.broadcast_object((status, str(out)))
+        out = Path(out)  # rank 0's resolved path
+        if status is not None:
+            if world.is_main:
+                raise InputError(status)
+            raise PeerFailed(status)
+        done: dict = {"rank": world.rank}
+        try:
+            if not world.is_main:
+                sp = _split(images, labels, cfg, out, source)
+                if not (sp.work / "config.json").is_file():
+                    raise InputError(f"rank {world.rank} does not see the work folder rank 0 created (the ranks "
+                                     "need one shared file system)", sp.work)
+                _check_work(sp.work, sp.job)
+            done = encode_shards(sp, cfg, device, progress, fit_cache, world.rank, world.world_size)
+        except (InputError, OSError) as e:
+            status = _message(e)
+        ranks = dist.all_gather_object({**done, "error": status})
+        failed = [r for r in ranks if r["error"] is not None]
+        if failed:
+            if not world.is_main:
+                raise PeerFailed(status)
+            what = "; ".join(f"rank {r['rank']}: {r['error']}" for r in failed)
+            raise InputError(f"{len(failed)} of {world.world_size} ranks failed ({what}); finished shards are kept in "
+                             f"{out.name}{WORK_SUFFIX}: rerun to resume")
+        if not world.is_main:
+            return None, ranks
+        return merge_work(sp, cfg, out, source, keep_work), ranks
+
+
+def _message(e: BaseException) -> str:
+    """One line for an ``InputError`` or ``OSError`` (as ``bench.cli`` prints it)."""
+    if isinstance(e, OSError):
+        from bench.outputs import os_error_message
+
+        return os_error_message(e)
+    return str(e).replace("\n", "\\n")

@@ -1,4 +1,10 @@
-"""`inrbench encode PREPARED_DIR --preset NAME --out FILE`: fit, prune, quantize, store (resumable)."""
+"""`inrbench encode PREPARED_DIR --preset NAME --out FILE`: fit, prune, quantize, store (resumable).
+
+``--nproc N`` (or the same command under ``torchrun``) splits the shards across N processes, one
+per device (``bench.dist``, ``inr.encode.encode_split_distributed``): rank 0 holds ``--out`` and
+merges; the store is the one a single process writes. Bad options, a bad ``--out`` or dataset
+are refused (one line, exit 2) before torchrun starts.
+"""
 
 from __future__ import annotations
 
@@ -55,6 +61,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--at-rest", choices=("lzma",),
                    help="write the store entropy-coded for disk and transfer (inr.atrest); it is decoded once "
                         "at load into the same resident layout (inspect/compare report disk and resident bytes)")
+    from bench.dist import add_launch_arguments
+
+    add_launch_arguments(p)
 
 
 def build_config(args: argparse.Namespace):
@@ -89,23 +98,79 @@ def build_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from bench import dist
     from bench.devices import resolve_device
     from bench.outputs import claim
 
     args.device = resolve_device(args.device)  # a malformed or absent device: exit 2 before any work
+    if dist.launch_requested(args):
+        _precheck(args)
+        return dist.launch(args, "encode")
+    world = dist.from_env()
+    if world.distributed:
+        return _encode_distributed(args, world)
     # refuse a bad --out (or one another encode is writing) before any work; held until the store is written
-    with claim(args.out, "store", inputs={"prepared dataset": args.prepared, "fit cache (--fit-cache)": args.fit_cache},
-               mode="replace" if args.overwrite else "new"):
+    with claim(args.out, "store", inputs=_inputs(args), mode="replace" if args.overwrite else "new"):
         return _encode(args)
 
 
-def _encode(args: argparse.Namespace) -> int:
+def _inputs(args: argparse.Namespace) -> dict:
+    return {"prepared dataset": args.prepared, "fit cache (--fit-cache)": args.fit_cache}
+
+
+def _precheck(args: argparse.Namespace) -> None:
+    """What every rank would refuse, refused once here before torchrun starts (one line, exit 2)."""
+    from bench import dist
+    from bench.datasets.prepared import open_prepared
+    from bench.outputs import check_output
+
+    dist.rank_device(args.device, dist.World(0, args.nproc * args.nnodes, 0, args.nproc))
+    build_config(args)
+    check_output(args.out, "store", inputs=_inputs(args), mode="replace" if args.overwrite else "new")
+    _select(args, open_prepared(args.prepared), args.nproc * args.nnodes)
+
+
+def _select(args: argparse.Namespace, ds, world_size: int = 1):
+    """The split's first ``--limit`` images: ``(split, n, images, labels, source record)``."""
+    from bench.datasets.identity import source_record
+    from bench.errors import InputError
+
+    if ds.native and world_size > 1:
+        raise InputError("a native-size dataset (prepare --size native) is encoded by one process: "
+                         "run without --nproc / torchrun", args.prepared)
+    split = ds.split(args.split)
+    n = len(split) if args.limit is None else min(len(split), args.limit)
+    if n < 1:
+        raise InputError(f"split {args.split!r} has no images to encode", args.prepared)
+    # the source record ties the store to these images (bench.datasets.identity)
+    return split, n, split.images[:n], split.labels[:n], source_record(ds, args.split, args.limit)
+
+
+def _header(args: argparse.Namespace, cfg, ds, split, n: int, where: str) -> str:
+    prune = f"dynamic <= {cfg.prune.budget_db:g} dB" if cfg.prune.budget_db is not None else f"{cfg.prune.ratio:g}"
+    return (f"encode {ds.root} [{args.split}] {n} images {split.image_size[0]}x{split.image_size[1]}: {cfg.fit.arch}, "
+            f"{cfg.fit.iterations} iterations, lr {cfg.fit.lr}, bits {list(cfg.quant.bits)}, "
+            f"prune {prune}, {where}")
+
+
+def _progress_bar(args: argparse.Namespace, total: int, desc: str, disable: bool = False):
+    """A tqdm bar and the ``progress(n, psnr)`` callback that advances it with the running mean PSNR."""
     import numpy as np
     from tqdm import tqdm
 
-    from bench.datasets.identity import source_record
+    psnrs: list[np.ndarray] = []
+    bar = tqdm(total=total, unit="img", desc=desc, disable=args.no_progress or disable, dynamic_ncols=True)
+
+    def progress(k: int, p) -> None:
+        psnrs.append(np.asarray(p, dtype=np.float64))
+        bar.update(k)
+        bar.set_postfix(psnr=f"{np.nanmean(np.concatenate(psnrs)):.2f}dB")
+
+    return bar, progress
+
+
+def _encode(args: argparse.Namespace) -> int:
     from bench.datasets.prepared import open_prepared
-    from bench.errors import InputError
     from inr.encode import encode_split
 
     cfg = build_config(args)
@@ -116,24 +181,9 @@ def _encode(args: argparse.Namespace) -> int:
     ds = open_prepared(args.prepared)
     if ds.native:  # images of different sizes: fitted in groups of one size (inr.native)
         return _encode_native(args, cfg, ds)
-    split = ds.split(args.split)
-    n = len(split) if args.limit is None else min(len(split), args.limit)
-    if n < 1:
-        raise InputError(f"split {args.split!r} has no images to encode", args.prepared)
-    images, labels = split.images[:n], split.labels[:n]
-    source = source_record(ds, args.split, args.limit)  # ties the store to these images (bench.datasets.identity)
-    prune = f"dynamic <= {cfg.prune.budget_db:g} dB" if cfg.prune.budget_db is not None else f"{cfg.prune.ratio:g}"
-    print(f"encode {ds.root} [{args.split}] {n} images {split.image_size[0]}x{split.image_size[1]}: {cfg.fit.arch}, "
-          f"{cfg.fit.iterations} iterations, lr {cfg.fit.lr}, bits {list(cfg.quant.bits)}, "
-          f"prune {prune}, device {args.device}")
-    psnrs: list[np.ndarray] = []
-    bar = tqdm(total=n, unit="img", desc="encode", disable=args.no_progress, dynamic_ncols=True)
-
-    def progress(k: int, p) -> None:
-        psnrs.append(np.asarray(p, dtype=np.float64))
-        bar.update(k)
-        bar.set_postfix(psnr=f"{np.nanmean(np.concatenate(psnrs)):.2f}dB")
-
+    split, n, images, labels, source = _select(args, ds)
+    print(_header(args, cfg, ds, split, n, f"device {args.device}"))
+    bar, progress = _progress_bar(args, n, "encode")
     try:
         out = encode_split(images, labels, cfg, args.out, device=args.device, source=source, progress=progress,
                            keep_work=args.keep_work, fit_cache=args.fit_cache,
@@ -141,6 +191,47 @@ def _encode(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     return _finish(out, args, "raw RGB")
+
+
+def _encode_distributed(args: argparse.Namespace, world) -> int:
+    """One rank of ``encode`` under torchrun: its shards on its device; rank 0 merges and reports."""
+    from bench import dist
+    from bench.datasets.prepared import open_prepared
+    from inr.encode import PeerFailed, encode_split_distributed, shard_ranges
+
+    device = dist.rank_device(args.device, world)
+    cfg = build_config(args)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    ds = open_prepared(args.prepared)
+    split, n, images, labels, source = _select(args, ds, world.world_size)
+    world = dist.init(device, args.dist_timeout)
+    try:
+        if world.is_main:
+            print(_header(args, cfg, ds, split, n, f"{world.world_size} processes ({world.backend}), "
+                                                   f"device {args.device}"), flush=True)
+        mine = sum(e - s for si, (s, e) in enumerate(shard_ranges(n, cfg.shard_size))
+                   if si % world.world_size == world.rank)
+        bar, progress = _progress_bar(args, mine, f"encode rank {world.rank}/{world.world_size}",
+                                      disable=not world.is_main)
+        try:
+            out, ranks = encode_split_distributed(
+                images, labels, cfg, args.out, world, device=device, source=source, progress=progress,
+                keep_work=args.keep_work, fit_cache=args.fit_cache, overwrite=args.overwrite)
+        except PeerFailed:
+            return 2  # rank 0 prints the one line naming the failed rank
+        finally:
+            bar.close()
+        if out is None:
+            return 0
+        print("shards per rank: " + "; ".join(
+            f"rank {r['rank']} {len(r['fitted'])} fitted, {len(r['resumed'])} resumed ({r['images']} images)"
+            for r in ranks))
+        return _finish(out, args, "raw RGB")
+    finally:
+        dist.shutdown()
 
 
 def _encode_native(args: argparse.Namespace, cfg, ds) -> int:
@@ -173,11 +264,23 @@ def _finish(out, args: argparse.Namespace, raw_label: str) -> int:
 
     from inr.store import load
 
-    _pack(out, getattr(args, "at_rest", None))
-    st = load(out, "cpu")
-    p = st.psnr.astype(np.float64)
-    print(f"wrote {out}: {st.num_images} images, {st.bytes_per_image:.1f} bytes/image "
-          f"({100 * st.bytes_per_image / st.raw_bytes_per_image:.1f}% of {raw_label}{_packed_note(st)}), "
+    codec = getattr(args, "at_rest", None)
+    _pack(out, codec)
+    if codec:
+        st = load(out, "cpu")
+        n, per_image, raw, p, note = st.num_images, st.bytes_per_image, st.raw_bytes_per_image, st.psnr, _packed_note(st)
+    else:  # verified in bounded memory (inr.store.StoreStream): a large store is not loaded whole for one line
+        from inr.store import StoreStream
+
+        ss = StoreStream(out)
+        n, note = ss.num_images, ""
+        per_image = out.stat().st_size / max(1, n)
+        sizes = ss.read_array("sizes").astype(np.float64) if ss.entry("sizes") else None
+        raw = float((sizes[:, 0] * sizes[:, 1]).mean() * 3) if sizes is not None else ss.image_size[0] * ss.image_size[1] * 3
+        p = ss.psnr
+    p = p.astype(np.float64)
+    print(f"wrote {out}: {n} images, {per_image:.1f} bytes/image "
+          f"({100 * per_image / raw:.1f}% of {raw_label}{note}), "
           f"PSNR mean {p.mean():.2f} dB (min {p.min():.2f})")
     return 0
 

@@ -10,4 +10,5 @@ TARGETS: dict[str, str] = {
     "decode": "bench.perf.decode",
     "init": "bench.perf.init",
     "expand": "bench.perf.expand",
+    "merge": "bench.perf.merge",
 }

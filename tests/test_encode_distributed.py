@@ -1,0 +1,148 @@
+"""``inrbench encode --nproc 2`` (gloo, two CPU processes under torchrun) through the real CLI:
+the store is byte-identical to a one-process encode; killing a rank and rerunning resumes to it;
+a failing rank is reported in one line by rank 0; bad input is refused before torchrun starts."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bench.datasets.prepared import SplitData, write_prepared
+from tests.cli_helpers import assert_one_line_error, run_cli
+from tests.fixtures_datasets import write_tiny_prepared
+
+REPO = Path(__file__).resolve().parents[1]
+N = 18  # 6 shards of 3: rank 0 fits 0, 2, 4 and rank 1 fits 1, 3, 5
+ARGS = ["--preset", "demo", "--iterations", "20", "--shard-size", "3", "--no-progress"]
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def encode_cmd(data: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "bench", "encode", str(data), *ARGS, "--out", str(out), *extra]
+
+
+def run(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return write_tiny_prepared(tmp_path_factory.mktemp("dist") / "data", N, 2)
+
+
+@pytest.fixture(scope="module")
+def single(data) -> str:
+    """sha256 of the one-process store (one torch thread, as each torchrun rank has)."""
+    out = data.parent / "single.inr"
+    threads = torch.get_num_threads()
+    try:
+        from bench import cli
+
+        assert cli.main(["encode", str(data), *ARGS, "--threads", "1", "--out", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return sha256(out)
+
+
+@pytest.fixture(scope="module")
+def two(data) -> tuple[Path, subprocess.CompletedProcess]:
+    """A 2-process encode of the same configuration, its work folder kept."""
+    out = data.parent / "two.inr"
+    r = run(encode_cmd(data, out, "--nproc", "2", "--keep-work"))
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    return out, r
+
+
+def test_two_processes_write_the_single_process_store(single, two):
+    out, r = two
+    assert sha256(out) == single
+    assert "torchrun --standalone --nnodes 1 --nproc-per-node 2 -m bench encode" in r.stderr
+    assert "2 processes (gloo)" in r.stdout
+    assert "rank 0 3 fitted, 0 resumed (9 images); rank 1 3 fitted, 0 resumed (9 images)" in r.stdout
+    assert sorted(p.name for p in out.with_name("two.inr.work").glob("shard_*.inr")) == [
+        f"shard_{i:05d}.inr" for i in range(6)]
+
+
+def _rank_pid(root: subprocess.Popen, rank: str, deadline: float) -> int:
+    import psutil
+
+    while time.monotonic() < deadline:
+        for p in psutil.Process(root.pid).children(recursive=True):
+            try:
+                if p.environ().get("RANK") == rank and "bench" in p.cmdline():
+                    return p.pid
+            except psutil.Error:
+                pass
+        time.sleep(0.01)
+    raise AssertionError(f"no rank {rank} process")
+
+
+def test_killing_a_rank_then_rerunning_resumes_to_the_same_store(data, single, tmp_path):
+    out = tmp_path / "killed.inr"
+    work = tmp_path / "killed.inr.work"
+    root = subprocess.Popen(encode_cmd(data, out, "--nproc", "2"), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not (work / "shard_00001.inr").exists():  # rank 1's first shard is on disk
+            assert root.poll() is None and time.monotonic() < deadline, "encode ended before a shard was written"
+            time.sleep(0.005)
+        os.kill(_rank_pid(root, "1", deadline), signal.SIGKILL)  # rank 1 still has shards 3 and 5 to fit
+        _, err = root.communicate(timeout=90)
+    finally:
+        if root.poll() is None:
+            os.killpg(root.pid, signal.SIGKILL)
+            root.wait()
+    assert root.returncode != 0 and not out.exists(), err[-2000:]
+    kept = {p.name: p.stat().st_ino for p in work.glob("shard_*.inr")}
+    assert "shard_00001.inr" in kept and len(kept) < 6
+
+    r = run(encode_cmd(data, out, "--nproc", "2", "--keep-work"))
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    assert sha256(out) == single
+    resumed = [int(k) for k in re.findall(r"(\d+) resumed", r.stdout)]
+    assert len(resumed) == 2 and sum(resumed) == len(kept), r.stdout  # every shard on disk was kept, none refitted
+    assert {n: (work / n).stat().st_ino for n in kept} == kept
+
+
+def test_a_failing_rank_is_reported_by_rank_0_in_one_line(data, two, tmp_path):
+    out = tmp_path / "fail.inr"
+    work = tmp_path / "fail.inr.work"
+    work.mkdir()
+    shutil.copy(two[0].with_name("two.inr.work") / "config.json", work / "config.json")  # the same job
+    (work / "shard_00001.inr").mkdir()  # rank 1 cannot write its first shard there
+    r = run(encode_cmd(data, out, "--nproc", "2"))
+    assert r.returncode != 0 and not out.exists()
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("inrbench: error:")]
+    assert len(lines) == 1 and "1 of 2 ranks failed (rank 1: " in lines[0], r.stderr[-3000:]
+    assert "fail.inr.work: rerun to resume" in lines[0]
+    assert {p.name for p in work.glob("shard_*.inr") if p.is_file()} == {"shard_00000.inr", "shard_00002.inr",
+                                                                         "shard_00004.inr"}
+
+
+def test_bad_input_is_refused_before_torchrun_starts(data, single, capsys, tmp_path):
+    existing = data.parent / "single.inr"
+    rc, _, err = run_cli(capsys, "encode", data, *ARGS, "--out", existing, "--nproc", "2")
+    assert_one_line_error(rc, err, "already exists (pass --overwrite")
+    rc, _, err = run_cli(capsys, "encode", data, *ARGS, "--out", tmp_path / "x.inr", "--nproc", "2", "--bits", "3")
+    assert_one_line_error(rc, err, "--bits '3': widths must be 4..16 or 32")
+    native = tmp_path / "native"
+    ims = [np.full((h, w, 3), 9, np.uint8) for h, w in ((8, 8), (8, 12))]
+    write_prepared(native, {"train": SplitData(ims, np.array([0, 1]), ids=["0", "1"])}, {"source": "x", "classes": ["a", "b"]})
+    rc, _, err = run_cli(capsys, "encode", native, *ARGS, "--out", tmp_path / "n.inr", "--nproc", "2")
+    assert_one_line_error(rc, err, "native-size dataset", "is encoded by one process")
+    assert not list(tmp_path.glob("*.inr*"))
