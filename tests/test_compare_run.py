@@ -188,6 +188,15 @@ def test_cli_jpeg_only_run(prepared, tmp_path, capsys):
     assert "JPEG quality sweep" in capsys.readouterr().out
 
 
+def test_cli_inr_bytes_reaches_the_config(prepared, tmp_path):
+    import json
+
+    root, _ = prepared
+    out = tmp_path / "o"
+    assert _cli([str(root), "--jpeg-qualities", "50", "--limit", "1", "--inr-bytes", "payload", "--out", str(out)]) == 0
+    assert json.loads((out / "config.json").read_text())["config"]["inr_bytes"] == "payload"
+
+
 def test_crossover_on_the_inr_frontier():
     from bench.compare.table import crossovers, inr_frontier
 

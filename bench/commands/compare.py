@@ -9,7 +9,7 @@ HELP = "compare INR stores with JPEG/WebP/AVIF/JPEG XL/JPEG 2000 at matched byte
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench.compare.config import DEFAULT_QUALITIES, MATCH_CHOICES, SUBSAMPLINGS
+    from bench.compare.config import DEFAULT_QUALITIES, INR_BYTES, MATCH_CHOICES, SUBSAMPLINGS
 
     p.add_argument("prepared", metavar="PREPARED_DIR", help="prepared dataset folder (`inrbench prepare`)")
     p.add_argument("--store", nargs="*", default=[], metavar="FILE",
@@ -36,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference", choices=("kodak", "cifar10"),
                    help="draw published rate-distortion curves of that dataset (their numbers on their data) "
                         "and list them at each INR's bpp")
+    p.add_argument("--inr-bytes", choices=INR_BYTES, default="file",
+                   help="what an INR image costs: file (its share of the whole store file, default) or payload "
+                        "(its weight arrays only: codes, scales, masks; no store header, as COIN counts it)")
     p.add_argument("--weight-images", type=int, default=256, help="images sampled for the weight histograms")
     p.add_argument("--out", required=True, help="output folder (written atomically, replaced if present)")
 
@@ -52,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             split=args.split, qualities=tuple(args.jpeg_qualities), limit=args.limit, match=args.match,
             search="exhaustive" if args.exhaustive_jpeg else "binary", window=args.window,
             subsampling=args.subsampling, weight_images=args.weight_images,
-            codecs=tuple(args.codecs.split(",")), reference=args.reference,
+            codecs=tuple(args.codecs.split(",")), reference=args.reference, inr_bytes=args.inr_bytes,
         )
     except ValueError as e:
         raise InputError(str(e)) from None
