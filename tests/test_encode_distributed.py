@@ -32,11 +32,19 @@ def sha256(path: Path) -> str:
 
 
 def encode_cmd(data: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "bench", "encode", str(data), *ARGS, "--out", str(out), *extra]
+    return [sys.executable, "-m", "bench", "encode", str(data), *ARGS, "--out", str(out), "--dist-timeout", "60", *extra]
+
+
+def env() -> dict[str, str]:
+    """This environment for a launch: one OpenMP thread per rank (torchrun's default; conftest sets 2),
+    no torchrun variables of an enclosing run."""
+    out = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                                            "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")}
+    return {**out, "OMP_NUM_THREADS": "1"}
 
 
 def run(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +102,7 @@ def _rank_pid(root: subprocess.Popen, rank: str, deadline: float) -> int:
 def test_killing_a_rank_then_rerunning_resumes_to_the_same_store(data, single, tmp_path):
     out = tmp_path / "killed.inr"
     work = tmp_path / "killed.inr.work"
-    root = subprocess.Popen(encode_cmd(data, out, "--nproc", "2"), cwd=REPO, stdout=subprocess.PIPE,
+    root = subprocess.Popen(encode_cmd(data, out, "--nproc", "2"), cwd=REPO, env=env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 90

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         return dist.launch(args, "encode")
     world = dist.from_env()
     if world.distributed:
-        return _encode_distributed(args, world)
+        return _run_rank(args, world)
     # refuse a bad --out (or one another encode is writing) before any work; held until the store is written
     with claim(args.out, "store", inputs=_inputs(args), mode="replace" if args.overwrite else "new"):
         return _encode(args)
@@ -193,8 +193,34 @@ def _encode(args: argparse.Namespace) -> int:
     return _finish(out, args, "raw RGB")
 
 
-def _encode_distributed(args: argparse.Namespace, world) -> int:
-    """One rank of ``encode`` under torchrun: its shards on its device; rank 0 merges and reports."""
+def _run_rank(args: argparse.Namespace, world) -> int:
+    """One rank of ``encode`` under torchrun, ended with ``os._exit`` when it owns the process group.
+
+    A rank's Python work ends with the group shut down, its output flushed and its files closed
+    (atomic writes, fsynced); the process then exits without the interpreter's teardown, where a
+    gloo rank was seen to abort now and then (``terminate called without an active exception``,
+    no Python frame, after a clean ``destroy_process_group``), turning a finished encode into a
+    failed one. A caller that joined the group itself (an in-process driver) gets the status back.
+    """
+    import os
+    import sys
+
+    import torch.distributed as tdist
+
+    from bench.cli import guarded
+
+    owner = not (tdist.is_available() and tdist.is_initialized())
+    rc = guarded(lambda: _encode_distributed(args, world, owner))
+    if not owner:
+        return rc
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
+
+
+def _encode_distributed(args: argparse.Namespace, world, owner: bool = True) -> int:
+    """One rank of ``encode`` under torchrun: its shards on its device; rank 0 merges and reports.
+    ``owner``: this call joins the process group and leaves it at the end."""
     from bench import dist
     from bench.datasets.prepared import open_prepared
     from inr.encode import PeerFailed, encode_split_distributed, shard_ranges
@@ -231,7 +257,8 @@ def _encode_distributed(args: argparse.Namespace, world) -> int:
             for r in ranks))
         return _finish(out, args, "raw RGB")
     finally:
-        dist.shutdown()
+        if owner:
+            dist.shutdown()
 
 
 def _encode_native(args: argparse.Namespace, cfg, ds) -> int:
