@@ -4,10 +4,17 @@ Images are encoded in shards of ``shard_size`` images. Each finished shard is wr
 atomically as a complete store file in a work folder beside the output
 (``OUT.work/shard_00000.inr``, plus ``config.json`` naming the configuration and input).
 A rerun with the same configuration and input skips the finished shards; the final file is
-the concatenation of the shards' codes, re-packed, written atomically, and the work folder
-is removed. Fitting is seeded per image (``inr.siren.init_weights``) and shards have fixed
-boundaries, so an interrupted-and-resumed encode writes the same bytes as an uninterrupted
-one (on the same machine, device and thread count).
+the concatenation of the shards' codes, re-packed and written atomically by the streamed merge
+(``inr.merge``: bounded memory, whatever the split's size), and the work folder is removed.
+Fitting is seeded per image (``inr.siren.init_weights``) and shards have fixed boundaries, so
+an interrupted-and-resumed encode writes the same bytes as an uninterrupted one (on the same
+machine, device and thread count).
+
+Distributed (``encode_split_distributed``, under torchrun: ``bench.dist``): shard ``si`` is
+fitted by rank ``si % world_size``; rank 0 holds the output and merges. Shards are the same
+files whichever process fits them, so the store is byte-identical to a one-process encode,
+and a rerun after any rank was killed resumes from the shards on disk (with any number of
+processes).
 """
 
 from __future__ import annotations
