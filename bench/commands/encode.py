@@ -127,11 +127,12 @@ def _precheck(args: argparse.Namespace) -> None:
     dist.rank_device(args.device, dist.World(0, args.nproc * args.nnodes, 0, args.nproc))
     build_config(args)
     check_output(args.out, "store", inputs=_inputs(args), mode="replace" if args.overwrite else "new")
-    _select(args, open_prepared(args.prepared), args.nproc * args.nnodes)
+    _select(args, open_prepared(args.prepared), args.nproc * args.nnodes, identify=False)
 
 
-def _select(args: argparse.Namespace, ds, world_size: int = 1):
-    """The split's first ``--limit`` images: ``(split, n, images, labels, source record)``."""
+def _select(args: argparse.Namespace, ds, world_size: int = 1, identify: bool = True):
+    """The split's first ``--limit`` images: ``(split, n, images, labels, source record)`` (the record,
+    which hashes the pixels, only with ``identify``)."""
     from bench.datasets.identity import source_record
     from bench.errors import InputError
 
@@ -143,7 +144,7 @@ def _select(args: argparse.Namespace, ds, world_size: int = 1):
     if n < 1:
         raise InputError(f"split {args.split!r} has no images to encode", args.prepared)
     # the source record ties the store to these images (bench.datasets.identity)
-    return split, n, split.images[:n], split.labels[:n], source_record(ds, args.split, args.limit)
+    return split, n, split.images[:n], split.labels[:n], source_record(ds, args.split, args.limit) if identify else None
 
 
 def _header(args: argparse.Namespace, cfg, ds, split, n: int, where: str) -> str:
