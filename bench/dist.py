@@ -20,11 +20,15 @@ unless it is already set.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from bench.errors import InputError
@@ -33,6 +37,11 @@ from bench.errors import InputError
 # the others forever; the slowest legitimate wait is a rank still encoding its last shard).
 DEFAULT_TIMEOUT_S = 1800.0
 LAUNCH_OPTIONS = ("--nproc", "--nnodes", "--rdzv-endpoint", "--rdzv-id")  # --dist-timeout reaches the ranks
+# Set by ``launch`` for the ranks it starts: a folder where each rank leaves its exit status
+# (``rank<R>``), so ``--nproc`` exits with the ranks' class (2 bad input, 3 out of memory), not torchrun's 1.
+STATUS_DIR_ENV = "INRBENCH_RANK_STATUS_DIR"
+# The most meaningful status first when ranks disagree: bad input, out of memory, crash.
+_STATUS_PRIORITY = (2, 3, 1)
 
 
 @dataclass(frozen=True)
@@ -164,6 +173,50 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     return box[0]
 
 
+def run_rank(body: Callable[[], int]) -> int:
+    """Run one rank's command ``body`` (``bench.cli.guarded``: its InputError is one line, exit 2) and end the rank.
+
+    When this call joined no group before ``body`` ran (the usual case: ``body`` joins and leaves it),
+    the rank leaves the group, flushes its output, records its status for ``launch`` and ends with
+    ``os._exit``: a gloo rank was seen to abort now and then in the interpreter's teardown after a
+    clean ``destroy_process_group`` (``terminate called without an active exception``, no Python
+    frame), turning a finished run into a failed one. Every file a command writes is closed (and its
+    atomic writes fsynced) before ``body`` returns. A caller that joined the group itself (an
+    in-process driver, a test) gets the status back instead.
+    """
+    import torch.distributed as tdist
+
+    from bench.cli import guarded
+
+    owner = not (tdist.is_available() and tdist.is_initialized())
+    rc = guarded(body)
+    if not owner:
+        return rc
+    shutdown()
+    status_dir = os.environ.get(STATUS_DIR_ENV)
+    if status_dir:
+        with contextlib.suppress(OSError):
+            (Path(status_dir) / f"rank{from_env().rank}").write_text(str(rc))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
+
+
+def launch_status(status_dir: str | Path, torchrun_rc: int) -> int:
+    """The exit status of a launch: 0 when torchrun succeeded, else the ranks' most meaningful
+    recorded status (2 bad input, 3 out of memory, 1 crash), else torchrun's (a rank killed)."""
+    if torchrun_rc == 0:
+        return 0
+    got = set()
+    for f in Path(status_dir).glob("rank*"):
+        with contextlib.suppress(OSError, ValueError):
+            got.add(int(f.read_text().strip()))
+    for code in _STATUS_PRIORITY:
+        if code in got:
+            return code
+    return torchrun_rc
+
+
 def barrier() -> None:
     if active():
         import torch.distributed as dist
@@ -239,7 +292,8 @@ def launch_requested(args: Any) -> bool:
 
 
 def launch(args: Any, command: str, argv: list[str] | None = None) -> int:
-    """Run ``inrbench <command> <argv minus launch options>`` under torchrun; its exit status.
+    """Run ``inrbench <command> <argv minus launch options>`` under torchrun; the ranks' exit status
+    (``launch_status``: 2 when a rank refused its input, as one process would exit).
 
     ``argv`` defaults to the command line ``bench.cli.main`` parsed (``args._argv``) after the subcommand.
     """
@@ -249,4 +303,6 @@ def launch(args: Any, command: str, argv: list[str] | None = None) -> int:
     rest = strip_launch_options(argv)
     cmd = torchrun_command([command, *rest], args.nproc, args.nnodes, args.rdzv_endpoint, args.rdzv_id)
     print(f"inrbench: launching {shell_line(cmd)}", file=sys.stderr, flush=True)
-    return subprocess.call(cmd)
+    with tempfile.TemporaryDirectory(prefix="inrbench-ranks-") as status_dir:
+        rc = subprocess.call(cmd, env={**os.environ, STATUS_DIR_ENV: status_dir})
+        return launch_status(status_dir, rc)

@@ -134,7 +134,7 @@ def test_a_failing_rank_is_reported_by_rank_0_in_one_line(data, two, tmp_path):
     shutil.copy(two[0].with_name("two.inr.work") / "config.json", work / "config.json")  # the same job
     (work / "shard_00001.inr").mkdir()  # rank 1 cannot write its first shard there
     r = run(encode_cmd(data, out, "--nproc", "2"))
-    assert r.returncode != 0 and not out.exists()
+    assert r.returncode == 2 and not out.exists()  # the ranks' class through --nproc, not torchrun's 1
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("inrbench: error:")]
     assert len(lines) == 1 and "1 of 2 ranks failed (rank 1: " in lines[0], r.stderr[-3000:]
     assert "fail.inr.work: rerun to resume" in lines[0]

@@ -255,7 +255,14 @@ def _launch(args: argparse.Namespace) -> int:
 
 
 def _run_rank(args: argparse.Namespace) -> int:
-    """One rank of a data-parallel run (under torchrun): join the group, agree on the config, run.
+    """One rank of a data-parallel run (under torchrun), ended by ``bench.dist.run_rank``."""
+    from bench import dist
+
+    return dist.run_rank(lambda: _rank_body(args))
+
+
+def _rank_body(args: argparse.Namespace) -> int:
+    """Join the group, agree on the config, run.
 
     Only rank 0 prints (the summary, or the one-line error); every rank returns the run's status.
     """

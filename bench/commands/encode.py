@@ -195,28 +195,14 @@ def _encode(args: argparse.Namespace) -> int:
 
 
 def _run_rank(args: argparse.Namespace, world) -> int:
-    """One rank of ``encode`` under torchrun, ended with ``os._exit`` when it owns the process group.
-
-    A rank's Python work ends with the group shut down, its output flushed and its files closed
-    (atomic writes, fsynced); the process then exits without the interpreter's teardown, where a
-    gloo rank was seen to abort now and then (``terminate called without an active exception``,
-    no Python frame, after a clean ``destroy_process_group``), turning a finished encode into a
-    failed one. A caller that joined the group itself (an in-process driver) gets the status back.
-    """
-    import os
-    import sys
-
+    """One rank of ``encode`` under torchrun, ended by ``bench.dist.run_rank`` (``os._exit`` when it
+    owns the process group; the status back to an in-process driver that joined the group itself)."""
     import torch.distributed as tdist
 
-    from bench.cli import guarded
+    from bench import dist
 
     owner = not (tdist.is_available() and tdist.is_initialized())
-    rc = guarded(lambda: _encode_distributed(args, world, owner))
-    if not owner:
-        return rc
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(rc)
+    return dist.run_rank(lambda: _encode_distributed(args, world, owner))
 
 
 def _encode_distributed(args: argparse.Namespace, world, owner: bool = True) -> int:
