@@ -270,8 +270,11 @@ def strip_launch_options(argv: list[str]) -> list[str]:
     return out
 
 
-def add_launch_arguments(p: Any) -> None:
-    """``--nproc``/``--nnodes``/``--rdzv-endpoint``/``--rdzv-id``/``--dist-timeout`` on a command's parser."""
+def add_launch_arguments(p: Any, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """``--nproc``/``--nnodes``/``--rdzv-endpoint``/``--rdzv-id``/``--dist-timeout`` on a command's parser.
+
+    ``timeout_s``: the command's default ``--dist-timeout`` (encode's ranks legitimately wait for a
+    peer's last shard, which can take hours at the paper's 5,000 iterations)."""
     from bench.argtypes import positive_float, positive_int
 
     g = p.add_argument_group("distributed (torchrun)")
@@ -281,8 +284,8 @@ def add_launch_arguments(p: Any) -> None:
     g.add_argument("--nnodes", type=positive_int, default=1, help="nodes (with --rdzv-endpoint; run the same line on every node)")
     g.add_argument("--rdzv-endpoint", help="HOST:PORT of the rendezvous for --nnodes > 1")
     g.add_argument("--rdzv-id", default="inrbench", help="rendezvous id shared by every node (default inrbench)")
-    g.add_argument("--dist-timeout", type=positive_float, default=DEFAULT_TIMEOUT_S,
-                   help=f"seconds a rank waits for the others at a collective (default {DEFAULT_TIMEOUT_S:g})")
+    g.add_argument("--dist-timeout", type=positive_float, default=timeout_s,
+                   help=f"seconds a rank waits for the others at a collective (default {timeout_s:g})")
 
 
 def launch_requested(args: Any) -> bool:

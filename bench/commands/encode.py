@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import argparse
 
+# A rank waits at the final barrier for its peers' last shards: up to one shard's fit (16384 images
+# x 5,000 iterations of mini-imagenet can take hours); a dead peer is caught by torchrun anyway.
+ENCODE_TIMEOUT_S = 24 * 3600.0
+
 HELP = "encode a prepared split as per-image SIRENs (fit, prune, quantize) into one INR store file"
 
 
@@ -63,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "at load into the same resident layout (inspect/compare report disk and resident bytes)")
     from bench.dist import add_launch_arguments
 
-    add_launch_arguments(p)
+    add_launch_arguments(p, timeout_s=ENCODE_TIMEOUT_S)
 
 
 def build_config(args: argparse.Namespace):
