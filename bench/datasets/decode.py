@@ -1,5 +1,9 @@
 """Decode image files to S x S uint8 arrays in a thread pool, with ``--on-error fail|skip``.
 
+With the ``native`` policy (``--size native``) every image keeps its own H x W instead (a list of
+arrays), downscaled, aspect kept, only past ``--max-side`` (``bench.datasets.resize.native_image``);
+each downscaled file is listed (``{"file", "from", "to"}``) for the manifest.
+
 Limits on hostile images: the header is read first and an image over ``--max-pixels``
 (width x height) is refused before any pixel is decoded; decode threads share a memory
 budget (``DECODE_BUDGET_BYTES``, ``bench.datasets.budget``) estimated from the header's
@@ -20,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from PIL import Image
@@ -28,7 +32,7 @@ from PIL import Image
 from bench.datasets.budget import ByteBudget
 from bench.datasets.config import DEFAULT_MAX_PIXELS
 from bench.datasets.prepared import SplitData
-from bench.datasets.resize import resize_image
+from bench.datasets.resize import NATIVE_POLICY, native_image, resize_image
 from bench.datasets.splitting import limit_indices
 from bench.errors import InputError
 
@@ -63,13 +67,22 @@ def decode_bytes(width: int, height: int, mode: str) -> int:
 
 
 def read_image(
-    path: Path, size: int, policy: str, max_pixels: int = DEFAULT_MAX_PIXELS, budget: ByteBudget | None = None
+    path: Path, size: int | None, policy: str, max_pixels: int = DEFAULT_MAX_PIXELS, budget: ByteBudget | None = None,
+    max_side: int | None = None,
 ) -> np.ndarray:
-    """One file -> uint8 ``[S, S, 3]``. Raises ``InputError`` naming the file when it cannot be read.
+    """One file -> uint8 ``[S, S, 3]`` (policy ``native``: ``[H, W, 3]``, its own size, capped by
+    ``max_side``). Raises ``InputError`` naming the file when it cannot be read.
 
     The header is checked first: over ``max_pixels`` pixels is refused without decoding.
     ``budget``: the decode holds ``decode_bytes(...)`` of it while it runs.
     """
+    return _read(path, size, policy, max_pixels, budget, max_side)[0]
+
+
+def _read(
+    path: Path, size: int | None, policy: str, max_pixels: int, budget: ByteBudget | None, max_side: int | None
+) -> tuple[np.ndarray, tuple[int, int]]:
+    """``read_image`` plus the file's own ``(H, W)`` (from its header)."""
     try:
         with Image.open(path) as img:  # reads the header only
             w, h = img.size
@@ -77,7 +90,9 @@ def read_image(
                 raise InputError(f"image is {w}x{h} ({w * h:,} pixels), over the --max-pixels limit {max_pixels:,}", path)
             with budget.hold(decode_bytes(w, h, img.mode)) if budget is not None else nullcontext():
                 img.load()  # decode fully now: a truncated file fails here, not later
-                return resize_image(img, size, policy)
+                if policy == NATIVE_POLICY:
+                    return native_image(img, max_side), (h, w)
+                return resize_image(img, size, policy), (h, w)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise InputError(f"refused as a decompression bomb ({_first_line(e)})", path) from None
     except MemoryError:
@@ -101,9 +116,24 @@ def header_check_only() -> Iterator[None]:
         Image.MAX_IMAGE_PIXELS = old
 
 
+class Decoded(NamedTuple):
+    """What ``decode_files`` returns.
+
+    images: uint8 ``[M, S, S, 3]`` of the readable files (policy ``native``: a list of M uint8
+    ``[H_i, W_i, 3]``); kept: int64 ``[M]``, their indices into ``paths``; skipped: ``{"file",
+    "error"}`` per unreadable file (empty unless ``on_error == "skip"``); downscaled: ``{"file",
+    "from": [H, W], "to": [H', W']}`` per kept image reduced by ``max_side`` (native only).
+    """
+
+    images: np.ndarray | list[np.ndarray]
+    kept: np.ndarray
+    skipped: list[dict[str, str]]
+    downscaled: list[dict]
+
+
 def decode_files(
     paths: Sequence[Path],
-    size: int,
+    size: int | None,
     policy: str,
     on_error: str,
     workers: int | None = None,
@@ -111,24 +141,25 @@ def decode_files(
     scratch: Path | None = None,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     budget_bytes: int = DECODE_BUDGET_BYTES,
-) -> tuple[np.ndarray, np.ndarray, list[dict[str, str]]]:
-    """Decode ``paths`` in order.
+    max_side: int | None = None,
+) -> Decoded:
+    """Decode ``paths`` in order (``Decoded``); with ``fail`` the first unreadable file raises.
 
-    Returns images uint8 ``[M, S, S, 3]`` of the readable files, ``kept`` int64 ``[M]``
-    (their indices into ``paths``) and ``skipped`` (``{"file", "error"}`` per unreadable
-    file; empty unless ``on_error == "skip"``: with ``fail`` the first one raises).
-    Splits over ``MEMMAP_BYTES`` are held in a memory-mapped file under ``scratch``. An
-    image over ``max_pixels`` is unreadable; threads share ``budget_bytes`` of decode memory.
+    Splits over ``MEMMAP_BYTES`` are held in a memory-mapped file under ``scratch`` (native
+    sizes: a list in memory, for compression studies of tens to hundreds of images). An image
+    over ``max_pixels`` is unreadable; threads share ``budget_bytes`` of decode memory.
     """
     n = len(paths)
-    out = allocate((n, size, size, 3), scratch)
+    native = policy == NATIVE_POLICY
+    out: np.ndarray | list = [None] * n if native else allocate((n, size, size, 3), scratch)
+    own = np.zeros((n, 2), dtype=np.int64)  # each file's (H, W) from its header
     ok = np.zeros(n, dtype=bool)
     skipped: list[dict[str, str]] = []
     budget = ByteBudget(budget_bytes)
 
     def one(i: int) -> InputError | None:
         try:
-            out[i] = read_image(paths[i], size, policy, max_pixels, budget)
+            out[i], own[i] = _read(paths[i], size, policy, max_pixels, budget, max_side)
         except InputError as e:
             return e
         ok[i] = True
@@ -146,10 +177,15 @@ def decode_files(
             if progress is not None:
                 progress(1)
     kept = np.flatnonzero(ok).astype(np.int64)
+    if native:
+        images = [out[i] for i in kept]
+        downscaled = [{"file": str(paths[i]), "from": own[i].tolist(), "to": list(im.shape[:2])}
+                      for i, im in zip(kept, images, strict=True) if tuple(im.shape[:2]) != tuple(own[i])]
+        return Decoded(images, kept, skipped, downscaled)
     for j, i in enumerate(kept):  # compact in place (rows only move down): no second copy
         if j != i:
             out[j] = out[i]
-    return out[: kept.size], kept, skipped
+    return Decoded(out[: kept.size], kept, skipped, [])
 
 
 def allocate(shape: tuple[int, ...], scratch: Path | None) -> np.ndarray:
@@ -162,6 +198,15 @@ def allocate(shape: tuple[int, ...], scratch: Path | None) -> np.ndarray:
     return np.lib.format.open_memmap(name, mode="w+", dtype=np.uint8, shape=shape)
 
 
+class SplitRead(NamedTuple):
+    """What ``split_from_files`` returns: the split, the skipped files and (native) the downscaled ones
+    (as in ``Decoded``, ids relative to the root)."""
+
+    split: SplitData
+    skipped: list[dict[str, str]]
+    downscaled: list[dict]
+
+
 def split_from_files(
     paths: Sequence[Path],
     labels: Sequence[int] | np.ndarray,
@@ -170,20 +215,32 @@ def split_from_files(
     split_index: int,
     progress: Callable[[int], None] | None = None,
     scratch: Path | None = None,
-) -> tuple[SplitData, list[dict[str, str]]]:
-    """``--limit`` subset, decode, drop skipped files -> (``SplitData``, skipped list).
+) -> SplitRead:
+    """``--limit`` subset, decode, drop skipped files -> ``SplitRead``.
 
-    cfg: a resolved ``PrepareConfig`` (size and resize policy set). ids are paths relative to ``root``.
+    cfg: a resolved ``PrepareConfig`` (size and resize policy set; ``--size native`` keeps each
+    image's own size, capped by ``--max-side``). ids are paths relative to ``root``.
     """
 
     labels = np.asarray(labels, dtype=np.int64)
     sel = limit_indices(len(paths), cfg.limit, cfg.seed + split_index)
     chosen = [paths[i] for i in sel]
-    images, kept, skipped = decode_files(
-        chosen, cfg.size, cfg.resize_policy, cfg.on_error, cfg.workers, progress, scratch, cfg.max_pixels
-    )
-    ids = [_rel(chosen[i], root) for i in kept]
-    return SplitData(images=images, labels=labels[sel][kept], ids=ids), skipped
+    policy = NATIVE_POLICY if cfg.native else cfg.resize_policy
+    size = None if cfg.native else cfg.size
+    d = decode_files(chosen, size, policy, cfg.on_error, cfg.workers, progress, scratch, cfg.max_pixels,
+                     max_side=cfg.max_side)
+    ids = [_rel(chosen[i], root) for i in d.kept]
+    down = [{**r, "file": _rel(Path(r["file"]), root)} for r in d.downscaled]
+    return SplitRead(SplitData(images=d.images, labels=labels[sel][d.kept], ids=ids), d.skipped, down)
+
+
+def native_meta(cfg: PrepareConfig, downscaled: list[dict]) -> dict:
+    """Manifest ``source_meta`` fields of a ``--size native`` read (empty otherwise): the cap and the
+    images it reduced."""
+    if not cfg.native:
+        return {}
+    return {"max_side": cfg.max_side, "downscaled": downscaled,
+            "native": "each image at its own size; downscaled (aspect kept, bicubic) only past max_side"}
 
 
 def _rel(p: Path, root: Path) -> str:

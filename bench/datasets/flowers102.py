@@ -5,7 +5,8 @@
 1-based image ids). Splits ``train``/``val``/``test`` come from ``setid.mat`` (1,020 /
 1,020 / 6,149 in the official files); labels are shifted to 0..101. Class names are the
 102 category names in label order. Images are resampled to S x S (default 224,
-``shorter-side-center-crop``; see ``bench.datasets.resize``). An image that resolves
+``shorter-side-center-crop``; see ``bench.datasets.resize``), or kept at their own sizes
+with ``--size native`` (capped by ``--max-side``). An image that resolves
 (symlinks included) outside ``--root`` stops the run (``bench.datasets.paths``).
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.datasets.config import PrepareConfig
-from bench.datasets.decode import split_from_files
+from bench.datasets.decode import native_meta, split_from_files
 from bench.datasets.paths import ReadOnce, list_dir
 from bench.datasets.sources import Loaded, Source, register_source
 from bench.errors import InputError
@@ -73,6 +74,7 @@ class Flowers102(Source):
     description = "Oxford 102 Flowers: jpg/image_NNNNN.jpg + imagelabels.mat + setid.mat (train/val/test)"
     needs_root = True
     default_size = 224
+    supports_native = True  # --size native (bench.datasets.decode)
 
     def load(
         self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
@@ -90,7 +92,7 @@ class Flowers102(Source):
         if labels.min() < 1 or labels.max() > len(CLASS_NAMES):
             raise InputError(f"labels must be 1..{len(CLASS_NAMES)}, found {labels.min()}..{labels.max()}", labels_path)
         num_classes = int(labels.max())
-        splits, skipped, counts = {}, [], {}
+        splits, skipped, counts, downscaled = {}, [], {}, []
         tree = ReadOnce(root)
         for k, (split, key) in enumerate(SPLIT_KEYS):
             ids = _vector(setid, key, setid_path)
@@ -102,11 +104,15 @@ class Flowers102(Source):
                     raise InputError(f"image listed in setid.mat ({key}) is missing", p)
                 tree.inside(p)
             counts[split] = int(ids.size)
-            splits[split], sk = split_from_files(paths, labels[ids - 1] - 1, cfg, root, k, progress, scratch)
-            skipped += sk
+            r = split_from_files(paths, labels[ids - 1] - 1, cfg, root, k, progress, scratch)
+            splits[split] = r.split
+            skipped += r.skipped
+            downscaled += r.downscaled
         return Loaded(
             splits=splits,
             classes=list(CLASS_NAMES[:num_classes]),
             skipped=skipped,
-            meta={"split_rule": "setid.mat trnid/valid/tstid", "label_shift": -1, "counts_before_limit": counts},
+            meta={"split_rule": "setid.mat trnid/valid/tstid", "label_shift": -1, "counts_before_limit": counts,
+                  **native_meta(cfg, downscaled)},
+            resize_policy="native" if cfg.native else None,
         )

@@ -1,12 +1,19 @@
 """``imagefolder``: class-per-folder image trees (ImageNet-style and the like).
 
-Two layouts under ``--root``:
+Three layouts under ``--root``:
 
 - pre-split: ``train/<class>/*.jpg`` plus ``val/<class>/...`` and/or ``test/<class>/...``;
   each present subfolder becomes a split. Classes are the sorted folder names under
   ``train/``; a class folder in ``val``/``test`` that ``train`` lacks is an error.
 - one tree: ``<class>/*.jpg``; each class is split by a seeded ratio into ``train`` and
   ``val`` (``--val-fraction``, default 0.2; ``bench.datasets.splitting.ratio_split``).
+- a flat folder: ``*.png`` directly under ``--root`` and no class folders (Kodak, CLIC: a
+  compression test set): one class named after the folder, every image in one split
+  ``train``; with ``--val-fraction`` it is split by ratio as one tree is.
+
+``--size native`` keeps every image at its own size, mixed sizes and orientations in one split
+(downscaled, aspect kept, only past ``--max-side``; ``bench.datasets.decode``); the guards on
+broken files and pixel bombs are the same.
 
 Files: JPEG, PNG (and BMP/WebP/PPM/TIFF), any mode converted to RGB; hidden files are
 ignored. Label = index of the class name in sorted order (like torchvision ``ImageFolder``).
@@ -25,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.datasets.config import PrepareConfig
-from bench.datasets.decode import is_image_file, split_from_files
+from bench.datasets.decode import is_image_file, native_meta, split_from_files
 from bench.datasets.paths import ReadOnce, list_dir, list_tree
 from bench.datasets.sources import Loaded, Source, register_source
 from bench.datasets.splitting import ratio_split
@@ -54,7 +61,8 @@ def scan(
     once = once if once is not None else ReadOnce(folder)
     dirs = _class_dirs(folder, once)
     if not dirs:
-        raise InputError("no class folders (expected CLASS/image.jpg, or train/CLASS/... and val/CLASS/...)", folder)
+        raise InputError("no class folders and no images (expected CLASS/image.jpg, train/CLASS/... and "
+                         "val/CLASS/..., or image files directly in it)", folder)
     names = [d.name for d in dirs]
     if classes is None:
         classes = names
@@ -77,9 +85,11 @@ def scan(
 
 @register_source("imagefolder")
 class ImageFolder(Source):
-    description = "class-per-folder JPEG/PNG tree: train/ + val/ (or test/) subfolders, or one tree split by ratio"
+    description = ("class-per-folder JPEG/PNG tree: train/ + val/ (or test/) subfolders, or one tree split by ratio; "
+                   "or a flat folder of images (one class)")
     needs_root = True
     default_size = 224
+    supports_native = True  # --size native
 
     def load(
         self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
@@ -95,14 +105,35 @@ class ImageFolder(Source):
                 parts[h] = (p, lab)
             rule = f"folders: train/ + {'/ + '.join(held)}/"
         else:
-            classes, paths, labels = scan(root, once=once)
-            frac = cfg.val_fraction if cfg.val_fraction is not None else DEFAULT_VAL_FRACTION
-            tr, va = ratio_split(labels, frac, cfg.seed)
-            parts = {"train": ([paths[i] for i in tr], labels[tr]), "val": ([paths[i] for i in va], labels[va])}
-            rule = f"seeded per-class ratio: val_fraction {frac}, seed {cfg.seed}"
-        splits, skipped = {}, []
+            flat = [] if _class_dirs(root, once) else _flat(root, once)
+            if flat:  # no class folders: one class named after the folder
+                classes, paths, labels = [root.name or "images"], flat, np.zeros(len(flat), dtype=np.int64)
+            else:
+                classes, paths, labels = scan(root, once=once)
+            if flat and cfg.val_fraction is None:
+                parts = {"train": (paths, labels)}
+                rule = "flat folder: one class named after the folder, every image in train"
+            else:
+                frac = cfg.val_fraction if cfg.val_fraction is not None else DEFAULT_VAL_FRACTION
+                tr, va = ratio_split(labels, frac, cfg.seed)
+                parts = {"train": ([paths[i] for i in tr], labels[tr]), "val": ([paths[i] for i in va], labels[va])}
+                rule = f"seeded per-class ratio: val_fraction {frac}, seed {cfg.seed}"
+        splits, skipped, downscaled = {}, [], []
         for k, (name, (paths, labels)) in enumerate(parts.items()):
-            splits[name], sk = split_from_files(paths, labels, cfg, root, k, progress, scratch)
-            skipped += sk
+            r = split_from_files(paths, labels, cfg, root, k, progress, scratch)
+            splits[name] = r.split
+            skipped += r.skipped
+            downscaled += r.downscaled
         counts = {n: len(p) for n, (p, _) in parts.items()}
-        return Loaded(splits=splits, classes=classes, skipped=skipped, meta={"split_rule": rule, "counts_before_limit": counts})
+        meta = {"split_rule": rule, "counts_before_limit": counts, **native_meta(cfg, downscaled)}
+        return Loaded(splits=splits, classes=classes, skipped=skipped, meta=meta,
+                      resize_policy="native" if cfg.native else None)
+
+
+def _flat(root: Path, once: ReadOnce) -> list[Path]:
+    """The image files directly under ``root`` (sorted, each taken once), for a folder without class folders."""
+    files = [p for p in list_dir(root) if is_image_file(p)]
+    for p in files:
+        once.take(p)
+    return files
+

@@ -7,7 +7,7 @@ csvs present are pooled and each class is split by a seeded ratio into ``train``
 ``val``: ``--val-fraction`` of each class (default 12/54 = 0.222, the paper's
 12,000 : 42,000 proportion; with 600 images per class that is 133 val + 467 train).
 Classes are the sorted wnids. Images are resampled to S x S (default 224,
-``shorter-side-center-crop``). A row whose file name resolves (symlinks included)
+``shorter-side-center-crop``), or kept at their own sizes with ``--size native``. A row whose file name resolves (symlinks included)
 outside ``images/`` stops the run naming the csv and row (``bench.datasets.paths``).
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.datasets.config import PrepareConfig
-from bench.datasets.decode import split_from_files
+from bench.datasets.decode import native_meta, split_from_files
 from bench.datasets.paths import cannot_read, inside_root
 from bench.datasets.sources import Loaded, Source, register_source
 from bench.datasets.splitting import ratio_split
@@ -56,6 +56,7 @@ class MiniImageNet(Source):
     description = "mini-ImageNet: images/ + train/val/test.csv (filename,label); all classes pooled, per-class seeded split"
     needs_root = True
     default_size = 224
+    supports_native = True  # --size native (bench.datasets.decode)
 
     def load(
         self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
@@ -82,13 +83,17 @@ class MiniImageNet(Source):
         labels = np.asarray([index[w] for _, w in rows], dtype=np.int64)
         frac = cfg.val_fraction if cfg.val_fraction is not None else DEFAULT_VAL_FRACTION
         tr, va = ratio_split(labels, frac, cfg.seed)
-        splits, skipped = {}, []
+        splits, skipped, downscaled = {}, [], []
         for k, (name, idx) in enumerate((("train", tr), ("val", va))):
-            splits[name], sk = split_from_files([paths[i] for i in idx], labels[idx], cfg, root, k, progress, scratch)
-            skipped += sk
+            r = split_from_files([paths[i] for i in idx], labels[idx], cfg, root, k, progress, scratch)
+            splits[name] = r.split
+            skipped += r.skipped
+            downscaled += r.downscaled
         meta = {
             "split_rule": f"all csv rows pooled; seeded per-class ratio: val_fraction {frac:.6f}, seed {cfg.seed}",
             "csvs": present,
             "counts_before_limit": {"train": int(tr.size), "val": int(va.size)},
+            **native_meta(cfg, downscaled),
         }
-        return Loaded(splits=splits, classes=classes, skipped=skipped, meta=meta)
+        return Loaded(splits=splits, classes=classes, skipped=skipped, meta=meta,
+                      resize_policy="native" if cfg.native else None)

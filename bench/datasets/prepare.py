@@ -18,7 +18,7 @@ from typing import Any
 from bench.datasets.config import RESIZE_POLICIES, PrepareConfig
 from bench.datasets.prepared import write_prepared
 from bench.datasets.resize import resample_info
-from bench.datasets.sources import get_source
+from bench.datasets.sources import get_source, native_source_names
 from bench.errors import InputError
 from bench.outputs import claim, make_temp_dir
 
@@ -26,8 +26,8 @@ from bench.outputs import claim, make_temp_dir
 def resolve(cfg: PrepareConfig) -> PrepareConfig:
     """Fill the source's defaults (size, resize policy) and check ``root``; returns a new config."""
     src = get_source(cfg.source)
-    if cfg.native and not getattr(src, "supports_native", False):
-        raise InputError(f"source {cfg.source!r} does not support --size native (photos does)")
+    if cfg.native:
+        _check_native(cfg, src)
     policy = cfg.resize_policy
     if src.default_resize_policy in RESIZE_POLICIES:
         policy = policy or src.default_resize_policy
@@ -46,7 +46,21 @@ def resolve(cfg: PrepareConfig) -> PrepareConfig:
     elif root is not None:
         raise InputError(f"source {cfg.source!r} is built in and takes no --root")
     size = cfg.size if cfg.size is not None else src.default_size
+    if cfg.native:
+        policy = None  # not resampled (bench.datasets.resize.native_image); the manifest says "native"
     return PrepareConfig(**{**cfg.to_dict(), "root": root, "size": size, "resize_policy": policy})
+
+
+def _check_native(cfg: PrepareConfig, src) -> None:
+    """``--size native`` is for sources that read files of varied sizes, and takes no ``--resize-policy``."""
+    if not src.supports_native:
+        why = ("its images are all one size already: leave out --size" if src.default_size is None
+               else "it makes images of one size")
+        raise InputError(f"source {cfg.source!r} does not support --size native ({why}; "
+                         f"{', '.join(native_source_names())} do)")
+    if cfg.resize_policy is not None:
+        raise InputError("--resize-policy does not apply with --size native (images keep their own size; "
+                         "--max-side caps the long side)")
 
 
 def prepare_config(cfg: PrepareConfig, out: str | Path, overwrite: bool = False, progress: bool = False) -> Path:
@@ -80,7 +94,7 @@ def _load_and_write(src, cfg: PrepareConfig, out: Path, scratch: Path, overwrite
         "source": cfg.source,
         "root": cfg.root,
         "classes": list(loaded.classes),
-        "resize_policy": loaded.resize_policy or cfg.resize_policy or src.default_resize_policy,
+        "resize_policy": loaded.resize_policy or ("native" if cfg.native else cfg.resize_policy or src.default_resize_policy),
         "resample": resample_info(),
         "config": cfg.to_dict(),
         "skipped": list(loaded.skipped),

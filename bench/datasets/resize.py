@@ -7,6 +7,8 @@ Policies (recorded in the manifest as ``resize_policy``):
   shorter side to S, then centre-crop S x S" (torchvision ``Resize(S)`` + ``CenterCrop(S)``)
   up to sub-pixel rounding of the crop box, in one resampling step.
 - ``resize``: resample the whole image to S x S directly (aspect ratio not kept).
+- ``native`` (``--size native``, ``native_image``): every image keeps its own H x W; only an
+  image whose long side exceeds ``--max-side`` is downscaled (aspect kept) to that long side.
 
 Pillow's ``Image.resize`` with ``BICUBIC`` widens its kernel by the downscale factor, so a
 downscale is antialiased. Pixels can differ by a few levels between Pillow and pillow-simd;
@@ -73,6 +75,30 @@ def resize_image(img: Image.Image | np.ndarray, size: int | None, policy: str) -
         return np.asarray(img, dtype=np.uint8)
     out = img.resize((size, size), Image.Resampling.BICUBIC, box=box)
     return np.asarray(out, dtype=np.uint8)
+
+
+NATIVE_POLICY = "native"
+
+
+def native_size(width: int, height: int, max_side: int | None) -> tuple[int, int]:
+    """``(W, H)`` an image of ``width`` x ``height`` is kept at: its own, or scaled so the long side
+    is ``max_side`` (aspect kept, each side rounded, at least 1) when it is longer."""
+    if max_side is None or max(width, height) <= max_side:
+        return width, height
+    f = max_side / max(width, height)
+    return max(1, round(width * f)), max(1, round(height * f))
+
+
+def native_image(img: Image.Image | np.ndarray, max_side: int | None = None) -> np.ndarray:
+    """PIL image or uint8 ``[H, W, 3]`` -> uint8 ``[H', W', 3]`` RGB at its own size (``H', W' = H, W``),
+    downscaled (aspect kept, bicubic, antialiased) only when its long side exceeds ``max_side``."""
+    if isinstance(img, np.ndarray):
+        img = Image.fromarray(img)
+    img = to_rgb(img)
+    w, h = native_size(img.width, img.height, max_side)
+    if (w, h) != img.size:
+        img = img.resize((w, h), Image.Resampling.BICUBIC)
+    return np.ascontiguousarray(np.asarray(img, dtype=np.uint8))
 
 
 def crop_resize(img: Image.Image, box: tuple[float, float, float, float], size: int) -> np.ndarray:

@@ -34,7 +34,8 @@ _REGISTRY: dict[str, type[Source]] = {}
 class Loaded:
     """What a source returns.
 
-    splits: split name -> ``SplitData`` (uint8 ``[N, S, S, 3]`` + int64 labels ``[N]``);
+    splits: split name -> ``SplitData`` (uint8 ``[N, S, S, 3]`` + int64 labels ``[N]``; with
+    ``--size native`` a list of uint8 ``[H_i, W_i, 3]``);
     classes: class names, index = label; skipped: ``{"file", "error"}`` per skipped input;
     meta: source-specific manifest fields (how splits were made, counts before ``limit``, ...);
     resize_policy: set when the source knows better than the config (e.g. ``"none"``: native size).
@@ -57,6 +58,8 @@ class Source:
     default_size: ClassVar[int | None] = 224
     #: resize policy when ``--resize-policy`` is not given.
     default_resize_policy: ClassVar[str] = "shorter-side-center-crop"
+    #: ``--size native`` keeps every image at its own size (sources reading files of varied sizes).
+    supports_native: ClassVar[bool] = False
 
     def load(
         self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
@@ -89,6 +92,12 @@ def source_names() -> list[str]:
     """Registered source names, sorted."""
     _import_all()
     return sorted(_REGISTRY)
+
+
+def native_source_names() -> list[str]:
+    """Sources that support ``--size native``, sorted."""
+    _import_all()
+    return sorted(n for n, c in _REGISTRY.items() if c.supports_native)
 
 
 def get_source(name: str) -> Source:
