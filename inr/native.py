@@ -1,23 +1,34 @@
-"""Encode images of different sizes (``prepare --size native``) into one store.
+"""Encode images of different sizes (``prepare --size native``) into one store, resumably.
 
 Images are grouped by size; each group is fitted batched by ``inr.encode.encode_images``
 (coordinates ``inr.siren.coord_grid``: each axis normalized to [-1, 1] on its own, so the
-aspect is kept by the grid's spacing), the groups' quantized layers are put back in the
-split's image order and written as one version-2 store that records every image's size
-(``inr.store``: ``sizes`` array). Unlike ``inr.encode.encode_split`` there are no shards and
-no resume: a native-size split is a compression study of tens of images, not a training set.
+aspect is kept by the grid's spacing). A group is one shard, or several when it holds more than
+``shard_size`` images (``native_shards``); each finished shard is written atomically as a
+complete one-size store in a work folder beside the output (``OUT.work/shard_00000.inr`` plus
+``config.json`` naming the job, as ``inr.encode.encode_split`` does: ``_open_work`` / ``_job``).
+A rerun with the same configuration and images skips the finished shards. The final store is
+assembled from the shard files alone (the layers put back in the split's image order with
+``concat_layers``, in memory: a native-size split is a compression study of tens of images), is
+a version-2 store that records every image's size (``inr.store``: ``sizes`` array), is written
+atomically, and the work folder is then removed. Fitting is seeded per image and shards have
+fixed boundaries, so an interrupted-and-resumed encode writes the same bytes as an
+uninterrupted one (same machine, device and thread count).
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from bench.datasets.prepared import sha256_array
+from bench.errors import InputError
 from inr import store
-from inr.encode import EncodeConfig, concat_layers, encode_images
+from inr.encode import WORK_SUFFIX, EncodeConfig, _job, _open_work, concat_layers, encode_images
 from inr.quantize import QLayer
 
 
@@ -27,6 +38,28 @@ def size_groups(sizes: np.ndarray) -> dict[tuple[int, int], list[int]]:
     for i, (h, w) in enumerate(np.asarray(sizes).reshape(-1, 2).tolist()):
         groups.setdefault((int(h), int(w)), []).append(i)
     return groups
+
+
+@dataclass(frozen=True)
+class NativeShard:
+    """One unit of work: images ``index`` (int positions in the split, ascending) of size ``(h, w)``;
+    ``first_index``: the seed index of its first image (``encode_images``), the group's first image
+    plus the shard's offset in the group, so splitting a group does not change any image's seed."""
+
+    h: int
+    w: int
+    index: list[int]
+    first_index: int
+
+
+def native_shards(sizes: np.ndarray, shard_size: int) -> list[NativeShard]:
+    """The shards of images of ``sizes`` (int ``[N, 2]``, (H, W)): each size group in first-appearance
+    order, cut into pieces of at most ``shard_size`` images; shard ``si`` is ``shard_{si:05d}.inr``."""
+    out = []
+    for (h, w), idx in size_groups(sizes).items():
+        for s in range(0, len(idx), shard_size):
+            out.append(NativeShard(h, w, idx[s : s + shard_size], idx[0] + s))
+    return out
 
 
 def reorder(layers: Sequence[QLayer], order: np.ndarray) -> list[QLayer]:
@@ -39,17 +72,31 @@ def reorder(layers: Sequence[QLayer], order: np.ndarray) -> list[QLayer]:
     return [QLayer(q.bits, pick(q.codes), pick(q.lo), pick(q.step), pick(q.mask)) for q in layers]
 
 
+def _finished(path: Path, sh: NativeShard) -> store.StoredINR | None:
+    """The shard at ``path`` when it is intact and holds ``sh``'s images (count and size), else None."""
+    if not path.is_file():
+        return None
+    try:
+        st = store.load(path, "cpu")  # every CRC checked
+    except InputError:
+        return None  # a damaged shard is refitted
+    if st.num_images != len(sh.index) or tuple(st.image_size) != (sh.h, sh.w) or st.psnr is None:
+        return None
+    return st
+
+
 def encode_native(
     images: Sequence[np.ndarray], labels, cfg: EncodeConfig, out: str | Path, device: str | torch.device = "cpu",
     source: dict | None = None, progress: Callable[[int, np.ndarray], None] | None = None,
-    overwrite: bool = False, fit_cache: str | Path | None = None,
+    overwrite: bool = False, fit_cache: str | Path | None = None, keep_work: bool = False,
 ) -> Path:
-    """Encode uint8 ``[H_i, W_i, 3]`` images (one per label) into the store ``out``.
+    """Encode uint8 ``[H_i, W_i, 3]`` images (one per label) into the store ``out``, resumably.
 
-    ``source`` is recorded in the store's meta (``bench.datasets.identity``); ``out`` is claimed
-    like ``encode_split``'s (never inside the prepared dataset; replaced only with ``overwrite``).
+    ``source`` is recorded in the store's meta (``bench.datasets.identity``) and checked on
+    resume; ``out`` is claimed like ``encode_split``'s (never inside the prepared dataset;
+    replaced only with ``overwrite``). ``progress(n_images, psnr [n])`` as shards finish (at once
+    for shards found finished). ``keep_work``: keep ``OUT.work/`` after success.
     """
-    from bench.errors import InputError
     from bench.outputs import claim
 
     labels = np.asarray(labels, dtype=np.int64).reshape(-1)
@@ -58,23 +105,60 @@ def encode_native(
     sizes = np.array([im.shape[:2] for im in images], dtype=np.int64)
     inputs = {"prepared dataset": (source or {}).get("prepared"), "fit cache (--fit-cache)": fit_cache}
     with claim(out, "store", inputs=inputs, mode="replace" if overwrite else "new") as out:
-        parts, order, psnrs, stages = [], [], [], {}
-        for (h, w), idx in size_groups(sizes).items():
-            group = np.stack([np.asarray(images[i]) for i in idx])
-            enc = encode_images(group, cfg, device=device, first_index=idx[0], progress=progress, fit_cache=fit_cache)
-            parts.append(enc.layers)
-            order += idx
-            psnrs.append(enc.psnr)
-            stages[f"{h}x{w}"] = dict(enc.stages, images=len(idx))
-        inverse = np.argsort(np.asarray(order))  # position in the concatenation of each original image
-        layers = reorder(concat_layers(parts), inverse)
-        psnr = np.concatenate(psnrs)[inverse]
-        meta = {"encode": cfg.to_dict(), "source": source or {}, "fit": cfg.fit.to_dict(), "bits": list(cfg.quant.bits),
-                "native": {"groups": len(stages), "stages": stages}}
-        if cfg.fit.init_sha256:  # the learned init this store was fitted from (inrbench meta-init)
-            from inr.meta import init_record
+        if fit_cache is not None:
+            from bench.outputs import check_output
 
-            meta["init"] = init_record(cfg.fit.init, cfg.fit.init_sha256)
-        store.save(out, cfg.fit.arch, tuple(sizes[0]), labels, layers, psnr=psnr, meta=meta,
-                   per_channel=cfg.quant.per_channel, image_sizes=sizes)
+            check_output(fit_cache, "fit-cache", inputs={"prepared dataset": inputs["prepared dataset"]},
+                         mode="append", option="--fit-cache")
+        work = out.with_name(out.name + WORK_SUFFIX)
+        shards = native_shards(sizes, cfg.shard_size)
+        # the job: configuration, source and the sizes (which fix the shards); h, w of the first image
+        job = {**_job(cfg, source, len(images), *map(int, sizes[0])), "native_sizes_sha256": sha256_array(sizes)}
+        _open_work(work, job)
+        for si, sh in enumerate(shards):
+            _encode_shard(images, labels, cfg, work / f"shard_{si:05d}.inr", si, sh, device, progress, fit_cache)
+        _assemble(out, work, shards, labels, sizes, cfg, source)
+        if not keep_work:
+            shutil.rmtree(work, ignore_errors=True)
     return out
+
+
+def _encode_shard(images, labels: np.ndarray, cfg: EncodeConfig, path: Path, si: int, sh: NativeShard, device,
+                  progress, fit_cache) -> None:
+    """Fit shard ``sh`` into ``path`` (one-size store, written atomically) unless it is finished there."""
+    done = _finished(path, sh)
+    if done is not None:
+        if progress is not None:
+            progress(len(sh.index), done.psnr)
+        return
+    group = np.stack([np.asarray(images[i]) for i in sh.index])
+    enc = encode_images(group, cfg, device=device, first_index=sh.first_index, progress=progress, fit_cache=fit_cache)
+    store.save(path, cfg.fit.arch, (sh.h, sh.w), labels[sh.index], enc.layers, psnr=enc.psnr,
+               meta={"shard": si, "index": sh.index, "first_index": sh.first_index, "stages": enc.stages},
+               per_channel=cfg.quant.per_channel)
+
+
+def _assemble(out: Path, work: Path, shards: list[NativeShard], labels: np.ndarray, sizes: np.ndarray,
+              cfg: EncodeConfig, source: dict | None) -> None:
+    """The final store from the shard files alone (so a resumed encode writes the same bytes)."""
+    parts, order, psnrs, done = [], [], [], []
+    for si, sh in enumerate(shards):
+        path = work / f"shard_{si:05d}.inr"
+        st = _finished(path, sh)
+        if st is None:
+            raise InputError(f"shard {path.name} is missing or damaged; rerun to fit it", work)
+        parts.append(st.quantized_layers())
+        order += sh.index
+        psnrs.append(st.psnr)
+        done.append({"size": [sh.h, sh.w], "images": len(sh.index), **st.meta.get("stages", {})})
+    inverse = np.argsort(np.asarray(order))  # position in the concatenation of each original image
+    layers = reorder(concat_layers(parts), inverse)
+    psnr = np.concatenate(psnrs)[inverse]
+    meta = {"encode": cfg.to_dict(), "source": source or {}, "fit": cfg.fit.to_dict(), "bits": list(cfg.quant.bits),
+            "native": {"groups": len(size_groups(sizes)), "shards": done}}
+    if cfg.fit.init_sha256:  # the learned init this store was fitted from (inrbench meta-init)
+        from inr.meta import init_record
+
+        meta["init"] = init_record(cfg.fit.init, cfg.fit.init_sha256)
+    store.save(out, cfg.fit.arch, tuple(sizes[0]), labels, layers, psnr=psnr, meta=meta,
+               per_channel=cfg.quant.per_channel, image_sizes=sizes)
