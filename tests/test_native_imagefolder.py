@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures_datasets import png_claiming
+from fixtures_datasets import png_claiming, write_flowers102, write_miniimagenet
 from PIL import Image
 
 from bench.datasets.prepare import prepare_dataset
@@ -123,6 +123,21 @@ def test_class_tree_mixed_sizes_with_broken_files_and_bombs(tmp_path, capsys):
     sizes = {n: {tuple(s) for s in ds.native_split(n).sizes.tolist()} for n in ds.splits}
     assert set(ds.splits) == {"train", "val"} and sum(len(ds.native_split(n)) for n in ds.splits) == 8
     assert sizes["train"] | sizes["val"] == {(24, 36), (36, 24), (20, 20)} and len(sizes["train"]) > 1
+
+
+@pytest.mark.parametrize("source, write, own, capped", [
+    ("flowers102", write_flowers102, (48, 64), (30, 40)),  # the fixture's JPEGs are 64x48 (W x H)
+    ("mini-imagenet", write_miniimagenet, (40, 50), (32, 40)),
+])
+def test_file_sources_share_the_native_path(tmp_path, source, write, own, capped):
+    write(tmp_path / "src")
+    for cap, want in ((None, own), (40, capped)):
+        ds = open_prepared(prepare_dataset(source, tmp_path / f"p{cap}", root=tmp_path / "src", size="native",
+                                           max_side=cap))
+        assert ds.native and ds.manifest["resize_policy"] == "native" and ds.manifest["source_meta"]["max_side"] == cap
+        n = sum(len(ds.native_split(s)) for s in ds.splits)
+        assert {tuple(x) for s in ds.splits for x in ds.native_split(s).sizes.tolist()} == {want}
+        assert len(ds.manifest["source_meta"]["downscaled"]) == (0 if cap is None else n)
 
 
 def test_native_refused_where_images_are_one_size(tmp_path, capsys):
