@@ -61,7 +61,8 @@ def kodak(tmp_path_factory):
                      "--out", str(prep)]) == 0
     store = top / "s.inr"
     assert cli.main(["encode", str(prep), "--preset", "demo", "--iterations", "40", "--bits", "8", "--threads", "1",
-                     "--no-progress", "--out", str(store)]) == 0
+                     "--no-progress", "--keep-work", "--out", str(store)]) == 0
+    assert sorted(p.name for p in (top / "s.inr.work").glob("shard_*.inr"))  # --keep-work reaches the native encode
     return top / "kodak", pixels, prep, store
 
 

@@ -270,7 +270,8 @@ def _encode_native(args: argparse.Namespace, cfg, ds) -> int:
     bar = tqdm(total=n, unit="img", desc="encode", disable=args.no_progress, dynamic_ncols=True)
     try:
         out = encode_native(list(split.images[:n]), split.labels[:n], cfg, args.out, device=args.device, source=source,
-                            progress=lambda k, p: bar.update(k), overwrite=args.overwrite, fit_cache=args.fit_cache)
+                            progress=lambda k, p: bar.update(k), overwrite=args.overwrite, fit_cache=args.fit_cache,
+                            keep_work=args.keep_work)
     finally:
         bar.close()
     return _finish(out, args, "mean raw RGB")
