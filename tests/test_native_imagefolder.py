@@ -61,9 +61,19 @@ def kodak(tmp_path_factory):
                      "--out", str(prep)]) == 0
     store = top / "s.inr"
     assert cli.main(["encode", str(prep), "--preset", "demo", "--iterations", "40", "--bits", "8", "--threads", "1",
-                     "--no-progress", "--keep-work", "--out", str(store)]) == 0
-    assert sorted(p.name for p in (top / "s.inr.work").glob("shard_*.inr"))  # --keep-work reaches the native encode
+                     "--no-progress", "--out", str(store)]) == 0
     return top / "kodak", pixels, prep, store
+
+
+def test_keep_work_reaches_the_native_encode(kodak, tmp_path):
+    from bench import cli
+
+    _, _, prep, store = kodak
+    out = tmp_path / "kept.inr"
+    assert cli.main(["encode", str(prep), "--preset", "demo", "--iterations", "40", "--bits", "8", "--threads", "1",
+                     "--no-progress", "--keep-work", "--out", str(out)]) == 0
+    assert sorted(p.name for p in (tmp_path / "kept.inr.work").glob("shard_*.inr"))
+    assert out.read_bytes() == store.read_bytes()  # same images, same settings: the same store
 
 
 def test_flat_folder_keeps_every_size_exactly(kodak):
