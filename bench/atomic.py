@@ -20,14 +20,16 @@ from bench import outputs
 from bench.errors import InputError
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same folder + ``os.replace``."""
+@contextlib.contextmanager
+def atomic_open(path: str | Path) -> Iterator[Any]:
+    """A binary file to write ``path`` through: a temp file in the same folder, fsynced and renamed
+    over ``path`` when the block ends normally, removed when it raises (``path`` untouched)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = outputs.make_temp_file(path)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -35,6 +37,12 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same folder + ``os.replace``."""
+    with atomic_open(path) as f:
+        f.write(data)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -20,8 +20,6 @@ at most one read piece (``CHUNK_BYTES``) of one shard's array plus the per-image
 
 from __future__ import annotations
 
-import contextlib
-import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -70,7 +68,7 @@ def write_streamed(path: str | Path, header: dict[str, Any], specs: Sequence[Arr
     CRCs, pass 2 writes ``inr.store.file_prefix`` and the data region through a temp file beside
     ``path`` (fsynced, then renamed over it), checking that every array streamed the same bytes.
     """
-    from bench import outputs
+    from bench.atomic import atomic_open
 
     path = Path(path)
     table, off, data_crc = [], 0, 0
@@ -85,27 +83,17 @@ def write_streamed(path: str | Path, header: dict[str, Any], specs: Sequence[Arr
         off += spec.nbytes + pad
     header = {**header, "arrays": table}
     prefix = store.file_prefix(header, off, data_crc)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = outputs.make_temp_file(path)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(prefix)
-            for spec, entry in zip(specs, table, strict=True):
-                crc = 0
-                for p in _checked(spec):
-                    crc = zlib.crc32(p, crc)
-                    f.write(memoryview(np.ascontiguousarray(p)))
-                if crc != entry["crc32"]:
-                    raise InputError(f"array {spec.name!r} streamed other bytes on the second pass "
-                                     "(an input changed while merging); rerun", path)
-                f.write(bytes(store.aligned(spec.nbytes) - spec.nbytes))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path) as f:
+        f.write(prefix)
+        for spec, entry in zip(specs, table, strict=True):
+            crc = 0
+            for p in _checked(spec):
+                crc = zlib.crc32(p, crc)
+                f.write(memoryview(np.ascontiguousarray(p)))
+            if crc != entry["crc32"]:
+                raise InputError(f"array {spec.name!r} streamed other bytes on the second pass "
+                                 "(an input changed while merging); rerun", path)
+            f.write(bytes(store.aligned(spec.nbytes) - spec.nbytes))
     return path
 
 
