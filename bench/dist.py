@@ -306,6 +306,42 @@ def launch(args: Any, command: str, argv: list[str] | None = None) -> int:
     rest = strip_launch_options(argv)
     cmd = torchrun_command([command, *rest], args.nproc, args.nnodes, args.rdzv_endpoint, args.rdzv_id)
     print(f"inrbench: launching {shell_line(cmd)}", file=sys.stderr, flush=True)
+    # run through ``torchrun_quiet`` (this module as a program): the same torchrun, without its
+    # multi-screen ChildFailedError report after a rank's own one-line error
+    quiet = [cmd[0], "-m", "bench.dist", *cmd[3:]]
     with tempfile.TemporaryDirectory(prefix="inrbench-ranks-") as status_dir:
-        rc = subprocess.call(cmd, env={**os.environ, STATUS_DIR_ENV: status_dir})
+        rc = subprocess.call(quiet, env={**os.environ, STATUS_DIR_ENV: status_dir})
         return launch_status(status_dir, rc)
+
+
+def torchrun_quiet(argv: list[str]) -> int:
+    """``torchrun <argv>`` (``torch.distributed.run``), its status; when ranks fail, one line instead of
+    torchrun's report: nothing when every failed rank exited 2 (each printed its one-line error), else
+    ``inrbench: error: torchrun: rank R exited with status S`` (a crash: the rank's traceback is above)."""
+    import logging
+    import signal
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    # torchrun's own log lines (its OMP_NUM_THREADS banner, "failed (exitcode: 2) local_rank: ..."):
+    # ``launch`` printed the command and the ranks print their errors; OMP_NUM_THREADS is documented.
+    for name in ("torch.distributed.run", "torch.distributed.elastic"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        run(parse_args(argv))
+    except ChildFailedError as e:
+        codes = {int(r): f.exitcode for r, f in e.failures.items()}
+        if any(c != 2 for c in codes.values()):
+            def status(c: int) -> str:
+                return f"signal {signal.Signals(-c).name}" if c < 0 and -c in signal.Signals._value2member_map_ \
+                    else f"status {c}"
+
+            print("inrbench: error: torchrun: " + "; ".join(f"rank {r} exited with {status(c)}"
+                                                         for r, c in sorted(codes.items())), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # ``python -m bench.dist TORCHRUN_ARGS``: what ``launch`` runs
+    sys.exit(torchrun_quiet(sys.argv[1:]))
