@@ -98,12 +98,12 @@ def _reset_peak(cuda: bool) -> int:
 
 def _worker(args: argparse.Namespace) -> dict[str, Any]:
     """Runs in a subprocess: one method, timed, with its own peak memory."""
-    import resource
     import time
 
     import numpy as np
     import torch
 
+    from bench.perf.rss import peak_rss
     from inr.fit import FitConfig, auto_batch, cpu_workers, images_to_targets, optimize
     from inr.siren import SirenArch, coord_grid, init_weights
 
@@ -156,7 +156,7 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
         sync()
         dt = time.perf_counter() - t0
         extra = {}
-    peak = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+    peak = torch.cuda.max_memory_allocated() if cuda else peak_rss() - base  # VmHWM: ru_maxrss survives exec
     return {
         "method": args._worker,
         "images": int(imgs.shape[0]),

@@ -3,7 +3,7 @@
 Writes synthetic shard stores of ``--images`` images at a preset's architecture (``--bits``,
 ``--per-channel``, a random ``--prune`` fraction of weights masked): random codes, scales,
 labels and PSNRs, no fitting (``write_synthetic_shard``, itself streamed). Then merges them as
-``inrbench encode`` does, each merge in a fresh subprocess so that its peak RSS (``peak_rss``:
+``inrbench encode`` does, each merge in a fresh subprocess so that its peak RSS (``bench.perf.rss.peak_rss``:
 ``VmHWM``) is its own, and reports it against the final store's size. The in-memory merge
 (every shard's codes as int64, ``inr.encode.concat_layers``, ``inr.store.save``: the merge before
 ``inr.merge``) needs about 8 bytes per weight plus copies, so it is measured on ``--old-images``
@@ -110,6 +110,7 @@ def _worker(args: argparse.Namespace) -> int:
     import numpy as np
     import psutil
 
+    from bench.perf.rss import peak_rss
     from inr import store
     from inr.encode import concat_layers
     from inr.merge import merge_stores
@@ -132,25 +133,6 @@ def _worker(args: argparse.Namespace) -> int:
     wall = time.perf_counter() - t0
     print(json.dumps({"peak_rss": peak_rss(), "start_rss": start, "seconds": wall}))
     return 0
-
-
-def peak_rss() -> int:
-    """This process's peak resident bytes: ``VmHWM`` of ``/proc/self/status`` (Linux), else ``ru_maxrss``.
-
-    Not ``ru_maxrss`` first: Linux keeps it across ``execve``, so a worker started by ``subprocess``
-    (vfork + exec) reports at least its parent's peak (here: the parent that generated the shards).
-    """
-    import resource
-    import sys
-
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB elsewhere
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
 def _measure(kind: str, job: dict, shards: list[Path], out: Path) -> dict:
