@@ -24,7 +24,8 @@ are written). A rank failing *inside* a DDP collective (mid-epoch in train mode)
 in that collective: the process group's timeout (``--dist-timeout``) ends it with an error on them;
 a gather that fails marks the group broken and rank 0 writes what it has, the ranks it could not
 hear from as "rank R: no result (...)". A rank killed outright (a signal, ``os._exit``) is
-torchrun's to handle: it stops the whole job, and nothing is written.
+torchrun's to handle: it stops the whole job, so no rank writes the run; ``inrbench bench --nproc``
+(which drew the run id) then writes its one error row (``bench.commands.bench._launch``).
 
 **Merged rows** (``merge``): all ranks ok -> the aggregate rows (``rank`` <NA>; ``AGGREGATE``
 says how each metric is combined over the ranks at the same repeat/epoch), then every rank's own
