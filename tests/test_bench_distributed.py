@@ -346,3 +346,16 @@ def test_v1_rows_read_with_rank_na_and_reports_skip_per_rank_rows(tmp_path):
     rows = load(tmp_path / "res").rows
     assert rows["rank"].isna().all()
     assert sorted(rows.loc[rows.metric == "images_per_s", "value"]) == pytest.approx([10.0, 128 / 3])
+
+
+def test_report_never_pools_world_sizes(tmp_path):
+    """A dataset run by 1 and by 2 processes: the report reads two datasets, ``d`` and ``d (2 processes)``."""
+    from bench.report.load import load
+
+    for run_id, world, ips in (("one", 1, 10.0), ("two", 2, 18.0)):
+        run = R.RunRows(run_id, "raw", "d", "loader", {"pipe": {"world_size": world}})
+        run.add("images_per_s", ips, "img/s", repeat=0, epoch=1)
+        R.write_run(tmp_path / "res", run)
+    rows = load(tmp_path / "res").rows
+    got = rows[rows.metric == "images_per_s"].set_index("dataset")["value"].to_dict()
+    assert got == {"d": 10.0, "d (2 processes)": 18.0}

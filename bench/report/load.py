@@ -9,7 +9,9 @@ train runs' per-image test predictions (``predictions.csv``) and the code identi
 
 A data-parallel run's per-rank rows (``rank`` set) are dropped here: every figure and table of a
 report reads the run's aggregate rows (``bench.results.aggregate_rows``: global images/s, the
-slowest rank's times), like a single-process run's rows.
+slowest rank's times), like a single-process run's rows. Runs of one dataset at different world
+sizes are never pooled: each world size above 1 becomes a dataset of its own, ``NAME (N processes)``
+(``by_world_size``), so every table compares pipelines at one world size.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def load(results_dir: str | Path) -> ReportInputs:
         return _load_sweep(root)
     from bench import results as R
 
-    rows = R.aggregate_rows(R.read_results(root))
+    rows, _ = by_world_size(R.aggregate_rows(R.read_results(root)), {})
     env = _read_json(next(iter(sorted(root.glob("runs/*/env.json"))), None))
     code_of = {p.parent.name: (_read_json(p) or {}).get("code") for p in sorted(root.glob("runs/*/env.json"))}
     return ReportInputs(root=root, name=root.name, description="", rows=rows, env=env,
@@ -147,6 +149,7 @@ def _load_sweep(root: Path) -> ReportInputs:
         size = tuple(m["image_size"]) if m and "image_size" in m else None
         compares.append(CompareResult(cell=c["id"], dataset=ds, folder=folder,
                                       summary=pd.read_csv(folder / "summary.csv"), image_size=size))
+    rows, manifests = by_world_size(rows, manifests)
     ok_dirs = [d for d, m in finished if m.get("status") == "ok"]
     return ReportInputs(
         root=root, name=sweep.get("name", root.name), description=sweep.get("description", ""),
@@ -155,6 +158,32 @@ def _load_sweep(root: Path) -> ReportInputs:
         predictions=_predictions(ok_dirs, rows), code=sweep.get("code"),
         code_of={m["id"]: m.get("code") for _, m in finished},
     )
+
+
+WORLD_SIZE = "cfg.pipe.world_size"
+
+
+def by_world_size(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """Rows of a dataset whose runs differ in world size, relabelled ``NAME (N processes)`` for each
+    world size N > 1 (single-process runs keep ``NAME``); ``manifests`` gains the same entries. A
+    dataset run at one world size only keeps its name (``cfg.pipe.world_size`` says it)."""
+    if WORLD_SIZE not in rows.columns or rows.empty:
+        return rows, manifests
+    import pandas as pd
+
+    ws = pd.to_numeric(rows[WORLD_SIZE], errors="coerce").fillna(1).astype(int)
+    rows, manifests = rows.copy(), dict(manifests)
+    for ds in rows["dataset"].dropna().unique():
+        here = rows["dataset"] == ds
+        sizes = set(ws[here])
+        if len(sizes) < 2:
+            continue
+        for n in sorted(sizes - {1}):
+            label = f"{ds} ({n} processes)"
+            rows.loc[here & (ws == n), "dataset"] = label
+            if ds in manifests:
+                manifests[label] = manifests[ds]
+    return rows, manifests
 
 
 def _split_count(manifest: dict[str, Any] | None, split: str) -> int | None:
