@@ -32,7 +32,7 @@ import os
 import struct
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -672,6 +672,56 @@ class StoredINR:
         grid = self.coords() if (h, w) == tuple(self.image_size) else coord_grid(h, w, device=self.device)
         out = forward(ws, grid, self.arch).clamp_(0.0, 1.0)
         return out.view(-1, h, w, 3).permute(0, 3, 1, 2).contiguous()
+
+    def select(self, idx, device: torch.device | str | None = None, chunk: int = 4096) -> StoredINR:
+        """The store holding only images ``idx`` (int64 ``[M]``, repeats allowed), in that order, on ``device``.
+
+        Image ``k`` of the result is image ``idx[k]`` here. Each layer's bit stream is repacked (in
+        chunks of ``chunk`` images), so the result holds only these images' codes, scales, masks and
+        labels (``resident_bytes`` ~ M/N of this one's). ``path``, ``header`` and ``bytes_on_disk`` still
+        describe the file. Select from a store loaded on the CPU to keep the whole store off ``device``.
+        """
+        idx = torch.as_tensor(idx, dtype=torch.int64, device=self.device).reshape(-1)
+        dev = self.device if device is None else torch.device(device)
+        m = int(idx.numel())
+        layers = []
+        for dl in self._layers:
+            if dl.mask is None:
+                counts = torch.full((m,), (dl.in_f + 1) * dl.out_f, dtype=torch.int64, device=self.device)
+            else:
+                mbits = (dl.mask[idx].unsqueeze(-1) >> torch.arange(8, device=self.device, dtype=torch.uint8)) & 1
+                counts = mbits.reshape(m, -1)[:, : dl.in_f * dl.out_f].sum(1).long() + dl.out_f
+            start = dl.offsets[idx] if dl.offsets is not None else idx * (dl.count * dl.bits)
+            total = int(counts.sum()) * dl.bits
+            stream = np.zeros((total + 7) // 8 + PAD_BYTES, dtype=np.uint8)
+            bitpos = 0
+            for s in range(0, m, chunk):
+                c, st = counts[s : s + chunk], start[s : s + chunk]
+                pos = torch.arange(int(c.max()) if c.numel() else 0, device=self.device)
+                valid = pos.unsqueeze(0) < c.unsqueeze(1)
+                bit = st.unsqueeze(1) + torch.where(valid, pos.unsqueeze(0), 0) * dl.bits
+                values = unpack_bits(dl.codes, bit, dl.bits)[valid].cpu().numpy()
+                nbits = values.shape[0] * dl.bits
+                packed = pack_bits(values, dl.bits)[: (nbits + 7) // 8].astype(np.uint16) << (bitpos & 7)
+                b = bitpos >> 3
+                stream[b : b + packed.shape[0]] |= (packed & 0xFF).astype(np.uint8)
+                stream[b + 1 : b + 1 + packed.shape[0]] |= (packed >> 8).astype(np.uint8)
+                bitpos += nbits
+            fixed = m == 0 or bool((counts == counts[0]).all())
+            offsets = None if fixed else (torch.cumsum(counts, 0) - counts) * dl.bits
+            layers.append(_DeviceLayer(
+                bits=dl.bits, in_f=dl.in_f, out_f=dl.out_f, codes=torch.from_numpy(stream).to(dev),
+                scales=None if dl.scales is None else dl.scales[idx].to(dev),
+                mask=None if dl.mask is None else dl.mask[idx].to(dev),
+                offsets=None if offsets is None else offsets.to(dev),
+                count=int(counts[0]) if fixed and m else (0 if not fixed else dl.count),
+            ))
+        rows = idx.cpu().numpy()
+        return replace(
+            self, labels=self.labels[idx].to(dev), psnr=None if self.psnr is None else self.psnr[rows],
+            device=dev, _layers=layers, _coords=None,
+            image_sizes=None if self.image_sizes is None else self.image_sizes[rows],
+        )
 
     def quantized_layers(self, chunk: int = 4096) -> list[QLayer]:
         """Dense CPU ``QLayer``s of all images (for merging shards or re-packing)."""

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from bench.datasets.prepared import PreparedDataset
 
 CropKind = Literal["random-resized", "random-pad", "center"]
+# What a rank keeps resident (pipelines.shard): the whole split, or only its fixed shard.
+RESIDENT = ("all", "shard")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -99,6 +101,10 @@ class PipelineConfig:
     # DistributedSampler's padding; batch_size is per rank). world_size 1 = the whole split.
     rank: int = 0
     world_size: int = 1
+    # "all": every rank holds the whole split (and files are read from all of it); "shard": rank r holds
+    # only its fixed shard for the whole run, samples never move between ranks (pipelines.shard,
+    # --resident). The same with one rank.
+    resident: str = "all"
 
     def __post_init__(self) -> None:
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
@@ -107,6 +113,8 @@ class PipelineConfig:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.workers < 0:
             raise ValueError(f"workers must be >= 0, got {self.workers}")
+        if self.resident not in RESIDENT:
+            raise ValueError(f"resident must be one of {'|'.join(RESIDENT)}, got {self.resident!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -27,6 +27,14 @@ rank and equals the other adapters' (``ceil(ceil(n / w) / b)``; ``(n // w) // b`
   ``num_shards > 1`` and uneven shards leaves the reader a sample out of step, and later epochs
   then repeat samples (seen on DALI 2.4). No sample twice; the rest of each shard is dropped.
 
+Fixed shards (``config.resident == "shard"``): the reader runs ``stick_to_shard=True`` with
+``random_shuffle`` instead of ``shuffle_after_epoch`` (DALI 2.4 refuses the two together:
+"shuffle_after_epoch and stick_to_shard cannot be both true"); the file list is shuffled once with
+DALI's fixed seed, the same on every rank, and a shuffle buffer orders each epoch), so rank ``r``
+reads the same contiguous slice every epoch, in a new order: the same samples every epoch, the
+union policy above. Nothing is resident either way. With ``drop_last`` the uneven shards are not
+cut to ``n // w`` first: a rank one sample longer drops a different one of its own each epoch.
+
 Augmentation draws: DALI's pipeline ``seed`` is ``shard.rank_seed(seed, rank, world_size)``
 (``seed`` itself with one rank; distinct per rank otherwise).
 
@@ -96,7 +104,7 @@ def decoder_options(gpu: bool, hw_jpeg: bool, height: int, width: int) -> dict[s
 
 def _graph(
     file_root: str, file_list: str, aug: Augment, height: int, width: int, shuffle: bool, shuffle_seed: int,
-    gpu: bool, decoder_kw: dict[str, Any], shard_id: int = 0, num_shards: int = 1,
+    gpu: bool, decoder_kw: dict[str, Any], shard_id: int = 0, num_shards: int = 1, fixed: bool = False,
 ) -> tuple[Any, Any]:
     """The DALI graph (called inside ``pipeline_def``): returns ``(images [3,s,s] float, labels)``.
 
@@ -104,11 +112,14 @@ def _graph(
     """
     from nvidia.dali import fn, types
 
+    # fixed (resident="shard"): the shard never changes; DALI refuses shuffle_after_epoch together with
+    # stick_to_shard, so the shard's order comes from random_shuffle's buffer instead.
+    order = ({"stick_to_shard": True, "random_shuffle": shuffle, "seed": shuffle_seed} if fixed
+             else {"shuffle_after_epoch": shuffle, "shuffle_after_epoch_seed": shuffle_seed})
     jpegs, labels = fn.readers.file(
         file_root=file_root,
         file_list=file_list,
-        shuffle_after_epoch=shuffle,
-        shuffle_after_epoch_seed=shuffle_seed,
+        **order,
         pad_last_batch=True,
         shard_id=shard_id,
         num_shards=num_shards,
@@ -213,7 +224,7 @@ class DaliPipeline(Pipeline):
         pipe_fn = pipeline_def(_graph)
         self.pipe = pipe_fn(
             str(split.root), str(split.file_list), config.augment, h, w, config.shuffle, config.seed, gpu,
-            decoder_options(gpu, self.hw_jpeg, h, w), config.rank, config.world_size,
+            decoder_options(gpu, self.hw_jpeg, h, w), config.rank, config.world_size, config.resident == "shard",
             batch_size=config.batch_size,
             num_threads=max(1, config.workers),
             device_id=device_id,

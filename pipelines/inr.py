@@ -11,7 +11,10 @@ samples outside the image are zero (black before normalization), as with
 ``RandomCrop(padding=pad)``.
 
 Sharding: rank ``config.rank`` iterates its slice of the epoch's global permutation and draws its
-crops from its own generator (``pipelines.shard.epoch_shard``); every rank holds the whole store.
+crops from its own generator (``pipelines.shard.epoch_shard``); every rank holds the whole store, or
+with ``config.resident == "shard"`` only its fixed shard's images (``shard.held_samples``): the
+store is loaded and verified on the CPU, and ``StoredINR.select`` repacks those images' codes onto
+the device (the whole store passes through host memory once, at build).
 
 Host syncs: none in an epoch's steady state. Crops are drawn on the CPU, turned into ``theta``
 there and copied with ``pipelines.crops.to_device`` (pinned, non-blocking on CUDA), as is the
@@ -40,7 +43,7 @@ from pipelines.crops import (
     to_device,
 )
 from pipelines.inr_decode import SirenDecoder
-from pipelines.shard import epoch_shard, num_batches
+from pipelines.shard import config_epoch, held_samples, num_batches
 
 
 def inside_mask(theta: torch.Tensor, size: int) -> torch.Tensor:
@@ -54,7 +57,8 @@ def inside_mask(theta: torch.Tensor, size: int) -> torch.Tensor:
 
 @register("inr")
 class InrPipeline(Pipeline):
-    """Holds the ``inr.store.StoredINR`` (quantized weights, labels) on ``config.device``."""
+    """Holds the ``inr.store.StoredINR`` (quantized weights, labels) on ``config.device``: all the images,
+    or the rank's fixed shard (``shard.held_samples``; image ``k`` held is sample ``held[k]``)."""
 
     def __init__(self, data: PreparedDataset, config: PipelineConfig, store: Path | None = None):
         super().__init__(data, config, store)
@@ -65,7 +69,7 @@ class InrPipeline(Pipeline):
         except ImportError as e:
             raise Unavailable(f"the INR codec cannot be imported: {e}") from None
         self.device = torch.device(config.device)
-        self.stored = load(Path(store), self.device)
+        self.stored = load(Path(store), self.device if config.resident == "all" else "cpu")
         split = data.split(config.split)
         n = len(split)
         if int(self.stored.labels.shape[0]) != n or tuple(self.stored.image_size) != split.image_size:
@@ -74,6 +78,8 @@ class InrPipeline(Pipeline):
                 f"split {config.split!r} has {n} of {split.image_size}", store,
             )
         check_store_source(self.stored, data, config.split, allow_unverified=config.allow_unverified_store)
+        if config.resident != "all":
+            self.stored = self.stored.select(held_samples(n, config), self.device)
         self.labels = self.stored.labels.to(self.device, torch.int64)
         self.n = n
         self.height, self.width = self.stored.image_size
@@ -102,9 +108,9 @@ class InrPipeline(Pipeline):
         if self.stored is None:
             raise RuntimeError("inr pipeline is closed")
         cfg, aug = self.config, self.config.augment
-        part = epoch_shard(self.n, cfg.seed, self.epoch, cfg.shuffle, cfg.rank, cfg.world_size, cfg.drop_last)
+        part = config_epoch(self.n, cfg, self.epoch)
         self.epoch += 1
-        order = to_device(part.indices, self.device)
+        order = to_device(part.positions, self.device)
         for sl in batch_slices(order.numel(), cfg.batch_size, cfg.drop_last):
             idx = order[sl]
             crops = sample_crops(aug, idx.numel(), self.height, self.width, part.generator)

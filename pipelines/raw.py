@@ -3,7 +3,8 @@
 The ceiling that shows when no codec is needed: one gather and one ``grid_sample`` per batch.
 
 Sharding: rank ``config.rank`` iterates its slice of the epoch's global permutation and draws its
-crops from its own generator (``pipelines.shard.epoch_shard``); every rank holds the whole split.
+crops from its own generator (``pipelines.shard.epoch_shard``); every rank holds the whole split,
+or with ``config.resident == "shard"`` only the pixels of its fixed shard (``shard.held_samples``).
 
 Host syncs: none in an epoch's steady state. The epoch's order and each batch's crops are drawn on
 the CPU and copied with ``pipelines.crops.to_device`` (pinned, non-blocking on CUDA); indexing
@@ -28,21 +29,26 @@ from pipelines.crops import (
     to_device,
     warp,
 )
-from pipelines.shard import epoch_shard, num_batches
+from pipelines.shard import config_epoch, held_samples, num_batches
 
 
 @register("raw")
 class RawPipeline(Pipeline):
-    """Holds ``images`` uint8 ``[N, 3, H, W]`` and ``labels`` int64 ``[N]`` on ``config.device``."""
+    """Holds ``images`` uint8 ``[M, 3, H, W]`` and ``labels`` int64 ``[M]`` on ``config.device``: the held
+    samples (``shard.held_samples``: all ``N``, or the rank's fixed shard)."""
 
     def __init__(self, data: PreparedDataset, config: PipelineConfig, store: Path | None = None):
         super().__init__(data, config, store)
         split = data.split(config.split)
         self.device = torch.device(config.device)
-        pixels = torch.from_numpy(np.array(split.images))  # copy out of the memmap
-        self.images: torch.Tensor | None = pixels.permute(0, 3, 1, 2).contiguous().to(self.device)
-        self.labels: torch.Tensor | None = torch.from_numpy(split.labels).to(self.device)
         self.n = len(split)
+        held = held_samples(self.n, config).numpy()
+        if config.resident == "all":
+            pixels = torch.from_numpy(np.array(split.images))  # copy out of the memmap
+        else:
+            pixels = torch.from_numpy(np.asarray(split.images[held]))  # reads only the shard's rows
+        self.images: torch.Tensor | None = pixels.permute(0, 3, 1, 2).contiguous().to(self.device)
+        self.labels: torch.Tensor | None = torch.from_numpy(np.asarray(split.labels)[held]).to(self.device)
         self.height, self.width = split.image_size
         self.epoch = 0
 
@@ -54,9 +60,9 @@ class RawPipeline(Pipeline):
         if self.images is None or self.labels is None:
             raise RuntimeError("raw pipeline is closed")
         cfg, aug = self.config, self.config.augment
-        part = epoch_shard(self.n, cfg.seed, self.epoch, cfg.shuffle, cfg.rank, cfg.world_size, cfg.drop_last)
+        part = config_epoch(self.n, cfg, self.epoch)
         self.epoch += 1
-        order = to_device(part.indices, self.device)
+        order = to_device(part.positions, self.device)
         for sl in batch_slices(order.numel(), cfg.batch_size, cfg.drop_last):
             idx = order[sl]
             crops = sample_crops(aug, idx.numel(), self.height, self.width, part.generator)

@@ -17,7 +17,9 @@ are ``DistributedSampler``'s, mirrored exactly in ``pipelines.shard.shard``, and
 the one ``raw``, ``inr`` and ``torch-nvjpeg`` draw, so every rank sees the same samples in the same
 order as theirs for the same seed (a cross-adapter comparison feeds every model the same data),
 and with one rank the epochs are the single-process ones. ``len(sampler)`` is
-``DistributedSampler``'s ``num_samples``.
+``DistributedSampler``'s ``num_samples``. With ``config.resident == "shard"`` nothing more is held
+(the files stay on disk), but the sampler iterates the rank's fixed shard
+(``pipelines.shard``: the same samples every epoch, reshuffled per epoch), as the resident adapters do.
 
 Host syncs: none in an epoch's steady state. Batches arrive pinned (``pin_memory`` on CUDA) and
 are copied with ``non_blocking=True``; the normalization constants live on the device once
@@ -123,11 +125,12 @@ class ShardSampler(torch.utils.data.DistributedSampler):
     def __init__(self, dataset: torch.utils.data.Dataset, config: PipelineConfig):
         super().__init__(dataset, num_replicas=config.world_size, rank=config.rank, shuffle=config.shuffle,
                          seed=config.seed, drop_last=config.drop_last)
+        self.resident = config.resident
         self.generator: torch.Generator | None = None
 
     def __iter__(self) -> Iterator[int]:
         part = epoch_shard(len(self.dataset), self.seed, self.epoch, self.shuffle, self.rank, self.num_replicas,
-                           self.drop_last)
+                           self.drop_last, self.resident)
         assert part.indices.numel() == self.num_samples
         self.generator = part.generator
         return iter(part.indices.tolist())

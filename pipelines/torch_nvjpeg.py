@@ -16,7 +16,8 @@ then ``normalize_``. So the augmentation, and its statistics, are ``raw``'s exac
 differ only by the decode.
 
 Sharding: as ``raw``, rank ``config.rank`` decodes its slice of the epoch's global permutation with
-crops from its own generator (``pipelines.shard.epoch_shard``); every rank holds all the files.
+crops from its own generator (``pipelines.shard.epoch_shard``); every rank holds all the files, or
+with ``config.resident == "shard"`` only its fixed shard's (``shard.held_samples``).
 
 Host syncs on CUDA: none of ours in an epoch's steady state. The epoch's order goes to the device
 once per epoch with ``crops.to_device`` (pinned, non-blocking); the file indices stay on the CPU
@@ -50,7 +51,7 @@ from pipelines.crops import (
     to_device,
     warp,
 )
-from pipelines.shard import epoch_shard, num_batches
+from pipelines.shard import config_epoch, held_samples, num_batches
 
 # Start-of-frame markers (baseline, extended, progressive, lossless; Huffman and arithmetic).
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
@@ -115,7 +116,8 @@ def _reason(e: Exception) -> str:
 
 @register("torch-nvjpeg")
 class TorchNvjpegPipeline(Pipeline):
-    """Holds the split's JPEG files as uint8 tensors on the host and ``labels`` int64 ``[N]`` on the device."""
+    """Holds the split's JPEG files as uint8 tensors on the host and ``labels`` int64 ``[N]`` on the device
+    (or only the rank's fixed shard's: ``[M]``, ``shard.held_samples``)."""
 
     def __init__(self, data: PreparedDataset, config: PipelineConfig, store: Path | None = None):
         super().__init__(data, config, store)
@@ -128,7 +130,9 @@ class TorchNvjpegPipeline(Pipeline):
         self.device = torch.device(config.device)
         self.cuda = self.device.type == "cuda"
         self.height, self.width = split.image_size
-        self.paths = split.jpeg_paths
+        self.n = len(split)
+        held = held_samples(self.n, config).tolist()
+        self.paths = tuple(split.jpeg_paths[i] for i in held)  # position k: sample held[k]
         self.jpegs: list[torch.Tensor] | None = read_jpegs(self.paths, split.image_size, pin=self.cuda)
         if self.cuda:  # torchvision without nvJPEG support raises on the first CUDA decode: say so now
             try:
@@ -136,8 +140,7 @@ class TorchNvjpegPipeline(Pipeline):
             except RuntimeError as e:
                 self.jpegs = None
                 raise Unavailable(f"torchvision cannot decode JPEG on {self.device}: {' '.join(str(e).split())}") from None
-        self.labels: torch.Tensor | None = torch.from_numpy(split.labels).to(self.device)
-        self.n = len(split)
+        self.labels: torch.Tensor | None = torch.from_numpy(split.labels[held]).to(self.device)
         self.epoch = 0
 
     def __len__(self) -> int:
@@ -170,9 +173,9 @@ class TorchNvjpegPipeline(Pipeline):
         if self.jpegs is None or self.labels is None:
             raise RuntimeError("torch-nvjpeg pipeline is closed")
         cfg, aug = self.config, self.config.augment
-        part = epoch_shard(self.n, cfg.seed, self.epoch, cfg.shuffle, cfg.rank, cfg.world_size, cfg.drop_last)
+        part = config_epoch(self.n, cfg, self.epoch)
         self.epoch += 1
-        order = part.indices
+        order = part.positions
         order_dev = to_device(order, self.device)  # once per epoch, no sync: labels gather on the device
         for sl in batch_slices(order.numel(), cfg.batch_size, cfg.drop_last):
             pixels = self._decode_batch(order[sl].tolist())

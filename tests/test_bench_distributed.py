@@ -81,8 +81,10 @@ def every_pipeline(data, store, tmp_path_factory):
     """Every pipeline x loader/train on 2 gloo ranks, in one torchrun launch: {(pipeline, mode): (rc, out)}."""
     tmp = tmp_path_factory.mktemp("every")
     runs = {(p, m): tmp / f"{p}-{m}" for p in PIPELINES for m in ("loader", "train")}
-    (tmp / "argv.json").write_text(json.dumps([_bench_args(data, out, p, m, store if p == "inr" else None)
-                                               for (p, m), out in runs.items()]))
+    runs["inr", "shard"] = tmp / "inr-shard"  # loader, --resident shard
+    (tmp / "argv.json").write_text(json.dumps([
+        _bench_args(data, out, p, "loader" if m == "shard" else m, store if p == "inr" else None)
+        + (["--resident", "shard"] if m == "shard" else []) for (p, m), out in runs.items()]))
     (tmp / "driver.py").write_text(DRIVER)
     t0 = time.perf_counter()
     proc = _torchrun(tmp / "driver.py", str(tmp / "argv.json"), str(tmp / "codes.json"), timeout=600)
@@ -103,6 +105,19 @@ def _ok(df: pd.DataFrame, metric: str, rank=None, epoch=None) -> pd.DataFrame:
     if epoch is not None:
         d = d[d["epoch"] == epoch]
     return d[d["rank"].isna()] if rank is None else d[d["rank"] == rank]
+
+
+def test_resident_shard_holds_half_the_store_per_rank(every_pipeline):
+    """``--resident shard``: saved in cfg.*, and each rank holds half the store (within one image)."""
+    (code, shard_out), (_, all_out) = every_pipeline["inr", "shard"], every_pipeline["inr", "loader"]
+    df, _ = _one_run(shard_out)
+    whole = R.read_results(all_out)
+    assert code == 0 and (df.status != "error").all() and (df["cfg.pipe.resident"] == "shard").all()
+    assert (whole["cfg.pipe.resident"] == "all").all()
+    for k in (0, 1):
+        held = _ok(df, "resident_device_bytes", k).value.max()
+        full = _ok(whole, "resident_device_bytes", k).value.max()
+        assert abs(held - full / 2) <= full / N_TRAIN + 64
 
 
 @pytest.mark.parametrize("mode", ["loader", "train"])

@@ -28,6 +28,8 @@ from pipelines.shard import (
     augment_generator,
     batch_seeds,
     epoch_shard,
+    fixed_generator,
+    fixed_shard,
     rank_seed,
     shard,
     shard_size,
@@ -243,3 +245,112 @@ def test_ranks_draw_different_augmentations(name, same_set):
     per_sample = (imgs[0] - imgs[1]).abs().flatten(1).amax(1)
     assert int((per_sample > 0.05).sum()) >= 4  # different crops, sample by sample
     assert int(((imgs[0] - again).abs().flatten(1).amax(1) > 0.05).sum()) >= 4  # and per epoch
+
+
+# ---------------------------------------------------------------------------------- resident="shard"
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("n", [12, 13])
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_fixed_shards(name, world, n, drop_last, index_sets):
+    """resident="shard": the union policy of "all", each rank's samples fixed for the run, reordered per epoch."""
+    data, store = index_sets[n]
+    pipes = rank_pipes(name, data, store, world, drop_last=drop_last, resident="shard")
+    try:
+        per_rank = [epochs_of(p, 3) for p in pipes]
+    finally:
+        for p in pipes:
+            p.close()
+    m = math.ceil(n / world) if name in OWN_ORDER else shard_size(n, world, drop_last)  # DALI: never truncated
+    for e in range(3):
+        seen = collections.Counter(i for rank in per_rank for batch in rank[e] for i in batch)
+        total = sum(seen.values())
+        if drop_last:
+            assert max(seen.values()) == 1 and total == world * ((n // world) // BATCH) * BATCH
+        else:
+            assert set(seen) == set(range(n)) and n <= total <= n + world - 1
+            if name not in OWN_ORDER:
+                assert total == math.ceil(n / world) * world
+    for r, epochs in enumerate(per_rank):
+        orders = [[i for b in batches for i in b] for batches in epochs]
+        held = set().union(*map(set, orders))
+        assert len(held) <= m  # a fixed shard: never more than one shard's samples over the epochs
+        if not drop_last:
+            assert all(set(o) == held for o in orders)  # the same samples every epoch
+        assert len({tuple(o) for o in orders}) > 1  # in a new order
+        if name not in OWN_ORDER:
+            for e, o in enumerate(orders):
+                want = epoch_shard(n, SEED, e, True, r, world, drop_last, "shard").indices.tolist()
+                assert o == (want[: (len(want) // BATCH) * BATCH] if drop_last else want)
+                assert set(want) <= set(fixed_shard(n, SEED, True, r, world, drop_last).tolist())
+
+
+def test_fixed_shard_partitions_one_permutation():
+    for n in (1, 5, 12, 13):
+        for world in (1, 2, 3, 4):
+            for drop_last in (False, True):
+                shards = [fixed_shard(n, SEED, True, r, world, drop_last) for r in range(world)]
+                assert {len(s) for s in shards} == {shard_size(n, world, drop_last)}
+                perm0 = torch.randperm(n, generator=fixed_generator(SEED)) if world > 1 else torch.arange(n)
+                assert [s.tolist() for s in shards] == [shard(perm0, r, world, drop_last).tolist() for r in range(world)]
+                held = collections.Counter(i for s in shards for i in s.tolist())
+                if drop_last:
+                    assert len(held) == (n // world) * world and max(held.values(), default=1) == 1
+                else:
+                    assert set(held) == set(range(n)) and sum(held.values()) - n == (-n) % world
+    for e in range(3):  # one rank: "shard" is "all"
+        a, s = epoch_shard(13, SEED, e, True), epoch_shard(13, SEED, e, True, resident="shard")
+        assert a.indices.tolist() == s.indices.tolist() == s.positions.tolist()
+    with pytest.raises(ValueError, match="resident"):
+        PipelineConfig(resident="half")
+
+
+RESIDENT_ADAPTERS = ("raw", "inr", "torch-nvjpeg")
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("n", [12, 13])
+@pytest.mark.parametrize("name", RESIDENT_ADAPTERS)
+def test_fixed_shard_holds_one_world_th(name, n, world, index_sets):
+    """A rank's resident bytes with resident="shard" are all/world, to within one image."""
+    data, store = index_sets[n]
+    [whole] = rank_pipes(name, data, store, 1)
+    pipes = rank_pipes(name, data, store, world, resident="shard")
+    try:
+        full = whole.resident_bytes()
+        parts = [p.resident_bytes() for p in pipes]
+        assert [len(p.labels) for p in pipes] == [shard_size(n, world, False)] * world
+    finally:
+        for p in [whole, *pipes]:
+            p.close()
+    one = {"device": full["device"] / n, "host": 0.0}
+    if name == "torch-nvjpeg":
+        one["host"] = max(p.stat().st_size for p in data.split("train").jpeg_paths)
+    for key in ("device", "host"):
+        for part in parts:
+            assert abs(part[key] - full[key] / world) <= one[key] + 64, (key, part, full)
+
+
+def test_store_select_is_the_images_weights(tmp_path):
+    """``StoredINR.select``: repacked codes (pruned, variable counts, odd bit widths) give the same weights."""
+    from inr.quantize import QuantConfig, keep_matrix, quantize
+    from inr.siren import SirenArch, init_weights
+    from inr.store import load, save
+
+    n, arch = 9, SirenArch(3, 8)
+    layers = quantize(init_weights(arch, n, seed=2), QuantConfig((5, 7, 11, 6)[: arch.num_linear]))
+    g = torch.Generator().manual_seed(0)
+    pruned = []
+    for ql in layers:
+        mask = torch.rand(ql.codes.shape[0], ql.codes.shape[1] - 1, ql.codes.shape[2], generator=g) > 0.3
+        codes = ql.codes * keep_matrix(mask, tuple(ql.codes.shape))
+        pruned.append(type(ql)(ql.bits, codes, ql.lo, ql.step, mask))
+    for qls in (layers, pruned):
+        stored = load(save(tmp_path / "s.inr", arch, (4, 4), np.arange(n), qls), "cpu")
+        idx = torch.tensor([7, 2, 2, 8, 0])
+        sub = stored.select(idx)
+        assert sub.labels.tolist() == idx.tolist() and sub.resident_bytes() < stored.resident_bytes()
+        for (w1, b1), (w2, b2) in zip(sub.weights(torch.arange(5)), stored.weights(idx), strict=True):
+            assert torch.equal(w1, w2) and torch.equal(b1, b2)

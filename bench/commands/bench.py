@@ -62,6 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "S seconds (default 1; 0 = exactly --epochs); the count is recorded (measured_epochs)")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=2, help="loader workers/threads (default 2)")
+    p.add_argument("--resident", choices=("all", "shard"), default="all",
+                   help="with --nproc: each rank holds the whole split (all, default) or only its fixed shard "
+                        "(samples never move between ranks; pipelines/shard.py)")
     p.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (cuda when available)")
     p.add_argument("--backbone", default="auto",
                    help="resnet18-cifar | resnet18 | small-cnn | auto (resnet18-cifar up to 64 px, else resnet18)")
@@ -142,7 +145,7 @@ def build_config(args: argparse.Namespace, world=None, dist_config=None):
         pipe = PipelineConfig(batch_size=args.batch_size, augment=aug, split=args.split, device=device,
                               workers=args.workers, seed=args.seed, compile=args.compile,
                               allow_unverified_store=args.allow_unverified_store, rank=rank,
-                              world_size=world_size)
+                              world_size=world_size, resident=getattr(args, "resident", "all"))
         train = TrainConfig(lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, amp=args.amp)
         expand = _expand_config(args, backbone, data.num_classes)
         return BenchConfig(
