@@ -19,10 +19,11 @@ processes).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -250,16 +251,23 @@ def encode_split(
     only with ``overwrite``; anything else there is refused. A second encode to the same
     ``out`` while this one runs is refused (a lock naming this process).
     """
-    from bench.outputs import claim
+    with claim_store(out, source, fit_cache, overwrite) as out:
+        return _encode_split(images, labels, cfg, out, device, source, progress, keep_work, fit_cache)
+
+
+@contextlib.contextmanager
+def claim_store(out: str | Path, source: dict | None, fit_cache: str | Path | None,
+                overwrite: bool) -> Iterator[Path]:
+    """``bench.outputs.claim`` of the store ``out`` (held while the block runs) and the check of
+    ``fit_cache``: neither may overlap the prepared dataset named in ``source``; yields ``out`` resolved."""
+    from bench.outputs import check_output, claim
 
     inputs = {"prepared dataset": (source or {}).get("prepared"), "fit cache (--fit-cache)": fit_cache}
-    with claim(out, "store", inputs=inputs, mode="replace" if overwrite else "new") as out:
+    with claim(out, "store", inputs=inputs, mode="replace" if overwrite else "new") as claimed:
         if fit_cache is not None:
-            from bench.outputs import check_output
-
             check_output(fit_cache, "fit-cache", inputs={"prepared dataset": inputs["prepared dataset"]},
                          mode="append", option="--fit-cache")
-        return _encode_split(images, labels, cfg, out, device, source, progress, keep_work, fit_cache)
+        yield claimed
 
 
 @dataclass(frozen=True)
@@ -334,7 +342,7 @@ def merge_work(sp: _Split, cfg: EncodeConfig, out: Path, source, keep_work: bool
 
     n, h, w = sp.shape
     paths = [sp.work / f"shard_{si:05d}.inr" for si in range(len(shard_ranges(n, cfg.shard_size)))]
-    missing = [p.name for p, (s, e) in zip(paths, shard_ranges(n, cfg.shard_size), strict=True) if not p.is_file()]
+    missing = [p.name for p in paths if not p.is_file()]
     if missing:
         raise InputError(f"shards {', '.join(missing[:4])} are missing; rerun to fit them", sp.work)
     meta = {"encode": cfg.to_dict(), "source": source or {}, "fit": cfg.fit.to_dict(), "bits": list(cfg.quant.bits)}
@@ -376,21 +384,14 @@ def encode_split_distributed(
     failure on any rank is an ``InputError`` on rank 0 naming the rank (finished shards are kept
     for a rerun) and ``PeerFailed`` on the others, which leave the report to rank 0.
     """
-    import contextlib
-
     from bench import dist
-    from bench.outputs import check_output, claim
 
     out = Path(out)
     sp = status = None
     with contextlib.ExitStack() as held:
         if world.is_main:
             try:
-                inputs = {"prepared dataset": (source or {}).get("prepared"), "fit cache (--fit-cache)": fit_cache}
-                out = held.enter_context(claim(out, "store", inputs=inputs, mode="replace" if overwrite else "new"))
-                if fit_cache is not None:
-                    check_output(fit_cache, "fit-cache", inputs={"prepared dataset": inputs["prepared dataset"]},
-                                 mode="append", option="--fit-cache")
+                out = held.enter_context(claim_store(out, source, fit_cache, overwrite))
                 sp = _split(images, labels, cfg, out, source)
                 _open_work(sp.work, sp.job)
             except (InputError, OSError) as e:
@@ -426,9 +427,8 @@ def encode_split_distributed(
 
 
 def _message(e: BaseException) -> str:
-    """One line for an ``InputError`` or ``OSError`` (as ``bench.cli`` prints it)."""
-    if isinstance(e, OSError):
-        from bench.outputs import os_error_message
+    """One line for an ``InputError`` or ``OSError`` (as ``bench.cli.guarded`` prints it)."""
+    from bench.cli import _one_line
+    from bench.outputs import os_error_message
 
-        return os_error_message(e)
-    return str(e).replace("\n", "\\n")
+    return _one_line(os_error_message(e) if isinstance(e, OSError) else str(e))

@@ -28,7 +28,15 @@ import torch
 from bench.datasets.prepared import sha256_array
 from bench.errors import InputError
 from inr import store
-from inr.encode import WORK_SUFFIX, EncodeConfig, _job, _open_work, concat_layers, encode_images
+from inr.encode import (
+    WORK_SUFFIX,
+    EncodeConfig,
+    _job,
+    _open_work,
+    claim_store,
+    concat_layers,
+    encode_images,
+)
 from inr.quantize import QLayer
 
 
@@ -97,19 +105,11 @@ def encode_native(
     replaced only with ``overwrite``). ``progress(n_images, psnr [n])`` as shards finish (at once
     for shards found finished). ``keep_work``: keep ``OUT.work/`` after success.
     """
-    from bench.outputs import claim
-
     labels = np.asarray(labels, dtype=np.int64).reshape(-1)
     if len(images) != labels.shape[0] or not len(images):
         raise InputError(f"{len(images)} images but {labels.shape[0]} labels (need at least one)", out)
     sizes = np.array([im.shape[:2] for im in images], dtype=np.int64)
-    inputs = {"prepared dataset": (source or {}).get("prepared"), "fit cache (--fit-cache)": fit_cache}
-    with claim(out, "store", inputs=inputs, mode="replace" if overwrite else "new") as out:
-        if fit_cache is not None:
-            from bench.outputs import check_output
-
-            check_output(fit_cache, "fit-cache", inputs={"prepared dataset": inputs["prepared dataset"]},
-                         mode="append", option="--fit-cache")
+    with claim_store(out, source, fit_cache, overwrite) as out:
         work = out.with_name(out.name + WORK_SUFFIX)
         shards = native_shards(sizes, cfg.shard_size)
         # the job: configuration, source and the sizes (which fix the shards); h, w of the first image

@@ -72,8 +72,8 @@ from bench.train.loop import TrainConfig
 from pipelines.base import PipelineConfig, Unavailable
 
 EXIT_OK, EXIT_ERROR, EXIT_INPUT, EXIT_OOM = 0, 1, 2, 3
-AUTORANGE_MAX_EPOCHS = 10_000
-RUN_ID_ENV = "INRBENCH_RUN_ID"  # set by ``inrbench bench --nproc`` for the ranks it launches  # per repeat: a bound on the autorange whatever min_seconds says
+AUTORANGE_MAX_EPOCHS = 10_000  # per repeat: a bound on the autorange whatever min_seconds says
+RUN_ID_ENV = "INRBENCH_RUN_ID"  # set by ``inrbench bench --nproc`` for the ranks it launches
 
 
 @dataclass(frozen=True)
