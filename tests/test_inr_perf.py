@@ -20,3 +20,43 @@ def test_perf_encode_json(capsys):
     assert abs(r["speedup"] - batched["image_iterations_per_s"] / loop["image_iterations_per_s"]) < 1e-9
     # the same fit: on the same first images both reach (nearly) the same PSNR
     assert abs(loop["mean_psnr_first"]["2"] - batched["mean_psnr_first"]["2"]) < 0.5
+
+
+def test_perf_encode_repeats_interleave_steps_and_give_an_interval(monkeypatch, capsys):
+    """--step both --repeats R: R worker processes per step in ABBA order; the median run's figures
+    per step, compiled/eager = ratio of medians with a bootstrap interval; the estimate repeats too."""
+    from bench.perf import encode as pe
+
+    calls = []
+    rates = {"eager": iter([100.0, 110.0, 90.0, 2000.0, 2000.0, 2000.0]),
+             "compiled": iter([250.0, 260.0, 240.0, 5000.0, 5000.0, 5000.0])}
+
+    def fake_spawn(args, method, images, step="eager", **over):
+        calls.append((method, step, over.get("iterations")))
+        if method == "loop":
+            return {"images": 2, "iterations": args.iterations, "image_iterations_per_s": 10.0, "seconds": 1.0,
+                    "peak_memory_bytes": 0, "mean_psnr": 20.0, "mean_psnr_first": {"1": 20.0, "2": 20.0},
+                    "memory_kind": "x", "threads": 1}
+        r = next(rates[step])
+        return {"images": 6, "iterations": 5, "image_iterations_per_s": r, "seconds": 30.0 / r, "chunk": 6,
+                "workers": 1, "achieved_gflops": r / 100, "pct_of_peak": 1.0, "peak_tflops": 1.0, "peak_dtype": "float32",
+                "mean_psnr": 20.0, "mean_psnr_first": {"1": 20.0, "2": 20.0}, "warmup_seconds": 0.0,
+                "peak_memory_bytes": 0, "memory_kind": "x", "threads": 1}
+
+    monkeypatch.setattr(pe, "_spawn", fake_spawn)
+    rc = main(["perf", "encode", "--json", "--synthetic", "--iterations", "5", "--batch", "6", "--loop-images", "2",
+               "--layers", "2", "--hidden", "8", "--size", "8", "--step", "both", "--repeats", "3",
+               "--estimate", "cifar10", "--estimate-iterations", "7"])
+    assert rc == 0
+    r = json.loads(capsys.readouterr().out)
+    batched = [(s, it) for m, s, it in calls if m == "batched"]
+    assert [s for s, _ in batched[:6]] == ["eager", "compiled", "compiled", "eager", "eager", "compiled"]
+    assert all(it == 7 for _, it in batched[6:]) and len(batched) == 12
+    assert r["steps"]["eager"]["rates"] == [100.0, 110.0, 90.0]
+    assert r["steps"]["eager"]["image_iterations_per_s"] == 100.0 and r["steps"]["compiled"]["image_iterations_per_s"] == 250.0
+    ci = r["compiled_over_eager_ci"]
+    assert abs(ci["value"] - 2.5) < 1e-12 and ci["lo"] <= 2.5 <= ci["hi"] and ci["lo"] > 2.0 and ci["n"] == 3
+    e = r["estimate"]
+    assert e["measured_iterations"] == 7 and e["steps"]["eager"]["rates"] == [2000.0] * 3
+    assert abs(e["steps"]["eager"]["projected_seconds"] - 50_000 * 5000 / 2000.0) < 1e-6
+    assert abs(e["compiled_over_eager_ci"]["value"] - 2.5) < 1e-12

@@ -19,9 +19,14 @@ worker right after the fit (``bench.perf.decode.matmul_peak``): a GPU's, or on t
 
 ``--step both`` measures the eager step (``inr.engine``, the reference) and the compiled step
 (``inr.fast_step``) side by side in one run, each in its own worker (compile time reported apart,
-not in the rate). ``--estimate DATASET`` measures the batched fit at that dataset's paper preset
-(architecture and image size, synthetic pixels: the rate does not depend on them) and projects
-the encode time of the whole dataset at the preset's iterations on this device, for each step.
+not in the rate). ``--repeats R`` runs every batched measurement R times, each in a fresh worker
+process, interleaved across steps (eager, compiled, compiled, eager, ...): the rate reported is
+the median, and compiled / eager is the ratio of medians with a 95% bootstrap interval
+(``bench.stats.ratio_ci``) over the per-process rates, so process-to-process variation is in it.
+``--estimate DATASET`` measures the batched fit at that dataset's paper preset (architecture and
+image size, synthetic pixels: the rate does not depend on them), with the same repeats, and
+projects the encode time of the whole dataset at the preset's iterations on this device, for each
+step (median, and the range over repeats).
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from bench.argtypes import positive_int
 
 HELP = "image-iterations/s of the batched INR encoder vs a one-image-at-a-time loop, ratio, peak memory"
 
@@ -53,6 +60,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--synthetic", action="store_true", help="random images instead of photos")
     p.add_argument("--step", choices=["eager", "compiled", "both"], default="eager",
                    help="batched fit step: eager (reference), compiled (inr.fast_step) or both side by side (default eager)")
+    p.add_argument("--repeats", type=positive_int, default=1,
+                   help="batched measurements per step, each in its own process, interleaved across steps; the "
+                        "median is reported, with a bootstrap interval on compiled/eager (default 1; use >= 3 for a ratio)")
+    p.add_argument("--estimate-iterations", type=positive_int, default=0,
+                   help="iterations per estimate measurement (default: 200 at 32 px, 3 at 224 px)")
     p.add_argument("--estimate", choices=sorted(ESTIMATE),
                    help="also project the paper preset's encode time of this whole dataset on this device")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -220,16 +232,17 @@ def run(args: argparse.Namespace) -> int:
         np.save(td / "loop.npy", imgs[: args.loop_images])
         steps = ["eager", "compiled"] if args.step == "both" else [args.step]
         loop = _spawn(args, "loop", td / "loop.npy")
-        by_step = {s: _spawn(args, "batched", td / "batched.npy", s) for s in steps}
+        by_step = _repeated(args, steps, td / "batched.npy")
         estimate = _estimate(args, steps, td) if args.estimate else None
     batched = by_step[steps[0]]
     ratio = batched["image_iterations_per_s"] / loop["image_iterations_per_s"]
+    ce = _compiled_over_eager(by_step)
     result = {
         "steps": by_step,
-        "compiled_over_eager": (by_step["compiled"]["image_iterations_per_s"] / by_step["eager"]["image_iterations_per_s"]
-                                if len(by_step) == 2 else None),
+        "compiled_over_eager": ce["value"] if ce else None,
+        "compiled_over_eager_ci": ce,
         "estimate": estimate,
-        "config": {k: getattr(args, k) for k in ("layers", "hidden", "size", "iterations", "lr", "batch", "chunk", "loop_images", "threads", "device", "synthetic", "autocast", "step", "estimate")},
+        "config": {k: getattr(args, k) for k in ("layers", "hidden", "size", "iterations", "lr", "batch", "chunk", "loop_images", "threads", "device", "synthetic", "autocast", "step", "estimate", "repeats")},
         "loop": loop,
         "batched": batched,
         "speedup": ratio,
@@ -246,19 +259,69 @@ def run(args: argparse.Namespace) -> int:
     print(f"same {k} images: PSNR loop {loop['mean_psnr_first'][k]:.2f} dB, batched {batched['mean_psnr_first'][k]:.2f} dB (same fit, same iterations)")
     print(f"speedup (batched / loop image-iterations per second): {ratio:.1f}x   [memory: {loop['memory_kind']}]")
     for s, b in by_step.items():
-        print(f"batched {s:<8} on {args.device}: {b['image_iterations_per_s']:>8.0f} img-it/s (chunks of {b['chunk']} x {b['workers']} workers), "
-              f"{b['achieved_gflops']:.1f} GFLOP/s = {b['pct_of_peak']:.1f}% of this run's dense {b['peak_dtype']} matmul peak "
-              f"({b['peak_tflops'] * 1e3:.1f} GFLOP/s); PSNR {b['mean_psnr']:.3f} dB; warm-up/compile {b['warmup_seconds']:.1f} s")
-    if result["compiled_over_eager"]:
-        print(f"compiled / eager batched img-it/s: {result['compiled_over_eager']:.2f}x  (same images, same iterations, one run)")
+        print(f"batched {s:<8} on {args.device}: {b['image_iterations_per_s']:>8.0f} img-it/s{_spread(b['rates'])} "
+              f"(chunks of {b['chunk']} x {b['workers']} workers), "
+              f"{b['achieved_gflops']:.1f} GFLOP/s = {b['pct_of_peak']:.1f}% of the same worker's dense {b['peak_dtype']} "
+              f"matmul peak ({b['peak_tflops'] * 1e3:.1f} GFLOP/s); PSNR {b['mean_psnr']:.3f} dB; "
+              f"warm-up/compile {b['warmup_seconds']:.1f} s")
+    if ce:
+        print(f"compiled / eager batched img-it/s: {_fmt_ce(ce)}  (same images, same iterations; "
+              f"{args.repeats} interleaved process(es) per step)")
     if estimate:
         e = estimate
         print(f"estimate {e['dataset']}: {e['images']} images {e['size']}x{e['size']}, preset {e['preset']} "
-              f"(SIREN {e['arch']}, {e['iterations']} iterations), measured here on {args.device}:")
+              f"(SIREN {e['arch']}, {e['iterations']} iterations), measured here on {args.device} "
+              f"({e['measured_iterations']} iterations x {e['measured_images']} images per measurement):")
         for s, r in e["steps"].items():
-            print(f"  {s:<8} {r['image_iterations_per_s']:>9.1f} img-it/s ({r['achieved_gflops']:.1f} GFLOP/s) -> "
-                  f"{_hms(r['projected_seconds'])} for the whole encode (fit only)")
+            rng = r["projected_seconds_range"]
+            span = f" [{_hms(rng[0])} - {_hms(rng[1])}]" if len(r["rates"]) > 1 else ""
+            print(f"  {s:<8} {r['image_iterations_per_s']:>9.1f} img-it/s{_spread(r['rates'])} ({r['achieved_gflops']:.1f} GFLOP/s) -> "
+                  f"{_hms(r['projected_seconds'])}{span} for the whole encode (fit only)")
+        if e.get("compiled_over_eager_ci"):
+            print(f"  compiled / eager: {_fmt_ce(e['compiled_over_eager_ci'])}")
     return 0
+
+
+def _repeated(args: argparse.Namespace, steps: list[str], images: Path, **over) -> dict[str, dict[str, Any]]:
+    """``args.repeats`` batched workers per step, interleaved (``ABBA...``): per step the median run's
+    figures, with ``rates`` (every run's img-it/s) and ``image_iterations_per_s`` the median run's."""
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in steps}
+    for r in range(args.repeats):
+        for s in (steps if r % 2 == 0 else steps[::-1]):
+            runs[s].append(_spawn(args, "batched", images, s, **over))
+    out = {}
+    for s, rs in runs.items():
+        rates = [x["image_iterations_per_s"] for x in rs]
+        med = sorted(rs, key=lambda x: x["image_iterations_per_s"])[(len(rs) - 1) // 2]  # lower median: a real run
+        out[s] = {**med, "rates": rates}
+    return out
+
+
+def _compiled_over_eager(by_step: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """median(compiled rates) / median(eager rates) with its bootstrap interval (None unless both ran)."""
+    if set(by_step) != {"eager", "compiled"}:
+        return None
+    import statistics
+
+    from bench.stats import ratio_ci
+
+    c, e = by_step["compiled"]["rates"], by_step["eager"]["rates"]
+    iv = ratio_ci(c, e)
+    return {"value": statistics.median(c) / statistics.median(e), "lo": iv.lo, "hi": iv.hi, "n": len(c)}
+
+
+def _fmt_ce(ce: dict[str, Any]) -> str:
+    import math
+
+    from bench.stats import Interval, fmt_ratio
+
+    if ce["n"] < 2 or not math.isfinite(ce["lo"]):
+        return f"{ce['value']:.2f}x (one process per step: no interval; use --repeats 3 or more)"
+    return fmt_ratio(Interval(ce["value"], ce["lo"], ce["hi"], ce["n"]))
+
+
+def _spread(rates: list[float]) -> str:
+    return f" [{min(rates):.0f}-{max(rates):.0f} over {len(rates)}]" if len(rates) > 1 else ""
 
 
 def _hms(sec: float) -> str:
@@ -275,16 +338,19 @@ def _estimate(args: argparse.Namespace, steps: list[str], td: Path) -> dict[str,
     n, size, pname = ESTIMATE[args.estimate]
     cfg = preset(pname)
     small = size <= 64
-    k = max(args.batch, 32) if small else (16 if args.device.startswith("cuda") else 2)
-    its = 50 if small else 3
+    cuda = args.device.startswith("cuda")
+    k = (max(args.batch, 32) if not cuda else 8192) if small else (16 if cuda else 2)
+    its = args.estimate_iterations or (200 if small else 3)
     path = td / f"estimate{size}.npy"
     np.save(path, np.random.default_rng(0).integers(0, 256, (k, size, size, 3), dtype=np.uint8))
+    runs = _repeated(args, steps, path, layers=cfg.arch.layers, hidden=cfg.arch.hidden, size=size, iterations=its,
+                     lr=cfg.lr)
     out = {}
-    for s in steps:
-        r = _spawn(args, "batched", path, s, layers=cfg.arch.layers, hidden=cfg.arch.hidden, size=size,
-                   iterations=its, lr=cfg.lr)
+    for s, r in runs.items():
         out[s] = {k2: r[k2] for k2 in ("image_iterations_per_s", "achieved_gflops", "pct_of_peak", "chunk", "workers",
-                                       "images", "iterations")}
+                                       "images", "iterations", "rates")}
         out[s]["projected_seconds"] = n * cfg.iterations / r["image_iterations_per_s"]
+        out[s]["projected_seconds_range"] = [n * cfg.iterations / max(r["rates"]), n * cfg.iterations / min(r["rates"])]
     return {"dataset": args.estimate, "images": n, "size": size, "preset": pname,
-            "arch": f"{cfg.arch.layers}x{cfg.arch.hidden}", "iterations": cfg.iterations, "steps": out}
+            "arch": f"{cfg.arch.layers}x{cfg.arch.hidden}", "iterations": cfg.iterations, "steps": out,
+            "measured_iterations": its, "measured_images": k, "compiled_over_eager_ci": _compiled_over_eager(runs)}
