@@ -58,5 +58,27 @@ def test_perf_encode_repeats_interleave_steps_and_give_an_interval(monkeypatch, 
     assert abs(ci["value"] - 2.5) < 1e-12 and ci["lo"] <= 2.5 <= ci["hi"] and ci["lo"] > 2.0 and ci["n"] == 3
     e = r["estimate"]
     assert e["measured_iterations"] == 7 and e["steps"]["eager"]["rates"] == [2000.0] * 3
+    assert not e["reused_main_measurement"]
     assert abs(e["steps"]["eager"]["projected_seconds"] - 50_000 * 5000 / 2000.0) < 1e-6
     assert abs(e["compiled_over_eager_ci"]["value"] - 2.5) < 1e-12
+
+
+def test_perf_encode_estimate_reuses_a_main_measurement_at_the_presets_settings(monkeypatch, capsys):
+    """--estimate cifar10 with the preset's 5x13 / 32 px / lr 1e-3: the estimate is the main runs (no new workers)."""
+    from bench.perf import encode as pe
+
+    calls = []
+
+    def fake_spawn(args, method, images, step="eager", **over):
+        calls.append(method)
+        return {"images": 4, "iterations": 5, "image_iterations_per_s": 1000.0, "seconds": 0.02, "chunk": 4,
+                "workers": 1, "achieved_gflops": 1.0, "pct_of_peak": 1.0, "peak_tflops": 1.0, "peak_dtype": "float32",
+                "mean_psnr": 20.0, "mean_psnr_first": {"1": 20.0, "2": 20.0}, "warmup_seconds": 0.0,
+                "peak_memory_bytes": 0, "memory_kind": "x", "threads": 1}
+
+    monkeypatch.setattr(pe, "_spawn", fake_spawn)
+    assert main(["perf", "encode", "--synthetic", "--iterations", "5", "--batch", "4", "--loop-images", "2",
+                 "--estimate", "cifar10"]) == 0
+    out = capsys.readouterr().out
+    assert calls == ["loop", "batched"]
+    assert "the runs above" in out and "69 h 26 min" in out  # 50,000 x 5,000 / 1,000 img-it/s = 250,000 s

@@ -233,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
         steps = ["eager", "compiled"] if args.step == "both" else [args.step]
         loop = _spawn(args, "loop", td / "loop.npy")
         by_step = _repeated(args, steps, td / "batched.npy")
-        estimate = _estimate(args, steps, td) if args.estimate else None
+        estimate = _estimate(args, steps, td, by_step) if args.estimate else None
     batched = by_step[steps[0]]
     ratio = batched["image_iterations_per_s"] / loop["image_iterations_per_s"]
     ce = _compiled_over_eager(by_step)
@@ -271,7 +271,8 @@ def run(args: argparse.Namespace) -> int:
         e = estimate
         print(f"estimate {e['dataset']}: {e['images']} images {e['size']}x{e['size']}, preset {e['preset']} "
               f"(SIREN {e['arch']}, {e['iterations']} iterations), measured here on {args.device} "
-              f"({e['measured_iterations']} iterations x {e['measured_images']} images per measurement):")
+              f"({e['measured_iterations']} iterations x {e['measured_images']} images per measurement"
+              f"{': the runs above' if e['reused_main_measurement'] else ''}):")
         for s, r in e["steps"].items():
             rng = r["projected_seconds_range"]
             span = f" [{_hms(rng[0])} - {_hms(rng[1])}]" if len(r["rates"]) > 1 else ""
@@ -329,22 +330,32 @@ def _hms(sec: float) -> str:
     return f"{h} h {rem // 60:02d} min" if h else f"{rem // 60} min {rem % 60:02d} s"
 
 
-def _estimate(args: argparse.Namespace, steps: list[str], td: Path) -> dict[str, Any]:
-    """Measure the batched fit at the named dataset's preset and project the whole encode (fit only)."""
+def _estimate(args: argparse.Namespace, steps: list[str], td: Path,
+              measured: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Measure the batched fit at the named dataset's preset and project the whole encode (fit only).
+
+    When the main measurement already ran the preset's architecture, image size and lr (``measured``,
+    e.g. ``--estimate cifar10`` with the default 5x13 / 32 px / 1e-3) and no other ``--estimate-iterations``
+    was asked for, its runs are the estimate's (no second set of workers, no second compilation)."""
     import numpy as np
 
     from inr.fit import preset
 
     n, size, pname = ESTIMATE[args.estimate]
     cfg = preset(pname)
-    small = size <= 64
-    cuda = args.device.startswith("cuda")
-    k = (max(args.batch, 32) if not cuda else 8192) if small else (16 if cuda else 2)
-    its = args.estimate_iterations or (200 if small else 3)
-    path = td / f"estimate{size}.npy"
-    np.save(path, np.random.default_rng(0).integers(0, 256, (k, size, size, 3), dtype=np.uint8))
-    runs = _repeated(args, steps, path, layers=cfg.arch.layers, hidden=cfg.arch.hidden, size=size, iterations=its,
-                     lr=cfg.lr)
+    same = ((args.layers, args.hidden, args.size, args.lr) == (cfg.arch.layers, cfg.arch.hidden, size, cfg.lr)
+            and args.estimate_iterations in (0, args.iterations))
+    if same:
+        runs, k, its = measured, args.batch, args.iterations
+    else:
+        small = size <= 64
+        cuda = args.device.startswith("cuda")
+        k = (max(args.batch, 32) if not cuda else 8192) if small else (16 if cuda else 2)
+        its = args.estimate_iterations or (200 if small else 3)
+        path = td / f"estimate{size}.npy"
+        np.save(path, np.random.default_rng(0).integers(0, 256, (k, size, size, 3), dtype=np.uint8))
+        runs = _repeated(args, steps, path, layers=cfg.arch.layers, hidden=cfg.arch.hidden, size=size, iterations=its,
+                         lr=cfg.lr)
     out = {}
     for s, r in runs.items():
         out[s] = {k2: r[k2] for k2 in ("image_iterations_per_s", "achieved_gflops", "pct_of_peak", "chunk", "workers",
@@ -353,4 +364,5 @@ def _estimate(args: argparse.Namespace, steps: list[str], td: Path) -> dict[str,
         out[s]["projected_seconds_range"] = [n * cfg.iterations / max(r["rates"]), n * cfg.iterations / min(r["rates"])]
     return {"dataset": args.estimate, "images": n, "size": size, "preset": pname,
             "arch": f"{cfg.arch.layers}x{cfg.arch.hidden}", "iterations": cfg.iterations, "steps": out,
-            "measured_iterations": its, "measured_images": k, "compiled_over_eager_ci": _compiled_over_eager(runs)}
+            "measured_iterations": its, "measured_images": k, "reused_main_measurement": same,
+            "compiled_over_eager_ci": _compiled_over_eager(runs)}
