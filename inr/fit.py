@@ -31,7 +31,11 @@ from inr.siren import SirenArch, Weights, coord_grid, forward, init_weights
 # none. bf16 runs at fp16's dense rate on the GPUs this targets (A100/H100/H200), so fp16 is dropped.
 AUTOCAST = {"none": None, "bf16": torch.bfloat16}
 STEPS = ("eager", "compiled")
-COMPILED_CPU_BATCH_CAP = 16  # the compiled step's fused passes stay in L2 with smaller chunks (measured: 16 > 32 > 64)
+# the compiled step's chunk on the CPU: its working set (activations and cosines of every layer) must stay in a
+# core's L2. Measured at 5x13/32 px, one thread, 6 processes each: 16 images ran at 4,000-7,800 img-it/s depending
+# on the process (physical page placement; stable within a process), 8 images at 7,600-8,050 in 3 of 4, 4 at
+# 7,450-7,630; with 2 workers 8 beat 4 (12.5k vs 10.6k: per-iteration Python overhead).
+COMPILED_CPU_BATCH_CAP = 8
 AUTOCAST_EVAL_EVERY = 10  # keep-best interval under bf16 when ``eval_every`` is 0 (auto)
 
 
