@@ -195,9 +195,10 @@ def load_init(path: str | Path, arch: SirenArch | None = None, expect_sha256: st
 
 
 def fit_curve(images: np.ndarray, arch: SirenArch, iterations: int, lr: float, start: Weights | None = None,
-              seed: int = 0, device: str | torch.device = "cpu") -> np.ndarray:
+              seed: int = 0, device: str | torch.device = "cpu", per_image: bool = False) -> np.ndarray:
     """Mean (over images) best-so-far PSNR after ``0..iterations`` Adam steps (cosine schedule, fp32,
-    the eager engine): ``[iterations + 1]`` dB. ``start``: a learned init, else the seeded random init."""
+    the eager engine): ``[iterations + 1]`` dB; with ``per_image`` each image's: ``[iterations + 1, N]``.
+    ``start``: a learned init, else the seeded random init."""
     dev = torch.device(device)
     n, h, w, _ = images.shape
     coords = coord_grid(h, w, device=dev)
@@ -209,14 +210,14 @@ def fit_curve(images: np.ndarray, arch: SirenArch, iterations: int, lr: float, s
     eng = SirenEngine(arch, coords, n)
     opt = torch.optim.Adam(thetas, lr=lr)
     best = torch.full((n,), -math.inf, dtype=torch.float64, device=dev)
-    curve = np.zeros(iterations + 1)
+    curve = np.zeros((iterations + 1, n))
     with torch.no_grad(), _cpu_threads(dev, 1 if n * h * w <= 1 << 15 else 0):  # big images: all threads
         for it in range(iterations + 1):
             rgb = eng.forward(thetas)
             q = torch.round(rgb.clamp(0, 1) * 255.0).sub_(t255)
             p = 10.0 * torch.log10(65025.0 / q.pow_(2).flatten(1).mean(dim=1, dtype=torch.float64))
             best = torch.maximum(best, p)
-            curve[it] = float(best.mean())
+            curve[it] = best.cpu().numpy()
             if it == iterations:
                 break
             for T, g in zip(thetas, eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * h * w))), strict=True):
@@ -224,13 +225,31 @@ def fit_curve(images: np.ndarray, arch: SirenArch, iterations: int, lr: float, s
             for grp in opt.param_groups:
                 grp["lr"] = 0.5 * lr * (1.0 + math.cos(math.pi * it / iterations))
             opt.step()
-    return curve
+    return curve if per_image else curve.mean(axis=1)
 
 
 def iterations_to_reach(curve: np.ndarray, target: float) -> int | None:
     """First iteration whose best-so-far mean PSNR reaches ``target`` (None: never)."""
     hit = np.nonzero(curve >= target)[0]
     return int(hit[0]) if len(hit) else None
+
+
+def per_image_saving(random: np.ndarray, learned: np.ndarray) -> dict:
+    """Per image (``[iterations + 1, N]`` curves of the same images): the first iteration where the
+    learned curve reaches that image's random-init PSNR at full length, and ``iterations / it`` (its
+    saving; an image that never gets there counts as ``iterations + 1``: a saving below 1). Returns the
+    iterations, the savings, and the geometric mean saving with a 95% bootstrap interval over images."""
+    from bench.stats import geometric_mean_ci
+
+    iters = random.shape[0] - 1
+    its = []
+    for i in range(random.shape[1]):
+        k = iterations_to_reach(learned[:, i], float(random[-1, i]))
+        its.append(iters + 1 if k is None else max(k, 1))
+    savings = [iters / k for k in its]
+    iv = geometric_mean_ci(savings)
+    return {"iterations": its, "savings": savings, "never": sum(k > iters for k in its),
+            "geomean": iv.value, "lo": iv.lo, "hi": iv.hi, "n": iv.n}
 
 
 def init_record(path: str | Path, sha256: str) -> dict:

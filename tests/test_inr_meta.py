@@ -115,3 +115,22 @@ def test_compiled_and_eager_fits_agree():
     res = {s: optimize(init_weights(arch, 4, seed=0), tg, coords, arch, 60, 3e-3, chunk=4, workers=1, step=s)[1]
            for s in ("eager", "compiled")}
     assert torch.all((res["eager"] - res["compiled"]).abs() < 0.05), res
+
+
+def test_fit_curve_per_image_and_per_image_saving():
+    """fit_curve(per_image=True) is [iterations + 1, N] whose mean is the mean curve; per-image savings
+    compare each image's learned curve with its own random-init PSNR at full length."""
+    import numpy as np
+
+    from inr.meta import fit_curve, per_image_saving
+
+    arch = SirenArch(2, 8)
+    imgs = np.random.default_rng(0).integers(0, 256, (3, 6, 6, 3), dtype=np.uint8)
+    c = fit_curve(imgs, arch, 20, 1e-2, per_image=True)
+    assert c.shape == (21, 3) and np.all(np.diff(c, axis=0) >= 0)  # best so far never drops
+    assert np.allclose(c.mean(axis=1), fit_curve(imgs, arch, 20, 1e-2))
+    random = np.array([[10.0, 10.0], [20.0, 12.0], [30.0, 14.0], [40.0, 16.0], [50.0, 18.0]])  # 4 iterations
+    learned = np.array([[45.0, 10.0], [50.0, 11.0], [50.0, 12.0], [50.0, 13.0], [50.0, 17.0]])
+    s = per_image_saving(random, learned)
+    assert s["iterations"] == [1, 5] and s["never"] == 1  # image 0 at its 50 dB after 1; image 1 never at 18
+    assert s["savings"] == [4.0, 0.8] and abs(s["geomean"] - (4.0 * 0.8) ** 0.5) < 1e-12

@@ -95,3 +95,16 @@ def test_paired_diff_ci_covers_a_known_mean_difference():
     assert iv.value == pytest.approx(1.0) and iv.hi - iv.lo < 1e-9
     with pytest.raises(ValueError, match="differ in length"):
         S.paired_diff_ci([1.0, 2.0], [1.0])
+
+
+def test_geometric_mean_ci_of_known_savings():
+    from bench.stats import geometric_mean_ci
+
+    iv = geometric_mean_ci([2.0, 8.0])  # exp(mean(log)) = 4
+    assert abs(iv.value - 4.0) < 1e-12 and iv.n == 2 and iv.lo <= 4.0 <= iv.hi
+    rng = np.random.default_rng(0)
+    x = np.exp(rng.normal(np.log(3.0), 0.3, 200))
+    iv = geometric_mean_ci(x)
+    assert 2.8 < iv.lo < 3.0 < iv.hi < 3.2
+    one = geometric_mean_ci([5.0])
+    assert abs(one.lo - 5.0) < 1e-9 and one.lo == one.hi and not geometric_mean_ci([]).ok

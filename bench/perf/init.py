@@ -8,7 +8,9 @@ best-so-far PSNR after every iteration. Reported:
 
 * the PSNR random init reaches at ``--iterations`` (the preset's full count at 32x32; fewer by
   default at 224x224 so the benchmark runs in minutes on a CPU), and the first iteration at
-  which the learned init reaches it (same schedule length): the saving factor;
+  which the learned init reaches it (same schedule length): the saving factor; and per image
+  (each image's learned curve against its own random-init PSNR at full length) the geometric
+  mean saving with a 95% bootstrap interval over the held-out images (``inr.meta.per_image_saving``);
 * a confirmation fit from the learned init with *that* many iterations (its own cosine
   schedule), through the real encoder (``inr.encode.encode_images`` with ``FitConfig.init``),
   with fp32, 8-bit (16:8:16) and pruned + 8-bit end points, next to random init's at full
@@ -81,7 +83,14 @@ def measure_set(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
     from bench.datasets.prepare import prepare_dataset
     from bench.datasets.prepared import open_prepared
     from inr.fit import preset
-    from inr.meta import MetaConfig, fit_curve, iterations_to_reach, meta_init_dataset, save_init
+    from inr.meta import (
+        MetaConfig,
+        fit_curve,
+        iterations_to_reach,
+        meta_init_dataset,
+        per_image_saving,
+        save_init,
+    )
 
     size, preset_name, default_iters, default_test, meta_defaults = SETS[name]
     cfg = preset(preset_name)
@@ -96,9 +105,11 @@ def measure_set(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
     init_path = workdir / f"init{size}.pt"
     sha = save_init(init_path, cfg.arch, weights, info)
     t0 = time.perf_counter()
-    rand = fit_curve(test, cfg.arch, iters, cfg.lr, seed=args.seed)
+    rand_i = fit_curve(test, cfg.arch, iters, cfg.lr, seed=args.seed, per_image=True)
     sec_per_img_it = (time.perf_counter() - t0) / (iters * len(test))
-    learned = fit_curve(test, cfg.arch, iters, cfg.lr, start=weights)
+    learned_i = fit_curve(test, cfg.arch, iters, cfg.lr, start=weights, per_image=True)
+    rand, learned = rand_i.mean(axis=1), learned_i.mean(axis=1)
+    per_image = per_image_saving(rand_i, learned_i)
     target = float(rand[-1])
     k = iterations_to_reach(learned, target)
     k_run = k if k else iters
@@ -115,6 +126,7 @@ def measure_set(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
         "learned_psnr_at_0": float(learned[0]), "random_psnr_at_0": float(rand[0]),
         "iterations_to_reach": k,
         "saving_factor": (iters / k) if k else None,
+        "per_image": per_image,
         "seconds_per_image_iteration": sec_per_img_it,
         "seconds_saved_per_image": saved_s,
         "break_even_images": (info["seconds"] / saved_s) if saved_s > 0 else None,
@@ -181,18 +193,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fmt_saving(pi: dict | None) -> str:
+    """Geometric mean of the per-image savings with its interval, and how many images never got there."""
+    if not pi:
+        return "-"
+    never = f", {pi['never']} never" if pi["never"] else ""
+    if pi["n"] < 2 or pi["lo"] != pi["lo"]:
+        return f"{pi['geomean']:.1f}x (n={pi['n']}{never})"
+    return f"{pi['geomean']:.1f}x [{pi['lo']:.1f}-{pi['hi']:.1f}]{never}"
+
+
 def print_table(doc: dict) -> None:
     """The text form of ``perf init --json``'s document."""
     results, fig = doc["sets"], doc["figure"]
     print(f"perf init: learned (Reptile, train split) vs random init, held-out test images, threads {doc['threads']}")
     print(f"{'set':<18} {'SIREN':>6} {'iters':>6} {'random@full':>11} {'learned@full':>12} {'learned@0':>9} "
-          f"{'it to reach':>11} {'saving':>7} {'meta s':>7} {'meta img-it':>11} {'break-even imgs':>15}")
+          f"{'it to reach':>11} {'saving':>7} {'per-image saving [95% CI]':>26} {'meta s':>7} {'meta img-it':>11} "
+          f"{'break-even imgs':>15}")
     for r in results:
         k = r["iterations_to_reach"]
         be = r["break_even_images"]
         print(f"{r['set']:<18} {r['arch']:>6} {r['iterations']:>6} {r['random_psnr_at_full']:>11.2f} "
               f"{r['learned_psnr_at_full']:>12.2f} {r['learned_psnr_at_0']:>9.2f} {k if k else 'never':>11} "
-              f"{(str(round(r['saving_factor'], 1)) + 'x') if k else '-':>7} {r['meta']['seconds']:>7.1f} "
+              f"{(str(round(r['saving_factor'], 1)) + 'x') if k else '-':>7} {_fmt_saving(r.get('per_image')):>26} "
+              f"{r['meta']['seconds']:>7.1f} "
               f"{r['meta']['image_iterations']:>11} {(f'{be:.3g}' if be else '-'):>15}")
     print("end points through the encoder (mean PSNR dB; learned at its iterations-to-reach, own cosine schedule):")
     for r in results:
