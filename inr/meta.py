@@ -205,7 +205,7 @@ def fit_curve(images: np.ndarray, arch: SirenArch, iterations: int, lr: float, s
     ws = init_weights(arch, n, seed=seed, device=dev) if start is None else [
         (W.expand(n, -1, -1), b.expand(n, -1, -1)) for W, b in start]
     thetas = [T.to(dev) for T in to_theta(ws)]
-    t255 = torch.from_numpy(np.asarray(images, dtype=np.uint8).reshape(n, h * w, 3)).to(dev).permute(0, 2, 1).float()
+    t255 = torch.from_numpy(np.array(images, dtype=np.uint8).reshape(n, h * w, 3)).to(dev).permute(0, 2, 1).float()
     t01 = t255 / 255.0
     eng = SirenEngine(arch, coords, n)
     opt = torch.optim.Adam(thetas, lr=lr)
