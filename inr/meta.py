@@ -210,14 +210,14 @@ def fit_curve(images: np.ndarray, arch: SirenArch, iterations: int, lr: float, s
     eng = SirenEngine(arch, coords, n)
     opt = torch.optim.Adam(thetas, lr=lr)
     best = torch.full((n,), -math.inf, dtype=torch.float64, device=dev)
-    curve = np.zeros((iterations + 1, n))
+    hist = torch.empty((iterations + 1, n), dtype=torch.float64, device=dev)  # copied to the host once, at the end
     with torch.no_grad(), _cpu_threads(dev, 1 if n * h * w <= 1 << 15 else 0):  # big images: all threads
         for it in range(iterations + 1):
             rgb = eng.forward(thetas)
             q = torch.round(rgb.clamp(0, 1) * 255.0).sub_(t255)
             p = 10.0 * torch.log10(65025.0 / q.pow_(2).flatten(1).mean(dim=1, dtype=torch.float64))
             best = torch.maximum(best, p)
-            curve[it] = best.cpu().numpy()
+            hist[it] = best
             if it == iterations:
                 break
             for T, g in zip(thetas, eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * h * w))), strict=True):
@@ -225,6 +225,7 @@ def fit_curve(images: np.ndarray, arch: SirenArch, iterations: int, lr: float, s
             for grp in opt.param_groups:
                 grp["lr"] = 0.5 * lr * (1.0 + math.cos(math.pi * it / iterations))
             opt.step()
+    curve = hist.cpu().numpy()
     return curve if per_image else curve.mean(axis=1)
 
 

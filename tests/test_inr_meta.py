@@ -134,3 +134,15 @@ def test_fit_curve_per_image_and_per_image_saving():
     s = per_image_saving(random, learned)
     assert s["iterations"] == [1, 5] and s["never"] == 1  # image 0 at its 50 dB after 1; image 1 never at 18
     assert s["savings"] == [4.0, 0.8] and abs(s["geomean"] - (4.0 * 0.8) ** 0.5) < 1e-12
+
+
+def test_perf_init_refuses_a_device_this_machine_lacks(capsys):
+    import pytest
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the refusal of a missing device cannot be shown here")
+    from bench.cli import main
+
+    assert main(["perf", "init", "--device", "cuda", "--sets", "32"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--device cuda" in err[0] and "no CUDA device" in err[0]

@@ -47,6 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outer-steps", type=int, default=0, help="Reptile outer steps (default 300 at 32, 80 at 224)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's default)")
+    p.add_argument("--device", default="cpu",
+                   help="cpu, cuda or cuda:N for meta-training, the fit curves and the encoder (default cpu); on a "
+                        "GPU, --iterations-224 5000 measures the 224 px set at the preset's full length")
     p.add_argument("--no-prune", action="store_true", help="skip the pruned + 8-bit end points")
     p.add_argument("--figure", help="write the PSNR-vs-iterations figure (PNG) here")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -58,7 +61,8 @@ def _log_points(n: int) -> list[int]:
     return sorted({0, n, *np.unique(np.round(np.logspace(0, np.log10(max(n, 1)), 60)).astype(int)).tolist()})
 
 
-def _end_points(imgs, arch, lr: float, iterations: int, init: tuple[str, str] | None, prune: bool) -> dict[str, float]:
+def _end_points(imgs, arch, lr: float, iterations: int, init: tuple[str, str] | None, prune: bool,
+                device: str = "cpu") -> dict[str, float]:
     """Mean PSNR of the real encoder's fp32 fit, 8-bit (16:8:16) and pruned(15%) + 8-bit stores."""
     from inr.encode import EncodeConfig, encode_images
     from inr.fit import FitConfig
@@ -68,11 +72,11 @@ def _end_points(imgs, arch, lr: float, iterations: int, init: tuple[str, str] | 
     fit = FitConfig(arch=arch, iterations=iterations, lr=lr, init=init[0] if init else "",
                     init_sha256=init[1] if init else "")
     q8 = QuantConfig(parse_bits("16:8:16", arch.num_linear))
-    e8 = encode_images(imgs, EncodeConfig(fit=fit, quant=q8))
+    e8 = encode_images(imgs, EncodeConfig(fit=fit, quant=q8), device=device)
     out = {"fp32": e8.stages["fit_psnr"], "8bit": e8.stages["final_psnr"]}
     if prune:
         pc = PruneConfig(ratio=0.15, rounds=1, finetune_iterations=max(10, iterations // 10), lr=lr)
-        ep = encode_images(imgs, EncodeConfig(fit=fit, quant=q8, prune=pc))
+        ep = encode_images(imgs, EncodeConfig(fit=fit, quant=q8, prune=pc), device=device)
         out["pruned-8bit"] = ep.stages["final_psnr"]
     return out
 
@@ -101,20 +105,21 @@ def measure_set(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
     test = np.asarray(ds.split("test").images)[:n_test]  # held out: never seen by meta-training
     mcfg = MetaConfig(**{**meta_defaults, **({"outer_steps": args.outer_steps} if args.outer_steps else {})},
                       seed=args.seed)
-    weights, info = meta_init_dataset(ds, cfg.arch, cfg.lr, mcfg)
+    dev = args.device
+    weights, info = meta_init_dataset(ds, cfg.arch, cfg.lr, mcfg, device=dev)
     init_path = workdir / f"init{size}.pt"
     sha = save_init(init_path, cfg.arch, weights, info)
     t0 = time.perf_counter()
-    rand_i = fit_curve(test, cfg.arch, iters, cfg.lr, seed=args.seed, per_image=True)
+    rand_i = fit_curve(test, cfg.arch, iters, cfg.lr, seed=args.seed, device=dev, per_image=True)
     sec_per_img_it = (time.perf_counter() - t0) / (iters * len(test))
-    learned_i = fit_curve(test, cfg.arch, iters, cfg.lr, start=weights, per_image=True)
+    learned_i = fit_curve(test, cfg.arch, iters, cfg.lr, start=weights, device=dev, per_image=True)
     rand, learned = rand_i.mean(axis=1), learned_i.mean(axis=1)
     per_image = per_image_saving(rand_i, learned_i)
     target = float(rand[-1])
     k = iterations_to_reach(learned, target)
     k_run = k if k else iters
-    ends_random = _end_points(test, cfg.arch, cfg.lr, iters, None, not args.no_prune)
-    ends_learned = _end_points(test, cfg.arch, cfg.lr, max(1, k_run), (str(init_path), sha), not args.no_prune)
+    ends_random = _end_points(test, cfg.arch, cfg.lr, iters, None, not args.no_prune, dev)
+    ends_learned = _end_points(test, cfg.arch, cfg.lr, max(1, k_run), (str(init_path), sha), not args.no_prune, dev)
     saved_s = (iters - k_run) * sec_per_img_it
     pts = _log_points(iters)
     return {
@@ -172,8 +177,10 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from bench import envinfo
+    from bench.devices import resolve_device
     from bench.errors import InputError
 
+    args.device = resolve_device(args.device)  # a malformed or absent device: one line, exit 2
     names = [s.strip() for s in args.sets.split(",") if s.strip()]
     if not names or any(n not in SETS for n in names):
         raise InputError(f"--sets takes {', '.join(SETS)} (comma separated), got {args.sets!r}")
@@ -183,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="perf-init-") as td:
         results = [measure_set(n, args, Path(td)) for n in names]
     fig = figure(results, args.figure) if args.figure else None
-    doc = {"sets": results, "figure": str(fig) if fig else None, "threads": torch.get_num_threads(),
+    doc = {"sets": results, "figure": str(fig) if fig else None, "threads": torch.get_num_threads(), "device": args.device,
            "seconds": time.perf_counter() - t0,
            "env": {k: v for k, v in envinfo.collect().items() if k in ("git", "torch", "cpu", "gpu")}}
     if args.json:
@@ -206,7 +213,8 @@ def _fmt_saving(pi: dict | None) -> str:
 def print_table(doc: dict) -> None:
     """The text form of ``perf init --json``'s document."""
     results, fig = doc["sets"], doc["figure"]
-    print(f"perf init: learned (Reptile, train split) vs random init, held-out test images, threads {doc['threads']}")
+    print(f"perf init: learned (Reptile, train split) vs random init, held-out test images, "
+          f"device {doc.get('device', 'cpu')}, threads {doc['threads']}")
     print(f"{'set':<18} {'SIREN':>6} {'iters':>6} {'random@full':>11} {'learned@full':>12} {'learned@0':>9} "
           f"{'it to reach':>11} {'saving':>7} {'per-image saving [95% CI]':>26} {'meta s':>7} {'meta img-it':>11} "
           f"{'break-even imgs':>15}")
