@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -194,11 +195,15 @@ def load_init(path: str | Path, arch: SirenArch | None = None, expect_sha256: st
     return LearnedInit(arch=got, weights=weights, meta=d.get("meta", {}), sha256=sha)
 
 
-def fit_curve(images: np.ndarray, arch: SirenArch, iterations: int, lr: float, start: Weights | None = None,
-              seed: int = 0, device: str | torch.device = "cpu", per_image: bool = False) -> np.ndarray:
+def fit_curve(images: np.ndarray, arch: SirenArch, iterations: int, lr: float | Sequence[float],
+              start: Weights | None = None, seed: int = 0, device: str | torch.device = "cpu",
+              per_image: bool = False) -> np.ndarray:
     """Mean (over images) best-so-far PSNR after ``0..iterations`` Adam steps (cosine schedule, fp32,
     the eager engine): ``[iterations + 1]`` dB; with ``per_image`` each image's: ``[iterations + 1, N]``.
-    ``start``: a learned init, else the seeded random init."""
+    ``start``: a learned init, else the seeded random init. ``lr``: the peak lr, or one per layer."""
+    lrs = [float(lr)] * arch.num_linear if isinstance(lr, (int, float)) else [float(x) for x in lr]
+    if len(lrs) != arch.num_linear:
+        raise ValueError(f"{len(lrs)} learning rates for {arch.num_linear} layers")
     dev = torch.device(device)
     n, h, w, _ = images.shape
     coords = coord_grid(h, w, device=dev)
@@ -208,7 +213,7 @@ def fit_curve(images: np.ndarray, arch: SirenArch, iterations: int, lr: float, s
     t255 = torch.from_numpy(np.array(images, dtype=np.uint8).reshape(n, h * w, 3)).to(dev).permute(0, 2, 1).float()
     t01 = t255 / 255.0
     eng = SirenEngine(arch, coords, n)
-    opt = torch.optim.Adam(thetas, lr=lr)
+    opt = torch.optim.Adam([{"params": [T], "lr": x} for T, x in zip(thetas, lrs, strict=True)])
     best = torch.full((n,), -math.inf, dtype=torch.float64, device=dev)
     hist = torch.empty((iterations + 1, n), dtype=torch.float64, device=dev)  # copied to the host once, at the end
     with torch.no_grad(), _cpu_threads(dev, 1 if n * h * w <= 1 << 15 else 0):  # big images: all threads
@@ -222,8 +227,8 @@ def fit_curve(images: np.ndarray, arch: SirenArch, iterations: int, lr: float, s
                 break
             for T, g in zip(thetas, eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * h * w))), strict=True):
                 T.grad = g
-            for grp in opt.param_groups:
-                grp["lr"] = 0.5 * lr * (1.0 + math.cos(math.pi * it / iterations))
+            for grp, x in zip(opt.param_groups, lrs, strict=True):
+                grp["lr"] = 0.5 * x * (1.0 + math.cos(math.pi * it / iterations))
             opt.step()
     curve = hist.cpu().numpy()
     return curve if per_image else curve.mean(axis=1)

@@ -146,3 +146,26 @@ def test_perf_init_refuses_a_device_this_machine_lacks(capsys):
     assert main(["perf", "init", "--device", "cuda", "--sets", "32"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--device cuda" in err[0] and "no CUDA device" in err[0]
+
+
+def test_fit_curve_takes_one_lr_per_layer():
+    import numpy as np
+    import pytest
+
+    from inr.meta import fit_curve
+
+    arch = SirenArch(2, 8)
+    imgs = np.random.default_rng(2).integers(0, 256, (2, 6, 6, 3), dtype=np.uint8)
+    same = fit_curve(imgs, arch, 15, [1e-2] * arch.num_linear)
+    assert np.array_equal(same, fit_curve(imgs, arch, 15, 1e-2))
+    assert not np.array_equal(fit_curve(imgs, arch, 15, [1e-2] * (arch.num_linear - 1) + [3e-2]), same)
+    with pytest.raises(ValueError, match="learning rates"):
+        fit_curve(imgs, arch, 5, [1e-2])
+
+
+def test_perf_init_per_image_saving_reads_no_difference_when_its_interval_holds_one():
+    from bench.perf.init import _fmt_saving
+
+    assert _fmt_saving({"geomean": 2.7, "lo": 1.6, "hi": 12.9, "n": 8, "never": 1}) == "2.70x [1.60-12.90], 1 never"
+    assert _fmt_saving({"geomean": 1.3, "lo": 0.8, "hi": 2.1, "n": 8, "never": 0}).startswith("no difference detected")
+    assert _fmt_saving({"geomean": 2.3, "lo": 2.3, "hi": 2.3, "n": 1, "never": 0}) == "2.3x (n=1)"

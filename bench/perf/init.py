@@ -201,13 +201,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _fmt_saving(pi: dict | None) -> str:
-    """Geometric mean of the per-image savings with its interval, and how many images never got there."""
+    """Geometric mean of the per-image savings with its interval (``bench.stats.fmt_ratio``: an interval
+    that holds 1x reads "no difference detected"), and how many images never got there."""
+    from bench.stats import Interval, fmt_ratio
+
     if not pi:
         return "-"
     never = f", {pi['never']} never" if pi["never"] else ""
-    if pi["n"] < 2 or pi["lo"] != pi["lo"]:
+    iv = Interval(pi["geomean"], pi["lo"], pi["hi"], pi["n"])
+    if pi["n"] < 2 or not iv.ok:
         return f"{pi['geomean']:.1f}x (n={pi['n']}{never})"
-    return f"{pi['geomean']:.1f}x [{pi['lo']:.1f}-{pi['hi']:.1f}]{never}"
+    return fmt_ratio(iv) + never
 
 
 def print_table(doc: dict) -> None:
@@ -216,14 +220,14 @@ def print_table(doc: dict) -> None:
     print(f"perf init: learned (Reptile, train split) vs random init, held-out test images, "
           f"device {doc.get('device', 'cpu')}, threads {doc['threads']}")
     print(f"{'set':<18} {'SIREN':>6} {'iters':>6} {'random@full':>11} {'learned@full':>12} {'learned@0':>9} "
-          f"{'it to reach':>11} {'saving':>7} {'per-image saving [95% CI]':>26} {'meta s':>7} {'meta img-it':>11} "
+          f"{'it to reach':>11} {'saving':>7} {'per-image saving [95% CI]':>30} {'meta s':>7} {'meta img-it':>11} "
           f"{'break-even imgs':>15}")
     for r in results:
         k = r["iterations_to_reach"]
         be = r["break_even_images"]
         print(f"{r['set']:<18} {r['arch']:>6} {r['iterations']:>6} {r['random_psnr_at_full']:>11.2f} "
               f"{r['learned_psnr_at_full']:>12.2f} {r['learned_psnr_at_0']:>9.2f} {k if k else 'never':>11} "
-              f"{(str(round(r['saving_factor'], 1)) + 'x') if k else '-':>7} {_fmt_saving(r.get('per_image')):>26} "
+              f"{(str(round(r['saving_factor'], 1)) + 'x') if k else '-':>7} {_fmt_saving(r.get('per_image')):>30} "
               f"{r['meta']['seconds']:>7.1f} "
               f"{r['meta']['image_iterations']:>11} {(f'{be:.3g}' if be else '-'):>15}")
     print("end points through the encoder (mean PSNR dB; learned at its iterations-to-reach, own cosine schedule):")
