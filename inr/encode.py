@@ -107,13 +107,17 @@ def _cached_fit(imgs: np.ndarray, cfg: EncodeConfig, dev, first_index: int, cach
             psnr = decode_psnr(weights, imgs, cfg.fit.arch, device=dev)
             if progress is not None:
                 progress(imgs.shape[0], psnr)
-            return FitResult(weights=weights, psnr=psnr, config=cfg.fit, extra={"cached": str(path)})
+            extra = {"cached": str(path)}
+            if "iterations_run" in st.meta:  # the iterations the cached fit ran (early stop)
+                extra["iterations_run"] = np.asarray(st.meta["iterations_run"], dtype=np.int64)
+            return FitResult(weights=weights, psnr=psnr, config=cfg.fit, extra=extra)
         except InputError:
             pass  # a damaged cache entry is refitted and rewritten
     res = fit(imgs, cfg.fit, device=dev, first_index=first_index, progress=progress)
     layers = quantize(res.weights, QuantConfig((FLOAT_BITS,) * cfg.fit.arch.num_linear))
     store.save(path, cfg.fit.arch, imgs.shape[1:3], np.zeros(imgs.shape[0], np.int64), layers, psnr=res.psnr,
-               meta={"fit_cache": cfg.fit.to_dict(), "first_index": first_index})
+               meta={"fit_cache": cfg.fit.to_dict(), "first_index": first_index,
+                     "iterations_run": [int(x) for x in res.extra["iterations_run"]]})
     return res
 
 
@@ -133,6 +137,10 @@ def encode_images(
     late = cfg.prune.enabled or cfg.qat_iterations > 0
     res = _cached_fit(imgs, cfg, dev, first_index, None if fit_cache is None else Path(fit_cache), None if late else progress)
     stages = {"fit_psnr": float(res.psnr.mean()) if len(res.psnr) else None}
+    ran = res.extra.get("iterations_run")
+    if cfg.fit.target_psnr and ran is not None and len(ran):  # early stop: what the fit actually cost
+        stages.update(fit_iterations_mean=float(np.mean(ran)),
+                      fit_stopped_early=int(np.count_nonzero(ran < cfg.fit.iterations)))
     weights, masks = res.weights, None
     chunk = auto_batch(cfg.fit, max(1, imgs.shape[0]), imgs.shape[1] * imgs.shape[2], dev)
     run = {"chunk": chunk, "workers": cfg.fit.cpu_workers}
@@ -350,10 +358,26 @@ def merge_work(sp: _Split, cfg: EncodeConfig, out: Path, source, keep_work: bool
         from inr.meta import init_record
 
         meta["init"] = init_record(cfg.fit.init, cfg.fit.init_sha256)
+    if cfg.fit.target_psnr:
+        meta["early_stop"] = early_stop_record(paths, cfg.fit)
     merge_stores(out, paths, cfg.fit.arch, (h, w), cfg.quant.bits, cfg.quant.per_channel, meta, labels=sp.labels)
     if not keep_work:
         shutil.rmtree(sp.work, ignore_errors=True)
     return out
+
+
+def early_stop_record(paths: list[Path], fit_cfg: FitConfig) -> dict:
+    """What ``FitConfig.target_psnr`` did over a store's shards (from their headers' stages): the target,
+    the mean fit iterations per image and the images that stopped before ``iterations``."""
+    n, its, stopped = 0, 0.0, 0
+    for p in paths:
+        h = store.read_header(p)
+        st, k = h.get("meta", {}).get("stages", {}), int(h["num_images"])
+        if "fit_iterations_mean" not in st:  # a fit served from --fit-cache: its iterations were not recorded
+            return {"target_psnr": fit_cfg.target_psnr, "iterations": fit_cfg.iterations, "recorded": False}
+        n, its, stopped = n + k, its + k * float(st["fit_iterations_mean"]), stopped + int(st["fit_stopped_early"])
+    return {"target_psnr": fit_cfg.target_psnr, "iterations": fit_cfg.iterations, "recorded": True,
+            "fit_iterations_mean": its / max(n, 1), "stopped_early": stopped, "images": n}
 
 
 def _encode_split(images, labels, cfg: EncodeConfig, out: Path, device, source, progress, keep_work, fit_cache) -> Path:

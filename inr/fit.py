@@ -37,6 +37,9 @@ STEPS = ("eager", "compiled")
 # 7,450-7,630; with 2 workers 8 beat 4 (12.5k vs 10.6k: per-iteration Python overhead).
 COMPILED_CPU_BATCH_CAP = 8
 AUTOCAST_EVAL_EVERY = 10  # keep-best interval under bf16 when ``eval_every`` is 0 (auto)
+# early stop (``FitConfig.target_psnr``): images are checked against their target every this many iterations (one
+# host sync each); the finished ones leave the chunk, so the rest run on smaller matmuls
+STOP_CHECK_EVERY = 25
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,10 @@ class FitConfig:
     polynomial sine, fused bias + sine; fp32 only).
     init: a learned initialization (``inrbench meta-init``) to start every image from instead of
     the seeded random init; init_sha256: its file's sha256 (checked when loading; recorded).
+    target_psnr: early stop (0 = off): an image stops fitting at the first check (every
+    ``STOP_CHECK_EVERY`` iterations) where its best PSNR so far is at least this many dB; it keeps
+    those weights and leaves the chunk. The schedule stays the ``iterations``-long cosine: a stopped
+    image has run a prefix of it. Images that never get there run all ``iterations``.
     """
 
     arch: SirenArch
@@ -74,6 +81,7 @@ class FitConfig:
     step: str = "eager"
     init: str = ""
     init_sha256: str = ""
+    target_psnr: float = 0.0
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
@@ -93,6 +101,8 @@ class FitConfig:
             raise ValueError(f"step must be one of {list(STEPS)}, got {self.step!r}")
         if self.step == "compiled" and self.autocast != "none":
             raise ValueError("the compiled fit step is fp32 only (autocast none)")
+        if not 0.0 <= self.target_psnr < float("inf"):
+            raise ValueError(f"target_psnr must be >= 0 dB (0: off) and finite, got {self.target_psnr}")
 
     @property
     def eval_interval(self) -> int:
@@ -109,6 +119,8 @@ class FitConfig:
             del d["step"]
         if not self.init_sha256:
             del d["init_sha256"]
+        if not self.target_psnr:
+            del d["target_psnr"]
         return d
 
     @staticmethod
@@ -222,6 +234,71 @@ def _make_adam(params: list[torch.Tensor], lr: float) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=lr, foreach=True)
 
 
+
+def bucket_sizes(B: int) -> list[int]:
+    """Chunk sizes the compiled step shrinks through as images stop early: ``B``, then halvings down to 1
+    (each size is one compiled graph, so a chunk never compiles more than ``log2(B) + 1``)."""
+    out = [B]
+    while out[-1] > 1:
+        out.append((out[-1] + 1) // 2)
+    return out
+
+
+class _EarlyStop:
+    """Per-image early stop inside one chunk: which rows still fit, what the finished ones kept, and
+    which rows to keep when the chunk shrinks.
+
+    Row ``r`` of the chunk's current tensors is image ``idx[r]`` of the chunk (``-1``: finished, or a
+    padding copy that holds the chunk at a compiled size: ``bucket_sizes``). Outputs are indexed by
+    the chunk's images: ``kept`` (best weights, theta layout), ``kept_p`` ``[B]`` float64 and
+    ``iterations`` ``[B]`` int64 (iterations each image ran).
+    """
+
+    def __init__(self, stop_at: torch.Tensor, best: list[torch.Tensor], iterations: int, buckets: bool):
+        B = stop_at.shape[0]
+        dev = stop_at.device
+        self.stop_at = stop_at.to(dev, torch.float64).clone()
+        self.idx = torch.arange(B, device=dev)
+        self.kept = [T.clone() for T in best]
+        self.kept_p = torch.full((B,), -math.inf, dtype=torch.float64, device=dev)
+        self.iterations = torch.full((B,), iterations, dtype=torch.int64)
+        self.sizes = bucket_sizes(B) if buckets else None
+
+    def _record(self, rows: torch.Tensor, best: list[torch.Tensor], best_p: torch.Tensor) -> torch.Tensor:
+        orig = self.idx[rows]
+        for K, T in zip(self.kept, best, strict=True):
+            K[orig] = T[rows]
+        self.kept_p[orig] = best_p[rows]
+        return orig
+
+    def check(self, it: int, best: list[torch.Tensor], best_p: torch.Tensor) -> torch.Tensor | None:
+        """After ``it`` iterations: record the rows that reached their target; return the rows to keep
+        (an index into the current rows; empty: every image is done) when the chunk should shrink, else None."""
+        done = (best_p >= self.stop_at) & (self.idx >= 0)
+        if not bool(done.any()):  # the one host sync of a check
+            return None
+        rows = done.nonzero().squeeze(1)
+        self.iterations[self._record(rows, best, best_p).cpu()] = it
+        self.idx[rows] = -1
+        live = (self.idx >= 0).nonzero().squeeze(1)
+        n = live.numel()
+        size = n if self.sizes is None or n == 0 else min(x for x in self.sizes if x >= n)
+        if size >= self.idx.numel():
+            return None  # stays at its compiled size: finished rows ride along until the next halving
+        pad = size - n
+        keep = torch.cat([live, live[:1].repeat(pad)])
+        self.idx = torch.cat([self.idx[live], torch.full((pad,), -1, dtype=self.idx.dtype, device=self.idx.device)])
+        self.stop_at = torch.cat([self.stop_at[live], torch.full((pad,), math.inf, dtype=torch.float64,
+                                                                  device=self.stop_at.device)])
+        return keep
+
+    def finish(self, best: list[torch.Tensor], best_p: torch.Tensor) -> None:
+        """At the end of the schedule: the rows still fitting keep what they have (all iterations run)."""
+        live = (self.idx >= 0).nonzero().squeeze(1)
+        if live.numel():
+            self._record(live, best, best_p)
+
+
 def _optimize_chunk(
     weights: Weights,
     targets: torch.Tensor,
@@ -236,9 +313,11 @@ def _optimize_chunk(
     autocast: str = "none",
     step: str = "eager",
     threads: int = 0,
-) -> tuple[Weights, torch.Tensor]:
+    stop_at: torch.Tensor | None = None,
+) -> tuple[Weights, torch.Tensor, torch.Tensor]:
     """One chunk of ``optimize`` (same arguments), on one engine (``step`` "eager") or with the
-    compiled step (``inr.fast_step``, compiled for ``threads`` CPU threads)."""
+    compiled step (``inr.fast_step``, compiled for ``threads`` CPU threads). Also returns the
+    iterations each image ran (``[B]`` int64, CPU; fewer than ``iterations`` where ``stop_at`` stopped it)."""
     dev = targets.device
     B = targets.shape[0]
     thetas = [T.to(dev, torch.float32) for T in to_theta([(W.detach(), b.detach()) for W, b in weights])]
@@ -254,19 +333,23 @@ def _optimize_chunk(
     coords = coords.to(dev, torch.float32)
     if autocast not in AUTOCAST:
         raise ValueError(f"autocast must be one of {sorted(AUTOCAST)}, got {autocast!r}")
+    if stop_at is not None and (masks is not None or transform is not None):
+        raise ValueError("early stop (stop_at) is for the plain fit: not with masks or a transform")
     ac_dtype = AUTOCAST[autocast]
     eval_every = eval_every or (1 if ac_dtype is None else AUTOCAST_EVAL_EVERY)
     eng = SirenEngine(arch, coords, B, mm_dtype=ac_dtype)
+    stop = None if stop_at is None else _EarlyStop(stop_at.to(dev), best, iterations, buckets=step == "compiled")
     fast = None
+    step_threads = threads or torch.get_num_threads()
     if step == "compiled":
         from inr.fast_step import compiled_step
 
         if ac_dtype is not None:
             raise ValueError("the compiled fit step is fp32 only (autocast none)")
-        fast = compiled_step(arch, B, P, dev, threads or torch.get_num_threads())
+        fast = compiled_step(arch, B, P, dev, step_threads)
         if fused_iteration(masks, transform, eval_every):
             return _optimize_chunk_fused(thetas, best, best_p, t01.contiguous(), eng, arch, iterations, lr, lr * lr_final_factor,
-                                         threads or torch.get_num_threads(), coords, targets)
+                                         step_threads, coords, targets, stop)
         t01c = t01.contiguous()  # the layout the step was compiled for (``fast_step.warm``)
     opt = _make_adam(thetas, lr)
     lr_min = lr * lr_final_factor
@@ -289,6 +372,24 @@ def _optimize_chunk(
 
     with torch.no_grad():
         for it in range(iterations):
+            if stop is not None and it and it % STOP_CHECK_EVERY == 0:
+                keep = stop.check(it, best, best_p)
+                if keep is not None:
+                    if not keep.numel():
+                        break
+                    # the images still fitting go on alone: every per-row state is cut to them
+                    new = [T[keep].contiguous() for T in thetas]
+                    opt = _slice_adam(opt, thetas, new, keep, lr)
+                    thetas = new
+                    best = [b[keep].contiguous() for b in best]
+                    best_p = best_p[keep].contiguous()
+                    t255, t01 = t255[keep].contiguous(), t01[keep].contiguous()
+                    B = keep.numel()
+                    eng = SirenEngine(arch, coords, B, mm_dtype=ac_dtype)
+                    if fast is not None:
+                        from inr.fast_step import compiled_step
+
+                        fast, t01c = compiled_step(arch, B, P, dev, step_threads), t01
             cur = current()
             evaluate = it % eval_every == 0
             if fast is not None:
@@ -312,12 +413,29 @@ def _optimize_chunk(
                 T.grad = None
                 if m is not None:
                     T.mul_(m)
-        evaluate_fp32(current())
+        else:  # the whole schedule ran: the weights after the last update are a candidate too
+            evaluate_fp32(current())
+        ran = torch.full((targets.shape[0],), iterations, dtype=torch.int64)
+        if stop is not None:
+            stop.finish(best, best_p)
+            best, ran = stop.kept, stop.iterations
         kept = from_theta(best)
         # report the PSNR of decoding the kept weights with ``siren.forward`` (the decoder everyone uses)
         dec = forward(transform(kept, masks) if transform is not None else kept, coords, arch)
         best_p = _psnr_from_rgb(dec, targets.to(torch.float32))
-    return kept, best_p
+    return kept, best_p, ran
+
+
+def _slice_adam(opt: torch.optim.Optimizer, old: list[torch.Tensor], new: list[torch.Tensor], keep: torch.Tensor,
+                lr: float) -> torch.optim.Optimizer:
+    """A new Adam over ``new`` (= ``old`` cut to rows ``keep``) carrying each kept row's moments and the step count."""
+    out = _make_adam(new, lr)
+    for o, n in zip(old, new, strict=True):
+        st = opt.state.get(o)
+        if st:
+            out.state[n] = {k: (v[keep].contiguous() if torch.is_tensor(v) and v.dim() else
+                                v.clone() if torch.is_tensor(v) else v) for k, v in st.items()}
+    return out
 
 
 def fused_iteration(masks, transform, eval_every: int) -> bool:
@@ -326,8 +444,10 @@ def fused_iteration(masks, transform, eval_every: int) -> bool:
     return masks is None and transform is None and eval_every in (0, 1)
 
 
-def _optimize_chunk_fused(thetas, best, best_p, t01, eng, arch, iterations, lr, lr_min, threads, coords, targets):
-    """``_optimize_chunk`` with each iteration (step, keep-best, Adam) one compiled graph."""
+def _optimize_chunk_fused(thetas, best, best_p, t01, eng, arch, iterations, lr, lr_min, threads, coords, targets,
+                          stop: _EarlyStop | None = None):
+    """``_optimize_chunk`` with each iteration (step, keep-best, Adam) one compiled graph. With ``stop``,
+    the chunk shrinks through ``bucket_sizes`` (one compiled graph each) as images reach their targets."""
     from inr.fast_step import ADAM_BETAS, compiled_iteration
 
     dev = t01.device
@@ -336,20 +456,36 @@ def _optimize_chunk_fused(thetas, best, best_p, t01, eng, arch, iterations, lr, 
     m = [torch.zeros_like(T) for T in thetas]
     v = [torch.zeros_like(T) for T in thetas]
     b1, b2 = ADAM_BETAS
+    t255 = targets.permute(0, 2, 1).to(torch.float32)
     with torch.no_grad():
         for it in range(iterations):
+            if stop is not None and it and it % STOP_CHECK_EVERY == 0:
+                keep = stop.check(it, best, best_p)
+                if keep is not None:
+                    if not keep.numel():
+                        break
+                    thetas, m, v, best = ([T[keep].contiguous() for T in ts] for ts in (thetas, m, v, best))
+                    best_p, t01, t255 = best_p[keep].contiguous(), t01[keep].contiguous(), t255[keep].contiguous()
+                    B = keep.numel()
+                    eng = SirenEngine(arch, coords, B)
+                    fn = compiled_iteration(arch, B, P, dev, threads)
             lr_t = lr_min + 0.5 * (lr - lr_min) * (1.0 + math.cos(math.pi * it / iterations))
             t = it + 1
             fn(thetas, m, v, best, best_p, eng.a0, t01, torch.tensor(lr_t / (1.0 - b1**t), device=dev),
                torch.tensor(math.sqrt(1.0 - b2**t), device=dev))
-        # the weights after the last update are a candidate too (as in the eager loop's final evaluation)
-        psnr = _psnr_from_rgb(eng.forward(thetas, need_grad=False), targets.permute(0, 2, 1).to(torch.float32))
-        better = psnr > best_p
-        for b, T in zip(best, thetas, strict=True):
-            b.copy_(torch.where(better.view(-1, 1, 1), T, b))
+        else:  # the weights after the last update are a candidate too (as in the eager loop's final evaluation)
+            psnr = _psnr_from_rgb(eng.forward(thetas, need_grad=False), t255)
+            better = psnr > best_p
+            best_p = torch.where(better, psnr, best_p)
+            for b, T in zip(best, thetas, strict=True):
+                b.copy_(torch.where(better.view(-1, 1, 1), T, b))
+        ran = torch.full((targets.shape[0],), iterations, dtype=torch.int64)
+        if stop is not None:
+            stop.finish(best, best_p)
+            best, ran = stop.kept, stop.iterations
         kept = from_theta(best)
         best_p = _psnr_from_rgb(forward(kept, coords, arch), targets.to(torch.float32))
-    return kept, best_p
+    return kept, best_p, ran
 
 
 def cpu_workers(requested: int = 0) -> int:
@@ -372,6 +508,8 @@ def optimize(
     chunk: int = 0,
     workers: int = 0,
     step: str = "eager",
+    stop_at: torch.Tensor | None = None,
+    report: dict | None = None,
 ) -> tuple[Weights, torch.Tensor]:
     """Adam + cosine schedule for ``B`` images; returns the best weights per image and their PSNR.
 
@@ -393,6 +531,12 @@ def optimize(
         workers: on the CPU, chunks fitted concurrently, each on one thread (0: torch's thread
             count). One thread per chunk avoids the per-op synchronization of intra-op
             threads, which dominates on small tensors and on shared cores.
+        stop_at: early stop, ``[B]`` PSNR targets in dB (``inf``: never): an image stops at the first
+            check (every ``STOP_CHECK_EVERY`` iterations) where its best PSNR reaches its target, keeps
+            those weights and leaves its chunk (the compiled step shrinks through ``bucket_sizes``).
+            Not with ``masks`` or ``transform``.
+        report: if given, ``report["iterations_run"]`` is set to the iterations each image ran
+            (int64 ``[B]`` ndarray).
     The starting weights are the first keep-best candidate (a fine-tune never returns worse).
     Returns:
         (best weights float32 on ``targets.device``, best PSNR ``[B]`` float64: the
@@ -412,13 +556,14 @@ def optimize(
         return _optimize_chunk(
             [(W[s:e], b[s:e]) for W, b in weights], targets[s:e], coords, arch, iterations, lr, lr_final_factor,
             eval_every, None if masks is None else [None if m is None else m[s:e] for m in masks], transform, autocast,
-            step, step_threads,
+            step, step_threads, None if stop_at is None else stop_at[s:e],
         )
 
     if step == "compiled" and B:
         from inr.fast_step import warm
 
-        warm(arch, [(e - s, targets.shape[1]) for s, e in ranges], dev, step_threads,
+        sizes = {x for s, e in ranges for x in (bucket_sizes(e - s) if stop_at is not None else [e - s])}
+        warm(arch, [(x, targets.shape[1]) for x in sizes], dev, step_threads,
              fused=fused_iteration(masks, transform, eval_every))
     if n_workers > 1:
         threads = torch.get_num_threads()
@@ -430,8 +575,10 @@ def optimize(
             torch.set_num_threads(threads)
     else:
         results = [one(r) for r in ranges]
+    if report is not None:
+        report["iterations_run"] = torch.cat([r[2] for r in results]).numpy()
     if len(results) == 1:
-        return results[0]
+        return results[0][:2]
     kept = [(torch.cat([r[0][li][0] for r in results]), torch.cat([r[0][li][1] for r in results])) for li in range(arch.num_linear)]
     return kept, torch.cat([r[1] for r in results])
 
@@ -465,6 +612,7 @@ def fit(
     device: torch.device | str = "cpu",
     first_index: int = 0,
     progress: Callable[[int, np.ndarray], None] | None = None,
+    stop_at: np.ndarray | None = None,
 ) -> FitResult:
     """Fit one SIREN per image.
 
@@ -472,9 +620,12 @@ def fit(
         images: uint8 ``[N, H, W, 3]`` (ndarray, tensor or memmap); mixed sizes are refused.
         config: ``FitConfig``; the init of image ``k`` is seeded by ``(config.seed, first_index + k)``.
         progress: called after each chunk with ``(images finished, their PSNR [n])``.
+        stop_at: per-image early-stop targets ``[N]`` in dB (``inf``: never), in place of
+            ``config.target_psnr`` (e.g. each image's PSNR from another fit, for a like-for-like saving).
     Returns:
         ``FitResult`` with float32 CPU weights ``[(W [N, in, out], b [N, 1, out])]`` and PSNR ``[N]``
-        measured by decoding the kept weights (``bench.metrics`` convention).
+        measured by decoding the kept weights (``bench.metrics`` convention);
+        ``extra["iterations_run"]``: int64 ``[N]``, the iterations each image ran.
     """
     imgs = as_image_array(images)
     dev = torch.device(device)
@@ -486,6 +637,11 @@ def fit(
     step = chunk * workers * (2 if workers > 1 else 1)  # images per progress report
     parts: list[Weights] = []
     psnrs: list[np.ndarray] = []
+    ran: list[np.ndarray] = []
+    if stop_at is None and config.target_psnr:
+        stop_at = np.full(n, config.target_psnr, dtype=np.float64)
+    if stop_at is not None and np.shape(stop_at) != (n,):
+        raise ValueError(f"stop_at needs one target per image ({n}), got shape {np.shape(stop_at)}")
     start = None
     if config.init or config.init_sha256:
         from inr.meta import load_init
@@ -498,10 +654,14 @@ def fit(
         else:  # the learned init: the same starting point for every image
             w0 = [(W.expand(e - s, -1, -1).to(dev), b.expand(e - s, -1, -1).to(dev)) for W, b in start]
         tg = images_to_targets(imgs[s:e], dev)
+        rep: dict = {}
         best, _ = optimize(
             w0, tg, coords, arch, config.iterations, config.lr, config.lr_final_factor,
             config.eval_interval, autocast=config.autocast, chunk=chunk, workers=workers, step=config.step,
+            stop_at=None if stop_at is None else torch.as_tensor(stop_at[s:e], dtype=torch.float64, device=dev),
+            report=rep,
         )
+        ran.append(rep["iterations_run"])
         p = decode_psnr(best, imgs[s:e], arch)
         best_cpu = [(W.cpu(), b.cpu()) for W, b in best]
         parts.append(best_cpu)
@@ -509,7 +669,8 @@ def fit(
         if progress is not None:
             progress(e - s, p)
     weights = concat_weights(parts, arch)
-    return FitResult(weights=weights, psnr=np.concatenate(psnrs) if psnrs else np.zeros(0), config=config)
+    return FitResult(weights=weights, psnr=np.concatenate(psnrs) if psnrs else np.zeros(0), config=config,
+                     extra={"iterations_run": np.concatenate(ran) if ran else np.zeros(0, np.int64)})
 
 
 def concat_weights(parts: Sequence[Weights], arch: SirenArch) -> Weights:

@@ -406,6 +406,20 @@ def _parse_header(head: bytes | memoryview, total: int, path: Path) -> tuple[dic
     return header, PREFIX.size + hlen, data_start
 
 
+def read_header(path: str | Path) -> dict[str, Any]:
+    """The checked header of an unpacked store file (prefix and header only: the data is not read or verified)."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            total = os.fstat(f.fileno()).st_size
+            head = f.read(PREFIX.size)
+            if total >= PREFIX.size:
+                head += f.read(PREFIX.unpack_from(head, 0)[2])
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror or e}", path) from None
+    return _parse_header(head, total, path)[0]
+
+
 def read_verified(path: str | Path, info: dict | None = None) -> tuple[dict[str, Any], dict[str, np.ndarray], int]:
     """Read and verify a store file -> (header, arrays on CPU, file bytes). Any defect is an ``InputError``.
 

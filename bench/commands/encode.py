@@ -39,6 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--autocast", choices=["none", "bf16"], help="bf16 matmuls for fitting (first layer fp32; fp16 is not offered: no loss scaling)")
     g.add_argument("--init", help="start every image from this learned initialization (`inrbench meta-init`; "
                    "its sha256 is recorded in the store) instead of the seeded random init")
+    g.add_argument("--target-psnr", type=positive_float, metavar="DB",
+                   help="early stop: an image stops fitting once its PSNR reaches DB (checked every 25 iterations, "
+                        "on the prefix of the full schedule); images that never get there run all iterations")
     g.add_argument("--fit-step", choices=["eager", "compiled"],
                    help="eager (reference, default) or compiled (torch.compile, polynomial sine; fp32)")
     g = p.add_argument_group("pruning")
@@ -82,7 +85,7 @@ def build_config(args: argparse.Namespace):
         fit_cfg = preset(
             args.preset, iterations=args.iterations, layers=args.layers, hidden=args.hidden, w0=args.w0,
             w0_first=args.w0_first, lr=args.lr, seed=args.seed, batch=args.batch,
-            memory_budget_mb=args.memory_mb, autocast=args.autocast, step=args.fit_step,
+            memory_budget_mb=args.memory_mb, autocast=args.autocast, step=args.fit_step, target_psnr=args.target_psnr,
         )
         if args.init:  # refused here (one line, exit 2) when it is not an init for this architecture
             from dataclasses import replace
@@ -155,7 +158,7 @@ def _header(args: argparse.Namespace, cfg, ds, split, n: int, where: str) -> str
     prune = f"dynamic <= {cfg.prune.budget_db:g} dB" if cfg.prune.budget_db is not None else f"{cfg.prune.ratio:g}"
     return (f"encode {ds.root} [{args.split}] {n} images {split.image_size[0]}x{split.image_size[1]}: {cfg.fit.arch}, "
             f"{cfg.fit.iterations} iterations, lr {cfg.fit.lr}, bits {list(cfg.quant.bits)}, "
-            f"prune {prune}, {where}")
+            f"prune {prune}, " + (f"early stop at {cfg.fit.target_psnr:g} dB, " if cfg.fit.target_psnr else "") + where)
 
 
 def _progress_bar(args: argparse.Namespace, total: int, desc: str, disable: bool = False):

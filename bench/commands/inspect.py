@@ -103,6 +103,11 @@ def run(args: argparse.Namespace) -> int:
     fit = s["meta"].get("fit")
     if fit:
         print(f"  fit            {fit.get('iterations')} iterations, lr {fit.get('lr')}, seed {fit.get('seed')}")
+    es = s["meta"].get("early_stop")
+    if es:
+        got = (f"{es['fit_iterations_mean']:.0f} iterations per image on average, {es['stopped_early']} of "
+               f"{es['images']} images stopped early" if es.get("recorded") else "iterations not recorded (cached fit)")
+        print(f"  early stop     at {es['target_psnr']:g} dB: {got}")
     init = s["meta"].get("init")
     if init:
         print(f"  init           learned ({init.get('method', '?')}, {init.get('num_images')} {init.get('split')} images): "

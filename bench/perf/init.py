@@ -16,7 +16,13 @@ best-so-far PSNR after every iteration. Reported:
   with fp32, 8-bit (16:8:16) and pruned + 8-bit end points, next to random init's at full
   iterations: a shared starting point could change the weight distributions 8-bit relies on;
 * the meta-training cost (seconds, image-iterations) and the number of images to encode before
-  it pays for itself.
+  it pays for itself;
+* the *realized* saving: real encodes (``inr.fit.fit``) of the held-out images, timed side by side
+  and interleaved over ``--repeats`` rounds: random init over the full schedule (the reference), and
+  the learned init with each image stopping once it reaches its own random-init PSNR (early stop,
+  ``fit(stop_at=...)``), with the eager and with the compiled step. Reported: image-iterations run,
+  wall seconds (median, ratio with a bootstrap interval), mean PSNR and how many images got there.
+  This is what the iterations-to-reach figures buy an encode that keeps the full schedule.
 
 ``--figure PATH`` draws PSNR against iterations (log axis), random vs learned, with the fp32 and
 8-bit end points.
@@ -50,6 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu",
                    help="cpu, cuda or cuda:N for meta-training, the fit curves and the encoder (default cpu); on a "
                         "GPU, --iterations-224 5000 measures the 224 px set at the preset's full length")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="rounds of the realized-saving encodes (interleaved; default 3; 0 skips them)")
     p.add_argument("--no-prune", action="store_true", help="skip the pruned + 8-bit end points")
     p.add_argument("--figure", help="write the PSNR-vs-iterations figure (PNG) here")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -79,6 +87,67 @@ def _end_points(imgs, arch, lr: float, iterations: int, init: tuple[str, str] | 
         ep = encode_images(imgs, EncodeConfig(fit=fit, quant=q8, prune=pc), device=device)
         out["pruned-8bit"] = ep.stages["final_psnr"]
     return out
+
+
+REALIZED = ("random, full schedule", "learned, early stop", "learned, early stop, compiled")
+
+
+def _realized(imgs, cfg, iters: int, init: tuple[str, str], repeats: int, device: str) -> dict[str, Any]:
+    """Encode-time saving of learned init + early stop, measured: ``REALIZED`` fits of ``imgs`` timed in
+    ``repeats`` interleaved rounds (ABC, CBA, ...), the compiled step warmed (compiled) beforehand."""
+    from dataclasses import replace
+
+    import numpy as np
+    import torch
+
+    from bench.stats import ratio_ci
+    from inr.fit import fit
+
+    n = len(imgs)
+    base = replace(cfg, iterations=iters)
+    learned = replace(base, init=init[0], init_sha256=init[1])
+    cfgs = dict(zip(REALIZED, (base, learned, replace(learned, step="compiled")), strict=True))
+
+    def sync() -> None:
+        if torch.device(device).type == "cuda":
+            torch.cuda.synchronize(device)
+
+    def timed(name: str, stop_at):
+        sync()
+        t0 = time.perf_counter()
+        res = fit(imgs, cfgs[name], device=device, stop_at=stop_at)
+        sync()
+        return res, time.perf_counter() - t0
+
+    ref, t = timed(REALIZED[0], None)
+    target = ref.psnr.astype(np.float64)  # each image's own random-init PSNR at full length
+    # compile every chunk size the timed compiled runs will use (``inr.fit.bucket_sizes``) before any clock runs
+    fit(imgs, replace(cfgs[REALIZED[2]], iterations=1), device=device, stop_at=np.full(n, np.inf))
+    secs: dict[str, list[float]] = {k: [] for k in REALIZED}
+    out: dict[str, Any] = {}
+    secs[REALIZED[0]].append(t)
+    for r in range(repeats):
+        order = REALIZED if r % 2 else REALIZED[::-1]
+        for name in order:
+            if name == REALIZED[0] and r == 0:
+                continue  # the first reference run gave the targets
+            res, t = timed(name, None if name == REALIZED[0] else target)
+            secs[name].append(t)
+            ran = res.extra["iterations_run"]
+            out[name] = {"image_iterations": int(ran.sum()), "mean_psnr": float(res.psnr.mean()),
+                         "reached": int(np.count_nonzero(res.psnr >= target - 1e-9)), "images": n}
+    out.setdefault(REALIZED[0], {"image_iterations": n * iters, "mean_psnr": float(ref.psnr.mean()), "reached": n,
+                                 "images": n})
+    ref_it = n * iters
+    for name in REALIZED:
+        d = out[name]
+        d["seconds"] = secs[name]
+        d["median_seconds"] = float(np.median(secs[name]))
+        d["iterations_saving"] = ref_it / max(d["image_iterations"], 1)
+        iv = ratio_ci(secs[REALIZED[0]], secs[name])  # > 1: faster than the reference
+        d["time_saving"] = {"value": float(np.median(secs[REALIZED[0]])) / d["median_seconds"],
+                            "lo": iv.lo if iv.ok else None, "hi": iv.hi if iv.ok else None}
+    return {"repeats": repeats, "variants": out}
 
 
 def measure_set(name: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -120,6 +189,7 @@ def measure_set(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
     k_run = k if k else iters
     ends_random = _end_points(test, cfg.arch, cfg.lr, iters, None, not args.no_prune, dev)
     ends_learned = _end_points(test, cfg.arch, cfg.lr, max(1, k_run), (str(init_path), sha), not args.no_prune, dev)
+    realized = _realized(test, cfg, iters, (str(init_path), sha), args.repeats, dev) if args.repeats > 0 else None
     saved_s = (iters - k_run) * sec_per_img_it
     pts = _log_points(iters)
     return {
@@ -136,6 +206,7 @@ def measure_set(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
         "seconds_saved_per_image": saved_s,
         "break_even_images": (info["seconds"] / saved_s) if saved_s > 0 else None,
         "end_points": {"random": {"iterations": iters, **ends_random}, "learned": {"iterations": k_run, **ends_learned}},
+        "realized": realized,
         "curve": {"iterations": pts, "random": [float(rand[i]) for i in pts], "learned": [float(learned[i]) for i in pts]},
     }
 
@@ -236,5 +307,19 @@ def print_table(doc: dict) -> None:
             e = r["end_points"][who]
             extra = f"  pruned15%+8-bit {e['pruned-8bit']:.2f}" if "pruned-8bit" in e else ""
             print(f"  {r['set']:<18} {who:<8} {e['iterations']:>5} it: fp32 {e['fp32']:.2f}  8-bit {e['8bit']:.2f}{extra}")
+    if any(r.get("realized") for r in results):
+        print("realized: real encodes of the held-out images, random init at full length vs learned init stopping each "
+              "image at its own random-init PSNR (wall seconds: median of the rounds; saving: ratio of medians [95% CI])")
+        for r in results:
+            rz = r.get("realized")
+            if not rz:
+                continue
+            for name in REALIZED:
+                d = rz["variants"][name]
+                ts = d["time_saving"]
+                iv = f"[{ts['lo']:.2f}-{ts['hi']:.2f}]" if ts.get("lo") is not None else f"(n={len(d['seconds'])})"
+                print(f"  {r['set']:<18} {name:<32} {d['image_iterations']:>8} img-it ({d['iterations_saving']:.2f}x)  "
+                      f"{d['median_seconds']:>7.2f} s ({ts['value']:.2f}x {iv})  PSNR {d['mean_psnr']:.2f}  "
+                      f"reached {d['reached']}/{d['images']}")
     print(f"meta-init trains on the train split only ({', '.join(str(r['meta']['num_images']) + ' images' for r in results)}); "
           f"total {doc['seconds']:.0f} s" + (f"; figure {fig}" if fig else ""))

@@ -1,0 +1,170 @@
+"""Early stop (``FitConfig.target_psnr``, ``fit(stop_at=...)``): an image leaves its chunk once it reaches
+its target, keeps the weights it had then, and the images still fitting go on exactly as before."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from inr.fit import (
+    STOP_CHECK_EVERY,
+    FitConfig,
+    bucket_sizes,
+    fit,
+    images_to_targets,
+    optimize,
+    preset,
+)
+from inr.meta import fit_curve
+from inr.siren import coord_grid, init_weights
+from tests.cli_helpers import assert_one_line_error, run_cli
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+ITERS = 300
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    from bench.datasets.prepare import prepare_dataset
+    from bench.datasets.prepared import open_prepared
+
+    out = prepare_dataset("photos", tmp_path_factory.mktemp("es") / "photos32", size=32, per_class=2, jpeg_quality=90)
+    return out, np.array(open_prepared(out).split("train").images[:8])
+
+
+@pytest.fixture(scope="module")
+def full(photos):
+    """8 images, their eager fit over the whole 300-iteration schedule, and its per-image best-so-far curves
+    (``inr.meta.fit_curve``: ``[ITERS + 1, 8]`` dB)."""
+    _, imgs = photos
+    cfg = preset("cifar10", iterations=ITERS, lr=3e-3, batch=8)
+    return cfg, imgs, fit(imgs, cfg), fit_curve(imgs, cfg.arch, ITERS, cfg.lr, per_image=True)
+
+
+def test_bucket_sizes():
+    assert bucket_sizes(8) == [8, 4, 2, 1]
+    assert bucket_sizes(5) == [5, 3, 2, 1]
+    assert bucket_sizes(1) == [1]
+
+
+def test_config_validates_and_keeps_old_keys():
+    arch = preset("cifar10").arch
+    with pytest.raises(ValueError, match="target_psnr"):
+        FitConfig(arch=arch, target_psnr=-1.0)
+    with pytest.raises(ValueError, match="target_psnr"):
+        FitConfig(arch=arch, target_psnr=float("inf"))
+    assert "target_psnr" not in FitConfig(arch=arch).to_dict()  # fit-cache keys of earlier encodes stay valid
+    d = FitConfig(arch=arch, target_psnr=31.5).to_dict()
+    assert d["target_psnr"] == 31.5 and FitConfig.from_dict(d).target_psnr == 31.5
+
+
+def _check_stops(res, cfg, curves, target: np.ndarray, tol: float) -> np.ndarray:
+    """Every image stopped at the first check where its best-so-far reached its target (or ran all
+    iterations and then scores like the full fit); returns which stopped."""
+    ran = res.extra["iterations_run"]
+    assert ran.shape == (len(target),) and ran.dtype == np.int64
+    stopped = ran < ITERS
+    for i in np.nonzero(stopped)[0]:
+        k = int(ran[i])
+        assert k % STOP_CHECK_EVERY == 0
+        assert res.psnr[i] >= target[i] - tol, (i, res.psnr[i], target[i])
+        # it kept the best weights of the iterations it ran (the full fit's best-so-far at that point)
+        assert abs(res.psnr[i] - curves[k - 1, i]) < tol, (i, k, res.psnr[i], curves[k - 1, i])
+        if k > STOP_CHECK_EVERY:  # and the check before had not yet seen the target
+            assert curves[k - 1 - STOP_CHECK_EVERY, i] < target[i] + tol
+    return stopped
+
+
+def test_eager_stops_each_image_at_its_target(full):
+    cfg, imgs, ref, curves = full
+    assert np.array_equal(ref.extra["iterations_run"], np.full(8, ITERS))
+    # targets between the PSNR at iteration 100 and the end: some images stop, one never can
+    target = (curves[100] + curves[-1]) / 2
+    target[3] = ref.psnr[3] + 5.0
+    res = fit(imgs, cfg, stop_at=target)
+    stopped = _check_stops(res, cfg, curves, target, tol=0.05)
+    assert stopped.sum() >= 5 and not stopped[3]
+    # the images left fitting run on in smaller chunks and end exactly where the full fit ended
+    never = ~stopped
+    assert np.allclose(res.psnr[never], ref.psnr[never], atol=1e-3), (res.psnr[never], ref.psnr[never])
+    assert res.extra["iterations_run"].sum() < 8 * ITERS
+
+
+def test_infinite_targets_change_nothing(full):
+    cfg, imgs, ref, _ = full
+    res = fit(imgs, cfg, stop_at=np.full(8, np.inf))
+    assert np.array_equal(res.psnr, ref.psnr)
+    for (W1, b1), (W2, b2) in zip(res.weights, ref.weights, strict=True):
+        assert torch.equal(W1, W2) and torch.equal(b1, b2)
+
+
+def test_config_target_is_one_target_for_all(full):
+    cfg, imgs, ref, curves = full
+    t = float(np.median(curves[150]))
+    res = fit(imgs, replace(cfg, target_psnr=t))
+    stopped = _check_stops(res, cfg, curves, np.full(8, t), tol=0.05)
+    assert 0 < stopped.sum() < 8
+
+
+def test_all_images_stop_and_the_loop_ends(full):
+    cfg, imgs, _, curves = full
+    target = curves[60] - 0.01  # every image is there by iteration 60: all leave at the check at 75
+    res = fit(imgs, cfg, stop_at=target)
+    assert np.array_equal(res.extra["iterations_run"], np.full(8, 75))
+    assert (res.psnr >= target - 0.05).all()
+
+
+def test_compiled_step_shrinks_through_buckets(full):
+    cfg, imgs, _, curves = full
+    ccfg = replace(cfg, step="compiled")
+    cref = fit(imgs, ccfg)
+    target = (curves[100] + curves[-1]) / 2
+    target[3] = cref.psnr[3] + 5.0
+    res = fit(imgs, ccfg, stop_at=target)
+    ran = res.extra["iterations_run"]
+    stopped = ran < ITERS
+    # 8 -> 4 -> 2 -> 1 rows as images leave (padding rows hold the compiled sizes); the trajectory of the
+    # polynomial-sine step differs from the eager one's by tenths of a dB, so only its own fit is the reference
+    assert stopped.sum() >= 5 and not stopped[3]
+    assert (ran[stopped] % STOP_CHECK_EVERY == 0).all()
+    assert (res.psnr[stopped] >= target[stopped] - 0.05).all(), (res.psnr, target)
+    assert (res.psnr[stopped] <= cref.psnr[stopped] + 0.05).all()  # a prefix of the fit never beats the whole
+    assert abs(res.psnr[3] - cref.psnr[3]) < 0.02, (res.psnr[3], cref.psnr[3])
+
+
+def test_optimize_refuses_stop_with_masks(photos):
+    _, imgs = photos
+    arch = preset("cifar10").arch
+    w = init_weights(arch, 2)
+    masks = [torch.ones_like(W) for W, _ in w]
+    with pytest.raises(ValueError, match="early stop"):
+        optimize(w, images_to_targets(imgs[:2]), coord_grid(32, 32), arch, 10, 1e-3, masks=masks,
+                 stop_at=torch.full((2,), 30.0, dtype=torch.float64))
+
+
+def test_encode_records_the_early_stop(photos, tmp_path, capsys):
+    prepared, _ = photos
+    out = tmp_path / "s.inr"
+    cache = tmp_path / "cache"
+    argv = ["encode", str(prepared), "--preset", "demo", "--split", "train", "--limit", "8", "--target-psnr", "26",
+            "--no-progress", "--fit-cache", str(cache)]
+    rc, _, err = run_cli(capsys, *argv, "--out", str(out))
+    assert rc == 0, err
+    from inr import store
+
+    es = store.read_header(out)["meta"]["early_stop"]
+    assert es["recorded"] and es["target_psnr"] == 26.0 and es["images"] == 8 and es["iterations"] == 300
+    assert 0 < es["stopped_early"] <= 8 and es["fit_iterations_mean"] < 300
+    rc, text, _ = run_cli(capsys, "inspect", str(out))
+    assert rc == 0 and f"early stop     at 26 dB: {es['fit_iterations_mean']:.0f} iterations" in text
+    # a second encode served from the fit cache reports the same iterations
+    rc, _, err = run_cli(capsys, *argv, "--out", str(tmp_path / "t.inr"))
+    assert rc == 0, err
+    assert store.read_header(tmp_path / "t.inr")["meta"]["early_stop"] == es
+    rc, _, err = run_cli(capsys, "encode", str(prepared), "--preset", "demo", "--target-psnr", "nan",
+                         "--out", str(tmp_path / "u.inr"))
+    assert_one_line_error(rc, err, "--target-psnr")
