@@ -359,20 +359,19 @@ def merge_work(sp: _Split, cfg: EncodeConfig, out: Path, source, keep_work: bool
 
         meta["init"] = init_record(cfg.fit.init, cfg.fit.init_sha256)
     if cfg.fit.target_psnr:
-        meta["early_stop"] = early_stop_record(paths, cfg.fit)
+        heads = [store.read_header(p) for p in paths]
+        meta["early_stop"] = early_stop_record([(h["num_images"], h["meta"].get("stages", {})) for h in heads], cfg.fit)
     merge_stores(out, paths, cfg.fit.arch, (h, w), cfg.quant.bits, cfg.quant.per_channel, meta, labels=sp.labels)
     if not keep_work:
         shutil.rmtree(sp.work, ignore_errors=True)
     return out
 
 
-def early_stop_record(paths: list[Path], fit_cfg: FitConfig) -> dict:
-    """What ``FitConfig.target_psnr`` did over a store's shards (from their headers' stages): the target,
-    the mean fit iterations per image and the images that stopped before ``iterations``."""
+def early_stop_record(shards: list[tuple[int, dict]], fit_cfg: FitConfig) -> dict:
+    """What ``FitConfig.target_psnr`` did over a store's shards (``(images, stages)`` each, from the shard
+    files): the target, the mean fit iterations per image and the images that stopped before ``iterations``."""
     n, its, stopped = 0, 0.0, 0
-    for p in paths:
-        h = store.read_header(p)
-        st, k = h.get("meta", {}).get("stages", {}), int(h["num_images"])
+    for k, st in shards:
         if "fit_iterations_mean" not in st:  # a fit served from --fit-cache: its iterations were not recorded
             return {"target_psnr": fit_cfg.target_psnr, "iterations": fit_cfg.iterations, "recorded": False}
         n, its, stopped = n + k, its + k * float(st["fit_iterations_mean"]), stopped + int(st["fit_stopped_early"])

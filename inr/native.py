@@ -35,6 +35,7 @@ from inr.encode import (
     _open_work,
     claim_store,
     concat_layers,
+    early_stop_record,
     encode_images,
 )
 from inr.quantize import QLayer
@@ -156,6 +157,8 @@ def _assemble(out: Path, work: Path, shards: list[NativeShard], labels: np.ndarr
     psnr = np.concatenate(psnrs)[inverse]
     meta = {"encode": cfg.to_dict(), "source": source or {}, "fit": cfg.fit.to_dict(), "bits": list(cfg.quant.bits),
             "native": {"groups": len(size_groups(sizes)), "shards": done}}
+    if cfg.fit.target_psnr:
+        meta["early_stop"] = early_stop_record([(d["images"], d) for d in done], cfg.fit)
     if cfg.fit.init_sha256:  # the learned init this store was fitted from (inrbench meta-init)
         from inr.meta import init_record
 

@@ -168,3 +168,19 @@ def test_encode_records_the_early_stop(photos, tmp_path, capsys):
     rc, _, err = run_cli(capsys, "encode", str(prepared), "--preset", "demo", "--target-psnr", "nan",
                          "--out", str(tmp_path / "u.inr"))
     assert_one_line_error(rc, err, "--target-psnr")
+
+
+def test_native_sizes_record_the_early_stop(photos, tmp_path):
+    from inr import store
+    from inr.encode import EncodeConfig
+    from inr.native import encode_native
+    from inr.quantize import QuantConfig
+
+    _, imgs = photos
+    ims = [imgs[0], imgs[1], imgs[2][:24], imgs[3][:24]]  # two sizes: 32x32 and 24x32
+    fit_cfg = preset("demo", target_psnr=24.0)
+    cfg = EncodeConfig(fit=fit_cfg, quant=QuantConfig((32,) * fit_cfg.arch.num_linear))
+    out = encode_native(ims, np.zeros(4, np.int64), cfg, tmp_path / "n.inr")
+    es = store.read_header(out)["meta"]["early_stop"]
+    assert es["recorded"] and es["images"] == 4 and es["target_psnr"] == 24.0
+    assert 0 < es["stopped_early"] <= 4 and es["fit_iterations_mean"] < fit_cfg.iterations
