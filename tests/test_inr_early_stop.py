@@ -184,3 +184,36 @@ def test_native_sizes_record_the_early_stop(photos, tmp_path):
     es = store.read_header(out)["meta"]["early_stop"]
     assert es["recorded"] and es["images"] == 4 and es["target_psnr"] == 24.0
     assert 0 < es["stopped_early"] <= 4 and es["fit_iterations_mean"] < fit_cfg.iterations
+
+
+def test_perf_init_realized_saving(photos, tmp_path, capsys):
+    """``perf init``'s realized saving: real encodes, timed and interleaved, with consistent counts."""
+    from bench.perf.init import REALIZED, _realized, print_table
+    from inr.meta import MetaConfig, meta_train, save_init
+
+    _, imgs = photos
+    cfg = preset("cifar10", lr=3e-3)
+    w, info = meta_train(imgs[4:], cfg.arch, cfg.lr, MetaConfig(outer_steps=20, inner_steps=4, meta_batch=4))
+    path = tmp_path / "init.pt"
+    sha = save_init(path, cfg.arch, w, info)
+    rz = _realized(imgs[:4], cfg, 150, (str(path), sha), repeats=2, device="cpu")
+    assert rz["repeats"] == 2 and list(rz["variants"]) and set(rz["variants"]) == set(REALIZED)
+    ref = rz["variants"][REALIZED[0]]
+    assert ref["image_iterations"] == 4 * 150 and ref["reached"] == 4 and ref["max_shortfall_db"] == 0.0
+    for name in REALIZED:
+        d = rz["variants"][name]
+        assert len(d["seconds"]) == 2 and all(t > 0 for t in d["seconds"])
+        assert 0 < d["image_iterations"] <= 4 * 150 and 0 <= d["reached"] <= 4
+        assert d["iterations_saving"] == pytest.approx(600 / d["image_iterations"])
+        assert d["time_saving"]["value"] == pytest.approx(np.median(ref["seconds"]) / np.median(d["seconds"]))
+    doc = {"sets": [{"set": "photos 32x32", "arch": "5x13", "iterations": 150, "random_psnr_at_full": 30.0,
+                     "learned_psnr_at_full": 31.0, "learned_psnr_at_0": 12.0, "iterations_to_reach": 50,
+                     "saving_factor": 3.0, "per_image": None, "meta": {"seconds": 1.0, "image_iterations": 320,
+                                                                       "num_images": 4},
+                     "break_even_images": None, "realized": rz,
+                     "end_points": {"random": {"iterations": 150, "fp32": 30.0, "8bit": 29.9},
+                                    "learned": {"iterations": 50, "fp32": 29.0, "8bit": 28.9}}}],
+           "figure": None, "threads": 1, "seconds": 3.0}
+    print_table(doc)
+    text = capsys.readouterr().out
+    assert all(name in text for name in REALIZED) and f"{ref['image_iterations']:>8} img-it (1.00x)" in text

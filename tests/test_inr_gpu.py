@@ -111,8 +111,12 @@ def test_perf_init_runs_on_cuda(capsys):
     from bench.cli import main
 
     assert main(["perf", "init", "--device", "cuda", "--sets", "32", "--iterations-32", "30", "--test-images", "2",
-                 "--outer-steps", "3", "--no-prune", "--json"]) == 0
+                 "--outer-steps", "3", "--no-prune", "--repeats", "1", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     r = doc["sets"][0]
     assert doc["device"] == "cuda" and r["held_out_images"] == 2 and len(r["per_image"]["savings"]) == 2
     assert r["random_psnr_at_full"] > r["random_psnr_at_0"]
+    # the realized saving: real encodes on the GPU, eager and compiled, with early stop
+    v = r["realized"]["variants"]
+    assert v["random, full schedule"]["image_iterations"] == 2 * 30
+    assert all(0 < v[k]["image_iterations"] <= 60 and len(v[k]["seconds"]) == 1 for k in v)

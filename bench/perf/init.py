@@ -135,9 +135,10 @@ def _realized(imgs, cfg, iters: int, init: tuple[str, str], repeats: int, device
             secs[name].append(t)
             ran = res.extra["iterations_run"]
             out[name] = {"image_iterations": int(ran.sum()), "mean_psnr": float(res.psnr.mean()),
-                         "reached": int(np.count_nonzero(res.psnr >= target - 1e-9)), "images": n}
+                         "reached": int(np.count_nonzero(res.psnr >= target - 1e-9)), "images": n,
+                         "max_shortfall_db": float(np.max(target - res.psnr))}
     out.setdefault(REALIZED[0], {"image_iterations": n * iters, "mean_psnr": float(ref.psnr.mean()), "reached": n,
-                                 "images": n})
+                                 "images": n, "max_shortfall_db": 0.0})
     ref_it = n * iters
     for name in REALIZED:
         d = out[name]
@@ -320,6 +321,7 @@ def print_table(doc: dict) -> None:
                 iv = f"[{ts['lo']:.2f}-{ts['hi']:.2f}]" if ts.get("lo") is not None else f"(n={len(d['seconds'])})"
                 print(f"  {r['set']:<18} {name:<32} {d['image_iterations']:>8} img-it ({d['iterations_saving']:.2f}x)  "
                       f"{d['median_seconds']:>7.2f} s ({ts['value']:.2f}x {iv})  PSNR {d['mean_psnr']:.2f}  "
-                      f"reached {d['reached']}/{d['images']}")
+                      f"reached {d['reached']}/{d['images']}" +
+                      (f" (worst {d['max_shortfall_db']:.2f} dB short)" if d["reached"] < d["images"] else ""))
     print(f"meta-init trains on the train split only ({', '.join(str(r['meta']['num_images']) + ' images' for r in results)}); "
           f"total {doc['seconds']:.0f} s" + (f"; figure {fig}" if fig else ""))
