@@ -235,11 +235,15 @@ def _make_adam(params: list[torch.Tensor], lr: float) -> torch.optim.Optimizer:
 
 
 
+BUCKET_HALVINGS = 3  # the compiled step's chunk shrinks at most to 1/8: four graphs per chunk shape, all compiled
+# before the fit (on a GPU a chunk holds thousands of images: one graph per halving down to 1 would cost minutes)
+
+
 def bucket_sizes(B: int) -> list[int]:
-    """Chunk sizes the compiled step shrinks through as images stop early: ``B``, then halvings down to 1
-    (each size is one compiled graph, so a chunk never compiles more than ``log2(B) + 1``)."""
+    """Chunk sizes the compiled step shrinks through as images stop early: ``B``, then up to
+    ``BUCKET_HALVINGS`` halvings (each size is one compiled graph); below the last, finished rows ride along."""
     out = [B]
-    while out[-1] > 1:
+    while out[-1] > 1 and len(out) <= BUCKET_HALVINGS:
         out.append((out[-1] + 1) // 2)
     return out
 

@@ -48,7 +48,8 @@ def full(photos):
 def test_bucket_sizes():
     assert bucket_sizes(8) == [8, 4, 2, 1]
     assert bucket_sizes(5) == [5, 3, 2, 1]
-    assert bucket_sizes(1) == [1]
+    assert bucket_sizes(1) == [1] and bucket_sizes(2) == [2, 1]
+    assert bucket_sizes(8192) == [8192, 4096, 2048, 1024]  # a GPU chunk: four graphs, not fourteen
 
 
 def test_config_validates_and_keeps_old_keys():
