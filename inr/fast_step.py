@@ -86,7 +86,8 @@ ADAM_EPS = 1e-8
 def _iteration(thetas, m, v, best, best_p, a0, t01, step_size, sqrt_bc2, scales, sin_fn) -> None:
     """One whole fit iteration in place: step (``_step``), keep-best of the weights it measured, then
     Adam (``torch.optim.Adam``'s update: ``T -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps)``).
-    ``step_size`` (``lr / bc1``) and ``sqrt_bc2`` are 0-d tensors (no recompilation per iteration)."""
+    ``step_size`` (``lr / bc1``) and ``sqrt_bc2`` are 0-d tensors (no recompilation per iteration), or
+    ``[B, 1, 1]`` with one value per row (``inr.early_stop``: every image at its own iteration)."""
     grads, psnr = _step(thetas, a0, t01, scales, sin_fn)
     better = psnr.double() > best_p
     best_p.copy_(torch.where(better, psnr.double(), best_p))
@@ -155,8 +156,11 @@ def eager_step(arch: SirenArch, fast_sine: bool = False):
     return lambda thetas, a0, t01: _step(thetas, a0, t01, scales, sin_fn)
 
 
-def warm(arch: SirenArch, shapes: list[tuple[int, int]], device: torch.device, threads: int, fused: bool = False) -> None:
-    """Compile the step for each ``(B, P)`` before worker threads use it (compilation is not thread-parallel)."""
+def warm(arch: SirenArch, shapes: list[tuple[int, int]], device: torch.device, threads: int, fused: bool = False,
+         per_row: bool = False) -> None:
+    """Compile the step for each ``(B, P)`` before worker threads use it (compilation is not thread-parallel).
+    ``per_row``: the fused iteration as ``inr.early_stop`` calls it, with ``[B, 1, 1]`` Adam factors
+    (one per row: each image at its own iteration) instead of 0-d ones."""
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -170,7 +174,7 @@ def warm(arch: SirenArch, shapes: list[tuple[int, int]], device: torch.device, t
                     compiled_iteration(arch, B, P, device, threads)(
                         thetas, z, [torch.zeros_like(T) for T in thetas], [torch.zeros_like(T) for T in thetas],
                         torch.zeros(B, dtype=torch.float64, device=device), a0, t01,
-                        torch.tensor(1e-3, device=device), torch.tensor(1.0, device=device))
+                        *(torch.full((B, 1, 1) if per_row else (), x, device=device) for x in (1e-3, 1.0)))
                 else:
                     compiled_step(arch, B, P, device, threads)(thetas, a0, t01)
     finally:

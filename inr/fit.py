@@ -37,9 +37,6 @@ STEPS = ("eager", "compiled")
 # 7,450-7,630; with 2 workers 8 beat 4 (12.5k vs 10.6k: per-iteration Python overhead).
 COMPILED_CPU_BATCH_CAP = 8
 AUTOCAST_EVAL_EVERY = 10  # keep-best interval under bf16 when ``eval_every`` is 0 (auto)
-# early stop (``FitConfig.target_psnr``): images are checked against their target every this many iterations (one
-# host sync each); the finished ones leave the chunk, so the rest run on smaller matmuls
-STOP_CHECK_EVERY = 25
 
 
 @dataclass(frozen=True)
@@ -61,10 +58,11 @@ class FitConfig:
     polynomial sine, fused bias + sine; fp32 only).
     init: a learned initialization (``inrbench meta-init``) to start every image from instead of
     the seeded random init; init_sha256: its file's sha256 (checked when loading; recorded).
-    target_psnr: early stop (0 = off): an image stops fitting at the first check (every
-    ``STOP_CHECK_EVERY`` iterations) where its best PSNR so far is at least this many dB; it keeps
-    those weights and leaves the chunk. The schedule stays the ``iterations``-long cosine: a stopped
-    image has run a prefix of it. Images that never get there run all ``iterations``.
+    target_psnr: early stop (0 = off; fp32 only): an image stops fitting at the first check (every
+    ``inr.early_stop.STOP_CHECK_EVERY`` of its iterations) where its best PSNR so far is at least this
+    many dB, keeps those weights, and the next image takes its row (continuous batching). The schedule
+    stays the ``iterations``-long cosine: a stopped image has run a prefix of it. Images that never
+    get there run all ``iterations``.
     """
 
     arch: SirenArch
@@ -103,6 +101,8 @@ class FitConfig:
             raise ValueError("the compiled fit step is fp32 only (autocast none)")
         if not 0.0 <= self.target_psnr < float("inf"):
             raise ValueError(f"target_psnr must be >= 0 dB (0: off) and finite, got {self.target_psnr}")
+        if self.target_psnr and self.autocast != "none":
+            raise ValueError("early stop (target_psnr) runs in fp32 only (autocast none)")
 
     @property
     def eval_interval(self) -> int:
@@ -235,74 +235,6 @@ def _make_adam(params: list[torch.Tensor], lr: float) -> torch.optim.Optimizer:
 
 
 
-BUCKET_HALVINGS = 3  # the compiled step's chunk shrinks at most to 1/8: four graphs per chunk shape, all compiled
-# before the fit (on a GPU a chunk holds thousands of images: one graph per halving down to 1 would cost minutes)
-
-
-def bucket_sizes(B: int) -> list[int]:
-    """Chunk sizes the compiled step shrinks through as images stop early: ``B``, then up to
-    ``BUCKET_HALVINGS`` halvings (each size is one compiled graph); below the last, finished rows ride along."""
-    out = [B]
-    while out[-1] > 1 and len(out) <= BUCKET_HALVINGS:
-        out.append((out[-1] + 1) // 2)
-    return out
-
-
-class _EarlyStop:
-    """Per-image early stop inside one chunk: which rows still fit, what the finished ones kept, and
-    which rows to keep when the chunk shrinks.
-
-    Row ``r`` of the chunk's current tensors is image ``idx[r]`` of the chunk (``-1``: finished, or a
-    padding copy that holds the chunk at a compiled size: ``bucket_sizes``). Outputs are indexed by
-    the chunk's images: ``kept`` (best weights, theta layout), ``kept_p`` ``[B]`` float64 and
-    ``iterations`` ``[B]`` int64 (iterations each image ran).
-    """
-
-    def __init__(self, stop_at: torch.Tensor, best: list[torch.Tensor], iterations: int, buckets: bool):
-        B = stop_at.shape[0]
-        dev = stop_at.device
-        self.stop_at = stop_at.to(dev, torch.float64).clone()
-        self.idx = torch.arange(B, device=dev)
-        self.kept = [T.clone() for T in best]
-        self.kept_p = torch.full((B,), -math.inf, dtype=torch.float64, device=dev)
-        self.iterations = torch.full((B,), iterations, dtype=torch.int64)
-        self.sizes = bucket_sizes(B) if buckets else None
-
-    def _record(self, rows: torch.Tensor, best: list[torch.Tensor], best_p: torch.Tensor) -> torch.Tensor:
-        orig = self.idx[rows]
-        for K, T in zip(self.kept, best, strict=True):
-            K[orig] = T[rows]
-        self.kept_p[orig] = best_p[rows]
-        return orig
-
-    def check(self, it: int, best: list[torch.Tensor], best_p: torch.Tensor) -> torch.Tensor | None:
-        """After ``it`` iterations: record the rows that reached their target; return the rows to keep
-        (an index into the current rows; empty: every image is done) when the chunk should shrink, else None."""
-        done = (best_p >= self.stop_at) & (self.idx >= 0)
-        if not bool(done.any()):  # the one host sync of a check
-            return None
-        rows = done.nonzero().squeeze(1)
-        self.iterations[self._record(rows, best, best_p).cpu()] = it
-        self.idx[rows] = -1
-        live = (self.idx >= 0).nonzero().squeeze(1)
-        n = live.numel()
-        size = n if self.sizes is None or n == 0 else min(x for x in self.sizes if x >= n)
-        if size >= self.idx.numel():
-            return None  # stays at its compiled size: finished rows ride along until the next halving
-        pad = size - n
-        keep = torch.cat([live, live[:1].repeat(pad)])
-        self.idx = torch.cat([self.idx[live], torch.full((pad,), -1, dtype=self.idx.dtype, device=self.idx.device)])
-        self.stop_at = torch.cat([self.stop_at[live], torch.full((pad,), math.inf, dtype=torch.float64,
-                                                                  device=self.stop_at.device)])
-        return keep
-
-    def finish(self, best: list[torch.Tensor], best_p: torch.Tensor) -> None:
-        """At the end of the schedule: the rows still fitting keep what they have (all iterations run)."""
-        live = (self.idx >= 0).nonzero().squeeze(1)
-        if live.numel():
-            self._record(live, best, best_p)
-
-
 def _optimize_chunk(
     weights: Weights,
     targets: torch.Tensor,
@@ -317,11 +249,9 @@ def _optimize_chunk(
     autocast: str = "none",
     step: str = "eager",
     threads: int = 0,
-    stop_at: torch.Tensor | None = None,
-) -> tuple[Weights, torch.Tensor, torch.Tensor]:
+) -> tuple[Weights, torch.Tensor]:
     """One chunk of ``optimize`` (same arguments), on one engine (``step`` "eager") or with the
-    compiled step (``inr.fast_step``, compiled for ``threads`` CPU threads). Also returns the
-    iterations each image ran (``[B]`` int64, CPU; fewer than ``iterations`` where ``stop_at`` stopped it)."""
+    compiled step (``inr.fast_step``, compiled for ``threads`` CPU threads)."""
     dev = targets.device
     B = targets.shape[0]
     thetas = [T.to(dev, torch.float32) for T in to_theta([(W.detach(), b.detach()) for W, b in weights])]
@@ -337,23 +267,19 @@ def _optimize_chunk(
     coords = coords.to(dev, torch.float32)
     if autocast not in AUTOCAST:
         raise ValueError(f"autocast must be one of {sorted(AUTOCAST)}, got {autocast!r}")
-    if stop_at is not None and (masks is not None or transform is not None):
-        raise ValueError("early stop (stop_at) is for the plain fit: not with masks or a transform")
     ac_dtype = AUTOCAST[autocast]
     eval_every = eval_every or (1 if ac_dtype is None else AUTOCAST_EVAL_EVERY)
     eng = SirenEngine(arch, coords, B, mm_dtype=ac_dtype)
-    stop = None if stop_at is None else _EarlyStop(stop_at.to(dev), best, iterations, buckets=step == "compiled")
     fast = None
-    step_threads = threads or torch.get_num_threads()
     if step == "compiled":
         from inr.fast_step import compiled_step
 
         if ac_dtype is not None:
             raise ValueError("the compiled fit step is fp32 only (autocast none)")
-        fast = compiled_step(arch, B, P, dev, step_threads)
+        fast = compiled_step(arch, B, P, dev, threads or torch.get_num_threads())
         if fused_iteration(masks, transform, eval_every):
             return _optimize_chunk_fused(thetas, best, best_p, t01.contiguous(), eng, arch, iterations, lr, lr * lr_final_factor,
-                                         step_threads, coords, targets, stop)
+                                         threads or torch.get_num_threads(), coords, targets)
         t01c = t01.contiguous()  # the layout the step was compiled for (``fast_step.warm``)
     opt = _make_adam(thetas, lr)
     lr_min = lr * lr_final_factor
@@ -376,24 +302,6 @@ def _optimize_chunk(
 
     with torch.no_grad():
         for it in range(iterations):
-            if stop is not None and it and it % STOP_CHECK_EVERY == 0:
-                keep = stop.check(it, best, best_p)
-                if keep is not None:
-                    if not keep.numel():
-                        break
-                    # the images still fitting go on alone: every per-row state is cut to them
-                    new = [T[keep].contiguous() for T in thetas]
-                    opt = _slice_adam(opt, thetas, new, keep, lr)
-                    thetas = new
-                    best = [b[keep].contiguous() for b in best]
-                    best_p = best_p[keep].contiguous()
-                    t255, t01 = t255[keep].contiguous(), t01[keep].contiguous()
-                    B = keep.numel()
-                    eng = SirenEngine(arch, coords, B, mm_dtype=ac_dtype)
-                    if fast is not None:
-                        from inr.fast_step import compiled_step
-
-                        fast, t01c = compiled_step(arch, B, P, dev, step_threads), t01
             cur = current()
             evaluate = it % eval_every == 0
             if fast is not None:
@@ -417,29 +325,12 @@ def _optimize_chunk(
                 T.grad = None
                 if m is not None:
                     T.mul_(m)
-        else:  # the whole schedule ran: the weights after the last update are a candidate too
-            evaluate_fp32(current())
-        ran = torch.full((targets.shape[0],), iterations, dtype=torch.int64)
-        if stop is not None:
-            stop.finish(best, best_p)
-            best, ran = stop.kept, stop.iterations
+        evaluate_fp32(current())
         kept = from_theta(best)
         # report the PSNR of decoding the kept weights with ``siren.forward`` (the decoder everyone uses)
         dec = forward(transform(kept, masks) if transform is not None else kept, coords, arch)
         best_p = _psnr_from_rgb(dec, targets.to(torch.float32))
-    return kept, best_p, ran
-
-
-def _slice_adam(opt: torch.optim.Optimizer, old: list[torch.Tensor], new: list[torch.Tensor], keep: torch.Tensor,
-                lr: float) -> torch.optim.Optimizer:
-    """A new Adam over ``new`` (= ``old`` cut to rows ``keep``) carrying each kept row's moments and the step count."""
-    out = _make_adam(new, lr)
-    for o, n in zip(old, new, strict=True):
-        st = opt.state.get(o)
-        if st:
-            out.state[n] = {k: (v[keep].contiguous() if torch.is_tensor(v) and v.dim() else
-                                v.clone() if torch.is_tensor(v) else v) for k, v in st.items()}
-    return out
+    return kept, best_p
 
 
 def fused_iteration(masks, transform, eval_every: int) -> bool:
@@ -448,10 +339,8 @@ def fused_iteration(masks, transform, eval_every: int) -> bool:
     return masks is None and transform is None and eval_every in (0, 1)
 
 
-def _optimize_chunk_fused(thetas, best, best_p, t01, eng, arch, iterations, lr, lr_min, threads, coords, targets,
-                          stop: _EarlyStop | None = None):
-    """``_optimize_chunk`` with each iteration (step, keep-best, Adam) one compiled graph. With ``stop``,
-    the chunk shrinks through ``bucket_sizes`` (one compiled graph each) as images reach their targets."""
+def _optimize_chunk_fused(thetas, best, best_p, t01, eng, arch, iterations, lr, lr_min, threads, coords, targets):
+    """``_optimize_chunk`` with each iteration (step, keep-best, Adam) one compiled graph."""
     from inr.fast_step import ADAM_BETAS, compiled_iteration
 
     dev = t01.device
@@ -460,36 +349,20 @@ def _optimize_chunk_fused(thetas, best, best_p, t01, eng, arch, iterations, lr, 
     m = [torch.zeros_like(T) for T in thetas]
     v = [torch.zeros_like(T) for T in thetas]
     b1, b2 = ADAM_BETAS
-    t255 = targets.permute(0, 2, 1).to(torch.float32)
     with torch.no_grad():
         for it in range(iterations):
-            if stop is not None and it and it % STOP_CHECK_EVERY == 0:
-                keep = stop.check(it, best, best_p)
-                if keep is not None:
-                    if not keep.numel():
-                        break
-                    thetas, m, v, best = ([T[keep].contiguous() for T in ts] for ts in (thetas, m, v, best))
-                    best_p, t01, t255 = best_p[keep].contiguous(), t01[keep].contiguous(), t255[keep].contiguous()
-                    B = keep.numel()
-                    eng = SirenEngine(arch, coords, B)
-                    fn = compiled_iteration(arch, B, P, dev, threads)
             lr_t = lr_min + 0.5 * (lr - lr_min) * (1.0 + math.cos(math.pi * it / iterations))
             t = it + 1
             fn(thetas, m, v, best, best_p, eng.a0, t01, torch.tensor(lr_t / (1.0 - b1**t), device=dev),
                torch.tensor(math.sqrt(1.0 - b2**t), device=dev))
-        else:  # the weights after the last update are a candidate too (as in the eager loop's final evaluation)
-            psnr = _psnr_from_rgb(eng.forward(thetas, need_grad=False), t255)
-            better = psnr > best_p
-            best_p = torch.where(better, psnr, best_p)
-            for b, T in zip(best, thetas, strict=True):
-                b.copy_(torch.where(better.view(-1, 1, 1), T, b))
-        ran = torch.full((targets.shape[0],), iterations, dtype=torch.int64)
-        if stop is not None:
-            stop.finish(best, best_p)
-            best, ran = stop.kept, stop.iterations
+        # the weights after the last update are a candidate too (as in the eager loop's final evaluation)
+        psnr = _psnr_from_rgb(eng.forward(thetas, need_grad=False), targets.permute(0, 2, 1).to(torch.float32))
+        better = psnr > best_p
+        for b, T in zip(best, thetas, strict=True):
+            b.copy_(torch.where(better.view(-1, 1, 1), T, b))
         kept = from_theta(best)
         best_p = _psnr_from_rgb(forward(kept, coords, arch), targets.to(torch.float32))
-    return kept, best_p, ran
+    return kept, best_p
 
 
 def cpu_workers(requested: int = 0) -> int:
@@ -536,9 +409,9 @@ def optimize(
             count). One thread per chunk avoids the per-op synchronization of intra-op
             threads, which dominates on small tensors and on shared cores.
         stop_at: early stop, ``[B]`` PSNR targets in dB (``inf``: never): an image stops at the first
-            check (every ``STOP_CHECK_EVERY`` iterations) where its best PSNR reaches its target, keeps
-            those weights and leaves its chunk (the compiled step shrinks through ``bucket_sizes``).
-            Not with ``masks`` or ``transform``.
+            check (every ``inr.early_stop.STOP_CHECK_EVERY`` of its iterations) where its best PSNR
+            reaches its target and keeps those weights; the next image takes its row
+            (``inr.early_stop``: continuous batching). fp32 only; not with ``masks`` or ``transform``.
         report: if given, ``report["iterations_run"]`` is set to the iterations each image ran
             (int64 ``[B]`` ndarray).
     The starting weights are the first keep-best candidate (a fine-tune never returns worse).
@@ -554,20 +427,22 @@ def optimize(
 
     n_workers = min(cpu_workers(workers), len(ranges)) if dev.type == "cpu" else 1
     step_threads = 1 if n_workers > 1 else torch.get_num_threads()
+    if stop_at is not None:
+        return _optimize_early_stop(weights, targets, coords, arch, iterations, lr, lr_final_factor, masks, transform,
+                                    autocast, min(chunk, max(B, 1)), n_workers, step, step_threads, stop_at, report)
 
     def one(se: tuple[int, int]) -> tuple[Weights, torch.Tensor]:
         s, e = se
         return _optimize_chunk(
             [(W[s:e], b[s:e]) for W, b in weights], targets[s:e], coords, arch, iterations, lr, lr_final_factor,
             eval_every, None if masks is None else [None if m is None else m[s:e] for m in masks], transform, autocast,
-            step, step_threads, None if stop_at is None else stop_at[s:e],
+            step, step_threads,
         )
 
     if step == "compiled" and B:
         from inr.fast_step import warm
 
-        sizes = {x for s, e in ranges for x in (bucket_sizes(e - s) if stop_at is not None else [e - s])}
-        warm(arch, [(x, targets.shape[1]) for x in sizes], dev, step_threads,
+        warm(arch, [(e - s, targets.shape[1]) for s, e in ranges], dev, step_threads,
              fused=fused_iteration(masks, transform, eval_every))
     if n_workers > 1:
         threads = torch.get_num_threads()
@@ -580,11 +455,40 @@ def optimize(
     else:
         results = [one(r) for r in ranges]
     if report is not None:
-        report["iterations_run"] = torch.cat([r[2] for r in results]).numpy()
+        report["iterations_run"] = np.full(B, iterations, dtype=np.int64)
     if len(results) == 1:
-        return results[0][:2]
+        return results[0]
     kept = [(torch.cat([r[0][li][0] for r in results]), torch.cat([r[0][li][1] for r in results])) for li in range(arch.num_linear)]
     return kept, torch.cat([r[1] for r in results])
+
+
+def _optimize_early_stop(weights, targets, coords, arch, iterations, lr, lr_final_factor, masks, transform, autocast,
+                         chunk, workers, step, threads, stop_at, report) -> tuple[Weights, torch.Tensor]:
+    """``optimize`` with ``stop_at``: ``inr.early_stop.optimize_queue``, then the decoded PSNR of what it kept."""
+    from inr.early_stop import drain_sizes, optimize_queue
+
+    if masks is not None or transform is not None:
+        raise ValueError("early stop (stop_at) is for the plain fit: not with masks or a transform")
+    if AUTOCAST.get(autocast, "?") is not None:
+        raise ValueError(f"early stop (stop_at) runs in fp32 only, not autocast {autocast!r}")
+    dev = targets.device
+    B = targets.shape[0]
+    if step == "compiled" and B:
+        from inr.fast_step import warm
+
+        warm(arch, [(x, targets.shape[1]) for x in drain_sizes(chunk, step)], dev, threads, fused=True, per_row=True)
+    thetas0 = [T.to(dev, torch.float32).contiguous() for T in to_theta([(W.detach(), b.detach()) for W, b in weights])]
+    kept_t, _, ran = optimize_queue(thetas0, targets, coords.to(dev, torch.float32), arch, iterations, lr,
+                                    lr * lr_final_factor, torch.as_tensor(stop_at, dtype=torch.float64), chunk, workers,
+                                    step, threads)
+    if report is not None:
+        report["iterations_run"] = ran.numpy()
+    kept = from_theta(kept_t)
+    # the PSNR of decoding the kept weights with ``siren.forward`` (the decoder everyone uses), chunk by chunk
+    with torch.no_grad():
+        p = [_psnr_from_rgb(forward([(W[s:s + chunk], b[s:s + chunk]) for W, b in kept], coords.to(dev), arch),
+                            targets[s:s + chunk].to(torch.float32)) for s in range(0, B, max(chunk, 1))]
+    return kept, torch.cat(p) if p else torch.zeros(0, dtype=torch.float64, device=dev)
 
 
 def images_to_targets(images: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -639,6 +543,8 @@ def fit(
     chunk = auto_batch(config, max(n, 1), h * w, dev)
     workers = cpu_workers(config.cpu_workers) if dev.type == "cpu" else 1
     step = chunk * workers * (2 if workers > 1 else 1)  # images per progress report
+    if stop_at is not None or config.target_psnr:
+        step *= 8  # early stop refills chunks from a queue: a longer queue, a shorter drain at its end
     parts: list[Weights] = []
     psnrs: list[np.ndarray] = []
     ran: list[np.ndarray] = []

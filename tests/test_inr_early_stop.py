@@ -1,5 +1,6 @@
-"""Early stop (``FitConfig.target_psnr``, ``fit(stop_at=...)``): an image leaves its chunk once it reaches
-its target, keeps the weights it had then, and the images still fitting go on exactly as before."""
+"""Early stop (``FitConfig.target_psnr``, ``fit(stop_at=...)``, ``inr.early_stop``): an image leaves its row
+once it reaches its target and keeps the weights it had then; the next image of the queue takes the row;
+where an image stops does not depend on the chunk, the worker or the other images."""
 
 from __future__ import annotations
 
@@ -9,15 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from inr.fit import (
-    STOP_CHECK_EVERY,
-    FitConfig,
-    bucket_sizes,
-    fit,
-    images_to_targets,
-    optimize,
-    preset,
-)
+from inr.early_stop import STOP_CHECK_EVERY, bucket_sizes
+from inr.fit import FitConfig, fit, images_to_targets, optimize, preset
 from inr.meta import fit_curve
 from inr.siren import coord_grid, init_weights
 from tests.cli_helpers import assert_one_line_error, run_cli
@@ -58,6 +52,8 @@ def test_config_validates_and_keeps_old_keys():
         FitConfig(arch=arch, target_psnr=-1.0)
     with pytest.raises(ValueError, match="target_psnr"):
         FitConfig(arch=arch, target_psnr=float("inf"))
+    with pytest.raises(ValueError, match="fp32"):
+        FitConfig(arch=arch, target_psnr=30.0, autocast="bf16")
     assert "target_psnr" not in FitConfig(arch=arch).to_dict()  # fit-cache keys of earlier encodes stay valid
     d = FitConfig(arch=arch, target_psnr=31.5).to_dict()
     assert d["target_psnr"] == 31.5 and FitConfig.from_dict(d).target_psnr == 31.5
@@ -72,8 +68,9 @@ def _check_stops(res, cfg, curves, target: np.ndarray, tol: float) -> np.ndarray
     for i in np.nonzero(stopped)[0]:
         k = int(ran[i])
         assert k % STOP_CHECK_EVERY == 0
-        assert res.psnr[i] >= target[i] - tol, (i, res.psnr[i], target[i])
-        # it kept the best weights of the iterations it ran (the full fit's best-so-far at that point)
+        assert res.psnr[i] >= target[i] - 1e-3, (i, res.psnr[i], target[i])  # decoded exactly: at its target
+        # it kept the best weights of the iterations it ran (the full fit's best-so-far at that point, up to
+        # the rounding-level divergence of the two loops: ``test_infinite_targets_run_the_whole_fit``)
         assert abs(res.psnr[i] - curves[k - 1, i]) < tol, (i, k, res.psnr[i], curves[k - 1, i])
         if k > STOP_CHECK_EVERY:  # and the check before had not yet seen the target
             assert curves[k - 1 - STOP_CHECK_EVERY, i] < target[i] + tol
@@ -87,27 +84,43 @@ def test_eager_stops_each_image_at_its_target(full):
     target = (curves[100] + curves[-1]) / 2
     target[3] = ref.psnr[3] + 5.0
     res = fit(imgs, cfg, stop_at=target)
-    stopped = _check_stops(res, cfg, curves, target, tol=0.05)
+    stopped = _check_stops(res, cfg, curves, target, tol=0.15)
     assert stopped.sum() >= 5 and not stopped[3]
-    # the images left fitting run on in smaller chunks and end exactly where the full fit ended
+    # the images left fitting end where the full fit ended, up to rounding: the early-stop loop's per-row Adam
+    # differs from torch.optim.Adam by 4e-9 in the weights after one iteration, which this chaotic fit
+    # (lr 3e-3) grows to ~0.06 dB by iteration 300 (measured: 6e-6 at 50)
     never = ~stopped
-    assert np.allclose(res.psnr[never], ref.psnr[never], atol=1e-3), (res.psnr[never], ref.psnr[never])
+    assert np.abs(res.psnr[never] - ref.psnr[never]).max() < 0.15, (res.psnr[never], ref.psnr[never])
     assert res.extra["iterations_run"].sum() < 8 * ITERS
 
 
-def test_infinite_targets_change_nothing(full):
+def test_infinite_targets_run_the_whole_fit(full):
     cfg, imgs, ref, _ = full
     res = fit(imgs, cfg, stop_at=np.full(8, np.inf))
-    assert np.array_equal(res.psnr, ref.psnr)
-    for (W1, b1), (W2, b2) in zip(res.weights, ref.weights, strict=True):
-        assert torch.equal(W1, W2) and torch.equal(b1, b2)
+    assert np.array_equal(res.extra["iterations_run"], np.full(8, ITERS))
+    # the early-stop loop (per-row Adam factors) is the reference fit up to rounding (see above)
+    assert np.abs(res.psnr - ref.psnr).max() < 0.15, (res.psnr, ref.psnr)
+    assert abs(res.psnr.mean() - ref.psnr.mean()) < 0.05
+
+
+def test_where_an_image_stops_does_not_depend_on_its_chunk(full):
+    """Continuous batching: with chunks of 2 or 3 rows the queue refills rows as images leave; every image
+    still stops after the same number of its own iterations as in one chunk of 8, with one or two workers."""
+    cfg, imgs, _, curves = full
+    target = (curves[100] + curves[-1]) / 2
+    one = fit(imgs, cfg, stop_at=target)
+    for batch, workers in ((2, 1), (3, 2)):
+        res = fit(imgs, replace(cfg, batch=batch, cpu_workers=workers), stop_at=target)
+        assert np.array_equal(res.extra["iterations_run"], one.extra["iterations_run"]), (batch, workers)
+        assert np.abs(res.psnr - one.psnr).max() < 0.02, (batch, workers, res.psnr, one.psnr)
+    _check_stops(one, cfg, curves, target, tol=0.15)
 
 
 def test_config_target_is_one_target_for_all(full):
     cfg, imgs, ref, curves = full
     t = float(np.median(curves[150]))
     res = fit(imgs, replace(cfg, target_psnr=t))
-    stopped = _check_stops(res, cfg, curves, np.full(8, t), tol=0.05)
+    stopped = _check_stops(res, cfg, curves, np.full(8, t), tol=0.15)
     assert 0 < stopped.sum() < 8
 
 

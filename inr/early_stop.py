@@ -1,0 +1,237 @@
+"""Early stop with continuous batching: fit a queue of images in chunks that stay full.
+
+``inr.fit.optimize(..., stop_at=...)`` (``FitConfig.target_psnr``, ``inrbench encode --target-psnr``)
+runs here. Each worker fits a chunk of ``chunk`` rows. An image leaves its row when its best PSNR so
+far reaches its target, or when it has run the whole schedule; the next image of the queue then
+takes the row, starting at its own iteration 0. Every row therefore has its own iteration count,
+its own point on the cosine schedule and its own Adam bias correction: ``torch.optim.Adam``'s update
+``T -= lr_t / bc1 * m / (sqrt(v) / sqrt(bc2) + eps)`` with per-row ``[B, 1, 1]`` factors.
+
+Targets are checked every ``STOP_CHECK_EVERY`` passes (one host sync), and images enter rows only
+at those passes, so each image is checked after exactly 25, 50, ... of its own iterations whichever
+worker or row fits it: where an image stops does not depend on the others. An image that finishes
+the schedule between checks keeps its weights at once and its row idles until the next check.
+
+When the queue is empty the chunk drains: the eager step cuts its tensors to the rows still
+fitting; the compiled step (``inr.fast_step.compiled_iteration``) shrinks through
+``bucket_sizes`` (one graph each, compiled before the fit), padding rows holding a size.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from inr.engine import SirenEngine
+from inr.siren import SirenArch
+
+STOP_CHECK_EVERY = 25
+BUCKET_HALVINGS = 3  # a compiled chunk drains to 1/8 at most: four graphs per chunk shape, all compiled up front
+# (a GPU chunk holds thousands of images: one graph per halving down to 1 would cost minutes of compilation)
+
+
+def bucket_sizes(B: int) -> list[int]:
+    """Chunk sizes the compiled step drains through: ``B``, then up to ``BUCKET_HALVINGS`` halvings
+    (each one compiled graph); below the last, finished rows ride along."""
+    out = [B]
+    while out[-1] > 1 and len(out) <= BUCKET_HALVINGS:
+        out.append((out[-1] + 1) // 2)
+    return out
+
+
+class Queue:
+    """Image indices ``0..n-1`` handed out in order to the workers (thread-safe)."""
+
+    def __init__(self, n: int):
+        self.n, self._next, self._lock = n, 0, threading.Lock()
+
+    def take(self, k: int) -> list[int]:
+        with self._lock:
+            a = self._next
+            self._next = min(self.n, a + max(k, 0))
+            return list(range(a, self._next))
+
+
+@dataclass
+class Shared:
+    """What the workers read (start weights, targets) and write (results), indexed by image.
+
+    thetas0 / kept: per layer ``[N, out, in + 1]`` (``inr.engine`` layout) on the device; targets: uint8
+    ``[N, P, 3]``; stop_at / kept_p: float64 ``[N]`` (dB); ran: int64 ``[N]`` on the CPU (iterations run).
+    """
+
+    thetas0: list[torch.Tensor]
+    targets: torch.Tensor
+    stop_at: torch.Tensor
+    kept: list[torch.Tensor]
+    kept_p: torch.Tensor
+    ran: torch.Tensor
+    queue: Queue
+    lock: threading.Lock
+
+    @staticmethod
+    def make(thetas0: list[torch.Tensor], targets: torch.Tensor, stop_at: torch.Tensor) -> Shared:
+        n = targets.shape[0]
+        return Shared(thetas0, targets, stop_at.to(targets.device, torch.float64),
+                      [T.clone() for T in thetas0], torch.full((n,), -math.inf, dtype=torch.float64, device=targets.device),
+                      torch.zeros(n, dtype=torch.int64), Queue(n), threading.Lock())
+
+
+def _adam_factors(it: np.ndarray, iterations: int, lr: float, lr_min: float, dev) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, at its iteration ``it``: ``lr_t / bc1`` and ``sqrt(bc2)`` as float32 ``[B, 1, 1]``
+    (the cosine schedule and torch.optim.Adam's bias corrections, computed in float64 on the host)."""
+    from inr.fast_step import ADAM_BETAS
+
+    b1, b2 = ADAM_BETAS
+    t = it.astype(np.float64)
+    lr_t = lr_min + 0.5 * (lr - lr_min) * (1.0 + np.cos(np.pi * t / iterations))
+    step = lr_t / (1.0 - b1 ** (t + 1))
+    bc2 = np.sqrt(1.0 - b2 ** (t + 1))
+    both = torch.from_numpy(np.stack([step, bc2]).astype(np.float32)).to(dev)
+    return both[0].view(-1, 1, 1), both[1].view(-1, 1, 1)
+
+
+def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int, lr: float, lr_min: float,
+              chunk: int, step: str = "eager", threads: int = 1) -> None:
+    """One worker: fit images from ``sh.queue`` in a chunk of ``chunk`` rows until the queue is empty
+    and every row is done; results go to ``sh.kept`` / ``sh.kept_p`` / ``sh.ran``."""
+    from inr.fast_step import ADAM_BETAS, ADAM_EPS
+    from inr.fit import _psnr_from_rgb
+
+    dev = sh.targets.device
+    P = sh.targets.shape[1]
+    img = np.array(sh.queue.take(chunk), dtype=np.int64)  # the image each row fits (-1: none)
+    if not len(img):
+        return
+    B = len(img)
+    live = np.ones(B, dtype=bool)
+    it = np.zeros(B, dtype=np.int64)  # updates applied to each row's weights
+    ix = torch.from_numpy(img).to(dev)
+    thetas = [T[ix].contiguous() for T in sh.thetas0]
+    m = [torch.zeros_like(T) for T in thetas]
+    v = [torch.zeros_like(T) for T in thetas]
+    best = [T.clone() for T in thetas]
+    best_p = torch.full((B,), -math.inf, dtype=torch.float64, device=dev)
+    t255 = sh.targets[ix].permute(0, 2, 1).to(torch.float32).contiguous()  # [B, 3, P]
+    t01 = t255 / 255.0
+    target = sh.stop_at[ix].clone()
+    coords = coords.to(dev, torch.float32)
+    eng = SirenEngine(arch, coords, B)
+    sizes = drain_sizes(B, step)
+    fn = None
+    if step == "compiled":
+        from inr.fast_step import compiled_iteration
+
+        fn = compiled_iteration(arch, B, P, dev, threads)
+    b1, b2 = ADAM_BETAS
+    passes = 0
+
+    def record(rows: np.ndarray, ran: np.ndarray) -> None:
+        r = torch.from_numpy(rows).to(dev)
+        k = torch.from_numpy(img[rows]).to(dev)
+        with sh.lock:
+            for K, T in zip(sh.kept, best, strict=True):
+                K[k] = T[r]
+            sh.kept_p[k] = best_p[r]
+            sh.ran[torch.from_numpy(img[rows])] = torch.from_numpy(ran)
+        live[rows] = False
+        img[rows] = -1
+
+    with torch.no_grad():
+        while True:
+            step_size, sqrt_bc2 = _adam_factors(it, iterations, lr, lr_min, dev)
+            if fn is not None:  # step, keep-best and Adam in one graph
+                fn(thetas, m, v, best, best_p, eng.a0, t01, step_size, sqrt_bc2)
+            else:
+                rgb = eng.forward(thetas)
+                p = _psnr_from_rgb(rgb, t255, exact=False)
+                better = p > best_p
+                best_p.copy_(torch.where(better, p, best_p))
+                for bt, T in zip(best, thetas, strict=True):
+                    bt.copy_(torch.where(better.view(-1, 1, 1), T, bt))
+                for T, g, mi, vi in zip(thetas, eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * P))), m, v, strict=True):
+                    mi.mul_(b1).add_(g, alpha=1.0 - b1)
+                    vi.mul_(b2).addcmul_(g, g, value=1.0 - b2)
+                    T.sub_(step_size * mi / (vi.sqrt() / sqrt_bc2 + ADAM_EPS))
+            passes += 1
+            # this pass measured the weights after the whole schedule: those rows are done (its update is discarded)
+            full = np.nonzero(live & (it == iterations))[0]
+            it += 1
+            if len(full):
+                record(full, np.full(len(full), iterations, dtype=np.int64))
+            if passes % STOP_CHECK_EVERY:
+                continue
+            reached = np.nonzero(live & (best_p >= target).cpu().numpy())[0]  # the one host sync of a check
+            if len(reached):
+                record(reached, it[reached].copy())
+            free = np.nonzero(~live)[0]
+            new = np.array(sh.queue.take(len(free)), dtype=np.int64)
+            if len(new):  # refill: the next images start at their iteration 0
+                rows, r = free[: len(new)], torch.from_numpy(free[: len(new)]).to(dev)
+                k = torch.from_numpy(new).to(dev)
+                for T, T0, mi, vi, bt in zip(thetas, sh.thetas0, m, v, best, strict=True):
+                    T[r] = T0[k]
+                    bt[r] = T0[k]
+                    mi[r] = 0.0
+                    vi[r] = 0.0
+                best_p[r] = -math.inf
+                t255[r] = sh.targets[k].permute(0, 2, 1).to(torch.float32)
+                t01[r] = t255[r] / 255.0
+                target[r] = sh.stop_at[k]
+                img[rows], it[rows], live[rows] = new, 0, True
+            n_live = int(live.sum())
+            if n_live == 0:
+                return
+            size = min((x for x in sizes if x >= n_live), default=sizes[-1]) if fn is not None else n_live
+            if size >= B:
+                continue
+            # the queue is empty: drain on a smaller chunk (padding rows repeat a live row and stay dead)
+            keep_np = np.concatenate([np.nonzero(live)[0], np.repeat(np.nonzero(live)[0][:1], size - n_live)])
+            keep = torch.from_numpy(keep_np).to(dev)
+            thetas, m, v, best = ([T[keep].contiguous() for T in ts] for ts in (thetas, m, v, best))
+            best_p, t255, t01, target = (x[keep].contiguous() for x in (best_p, t255, t01, target))
+            img, it, live = img[keep_np], it[keep_np], live[keep_np]
+            live[n_live:] = False
+            img[n_live:] = -1
+            B = size
+            eng = SirenEngine(arch, coords, B)
+            if fn is not None:
+                fn = compiled_iteration(arch, B, P, dev, threads)
+
+
+def drain_sizes(chunk: int, step: str) -> list[int]:
+    """The chunk sizes a worker that starts with ``chunk`` rows runs at: the compiled step's
+    ``bucket_sizes`` (the graphs to compile up front), or any size for the eager step (listed: ``chunk``)."""
+    return bucket_sizes(chunk) if step == "compiled" else [chunk]
+
+
+def optimize_queue(thetas0: list[torch.Tensor], targets: torch.Tensor, coords: torch.Tensor, arch: SirenArch,
+                   iterations: int, lr: float, lr_min: float, stop_at: torch.Tensor, chunk: int, workers: int,
+                   step: str, threads: int) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Fit ``N`` images (start weights ``[N, out, in + 1]`` per layer, uint8 targets ``[N, P, 3]``) with early
+    stop at ``stop_at`` ``[N]`` dB, ``workers`` chunks of ``chunk`` rows at once (CPU threads; one on a GPU).
+    Returns (kept weights per layer ``[N, out, in + 1]``, their best PSNR ``[N]`` float64 as measured while
+    fitting, iterations run ``[N]`` int64 on the CPU)."""
+    sh = Shared.make(thetas0, targets, stop_at)
+    n = targets.shape[0]
+    n_workers = max(1, min(workers, -(-n // max(chunk, 1))))
+    if n_workers == 1:
+        fit_queue(sh, coords, arch, iterations, lr, lr_min, min(chunk, n), step, threads)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        old = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with ThreadPoolExecutor(n_workers) as ex:
+                for f in [ex.submit(fit_queue, sh, coords, arch, iterations, lr, lr_min, chunk, step, 1)
+                          for _ in range(n_workers)]:
+                    f.result()
+        finally:
+            torch.set_num_threads(old)
+    return sh.kept, sh.kept_p, sh.ran
+
