@@ -81,18 +81,17 @@ class Shared:
                       torch.zeros(n, dtype=torch.int64), Queue(n), threading.Lock())
 
 
-def _adam_factors(it: np.ndarray, iterations: int, lr: float, lr_min: float, dev) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row, at its iteration ``it``: ``lr_t / bc1`` and ``sqrt(bc2)`` as float32 ``[B, 1, 1]``
-    (the cosine schedule and torch.optim.Adam's bias corrections, computed in float64 on the host)."""
+def _adam_factors(it: torch.Tensor, iterations: int, lr: float, lr_min: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, at its iteration ``it`` (float64 ``[B]`` on the device): ``lr_t / bc1`` and ``sqrt(bc2)``
+    as float32 ``[B, 1, 1]`` (the cosine schedule and torch.optim.Adam's bias corrections). Computed on
+    the device: no host copy, so a GPU's queue of kernels never waits on the host."""
     from inr.fast_step import ADAM_BETAS
 
     b1, b2 = ADAM_BETAS
-    t = it.astype(np.float64)
-    lr_t = lr_min + 0.5 * (lr - lr_min) * (1.0 + np.cos(np.pi * t / iterations))
-    step = lr_t / (1.0 - b1 ** (t + 1))
-    bc2 = np.sqrt(1.0 - b2 ** (t + 1))
-    both = torch.from_numpy(np.stack([step, bc2]).astype(np.float32)).to(dev)
-    return both[0].view(-1, 1, 1), both[1].view(-1, 1, 1)
+    lr_t = lr_min + 0.5 * (lr - lr_min) * (1.0 + torch.cos(it * (math.pi / iterations)))
+    step = lr_t / (1.0 - torch.pow(b1, it + 1.0))
+    bc2 = torch.sqrt(1.0 - torch.pow(b2, it + 1.0))
+    return step.float().view(-1, 1, 1), bc2.float().view(-1, 1, 1)
 
 
 def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int, lr: float, lr_min: float,
@@ -109,7 +108,8 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
         return
     B = len(img)
     live = np.ones(B, dtype=bool)
-    it = np.zeros(B, dtype=np.int64)  # updates applied to each row's weights
+    it = np.zeros(B, dtype=np.int64)  # updates applied to each row's weights (host copy: no sync to read it)
+    it_dev = torch.zeros(B, dtype=torch.float64, device=dev)  # the same, where the Adam factors are computed
     ix = torch.from_numpy(img).to(dev)
     thetas = [T[ix].contiguous() for T in sh.thetas0]
     m = [torch.zeros_like(T) for T in thetas]
@@ -143,7 +143,7 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
 
     with torch.no_grad():
         while True:
-            step_size, sqrt_bc2 = _adam_factors(it, iterations, lr, lr_min, dev)
+            step_size, sqrt_bc2 = _adam_factors(it_dev, iterations, lr, lr_min)
             if fn is not None:  # step, keep-best and Adam in one graph
                 fn(thetas, m, v, best, best_p, eng.a0, t01, step_size, sqrt_bc2)
             else:
@@ -161,6 +161,7 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
             # this pass measured the weights after the whole schedule: those rows are done (its update is discarded)
             full = np.nonzero(live & (it == iterations))[0]
             it += 1
+            it_dev += 1.0
             if len(full):
                 record(full, np.full(len(full), iterations, dtype=np.int64))
             if passes % STOP_CHECK_EVERY:
@@ -183,6 +184,7 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
                 t01[r] = t255[r] / 255.0
                 target[r] = sh.stop_at[k]
                 img[rows], it[rows], live[rows] = new, 0, True
+                it_dev[r] = 0.0
             n_live = int(live.sum())
             if n_live == 0:
                 return
@@ -193,7 +195,7 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
             keep_np = np.concatenate([np.nonzero(live)[0], np.repeat(np.nonzero(live)[0][:1], size - n_live)])
             keep = torch.from_numpy(keep_np).to(dev)
             thetas, m, v, best = ([T[keep].contiguous() for T in ts] for ts in (thetas, m, v, best))
-            best_p, t255, t01, target = (x[keep].contiguous() for x in (best_p, t255, t01, target))
+            best_p, t255, t01, target, it_dev = (x[keep].contiguous() for x in (best_p, t255, t01, target, it_dev))
             img, it, live = img[keep_np], it[keep_np], live[keep_np]
             live[n_live:] = False
             img[n_live:] = -1
