@@ -120,3 +120,24 @@ def test_perf_init_runs_on_cuda(capsys):
     v = r["realized"]["variants"]
     assert v["random, full schedule"]["image_iterations"] == 2 * 30
     assert all(0 < v[k]["image_iterations"] <= 60 and len(v[k]["seconds"]) == 1 for k in v)
+
+
+@pytest.mark.parametrize("step", ["eager", "compiled"])
+def test_early_stop_on_cuda(step):
+    """Early stop with continuous batching on the GPU (per-row Adam factors computed on the device): the
+    CPU's stops give or take one check, images that never stop end like the full fit, chunks refill."""
+    from dataclasses import replace
+
+    imgs = smooth_images(12, 16)
+    cfg = preset("demo", iterations=200, batch=4, step=step)
+    ref = fit(imgs, cfg, device="cuda")
+    target = ref.psnr - 1.0
+    target[0] = ref.psnr[0] + 10.0  # never
+    res = fit(imgs, cfg, device="cuda", stop_at=target)
+    ran = res.extra["iterations_run"]
+    assert ran[0] == 200 and abs(res.psnr[0] - ref.psnr[0]) < 0.2
+    stopped = ran < 200
+    assert stopped.sum() >= 8 and (ran[stopped] % 25 == 0).all()
+    assert (res.psnr[stopped] >= target[stopped] - 0.05).all()
+    cpu = fit(imgs, replace(cfg, step="eager"), stop_at=target)
+    assert (np.abs(cpu.extra["iterations_run"] - ran) <= 25).all(), (cpu.extra["iterations_run"], ran)
