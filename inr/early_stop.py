@@ -10,7 +10,8 @@ its own point on the cosine schedule and its own Adam bias correction: ``torch.o
 Targets are checked every ``STOP_CHECK_EVERY`` passes (one host sync), and images enter rows only
 at those passes, so each image is checked after exactly 25, 50, ... of its own iterations whichever
 worker or row fits it: where an image stops does not depend on the others. An image that finishes
-the schedule between checks keeps its weights at once and its row idles until the next check.
+the schedule between checks keeps its weights at once and its row idles until the next check (at
+most 24 passes: 0.5% of a 5,000-iteration schedule, 7% of a 300-iteration one).
 
 When the queue is empty the chunk drains: the eager step cuts its tensors to the rows still
 fitting; the compiled step (``inr.fast_step.compiled_iteration``) shrinks through
