@@ -64,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="batched measurements per step, each in its own process, interleaved across steps; the "
                         "median is reported, with a bootstrap interval on compiled/eager (default 1; use >= 3 for a ratio)")
     p.add_argument("--estimate-iterations", type=positive_int, default=0,
-                   help="iterations per estimate measurement (default: 200 at 32 px, 3 at 224 px)")
+                   help="iterations per estimate measurement (default: 200 at 32 px; at 224 px 20 on a CPU, 50 on a GPU)")
     p.add_argument("--estimate", choices=sorted(ESTIMATE),
                    help="also project the paper preset's encode time of this whole dataset on this device")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -350,8 +350,10 @@ def _estimate(args: argparse.Namespace, steps: list[str], td: Path,
     else:
         small = size <= 64
         cuda = args.device.startswith("cuda")
-        k = (max(args.batch, 32) if not cuda else 8192) if small else (16 if cuda else 2)
-        its = args.estimate_iterations or (200 if small else 3)
+        # 224 px: 4 images x 20 iterations on a CPU (about 6 s a measurement); 3 iterations were too few to be
+        # stable (compiled / eager read 0.62x there, against no difference over 60 iterations)
+        k = (max(args.batch, 32) if not cuda else 8192) if small else (64 if cuda else 4)
+        its = args.estimate_iterations or (200 if small else (50 if cuda else 20))
         path = td / f"estimate{size}.npy"
         np.save(path, np.random.default_rng(0).integers(0, 256, (k, size, size, 3), dtype=np.uint8))
         runs = _repeated(args, steps, path, layers=cfg.arch.layers, hidden=cfg.arch.hidden, size=size, iterations=its,
