@@ -62,14 +62,13 @@ class Shared:
     """What the workers read (start weights, targets) and write (results), indexed by image.
 
     thetas0 / kept: per layer ``[N, out, in + 1]`` (``inr.engine`` layout) on the device; targets: uint8
-    ``[N, P, 3]``; stop_at / kept_p: float64 ``[N]`` (dB); ran: int64 ``[N]`` on the CPU (iterations run).
+    ``[N, P, 3]``; stop_at: float64 ``[N]`` (dB); ran: int64 ``[N]`` on the CPU (iterations run).
     """
 
     thetas0: list[torch.Tensor]
     targets: torch.Tensor
     stop_at: torch.Tensor
     kept: list[torch.Tensor]
-    kept_p: torch.Tensor
     ran: torch.Tensor
     queue: Queue
     lock: threading.Lock
@@ -77,8 +76,7 @@ class Shared:
     @staticmethod
     def make(thetas0: list[torch.Tensor], targets: torch.Tensor, stop_at: torch.Tensor) -> Shared:
         n = targets.shape[0]
-        return Shared(thetas0, targets, stop_at.to(targets.device, torch.float64),
-                      [T.clone() for T in thetas0], torch.full((n,), -math.inf, dtype=torch.float64, device=targets.device),
+        return Shared(thetas0, targets, stop_at.to(targets.device, torch.float64), [T.clone() for T in thetas0],
                       torch.zeros(n, dtype=torch.int64), Queue(n), threading.Lock())
 
 
@@ -98,7 +96,7 @@ def _adam_factors(it: torch.Tensor, iterations: int, lr: float, lr_min: float) -
 def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int, lr: float, lr_min: float,
               chunk: int, step: str = "eager", threads: int = 1) -> None:
     """One worker: fit images from ``sh.queue`` in a chunk of ``chunk`` rows until the queue is empty
-    and every row is done; results go to ``sh.kept`` / ``sh.kept_p`` / ``sh.ran``."""
+    and every row is done; results go to ``sh.kept`` and ``sh.ran``."""
     from inr.fast_step import ADAM_BETAS, ADAM_EPS
     from inr.fit import _psnr_from_rgb
 
@@ -137,7 +135,6 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
         with sh.lock:
             for K, T in zip(sh.kept, best, strict=True):
                 K[k] = T[r]
-            sh.kept_p[k] = best_p[r]
             sh.ran[torch.from_numpy(img[rows])] = torch.from_numpy(ran)
         live[rows] = False
         img[rows] = -1
@@ -217,8 +214,7 @@ def optimize_queue(thetas0: list[torch.Tensor], targets: torch.Tensor, coords: t
                    step: str, threads: int) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
     """Fit ``N`` images (start weights ``[N, out, in + 1]`` per layer, uint8 targets ``[N, P, 3]``) with early
     stop at ``stop_at`` ``[N]`` dB, ``workers`` chunks of ``chunk`` rows at once (CPU threads; one on a GPU).
-    Returns (kept weights per layer ``[N, out, in + 1]``, their best PSNR ``[N]`` float64 as measured while
-    fitting, iterations run ``[N]`` int64 on the CPU)."""
+    Returns (kept weights per layer ``[N, out, in + 1]``, iterations run ``[N]`` int64 on the CPU)."""
     sh = Shared.make(thetas0, targets, stop_at)
     n = targets.shape[0]
     n_workers = max(1, min(workers, -(-n // max(chunk, 1))))
@@ -236,5 +232,5 @@ def optimize_queue(thetas0: list[torch.Tensor], targets: torch.Tensor, coords: t
                     f.result()
         finally:
             torch.set_num_threads(old)
-    return sh.kept, sh.kept_p, sh.ran
+    return sh.kept, sh.ran
 

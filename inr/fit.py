@@ -234,7 +234,6 @@ def _make_adam(params: list[torch.Tensor], lr: float) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=lr, foreach=True)
 
 
-
 def _optimize_chunk(
     weights: Weights,
     targets: torch.Tensor,
@@ -469,7 +468,7 @@ def _optimize_early_stop(weights, targets, coords, arch, iterations, lr, lr_fina
 
     if masks is not None or transform is not None:
         raise ValueError("early stop (stop_at) is for the plain fit: not with masks or a transform")
-    if AUTOCAST.get(autocast, "?") is not None:
+    if autocast != "none":
         raise ValueError(f"early stop (stop_at) runs in fp32 only, not autocast {autocast!r}")
     dev = targets.device
     B = targets.shape[0]
@@ -478,7 +477,7 @@ def _optimize_early_stop(weights, targets, coords, arch, iterations, lr, lr_fina
 
         warm(arch, [(x, targets.shape[1]) for x in drain_sizes(chunk, step)], dev, threads, fused=True, per_row=True)
     thetas0 = [T.to(dev, torch.float32).contiguous() for T in to_theta([(W.detach(), b.detach()) for W, b in weights])]
-    kept_t, _, ran = optimize_queue(thetas0, targets, coords.to(dev, torch.float32), arch, iterations, lr,
+    kept_t, ran = optimize_queue(thetas0, targets, coords.to(dev, torch.float32), arch, iterations, lr,
                                     lr * lr_final_factor, torch.as_tensor(stop_at, dtype=torch.float64), chunk, workers,
                                     step, threads)
     if report is not None:
