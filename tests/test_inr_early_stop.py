@@ -230,6 +230,16 @@ def test_perf_init_realized_saving(photos, tmp_path, capsys):
         assert 0 < d["image_iterations"] <= 4 * 150 and 0 <= d["reached"] <= 4
         assert d["iterations_saving"] == pytest.approx(600 / d["image_iterations"])
         assert d["time_saving"]["value"] == pytest.approx(np.median(ref["seconds"]) / np.median(d["seconds"]))
+    # early stop alone (random init, each image at its own full-schedule PSNR; over 150 iterations at this lr the
+    # best PSNR still rises at the end, so few or no images stop early) ends where the reference ends; the learned
+    # variants are also measured against it
+    es = rz["variants"]["random, early stop"]
+    assert es["image_iterations"] <= 4 * 150 and es["mean_psnr"] == pytest.approx(ref["mean_psnr"], abs=0.1)
+    assert "vs_random_early_stop" not in es and "vs_random_early_stop" not in ref
+    for name in ("learned, early stop", "learned, early stop, compiled"):
+        vs = rz["variants"][name]["vs_random_early_stop"]
+        assert vs["iterations"] == pytest.approx(es["image_iterations"] / rz["variants"][name]["image_iterations"])
+        assert vs["time"] == pytest.approx(np.median(es["seconds"]) / np.median(rz["variants"][name]["seconds"]))
     doc = {"sets": [{"set": "photos 32x32", "arch": "5x13", "iterations": 150, "random_psnr_at_full": 30.0,
                      "learned_psnr_at_full": 31.0, "learned_psnr_at_0": 12.0, "iterations_to_reach": 50,
                      "saving_factor": 3.0, "per_image": None, "meta": {"seconds": 1.0, "image_iterations": 320,
@@ -241,3 +251,4 @@ def test_perf_init_realized_saving(photos, tmp_path, capsys):
     print_table(doc)
     text = capsys.readouterr().out
     assert all(name in text for name in REALIZED) and f"{ref['image_iterations']:>8} img-it (1.00x)" in text
+    assert text.count("vs random early stop:") == 2

@@ -134,6 +134,11 @@ def test_fit_curve_per_image_and_per_image_saving():
     s = per_image_saving(random, learned)
     assert s["iterations"] == [1, 5] and s["never"] == 1  # image 0 at its 50 dB after 1; image 1 never at 18
     assert s["savings"] == [4.0, 0.8] and abs(s["geomean"] - (4.0 * 0.8) ** 0.5) < 1e-12
+    # random init against itself: an image whose best-so-far stops rising early "saves" iterations with no
+    # learned init at all (perf init prints this beside the learned init's saving)
+    flat = np.array([[10.0, 10.0], [20.0, 12.0], [30.0, 14.0], [30.0, 16.0], [30.0, 18.0]])
+    s = per_image_saving(flat, flat)
+    assert s["iterations"] == [2, 4] and s["never"] == 0 and s["savings"] == [2.0, 1.0]
 
 
 def test_perf_init_refuses_a_device_this_machine_lacks(capsys):
@@ -146,6 +151,26 @@ def test_perf_init_refuses_a_device_this_machine_lacks(capsys):
     assert main(["perf", "init", "--device", "cuda", "--sets", "32"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--device cuda" in err[0] and "no CUDA device" in err[0]
+
+
+def test_perf_init_runs_end_to_end_on_the_cpu(capsys):
+    """`perf init` on the CPU, short: meta-training, both fit curves, the per-image savings (learned, and
+    random against itself), the encoder's end points and the realized encodes, with consistent counts."""
+    from bench.cli import main
+    from bench.perf.init import EARLY_STOP, REALIZED
+
+    assert main(["perf", "init", "--sets", "32", "--iterations-32", "30", "--test-images", "2", "--outer-steps", "3",
+                 "--no-prune", "--repeats", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    r = doc["sets"][0]
+    assert doc["device"] == "cpu" and r["held_out_images"] == 2 and r["meta"]["split"] == "train"
+    assert r["random_psnr_at_full"] > r["random_psnr_at_0"] and len(r["per_image"]["savings"]) == 2
+    pr = r["per_image_random"]  # random init against itself: never below 1x, every image gets there
+    assert pr["never"] == 0 and all(x >= 1.0 for x in pr["savings"]) and len(pr["savings"]) == 2
+    v = r["realized"]["variants"]
+    assert set(v) == set(REALIZED) and v["random, full schedule"]["image_iterations"] == 32 * 30
+    assert all(0 < v[k]["image_iterations"] <= 32 * 30 and len(v[k]["seconds"]) == 1 for k in v)
+    assert all(("vs_random_early_stop" in v[k]) == (k in EARLY_STOP and k != "random, early stop") for k in v)
 
 
 def test_fit_curve_takes_one_lr_per_layer():

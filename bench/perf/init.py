@@ -10,7 +10,9 @@ best-so-far PSNR after every iteration. Reported:
   default at 224x224 so the benchmark runs in minutes on a CPU), and the first iteration at
   which the learned init reaches it (same schedule length): the saving factor; and per image
   (each image's learned curve against its own random-init PSNR at full length) the geometric
-  mean saving with a 95% bootstrap interval over the held-out images (``inr.meta.per_image_saving``);
+  mean saving with a 95% bootstrap interval over the held-out images (``inr.meta.per_image_saving``),
+  beside the same measure of random init against itself (what stopping an image once its PSNR stops
+  rising saves without a learned init);
 * a confirmation fit from the learned init with *that* many iterations (its own cosine
   schedule), through the real encoder (``inr.encode.encode_images`` with ``FitConfig.init``),
   with fp32, 8-bit (16:8:16) and pruned + 8-bit end points, next to random init's at full
@@ -19,11 +21,13 @@ best-so-far PSNR after every iteration. Reported:
   it pays for itself;
 * the *realized* saving: real encodes (``inr.fit.fit``) of held-out images (at 32 px all 32 test
   images in chunks of 8, ``REALIZED_RUN``), timed side by side and interleaved over ``--repeats``
-  rounds: random init over the full schedule (the reference; and with the compiled step), and the
-  learned init with each image stopping once it reaches its own random-init PSNR (early stop,
-  ``fit(stop_at=...)``, continuous batching), with the eager and with the compiled step. Reported: image-iterations run, wall
-  seconds (median, ratio with a bootstrap interval), mean PSNR and how many images got there.
-  This is what the iterations-to-reach figures buy an encode.
+  rounds: random init over the full schedule (the reference; and with the compiled step); random
+  init with each image stopping once it reaches its own full-schedule PSNR (early stop,
+  ``fit(stop_at=...)``, continuous batching: what early stop alone buys); and the learned init with
+  the same early stop, with the eager and with the compiled step. Reported: image-iterations run,
+  wall seconds (median, ratio with a bootstrap interval), mean PSNR and how many images got there;
+  for the learned variants also the saving against random init with the same early stop (the
+  learned init's own share). This is what the iterations-to-reach figures buy an encode.
 
 ``--figure PATH`` draws PSNR against iterations (log axis), random vs learned, with the fp32 and
 8-bit end points.
@@ -94,8 +98,12 @@ def _end_points(imgs, arch, lr: float, iterations: int, init: tuple[str, str] | 
     return out
 
 
-REALIZED = ("random, full schedule", "random, full schedule, compiled", "learned, early stop",
+REALIZED = ("random, full schedule", "random, full schedule, compiled", "random, early stop", "learned, early stop",
             "learned, early stop, compiled")
+# variants that stop each image at its own random-init PSNR. "random, early stop" is what early stop alone buys
+# (an image's best-so-far PSNR often stops rising before the schedule ends); the learned init's own share is the
+# learned variants against it.
+EARLY_STOP = frozenset(REALIZED[2:])
 
 
 def _realized(imgs, cfg, iters: int, init: tuple[str, str], repeats: int, device: str) -> dict[str, Any]:
@@ -112,7 +120,7 @@ def _realized(imgs, cfg, iters: int, init: tuple[str, str], repeats: int, device
     n = len(imgs)
     base = replace(cfg, iterations=iters)
     learned = replace(base, init=init[0], init_sha256=init[1])
-    cfgs = dict(zip(REALIZED, (base, replace(base, step="compiled"), learned, replace(learned, step="compiled")),
+    cfgs = dict(zip(REALIZED, (base, replace(base, step="compiled"), base, learned, replace(learned, step="compiled")),
                     strict=True))
 
     def sync() -> None:
@@ -139,7 +147,7 @@ def _realized(imgs, cfg, iters: int, init: tuple[str, str], repeats: int, device
         for name in order:
             if name == REALIZED[0] and r == 0:
                 continue  # the first reference run gave the targets
-            res, t = timed(name, target if cfgs[name].init else None)
+            res, t = timed(name, target if name in EARLY_STOP else None)
             secs[name].append(t)
             ran = res.extra["iterations_run"]
             out[name] = {"image_iterations": int(ran.sum()), "mean_psnr": float(res.psnr.mean()),
@@ -156,6 +164,13 @@ def _realized(imgs, cfg, iters: int, init: tuple[str, str], repeats: int, device
         iv = ratio_ci(secs[REALIZED[0]], secs[name])  # > 1: faster than the reference
         d["time_saving"] = {"value": float(np.median(secs[REALIZED[0]])) / d["median_seconds"],
                             "lo": iv.lo if iv.ok else None, "hi": iv.hi if iv.ok else None}
+    es = out["random, early stop"]
+    for name in REALIZED[3:]:  # the learned init's own share: against random init with the same early stop
+        d = out[name]
+        iv = ratio_ci(secs["random, early stop"], secs[name])
+        d["vs_random_early_stop"] = {"iterations": es["image_iterations"] / max(d["image_iterations"], 1),
+                                     "time": es["median_seconds"] / d["median_seconds"],
+                                     "lo": iv.lo if iv.ok else None, "hi": iv.hi if iv.ok else None}
     return {"repeats": repeats, "variants": out}
 
 
@@ -193,6 +208,9 @@ def measure_set(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
     learned_i = fit_curve(test, cfg.arch, iters, cfg.lr, start=weights, device=dev, per_image=True)
     rand, learned = rand_i.mean(axis=1), learned_i.mean(axis=1)
     per_image = per_image_saving(rand_i, learned_i)
+    # the same measure of random init against itself: an image's best-so-far PSNR often stops rising before the
+    # schedule ends, so stopping there saves iterations whatever the init (early stop's share of per_image)
+    per_image_random = per_image_saving(rand_i, rand_i)
     target = float(rand[-1])
     k = iterations_to_reach(learned, target)
     k_run = k if k else iters
@@ -217,7 +235,7 @@ def measure_set(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
         "learned_psnr_at_0": float(learned[0]), "random_psnr_at_0": float(rand[0]),
         "iterations_to_reach": k,
         "saving_factor": (iters / k) if k else None,
-        "per_image": per_image,
+        "per_image": per_image, "per_image_random": per_image_random,
         "seconds_per_image_iteration": sec_per_img_it,
         "seconds_saved_per_image": saved_s,
         "break_even_images": (info["seconds"] / saved_s) if saved_s > 0 else None,
@@ -317,6 +335,11 @@ def print_table(doc: dict) -> None:
               f"{(str(round(r['saving_factor'], 1)) + 'x') if k else '-':>7} {_fmt_saving(r.get('per_image')):>30} "
               f"{r['meta']['seconds']:>7.1f} "
               f"{r['meta']['image_iterations']:>11} {(f'{be:.3g}' if be else '-'):>15}")
+    for r in results:
+        pr = r.get("per_image_random")
+        if pr:
+            print(f"  {r['set']}: per-image saving of random init against itself (early stop alone, no learned init): "
+                  f"{_fmt_saving(pr)}")
     print("end points through the encoder (mean PSNR dB; learned at its iterations-to-reach, own cosine schedule):")
     for r in results:
         for who in ("random", "learned"):
@@ -336,9 +359,14 @@ def print_table(doc: dict) -> None:
                 d = rz["variants"][name]
                 ts = d["time_saving"]
                 iv = f"[{ts['lo']:.2f}-{ts['hi']:.2f}]" if ts.get("lo") is not None else f"(n={len(d['seconds'])})"
+                vs = d.get("vs_random_early_stop")
+                share = ""
+                if vs:
+                    civ = f"[{vs['lo']:.2f}-{vs['hi']:.2f}]" if vs.get("lo") is not None else ""
+                    share = f"  vs random early stop: {vs['iterations']:.2f}x it, {vs['time']:.2f}x {civ} time"
                 print(f"  {r['set']:<18} {name:<32} {d['image_iterations']:>8} img-it ({d['iterations_saving']:.2f}x)  "
                       f"{d['median_seconds']:>7.2f} s ({ts['value']:.2f}x {iv})  PSNR {d['mean_psnr']:.2f}  "
                       f"reached {d['reached']}/{d['images']}" +
-                      (f" (worst {d['max_shortfall_db']:.2f} dB short)" if d["reached"] < d["images"] else ""))
+                      (f" (worst {d['max_shortfall_db']:.2f} dB short)" if d["reached"] < d["images"] else "") + share)
     print(f"meta-init trains on the train split only ({', '.join(str(r['meta']['num_images']) + ' images' for r in results)}); "
           f"total {doc['seconds']:.0f} s" + (f"; figure {fig}" if fig else ""))
