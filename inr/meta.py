@@ -39,7 +39,10 @@ TRAIN_SPLIT = "train"
 
 @dataclass(frozen=True)
 class MetaConfig:
-    """Reptile settings. inner_lr 0 = the preset's fit lr; images: the seeded subset of the train split."""
+    """Reptile settings. inner_lr 0 = the preset's fit lr; images: the seeded subset of the train split.
+
+    candidates > 1: train that many inits (seeds ``seed, seed + 1, ...``) and keep the one that saves the
+    most fit iterations on ``validation`` images set aside from the subset (``select_init``)."""
 
     outer_steps: int = 300
     inner_steps: int = 8
@@ -49,10 +52,14 @@ class MetaConfig:
     pixels: int = 4096
     images: int = 1024
     seed: int = 0
+    candidates: int = 1
+    validation: int = 16
 
     def __post_init__(self) -> None:
-        if min(self.outer_steps, self.inner_steps, self.meta_batch, self.pixels, self.images) < 1:
-            raise ValueError("outer_steps, inner_steps, meta_batch, pixels and images must be >= 1")
+        if min(self.outer_steps, self.inner_steps, self.meta_batch, self.pixels, self.images, self.candidates,
+               self.validation) < 1:
+            raise ValueError("outer_steps, inner_steps, meta_batch, pixels, images, candidates and validation must "
+                             "be >= 1")
         if not (0 <= self.inner_lr < math.inf and 0 < self.outer_lr <= 1.0):
             raise ValueError(f"inner_lr >= 0 and 0 < outer_lr <= 1 required, got {self.inner_lr}, {self.outer_lr}")
 
@@ -126,11 +133,14 @@ def meta_train(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig =
 
 
 def meta_init_dataset(ds, arch: SirenArch, lr: float, cfg: MetaConfig = MetaConfig(), split: str = TRAIN_SPLIT,
-                      device: str | torch.device = "cpu", progress=None) -> tuple[Weights, dict]:
-    """``meta_train`` on a seeded subset of ``cfg.images`` images of the prepared dataset's *train* split.
+                      device: str | torch.device = "cpu", progress=None, iterations: int = 0) -> tuple[Weights, dict]:
+    """``meta_train`` on a seeded subset of ``cfg.images`` images of the prepared dataset's *train* split
+    (``select_init`` when ``cfg.candidates > 1``: its validation fits run ``iterations``, the preset's).
 
     Touches no other split (asserted): the record names the split, the count and the chosen indices' hash.
     """
+    if cfg.candidates > 1 and iterations < 1:
+        raise ValueError("choosing among candidate inits needs the fit's iterations")
     assert split == TRAIN_SPLIT, f"meta-init trains on the train split only, not {split!r}"
     s = ds.split(TRAIN_SPLIT)
     n_all = len(s)
@@ -139,10 +149,54 @@ def meta_init_dataset(ds, arch: SirenArch, lr: float, cfg: MetaConfig = MetaConf
     k = min(cfg.images, n_all)
     idx = np.sort(np.random.default_rng(cfg.seed + 7919).choice(n_all, k, replace=False))
     imgs = np.asarray(s.images[idx])
-    weights, info = meta_train(imgs, arch, lr, cfg, device, progress)
+    if cfg.candidates > 1:
+        weights, info = select_init(imgs, arch, lr, cfg, iterations, device, progress)
+    else:
+        weights, info = meta_train(imgs, arch, lr, cfg, device, progress)
     info.update(split=TRAIN_SPLIT, num_images=int(k), split_count=int(n_all),
                 indices_sha256=hashlib.sha256(idx.astype(np.int64).tobytes()).hexdigest(),
                 dataset=str(ds.root), image_size=[int(x) for x in s.images.shape[1:3]])
+    return weights, info
+
+
+def select_init(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig, iterations: int,
+                device: str | torch.device = "cpu", progress=None) -> tuple[Weights, dict]:
+    """Best of ``cfg.candidates`` Reptile inits, chosen on held-aside *training* images.
+
+    ``images``: uint8 ``[N, H, W, 3]`` training images. ``cfg.validation`` of them (seeded) are set aside;
+    each candidate (seed ``cfg.seed + j``) meta-trains on the others. The validation images are fitted for
+    ``iterations`` (the preset's schedule and ``lr``) from the seeded random init, which sets each image's
+    target PSNR, and from every candidate; the candidate with the highest geometric-mean per-image saving
+    (``per_image_saving``: iterations to reach the image's random-init PSNR) is kept (ties: the lower seed).
+    The seed draws a different init every time; choosing on validation images turns that spread into a
+    better init at the cost of the candidates' training and fits. Returns (weights, info), info listing
+    every candidate's validation saving. Deterministic for a given seed and device.
+    """
+    from dataclasses import replace
+
+    n = len(images)
+    v = min(cfg.validation, n - 1)
+    if v < 1:
+        raise InputError(f"choosing among {cfg.candidates} candidate inits needs at least 2 train images, got {n}")
+    val = np.sort(np.random.default_rng(cfg.seed + 104729).choice(n, v, replace=False))
+    rest = np.setdiff1d(np.arange(n), val)
+    t0 = time.perf_counter()
+    target = fit_curve(images[val], arch, iterations, lr, seed=cfg.seed, device=device, per_image=True)
+    rows, best = [], None
+    for j in range(cfg.candidates):
+        c = replace(cfg, seed=cfg.seed + j, candidates=1)
+        w, info = meta_train(images[rest], arch, lr, c, device, progress)
+        pi = per_image_saving(target, fit_curve(images[val], arch, iterations, lr, start=w, device=device,
+                                                per_image=True))
+        rows.append({"seed": c.seed, "validation_saving": pi["geomean"], "never": pi["never"],
+                     "seconds": info["seconds"]})
+        if best is None or pi["geomean"] > best[0]:
+            best = (pi["geomean"], w, info)
+    _, weights, info = best
+    info = {**info, "config": asdict(cfg), "seconds": time.perf_counter() - t0,
+            "image_iterations": cfg.candidates * info["image_iterations"] + (cfg.candidates + 1) * v * iterations,
+            "selection": {"candidates": rows, "chosen_seed": info["config"]["seed"], "validation_images": int(v),
+                          "iterations": int(iterations), "meta_train_images": int(len(rest))}}
     return weights, info
 
 

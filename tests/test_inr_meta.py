@@ -60,6 +60,60 @@ def test_meta_train_is_deterministic_under_a_seed():
     assert not all(torch.equal(W1, W2) for (W1, _), (W2, _) in zip(a, c, strict=True))
 
 
+def test_select_init_keeps_the_candidate_that_saves_most_on_validation_train_images(data):
+    """--candidates: every candidate meta-trains without the validation images, the kept one is the seed with
+    the best validation saving (bit-identical to training that seed alone), and only the train split is read."""
+    from dataclasses import replace
+
+    from inr.meta import fit_curve, per_image_saving, select_init
+
+    ds = _Watch(open_prepared(data))
+    cfg = replace(TINY, images=8, candidates=3, validation=3, seed=5)
+    weights, info = meta_init_dataset(ds, ARCH, 1e-2, cfg, iterations=12)
+    assert set(ds.read) == {"train"} and info["split"] == "train" and info["config"]["candidates"] == 3
+    sel = info["selection"]
+    assert [c["seed"] for c in sel["candidates"]] == [5, 6, 7] and sel["validation_images"] == 3
+    assert sel["meta_train_images"] == info["num_images"] - 3 and sel["iterations"] == 12
+    savings = [c["validation_saving"] for c in sel["candidates"]]
+    assert sel["chosen_seed"] == 5 + int(np.argmax(savings)) and len(set(savings)) > 1  # the seeds differ
+    # recompute by hand: the same subset, validation images and seeds
+    train = np.asarray(ds.ds.split("train").images)
+    idx = np.sort(np.random.default_rng(cfg.seed + 7919).choice(len(train), info["num_images"], replace=False))
+    imgs = train[idx]
+    w2, info2 = select_init(imgs, ARCH, 1e-2, cfg, 12)
+    def drop_time(d):
+        return {**d, "candidates": [{k: v for k, v in c.items() if k != "seconds"} for c in d["candidates"]]}
+
+    assert drop_time(info2["selection"]) == drop_time(sel)
+    val = np.sort(np.random.default_rng(cfg.seed + 104729).choice(len(imgs), 3, replace=False))
+    rest = np.setdiff1d(np.arange(len(imgs)), val)
+    kept, _ = meta_train(imgs[rest], ARCH, 1e-2, replace(cfg, seed=sel["chosen_seed"], candidates=1))
+    assert all(torch.equal(x, y) for (W1, b1), (W2, b2) in zip(weights, kept, strict=True) for x, y in ((W1, W2), (b1, b2)))
+    target = fit_curve(imgs[val], ARCH, 12, 1e-2, seed=cfg.seed, per_image=True)
+    got = per_image_saving(target, fit_curve(imgs[val], ARCH, 12, 1e-2, start=kept, per_image=True))["geomean"]
+    assert got == pytest.approx(max(savings))
+    # cost and configuration errors
+    with pytest.raises(ValueError, match="iterations"):
+        meta_init_dataset(ds, ARCH, 1e-2, cfg)
+    with pytest.raises(Exception, match="at least 2 train images"):
+        select_init(imgs[:1], ARCH, 1e-2, cfg, 12)
+    with pytest.raises(ValueError, match="candidates"):
+        MetaConfig(candidates=0)
+
+
+def test_meta_init_cli_candidates_prints_and_records_the_choice(data, tmp_path, capsys):
+    init = tmp_path / "init.pt"
+    rc, out, err = run_cli(capsys, "meta-init", data, "--out", init, "--layers", "2", "--hidden", "6", "--outer-steps",
+                           "3", "--inner-steps", "2", "--meta-batch", "2", "--images", "6", "--candidates", "2",
+                           "--validation", "2")
+    assert rc == 0, err
+    sel = load_init(init, ARCH).meta["selection"]
+    assert len(sel["candidates"]) == 2 and sel["validation_images"] == 2
+    assert out.count("candidate seed") == 2 and out.count("<- kept") == 1 and "best of 2 on 2 of them" in out
+    rc, _, err = run_cli(capsys, "meta-init", data, "--out", tmp_path / "x.pt", "--candidates", "0")
+    assert rc == 2 and "--candidates" in err and not (tmp_path / "x.pt").exists()
+
+
 def test_init_round_trips_through_the_store_and_a_wrong_arch_is_refused(data, tmp_path, capsys):
     init = tmp_path / "init.pt"
     rc, out, err = run_cli(capsys, "meta-init", data, "--out", init, "--layers", "2", "--hidden", "6",

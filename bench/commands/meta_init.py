@@ -29,6 +29,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outer-lr", type=positive_float, default=1.0, help="Reptile step, annealed to 0 (default 1)")
     p.add_argument("--pixels", type=positive_int, default=4096, help="pixels sampled per outer step (default 4096)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--candidates", type=positive_int, default=1,
+                   help="train this many inits (seeds SEED, SEED+1, ...) and keep the one that saves the most fit "
+                        "iterations on --validation train images set aside (default 1: no choice)")
+    p.add_argument("--validation", type=positive_int, default=16,
+                   help="train images set aside to choose among --candidates, each fitted for the preset's "
+                        "iterations from random init and from every candidate (default 16)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=positive_int)
 
@@ -50,15 +56,24 @@ def run(args: argparse.Namespace) -> int:
     try:
         mcfg = MetaConfig(outer_steps=args.outer_steps, inner_steps=args.inner_steps, meta_batch=args.meta_batch,
                           inner_lr=args.inner_lr or 0.0, outer_lr=args.outer_lr, pixels=args.pixels,
-                          images=args.images, seed=args.seed)
+                          images=args.images, seed=args.seed, candidates=args.candidates, validation=args.validation)
     except ValueError as e:
         raise InputError(f"bad meta-init options: {e}") from None
     with claim(args.out, "meta-init", inputs={"prepared dataset": args.prepared},
                mode="replace" if args.overwrite else "new") as out:
         ds = open_prepared(args.prepared)
-        weights, info = meta_init_dataset(ds, fit_cfg.arch, fit_cfg.lr, mcfg, device=args.device)
+        weights, info = meta_init_dataset(ds, fit_cfg.arch, fit_cfg.lr, mcfg, device=args.device,
+                                          iterations=fit_cfg.iterations)
         info["preset"] = args.preset
         sha = save_init(out, fit_cfg.arch, weights, info)
+    sel = info.get("selection")
+    if sel:
+        for c in sel["candidates"]:
+            print(f"  candidate seed {c['seed']}: saves {c['validation_saving']:.2f}x fit iterations on "
+                  f"{sel['validation_images']} validation train images ({c['never']} never reach random init's PSNR)"
+                  + ("  <- kept" if c["seed"] == sel["chosen_seed"] else ""))
     print(f"wrote {out}: {fit_cfg.arch.layers}x{fit_cfg.arch.hidden} init from {info['num_images']} train images "
-          f"({mcfg.outer_steps} outer x {mcfg.inner_steps} inner steps, {info['seconds']:.1f} s), sha256 {sha}")
+          f"({mcfg.outer_steps} outer x {mcfg.inner_steps} inner steps"
+          + (f", best of {mcfg.candidates} on {sel['validation_images']} of them" if sel else "")
+          + f", {info['seconds']:.1f} s), sha256 {sha}")
     return 0

@@ -48,6 +48,10 @@ SETS = {  # name -> (image side, preset, default iterations, default held-out im
     "32": (32, "cifar10", 5000, 8, {"outer_steps": 300, "inner_steps": 8, "meta_batch": 16, "pixels": 4096}),
     "224": (224, "flowers102", 300, 1, {"outer_steps": 80, "inner_steps": 4, "meta_batch": 8, "pixels": 2048}),
 }
+# Reptile seeds trained per set, the best kept on 16 validation train images (meta-init --candidates): at 32 px
+# the validation saving ranks seeds as the test saving does (scripts/meta-init-seeds); at 224 px the validation
+# fits would cost a CPU more than the rest of the benchmark
+CANDIDATES = {"32": 4, "224": 1}
 # the realized-saving encodes: (held-out images, chunk) per set; 0 = the curves' images / the encoder's own chunk.
 # At 32 px: every test image in chunks of 8, so that (as in a large encode) there are more images than rows and
 # early stop refills rows from the queue; every variant runs with the same chunk.
@@ -55,12 +59,17 @@ REALIZED_RUN = {"32": (32, 8), "224": (0, 0)}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from bench.argtypes import positive_int
+
     p.add_argument("--sets", default="32,224", help="image sets to measure: 32, 224 or both (default 32,224)")
     p.add_argument("--iterations-32", type=int, default=0, help="fit iterations at 32x32 (default: the preset's 5000)")
     p.add_argument("--iterations-224", type=int, default=0, help="fit iterations at 224x224 (default 300: CPU minutes)")
     p.add_argument("--test-images", type=int, default=0, help="held-out images per set (default 8 at 32, 1 at 224)")
     p.add_argument("--outer-steps", type=int, default=0, help="Reptile outer steps (default 300 at 32, 80 at 224)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--candidates", type=positive_int, default=0,
+                   help="meta-train this many Reptile seeds and keep the one that saves the most iterations on 16 "
+                        "validation train images (meta-init --candidates; default 4 at 32, 1 at 224)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's default)")
     p.add_argument("--device", default="cpu",
                    help="cpu, cuda or cuda:N for meta-training, the fit curves and the encoder (default cpu); on a "
@@ -197,9 +206,9 @@ def measure_set(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
     ds = open_prepared(prepare_dataset("photos", workdir / f"photos{size}", size=size, per_class=per_class, jpeg_quality=90))
     test = np.asarray(ds.split("test").images)[:n_test]  # held out: never seen by meta-training
     mcfg = MetaConfig(**{**meta_defaults, **({"outer_steps": args.outer_steps} if args.outer_steps else {})},
-                      seed=args.seed)
+                      seed=args.seed, candidates=args.candidates or CANDIDATES[name])
     dev = args.device
-    weights, info = meta_init_dataset(ds, cfg.arch, cfg.lr, mcfg, device=dev)
+    weights, info = meta_init_dataset(ds, cfg.arch, cfg.lr, mcfg, device=dev, iterations=iters)
     init_path = workdir / f"init{size}.pt"
     sha = save_init(init_path, cfg.arch, weights, info)
     t0 = time.perf_counter()
@@ -229,7 +238,8 @@ def measure_set(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
     return {
         "set": f"photos {size}x{size}", "preset": preset_name, "arch": f"{cfg.arch.layers}x{cfg.arch.hidden}",
         "lr": cfg.lr, "iterations": iters, "held_out_images": int(len(test)),
-        "meta": {k2: info[k2] for k2 in ("split", "num_images", "seconds", "image_iterations", "pixels_per_step", "config")},
+        "meta": {k2: info.get(k2) for k2 in ("split", "num_images", "seconds", "image_iterations", "pixels_per_step",
+                                              "config", "selection")},
         "random_psnr_at_full": target,
         "learned_psnr_at_full": float(learned[-1]),
         "learned_psnr_at_0": float(learned[0]), "random_psnr_at_0": float(rand[0]),
@@ -336,6 +346,12 @@ def print_table(doc: dict) -> None:
               f"{r['meta']['seconds']:>7.1f} "
               f"{r['meta']['image_iterations']:>11} {(f'{be:.3g}' if be else '-'):>15}")
     for r in results:
+        sel = r["meta"].get("selection")
+        if sel:
+            print(f"  {r['set']}: init chosen among {len(sel['candidates'])} Reptile seeds on {sel['validation_images']} "
+                  f"validation train images ({sel['iterations']} iterations): " +
+                  ", ".join(f"seed {c['seed']} {c['validation_saving']:.2f}x" for c in sel["candidates"]) +
+                  f"; kept seed {sel['chosen_seed']} (meta s and img-it include every candidate and the validation fits)")
         pr = r.get("per_image_random")
         if pr:
             print(f"  {r['set']}: per-image saving of random init against itself (early stop alone, no learned init): "
