@@ -8,6 +8,10 @@ layer), and moves the init towards the mean of the adapted weights by ``outer_lr
 linearly to 0). At large image sizes each outer step sees a random subset of ``pixels`` pixel
 positions (shared by the batch), which keeps meta-training cheap; the fit itself uses all pixels.
 
+How much an init saves depends strongly on its seed. ``select_init`` (``MetaConfig.candidates``,
+``meta-init --candidates``) trains several seeds without a few train images set aside and keeps the
+one that reaches random init's PSNR soonest on those images.
+
 Only the *train* split is ever read (``meta_init_dataset`` asserts it): a learned init that has
 seen test images would leak them into every encode that starts from it. The file records which
 split and how many images trained it; ``inrbench encode --init`` records the file's sha256.

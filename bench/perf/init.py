@@ -2,7 +2,8 @@
 
 For each image set (``photos`` at 32x32 with the ``cifar10`` preset's 5x13 SIREN, and ``photos``
 at 224x224 with the ``flowers102`` preset's 10x32 SIREN): meta-train an init (``inr.meta``,
-Reptile) on the set's *train* split, then fit the *held-out test* images from the seeded random
+Reptile; at 32 px the best of ``CANDIDATES`` seeds on validation train images) on the set's *train*
+split, then fit the *held-out test* images from the seeded random
 init and from the learned init, with the preset's lr and cosine schedule, recording the mean
 best-so-far PSNR after every iteration. Reported:
 
