@@ -323,6 +323,11 @@ def init_record(path: str | Path, sha256: str) -> dict:
         li = load_init(path, None, sha256)
         m = li.meta
         rec.update({k: m.get(k) for k in ("method", "split", "num_images", "dataset", "seconds", "image_iterations")})
+        sel = m.get("selection")
+        if sel:  # meta-init --candidates: which seed was kept, of how many, on how many validation images
+            rec["selection"] = {"candidates": len(sel["candidates"]), "chosen_seed": sel["chosen_seed"],
+                                "validation_images": sel["validation_images"],
+                                "validation_saving": max(c["validation_saving"] for c in sel["candidates"])}
     except InputError:
         pass
     return rec

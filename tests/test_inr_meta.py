@@ -110,6 +110,18 @@ def test_meta_init_cli_candidates_prints_and_records_the_choice(data, tmp_path, 
     sel = load_init(init, ARCH).meta["selection"]
     assert len(sel["candidates"]) == 2 and sel["validation_images"] == 2
     assert out.count("candidate seed") == 2 and out.count("<- kept") == 1 and "best of 2 on 2 of them" in out
+    # a store fitted from it records and shows the choice
+    store = tmp_path / "s.inr"
+    rc, _, err = run_cli(capsys, "encode", data, "--layers", "2", "--hidden", "6", "--iterations", "5", "--init", init,
+                         "--out", store, "--no-progress", "--limit", "3")
+    assert rc == 0, err
+    rc, out, _ = run_cli(capsys, "inspect", store, "--json")
+    rec = json.loads(out)["meta"]["init"]["selection"]
+    best = max(sel["candidates"], key=lambda c: c["validation_saving"])
+    assert rec == {"candidates": 2, "chosen_seed": best["seed"], "validation_images": 2,
+                   "validation_saving": best["validation_saving"]}
+    rc, out, _ = run_cli(capsys, "inspect", store)
+    assert f"best of 2 seeds (kept seed {best['seed']}" in out
     rc, _, err = run_cli(capsys, "meta-init", data, "--out", tmp_path / "x.pt", "--candidates", "0")
     assert rc == 2 and "--candidates" in err and not (tmp_path / "x.pt").exists()
 

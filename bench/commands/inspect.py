@@ -112,4 +112,8 @@ def run(args: argparse.Namespace) -> int:
     if init:
         print(f"  init           learned ({init.get('method', '?')}, {init.get('num_images')} {init.get('split')} images): "
               f"sha256 {init.get('sha256')}")
+        sel = init.get("selection")
+        if sel:
+            print(f"                 best of {sel['candidates']} seeds (kept seed {sel['chosen_seed']}: "
+                  f"{sel['validation_saving']:.2f}x fewer iterations on {sel['validation_images']} validation train images)")
     return 0
