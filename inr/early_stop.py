@@ -11,7 +11,8 @@ Targets are checked every ``STOP_CHECK_EVERY`` passes (one host sync), and image
 at those passes, so each image is checked after exactly 25, 50, ... of its own iterations whichever
 worker or row fits it: where an image stops does not depend on the others. An image that finishes
 the schedule between checks keeps its weights at once and its row idles until the next check (at
-most 24 passes: 0.5% of a 5,000-iteration schedule, 7% of a 300-iteration one).
+most 24 passes: 0.5% of a 5,000-iteration schedule, 7% of a 300-iteration one), unless no row is
+fitting any more: then the check comes at once (and the next ones count from it).
 
 When the queue is empty the chunk drains: the eager step cuts its tensors to the rows still
 fitting; the compiled step (``inr.fast_step.compiled_iteration``) shrinks through
@@ -162,8 +163,12 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
             it_dev += 1.0
             if len(full):
                 record(full, np.full(len(full), iterations, dtype=np.int64))
-            if passes % STOP_CHECK_EVERY:
+            if passes % STOP_CHECK_EVERY and live.any():
                 continue
+            # a check: every STOP_CHECK_EVERY passes, or at once when no row is fitting any more (every image
+            # in the chunk ran the whole schedule). Counting passes from here keeps checks at multiples of the
+            # interval of every image's own iterations: images enter rows only here, and none is left mid-way.
+            passes = 0
             reached = np.nonzero(live & (best_p >= target).cpu().numpy())[0]  # the one host sync of a check
             if len(reached):
                 record(reached, it[reached].copy())

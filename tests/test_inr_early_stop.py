@@ -103,6 +103,27 @@ def test_infinite_targets_run_the_whole_fit(full):
     assert abs(res.psnr.mean() - ref.psnr.mean()) < 0.05
 
 
+def test_no_pass_runs_once_every_row_has_finished(photos, monkeypatch):
+    """When every row of a chunk has run the whole schedule, the check comes at once: the chunk refills (or
+    ends) instead of idling to the next multiple of STOP_CHECK_EVERY. 4 images in chunks of 2, 30 iterations,
+    never stopping: two rounds of 31 passes (iterations + 1 evaluations), not two of 50."""
+    from inr.engine import SirenEngine
+
+    _, imgs = photos
+    cfg = preset("cifar10", iterations=30, lr=3e-3, batch=2, cpu_workers=1)
+    passes = []
+    forward = SirenEngine.forward
+
+    def counting(self, thetas, *a, **k):
+        passes.append(thetas[0].shape[0])
+        return forward(self, thetas, *a, **k)
+
+    monkeypatch.setattr(SirenEngine, "forward", counting)
+    res = fit(imgs[:4], cfg, stop_at=np.full(4, np.inf))
+    assert np.array_equal(res.extra["iterations_run"], np.full(4, 30))
+    assert len(passes) == 2 * 31 and set(passes) == {2}, (len(passes), set(passes))
+
+
 def test_where_an_image_stops_does_not_depend_on_its_chunk(full):
     """Continuous batching: with chunks of 2 or 3 rows the queue refills rows as images leave; every image
     still stops after the same number of its own iterations as in one chunk of 8, with one or two workers,
