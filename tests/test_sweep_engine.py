@@ -247,6 +247,9 @@ def test_builtin_sweeps_are_valid_and_cover_every_stage(capsys):
     assert cli_main(["sweep", "paper", "--list", "--data-root", "/data/sets"]) == 0
     listing = capsys.readouterr().out
     assert "inrbench prepare cifar10 --root /data/sets/cifar-10-batches-py" in listing
+    # paper's learned inits are the best of 4 Reptile seeds, chosen on train images (meta-init --candidates)
+    meta = [line for line in listing.splitlines() if "inrbench meta-init" in line]
+    assert len(meta) == 3 and all("--candidates 4" in line for line in meta), meta
 
 
 def test_cli_bad_sweep_names(tmp_path, capsys):

@@ -304,8 +304,9 @@ class EncodeCell(DistributedCell):
 
 @dataclass(frozen=True)
 class MetaInitCell(Cell):
-    """``inrbench meta-init DATA --preset P [--outer-steps N] [--images N] --out CELL/init.pt``
-    (a learned initialization from DATA's train split; encode cells name it with ``init``)."""
+    """``inrbench meta-init DATA --preset P [--outer-steps N] [--images N] [--candidates K] --out CELL/init.pt``
+    (a learned initialization from DATA's train split; encode cells name it with ``init``; ``candidates``:
+    train K Reptile seeds and keep the one that saves most on train images set aside)."""
 
     kind: ClassVar[str] = "meta-init"
     REF_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
@@ -314,6 +315,7 @@ class MetaInitCell(Cell):
     preset: str | None = None
     outer_steps: int | None = None
     images: int | None = None
+    candidates: int | None = None
     device: str | None = None
 
     def output(self, ctx: Context) -> Path:
@@ -321,7 +323,7 @@ class MetaInitCell(Cell):
 
     def argv(self, ctx: Context) -> list[str]:
         argv = ["meta-init", str(ctx.output(self.data))]
-        for f in ("preset", "outer_steps", "images", "device"):
+        for f in ("preset", "outer_steps", "images", "candidates", "device"):
             _opt(argv, f, getattr(self, f))
         return argv + ["--out", str(self.output(ctx))] + extra_argv(self.args)
 
