@@ -152,3 +152,9 @@ def test_headline_table(report):
     assert h.loc["inr", "bytes/image"] == "700"
     assert h.loc["dali", "train img/s"] == "skip: DALI mixed decode needs a GPU"
     assert h.loc["raw", "train speedup vs dali"] == "—"  # the baseline was skipped: no number
+
+
+def test_no_per_rank_section_without_rank_rows(report):
+    """The fixture has single-process runs only: no per-rank heading, not even an empty one."""
+    _, text = report
+    assert "Data-parallel runs" not in text and "epoch time per rank" not in text

@@ -17,6 +17,7 @@ from bench.report import figures as F
 from bench.report import markdown as md
 from bench.report import methods as M
 from bench.report import names as N
+from bench.report import ranks as RK
 from bench.report import tables as T
 from bench.report.load import ReportInputs, jpeg_bytes_per_image, load
 from bench.sweep.cells import store_stem
@@ -105,6 +106,7 @@ def _write(doc: _Doc, x: ReportInputs) -> None:
     _speedup(doc, rows)
     _sanity(doc, rows)
     _split(doc, rows)
+    _ranks(doc, x.rank_rows)
     _resources(doc, rows)
     _accuracy(doc, x)
     _design_space(doc, x)
@@ -358,6 +360,28 @@ def _split(doc: _Doc, rows: pd.DataFrame) -> None:
         doc.add()
         doc.table(t, index=False)
         doc.figure(F.epoch_split_figure(split, ds), f"epoch_split_{_slug(ds)}.png", f"epoch time split, {ds}")
+
+
+def _ranks(doc: _Doc, rank_rows: pd.DataFrame | None) -> None:
+    tabs = RK.rank_tables(rank_rows)
+    if not tabs:
+        return
+    doc.add("## Data-parallel runs: epoch time per rank (s)")
+    doc.add()
+    doc.add("Each rank's own epoch time on its shard, median (IQR) over repeats x epochs, and its "
+            "*wait share* (data wait / (data wait + compute), medians) where the run timed steps. "
+            "Every other table reads the runs' aggregate rows, whose times are the slowest rank's. "
+            f"`{RK.SPREAD_ROW}`: the slowest rank's median / the fastest rank's, with a 95% "
+            "bootstrap interval (the two ranks are picked by their medians, so with many ranks it is "
+            "optimistic). The epochs of all ranks start together, and in `train`/`replay` DDP's "
+            "gradient all-reduce makes every step wait for the slowest rank: there epoch times even out, "
+            "and a rank that loads data slowly shows as the one with the high wait share (the others' "
+            "waiting in the all-reduce counts as compute).")
+    doc.add()
+    for (ds, mode), t in tabs.items():
+        doc.add(f"### {ds} — {mode} — epoch time per rank")
+        doc.add()
+        doc.table(t)
 
 
 def _resources(doc: _Doc, rows: pd.DataFrame) -> None:

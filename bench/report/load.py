@@ -7,11 +7,14 @@ figures, prepared manifests (image size, JPEG bytes) and store file sizes. From 
 train runs' per-image test predictions (``predictions.csv``) and the code identity of every result
 (sweep: each cell's marker; plain folder: each run's ``env.json``).
 
-A data-parallel run's per-rank rows (``rank`` set) are dropped here: every figure and table of a
-report reads the run's aggregate rows (``bench.results.aggregate_rows``: global images/s, the
-slowest rank's times), like a single-process run's rows. Runs of one dataset at different world
+A data-parallel run's per-rank rows (``rank`` set) are kept apart (``split_ranks``):
+``ReportInputs.rows`` holds the run's aggregate rows (``bench.results.aggregate_rows``: global
+images/s, the slowest rank's times), like a single-process run's rows, plus the ``run`` rows of a
+run that failed on some ranks (``rank`` set, one per failed rank), so a failed run shows its
+reason instead of vanishing; ``ReportInputs.rank_rows`` holds the per-rank rows, which only the
+per-rank section reads (``bench.report.ranks``). Runs of one dataset at different world
 sizes are never pooled: each world size above 1 becomes a dataset of its own, ``NAME (N processes)``
-(``by_world_size``), so every table compares pipelines at one world size.
+(``by_world_size``, applied to both), so every table compares pipelines at one world size.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ class CompareResult:
 
 @dataclass(frozen=True)
 class ReportInputs:
-    """rows: tidy results (bench rows + one ``cell_s`` status row per sweep cell)."""
+    """rows: tidy results (bench rows + one ``cell_s`` status row per sweep cell), without the
+    per-rank rows of data-parallel runs; rank_rows: those (``rank`` set; empty without any)."""
 
     root: Path
     name: str
@@ -54,6 +58,7 @@ class ReportInputs:
     predictions: Any = None  # pandas.DataFrame: run_id, dataset, pipeline, repeat, image, label, prediction
     code: dict[str, Any] | None = None  # the sweep's current code identity (sweep.json), if recorded
     code_of: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # cell or run id -> code identity
+    rank_rows: Any = None  # pandas.DataFrame, the columns of ``rows``; None: not read
 
 
 def load(results_dir: str | Path) -> ReportInputs:
@@ -64,11 +69,12 @@ def load(results_dir: str | Path) -> ReportInputs:
         return _load_sweep(root)
     from bench import results as R
 
-    rows, _ = by_world_size(R.aggregate_rows(R.read_results(root)), {})
+    every, _ = by_world_size(R.read_results(root), {})
+    rows, rank_rows = split_ranks(every)
     env = _read_json(next(iter(sorted(root.glob("runs/*/env.json"))), None))
     code_of = {p.parent.name: (_read_json(p) or {}).get("code") for p in sorted(root.glob("runs/*/env.json"))}
     return ReportInputs(root=root, name=root.name, description="", rows=rows, env=env,
-                        predictions=_predictions([root], rows), code_of=code_of)
+                        predictions=_predictions([root], rows), code_of=code_of, rank_rows=rank_rows)
 
 
 def _predictions(folders: list[Path], rows: Any) -> Any:
@@ -109,9 +115,7 @@ def _load_sweep(root: Path) -> ReportInputs:
     sweep = _read_json(root / layout.SWEEP_FILE)
     if sweep is None:
         raise InputError(f"unreadable {layout.SWEEP_FILE}", root / layout.SWEEP_FILE)
-    from bench import results as R
-
-    rows = R.aggregate_rows(layout.read_sweep_results(root))
+    every = layout.read_sweep_results(root)
     finished = layout.finished_cells(root)
     markers = {m["id"]: m for _, m in finished}
     cells = sweep.get("cells", [])
@@ -149,15 +153,29 @@ def _load_sweep(root: Path) -> ReportInputs:
         size = tuple(m["image_size"]) if m and "image_size" in m else None
         compares.append(CompareResult(cell=c["id"], dataset=ds, folder=folder,
                                       summary=pd.read_csv(folder / "summary.csv"), image_size=size))
-    rows, manifests = by_world_size(rows, manifests)
+    every, manifests = by_world_size(every, manifests)
+    rows, rank_rows = split_ranks(every)
     ok_dirs = [d for d, m in finished if m.get("status") == "ok"]
     return ReportInputs(
         root=root, name=sweep.get("name", root.name), description=sweep.get("description", ""),
         rows=rows, env=_read_json(root / layout.ENV_FILE), cells=cells, markers=markers,
         compares=compares, manifests=manifests, store_bytes=store_bytes,
         predictions=_predictions(ok_dirs, rows), code=sweep.get("code"),
-        code_of={m["id"]: m.get("code") for _, m in finished},
+        code_of={m["id"]: m.get("code") for _, m in finished}, rank_rows=rank_rows,
     )
+
+
+def split_ranks(rows: Any) -> tuple[Any, Any]:
+    """(the rows every table reads, the per-rank rows of data-parallel runs).
+
+    The first: the rows whose ``rank`` is <NA> (``bench.results.aggregate_rows``) plus the ``run``
+    status rows that name a rank (a run that failed on some ranks has only those). The second:
+    every row with ``rank`` set."""
+    if "rank" not in rows.columns:
+        return rows, rows.iloc[:0]
+    per_rank = rows["rank"].notna()
+    status = rows["metric"].eq("run") & per_rank
+    return rows[~per_rank | status], rows[per_rank]
 
 
 WORLD_SIZE = "cfg.pipe.world_size"

@@ -38,17 +38,25 @@ def method_of(rows: pd.DataFrame) -> pd.Series:
 
 
 def dense_inputs(x: Any) -> Any:
-    """``ReportInputs`` without the rows/predictions of the method comparison's runs: non-dense
-    runs, and dense runs evaluated after every epoch (``--eval-every-epoch``: the pairs' dense
-    halves, whose epochs match their expand schedule rather than the pipeline cells')."""
-    keep = (method_of(x.rows) == "dense") & ~_per_epoch_eval(x.rows)
-    if keep.all():
+    """``ReportInputs`` without the rows (per-rank rows too)/predictions of the method comparison's
+    runs: non-dense runs, and dense runs evaluated after every epoch (``--eval-every-epoch``: the
+    pairs' dense halves, whose epochs match their expand schedule rather than the pipeline cells')."""
+    keep = _pipeline_run(x.rows)
+    rank_rows = x.rank_rows
+    keep_ranks = None if rank_rows is None else _pipeline_run(rank_rows)
+    if keep.all() and (keep_ranks is None or keep_ranks.all()):
         return x
     rows = x.rows[keep]
     preds = x.predictions
     if preds is not None and len(preds):
         preds = preds[preds["run_id"].isin(set(rows["run_id"].dropna()))]
-    return dataclasses.replace(x, rows=rows, predictions=preds)
+    if keep_ranks is not None:
+        rank_rows = rank_rows[keep_ranks]
+    return dataclasses.replace(x, rows=rows, predictions=preds, rank_rows=rank_rows)
+
+
+def _pipeline_run(rows: pd.DataFrame) -> pd.Series:
+    return (method_of(rows) == "dense") & ~_per_epoch_eval(rows)
 
 
 def _per_epoch_eval(rows: pd.DataFrame) -> pd.Series:

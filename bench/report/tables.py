@@ -55,13 +55,14 @@ def fmt_median_iqr(median: float, iqr: float, fmt=fmt_num) -> str:
     return f"{fmt(median)} (IQR {fmt(iqr)})"
 
 
-def stats(rows: pd.DataFrame, metric_names: tuple[str, ...], steady: bool = True) -> pd.DataFrame:
-    """median/q25/q75/iqr/n of the first present metric, per dataset x pipeline x mode.
+def stats(rows: pd.DataFrame, metric_names: tuple[str, ...], steady: bool = True,
+          group: list[str] = GROUP) -> pd.DataFrame:
+    """median/q25/q75/iqr/n of the first present metric, per ``group`` (dataset x pipeline x mode).
 
     steady: only rows with an epoch index (steady-state samples) when any have one.
     """
     m = N.first_present(rows["metric"].dropna().unique(), metric_names)
-    cols = [*GROUP, "median", "q25", "q75", "iqr", "n"]
+    cols = [*group, "median", "q25", "q75", "iqr", "n"]
     if m is None:
         return pd.DataFrame(columns=cols)
     d = rows[(rows["metric"] == m) & (rows["status"] == "ok")]
@@ -69,7 +70,7 @@ def stats(rows: pd.DataFrame, metric_names: tuple[str, ...], steady: bool = True
         d = d[d["epoch"].notna()]
     if d.empty:
         return pd.DataFrame(columns=cols)
-    g = d.groupby(GROUP, dropna=False)["value"]
+    g = d.groupby(group, dropna=False)["value"]
     res = g.agg(median="median", q25=lambda s: s.quantile(0.25), q75=lambda s: s.quantile(0.75),
                 n="count").reset_index()
     res["iqr"] = res["q75"] - res["q25"]

@@ -1,0 +1,107 @@
+"""Per-rank epoch times of data-parallel runs (``inrbench bench --nproc N``): which rank lags.
+
+Reads the per-rank rows (``ReportInputs.rank_rows``: ``rank`` = r, each rank's own clock on its
+own shard), never the aggregate rows. Per dataset x mode x pipeline x rank: the median epoch time
+(s) over the rank's steady-state samples (repeats x epochs) with its IQR, the measure the speedup
+tables use; and, where the rows carry the per-step split, the wait share = median data wait /
+(median data wait + median compute), as in the epoch-split table. The spread of a pipeline is
+the median epoch time of its slowest rank / that of its fastest (>= 1.0; the aggregate rows take
+the slowest rank's time), with the 95% bootstrap interval of that ratio (``bench.stats.ratio_ci``
+on the two ranks' samples; the two are picked by their medians, so with many ranks the interval
+is optimistic). Runs of one (dataset, mode) pool per rank, like the main tables pool runs. A
+(dataset, mode) with fewer than two ranks gets no table.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bench import stats as S
+from bench.report import names as N
+from bench.report import tables as T
+
+RANK_GROUP = [*T.GROUP, "rank"]
+PER_RANK_COLUMNS = ["dataset", "mode", "pipeline", "rank", "epoch_s", "epoch_s_iqr", "wait_share"]
+SPREAD_COLUMNS = ["dataset", "mode", "pipeline", "slowest", "fastest", "ratio", "lo", "hi"]
+SPREAD_ROW = "slowest / fastest"
+
+
+def per_rank(rank_rows: pd.DataFrame | None) -> pd.DataFrame:
+    """One row per dataset x mode x pipeline x rank with ok epoch samples: median epoch time, its
+    IQR and the wait share (NaN where the rows carry no data-wait / compute split)."""
+    if rank_rows is None or rank_rows.empty:
+        return pd.DataFrame(columns=PER_RANK_COLUMNS)
+    ep = T.stats(rank_rows, N.EPOCH_S, group=RANK_GROUP)
+    if ep.empty:
+        return pd.DataFrame(columns=PER_RANK_COLUMNS)
+    out = ep.rename(columns={"median": "epoch_s", "iqr": "epoch_s_iqr"})[[*RANK_GROUP, "epoch_s", "epoch_s_iqr"]]
+    for name, metric_names in (("wait", N.DATA_WAIT_S), ("compute", N.COMPUTE_S)):
+        st = T.stats(rank_rows, metric_names, group=RANK_GROUP)[[*RANK_GROUP, "median"]]
+        out = out.merge(st.rename(columns={"median": name}), on=RANK_GROUP, how="left")
+    total = out["wait"] + out["compute"]
+    out["wait_share"] = (out["wait"] / total).where(total > 0)
+    out["rank"] = out["rank"].astype(int)
+    return out[PER_RANK_COLUMNS].reset_index(drop=True)
+
+
+def spreads(rank_rows: pd.DataFrame | None, per: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per dataset x mode x pipeline with at least two ranks: the slowest and fastest rank (by
+    median epoch time), ``ratio`` = slowest median / fastest median, and its bootstrap ``lo``/``hi``
+    (NaN with fewer than two samples per rank)."""
+    per = per_rank(rank_rows) if per is None else per
+    out = []
+    for (ds, mode, p), g in per.groupby(["dataset", "mode", "pipeline"], sort=False):
+        if len(g) < 2:
+            continue
+        slow = g.loc[g["epoch_s"].idxmax()]
+        rest = g.drop(index=slow.name)  # equal medians: still two different ranks
+        fast = rest.loc[rest["epoch_s"].idxmin()]
+        iv = S.ratio_ci(_rank_samples(rank_rows, ds, p, mode, int(slow["rank"])),
+                        _rank_samples(rank_rows, ds, p, mode, int(fast["rank"])))
+        out.append({"dataset": ds, "mode": mode, "pipeline": p, "slowest": int(slow["rank"]),
+                    "fastest": int(fast["rank"]), "ratio": slow["epoch_s"] / fast["epoch_s"],
+                    "lo": iv.lo, "hi": iv.hi})
+    return pd.DataFrame(out, columns=SPREAD_COLUMNS)
+
+
+def _rank_samples(rank_rows: pd.DataFrame, dataset: str, pipeline: str, mode: str, rank: int):
+    return T.samples(rank_rows[rank_rows["rank"] == rank], N.EPOCH_S, dataset, pipeline, mode)
+
+
+def fmt_rank(h) -> str:
+    """``0.52 (IQR 0.01), wait 12%`` (no wait part without the split)."""
+    s = T.fmt_median_iqr(h["epoch_s"], h["epoch_s_iqr"])
+    return s if pd.isna(h["wait_share"]) else f"{s}, wait {100 * h['wait_share']:.0f}%"
+
+
+def fmt_spread(h) -> str:
+    """``1.50x [1.36-1.64] (rank 1 / rank 0)``; ``: no difference detected`` when the interval holds 1.0."""
+    iv = S.Interval(h["ratio"], h["lo"], h["hi"])
+    span = f" [{iv.lo:.2f}-{iv.hi:.2f}]" if iv.ok else ""
+    who = f"(rank {h['slowest']} / rank {h['fastest']})"
+    return f"{iv.value:.2f}x{span} {who}" + ("" if not iv.ok or iv.excludes(1.0) else f": {S.NO_DIFFERENCE}")
+
+
+def rank_tables(rank_rows: pd.DataFrame | None) -> dict[tuple[str, str], pd.DataFrame]:
+    """(dataset, mode) with at least two ranks -> rows ``rank`` (0..N-1, then ``slowest / fastest``),
+    columns pipeline: ``fmt_rank`` of each rank, ``fmt_spread`` in the last row; ``—`` where a
+    pipeline has no ok epoch of that rank."""
+    per = per_rank(rank_rows)
+    sp = spreads(rank_rows, per)
+    out = {}
+    for ds in sorted(per["dataset"].unique()):
+        d = per[per["dataset"] == ds]
+        for mode in T.order_key(d["mode"].unique(), N.MODE_ORDER):
+            g = d[d["mode"] == mode]
+            ranks = sorted(g["rank"].unique())
+            if len(ranks) < 2:
+                continue
+            table = {}
+            for p in T.order_key(g["pipeline"].unique(), N.PIPELINE_ORDER):
+                hits = {h["rank"]: h for h in g[g["pipeline"] == p].to_dict("records")}
+                col = {str(r): fmt_rank(hits[r]) if r in hits else "—" for r in ranks}
+                s = sp[(sp["dataset"] == ds) & (sp["mode"] == mode) & (sp["pipeline"] == p)]
+                col[SPREAD_ROW] = fmt_spread(s.iloc[0]) if len(s) else "—"
+                table[p] = col
+            out[(ds, mode)] = pd.DataFrame(table).rename_axis("rank")
+    return out

@@ -1,0 +1,173 @@
+"""The report's per-rank section (data-parallel runs) on result folders with known per-rank times.
+
+The runs go through the harness's own merge (``bench.harness.ranks.merge``): rows.csv holds the
+aggregate rows and each rank's rows exactly as ``inrbench bench --nproc N`` writes them.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import results as R
+from bench.harness.ranks import RankResult, merge
+from bench.report import build_report
+from bench.report import ranks as RK
+from bench.report.load import load
+from bench.report.markdown import parse_tables
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "results" / "sweep"
+IMAGES = 160  # per rank per epoch
+
+
+def _dp_run(out: Path, pipeline: str, mode: str, epochs: list[list[float]], dataset: str = "syn",
+            split: list[tuple[float, float]] | None = None, fail_rank: int | None = None) -> None:
+    """One data-parallel run of ``len(epochs)`` ranks, repeat 0: rank r's measured epochs take
+    ``epochs[r]`` s; ``split[r]`` = (data wait s, compute s) of each of rank r's epochs."""
+    world = len(epochs)
+    run_id = f"dp-{dataset}-{pipeline}-{mode}"
+
+    def cfg(r: int) -> dict:
+        return {"pipe": {"device": "cpu", "rank": r, "world_size": world}}
+
+    results = []
+    for r, times in enumerate(epochs):
+        rr = R.RunRows(run_id, pipeline, dataset, mode, cfg(r), rank=r)
+        if r == fail_rank:
+            rr.error("RuntimeError: injected")
+            results.append(RankResult.of(r, rr, 1))
+            continue
+        for e, t in enumerate(times):
+            rr.add("epoch_s", t, "s", repeat=0, epoch=e + 1)
+            rr.add("images_per_s", IMAGES / t, "img/s", repeat=0, epoch=e + 1)
+            rr.add("images", IMAGES, "1", repeat=0, epoch=e + 1)
+            if split is not None:
+                rr.add("data_wait_s", split[r][0], "s", repeat=0, epoch=e + 1)
+                rr.add("compute_s", split[r][1], "s", repeat=0, epoch=e + 1)
+        results.append(RankResult.of(r, rr, 0))
+    run = R.RunRows(run_id, pipeline, dataset, mode, cfg(0))
+    merge(run, results)
+    R.write_run(out, run)
+
+
+def _single_run(out: Path, pipeline: str, mode: str, times: list[float], dataset: str = "syn") -> None:
+    run = R.RunRows(f"sp-{dataset}-{pipeline}-{mode}", pipeline, dataset, mode, {"pipe": {"device": "cpu"}})
+    for e, t in enumerate(times):
+        run.add("epoch_s", t, "s", repeat=0, epoch=e + 1)
+        run.add("images_per_s", IMAGES / t, "img/s", repeat=0, epoch=e + 1)
+    R.write_run(out, run)
+
+
+# rank 0 median 1.0 s (wait 0.1 / compute 0.9: 10%), rank 1 median 1.5 s (0.6 / 0.9: 40%)
+INR_LOADER = [[0.9, 1.0, 1.1, 1.05, 0.95], [1.4, 1.5, 1.6, 1.55, 1.45]]
+RAW_LOADER = [[1.0, 1.02, 0.98, 1.01, 0.99], [1.01, 0.99, 1.03, 1.0, 1.02]]  # medians 1.00 / 1.01
+BIG_TRAIN = [[1.0, 1.0, 1.0], [1.2, 1.1, 1.3], [0.8, 0.85, 0.75], [1.1, 1.1, 1.1]]  # medians 1.0/1.2/0.8/1.1
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """syn: a single-process torch-jpeg run and 2-rank inr/raw loader runs (so the 2-rank runs are
+    labelled ``syn (2 processes)``) and a 2-rank dali train run that failed on rank 1; big: a
+    4-rank inr train run without the wait/compute split."""
+    base = tmp_path_factory.mktemp("ranks")
+    out = base / "results"
+    _single_run(out, "torch-jpeg", "loader", [2.0, 2.1, 1.9])
+    _dp_run(out, "inr", "loader", INR_LOADER, split=[(0.1, 0.9), (0.6, 0.9)])
+    _dp_run(out, "raw", "loader", RAW_LOADER, split=[(0.2, 0.8), (0.2, 0.8)])
+    _dp_run(out, "dali", "train", [[1.0, 1.0], [1.0, 1.0]], fail_rank=1)
+    _dp_run(out, "inr", "train", BIG_TRAIN, dataset="big")
+    rep = base / "report"
+    build_report(out, rep)
+    return out, (rep / "README.md").read_text()
+
+
+def _rank_table(text: str, dataset: str, mode: str):
+    t = parse_tables(text)[f"{dataset} — {mode} — epoch time per rank"][0]
+    return t.set_index("rank")
+
+
+def _median_iqr(cell: str) -> tuple[float, float]:
+    med, rest = cell.split(" (IQR ")
+    return float(med), float(rest.split(")")[0])
+
+
+def test_per_rank_table_holds_each_ranks_median_and_wait_share(folder):
+    _, text = folder
+    assert "## Data-parallel runs: epoch time per rank (s)" in text
+    t = _rank_table(text, "syn (2 processes)", "loader")
+    assert list(t.columns) == ["raw", "inr"]  # pipeline order; the single-process torch-jpeg is not here
+    assert list(t.index) == ["0", "1", RK.SPREAD_ROW]
+    for r, times in enumerate(INR_LOADER):
+        med, iqr = _median_iqr(t.loc[str(r), "inr"])
+        q75, q25 = np.percentile(times, [75, 25])
+        assert med == pytest.approx(np.median(times), abs=1e-3) and iqr == pytest.approx(q75 - q25, abs=1e-3)
+    assert t.loc["0", "inr"].endswith(", wait 10%") and t.loc["1", "inr"].endswith(", wait 40%")
+    assert t.loc["0", "raw"].endswith(", wait 20%")
+
+
+def test_spread_is_slowest_over_fastest_rank(folder):
+    _, text = folder
+    t = _rank_table(text, "syn (2 processes)", "loader")
+    inr = t.loc[RK.SPREAD_ROW, "inr"]  # 1.5 / 1.0, the interval excludes 1.0
+    assert inr.startswith("1.50x [") and inr.endswith("(rank 1 / rank 0)")
+    lo, hi = (float(v) for v in inr.split("[")[1].split("]")[0].split("-"))
+    assert 1.0 < lo <= 1.5 <= hi
+    raw = t.loc[RK.SPREAD_ROW, "raw"]  # 1.01 / 1.00: noise
+    assert raw.startswith("1.01x [") and raw.endswith("(rank 1 / rank 0): no difference detected")
+
+    big = _rank_table(text, "big", "train")  # one world size: the dataset keeps its name
+    assert list(big.index) == ["0", "1", "2", "3", RK.SPREAD_ROW]
+    assert ", wait" not in big.loc["0", "inr"]  # no wait/compute split in these rows
+    medians = [_median_iqr(big.loc[str(r), "inr"])[0] for r in range(4)]
+    assert medians == pytest.approx([1.0, 1.2, 0.8, 1.1])
+    sp = big.loc[RK.SPREAD_ROW, "inr"]
+    assert float(sp.split("x")[0]) == pytest.approx(max(medians) / min(medians), abs=0.005)  # 1.50
+    assert sp.endswith("(rank 1 / rank 2)")
+
+
+def test_spreads_frame_and_equal_ranks(folder):
+    out, _ = folder
+    x = load(out)
+    assert x.rows["rank"].isna().all() or (x.rows.loc[x.rows["rank"].notna(), "metric"] == "run").all()
+    sp = RK.spreads(x.rank_rows).set_index(["dataset", "mode", "pipeline"])
+    assert sp.loc[("big", "train", "inr"), "ratio"] == pytest.approx(1.2 / 0.8)
+    assert sp.loc[("syn (2 processes)", "loader", "inr"), ["slowest", "fastest"]].tolist() == [1, 0]
+    # the failed run has no per-rank epochs: no spread for it
+    assert ("syn (2 processes)", "train", "dali") not in sp.index
+    same = x.rank_rows[(x.rank_rows["dataset"] == "big") & (x.rank_rows["rank"] == 0)]
+    twin = same.assign(rank=1)  # two ranks with identical samples: 1.00x, two different ranks
+    s = RK.spreads(R.to_frame([*same.to_dict("records"), *twin.to_dict("records")]))
+    assert s["ratio"].tolist() == [1.0] and sorted(s[["slowest", "fastest"]].iloc[0]) == [0, 1]
+    assert RK.fmt_spread(s.iloc[0]).startswith("1.00x [1.00-1.00] (rank ")
+
+
+def test_failed_data_parallel_run_shows_its_error_not_nothing(folder):
+    _, text = folder
+    t = parse_tables(text)["syn (2 processes) — images/s, median (IQR)"][0].set_index("pipeline")
+    assert t.loc["dali", "train"] == "error: rank 1: RuntimeError: injected"
+    assert "syn (2 processes) — train — epoch time per rank" not in text  # no per-rank epochs there
+
+
+def test_no_rank_rows_no_section(tmp_path):
+    out = tmp_path / "results"
+    _single_run(out, "raw", "loader", [1.0, 1.1, 0.9])
+    _single_run(out, "inr", "loader", [0.5, 0.6, 0.4])
+    build_report(out, tmp_path / "rep")
+    text = (tmp_path / "rep" / "README.md").read_text()
+    assert "per rank" not in text and "Data-parallel" not in text
+    assert RK.rank_tables(load(out).rank_rows) == {}
+
+
+def test_sweep_folder_reads_rank_rows(tmp_path):
+    """A sweep cell holding a 2-rank run: the report of the sweep folder has its per-rank table."""
+    src = tmp_path / "sweep"
+    shutil.copytree(FIX, src)
+    cell = src / "cells" / "bench-inr-loader"  # the fixture's cells hold their runs directly
+    _dp_run(cell, "inr", "loader", INR_LOADER, dataset="photos32")
+    build_report(src, tmp_path / "rep")
+    text = (tmp_path / "rep" / "README.md").read_text()
+    t = _rank_table(text, "photos32 (2 processes)", "loader")
+    assert t.loc[RK.SPREAD_ROW, "inr"].startswith("1.50x [")
