@@ -1,4 +1,5 @@
-"""Run metadata (``env.json``): commit, code version, library versions, which PIL, CPU, GPU, driver.
+"""Run metadata (``env.json``): commit, code version, library versions, which PIL, which JPEG decoder
+``torch-nvjpeg`` uses (TorchCodec or torchvision.io), CPU, GPU, driver.
 
 ``code_identity()`` is what ties a result to the code that produced it (a sweep cell's identity
 includes it): the code version of the package folders ``bench/``, ``pipelines/``, ``inr/`` (in a
@@ -54,6 +55,18 @@ def pil_info() -> dict[str, Any]:
         "libjpeg_turbo": bool(features.check_feature("libjpeg_turbo")),
         "module_path": str(Path(PIL.__file__).parent),
     }
+
+
+def torch_nvjpeg_decoder() -> dict[str, Any]:
+    """Which library ``torch-nvjpeg`` decodes with here: ``pipelines.torch_nvjpeg.jpeg_decoder().info()``
+    (TorchCodec, or torchvision.io with the reason TorchCodec is not used), or neither, with the reason."""
+    from pipelines.base import Unavailable
+    from pipelines.torch_nvjpeg import jpeg_decoder
+
+    try:
+        return jpeg_decoder().info()
+    except Unavailable as e:
+        return {"available": False, "library": None, "reason": str(e)}
 
 
 def git_info(cwd: str | Path | None = None) -> dict[str, Any]:
@@ -221,7 +234,7 @@ def gpu_info() -> dict[str, Any]:
 
 
 def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Everything ``env.json`` holds. Imports torch (and DALI if installed).
+    """Everything ``env.json`` holds. Imports torch (and DALI and TorchCodec if installed).
 
     ``distributed``: a data-parallel run's shape (world size, backend, nnodes, each rank's hostname
     and local rank: ``bench.harness.runner._topology``), recorded as ``distributed``; a single
@@ -245,6 +258,7 @@ def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
             "inr-bench": _version("inr-bench"),
             "torch": torch.__version__,
             "torchvision": _version("torchvision"),
+            "torchcodec": _version("torchcodec"),
             "nvidia-dali": dali_version,
             "numpy": _version("numpy"),
             "pandas": _version("pandas"),
@@ -256,6 +270,7 @@ def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
         "torch_cuda_available": torch.cuda.is_available(),
         "torch_num_threads": torch.get_num_threads(),
         "pil": pil_info(),
+        "torch_nvjpeg": torch_nvjpeg_decoder(),  # the JPEG decoder the torch-nvjpeg pipeline uses
         "cpu": cpu_info(),
         "gpu": gpu_info(),
         "distributed": dict(distributed) if distributed else {"world_size": 1},

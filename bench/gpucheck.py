@@ -623,7 +623,8 @@ def render_md(doc: dict[str, Any]) -> str:
         "# inr-bench gpu-check",
         "",
         f"device **{doc['device']}** ({env.get('device_name', '')}); torch {env.get('torch')} "
-        f"(CUDA {env.get('torch_cuda')}), DALI {env.get('dali')}; git {env.get('git_sha')}"
+        f"(CUDA {env.get('torch_cuda')}), DALI {env.get('dali')}, torch-nvjpeg decoder "
+        f"{env.get('torch_nvjpeg_decoder')}; git {env.get('git_sha')}"
         f"{' (dirty)' if env.get('git_dirty') else ''}; started {doc['started_utc']}; "
         f"{'complete' if doc['complete'] else 'INCOMPLETE (still running or cut short)'}, "
         f"{doc['elapsed_s']:.0f} s of a {doc['budget_s']:.0f} s budget.",
@@ -646,11 +647,13 @@ def render_md(doc: dict[str, Any]) -> str:
 def _env_summary() -> dict[str, Any]:
     import torch
 
-    from bench.envinfo import git_info, library_versions
+    from bench.envinfo import git_info, library_versions, torch_nvjpeg_decoder
 
     git = git_info()
     cuda = torch.cuda.is_available()
+    nvjpeg = torch_nvjpeg_decoder()
     return {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "dali": library_versions()["nvidia-dali"],
+            "torch_nvjpeg_decoder": f"{nvjpeg['library']} {nvjpeg['version']}" if nvjpeg["library"] else "none",
             "device_name": torch.cuda.get_device_name(0) if cuda else "no CUDA device",
             "git_sha": (git.get("sha") or "")[:12], "git_dirty": git.get("dirty"), "python": sys.version.split()[0]}
 

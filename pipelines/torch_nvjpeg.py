@@ -1,13 +1,24 @@
-"""``torch-nvjpeg``: JPEG bytes resident in host memory, decoded in batches by torchvision.
+"""``torch-nvjpeg``: JPEG bytes resident in host memory, decoded in batches by TorchCodec (or torchvision.io).
 
 What many users pick today instead of DALI: the split's JPEG files are read once at build into
 uint8 tensors (pinned when the device is CUDA, so the decoder's host->device copies are DMA);
-each batch is one ``torchvision.io.decode_jpeg(list_of_tensors, device="cuda")`` call (nvJPEG,
-batched; on A100/H100-class GPUs nvJPEG may use the hardware decoder). Without a GPU the same call
-decodes on the CPU (libjpeg-turbo inside torchvision) in the calling thread. ``config.workers`` is
-not used: a pool of decode threads measured slower here (1.8x at 224 px on 2 cores: the
-augmentation's OpenMP threads spin between batches and compete with it), and on a GPU the decode
-is nvJPEG's.
+each batch is one ``decode_jpeg(list_of_tensors, mode="RGB", device=config.device)`` call:
+``torchcodec.decoders.decode_jpeg`` when TorchCodec can be imported, else
+``torchvision.io.decode_jpeg`` (the same call; torchvision 0.29 deprecates it in favour of
+TorchCodec, with a ``DeprecationWarning`` per call). On CUDA that is nvJPEG, batched (on
+A100/H100-class GPUs nvJPEG may use the hardware decoder); without a GPU the same call decodes on
+the CPU (libjpeg-turbo: TorchCodec's own copy, or torchvision's) in the calling thread, one image
+after the other. ``config.workers`` is not used: a pool of decode threads measured slower here
+(1.8x at 224 px on 2 cores: the augmentation's OpenMP threads spin between batches and compete
+with it), and on a GPU the decode is nvJPEG's.
+
+Which decoder ran is recorded: ``TorchNvjpegPipeline.decoder`` (``jpeg_decoder()``: library,
+version with its build tag, the function, and why TorchCodec was not used when it was not), and
+``env.json``'s ``torch_nvjpeg`` section (``bench.envinfo.collect``) next to ``versions.torchcodec``.
+On the CPU both decoders give the same pixels as PIL, bit for bit, on the prepared JPEGs
+(``tests/test_pipelines_nvjpeg.py``). TorchCodec applies a file's EXIF orientation (torchvision
+and PIL do not by default); prepared files carry no EXIF (written from arrays by
+``bench.datasets.prepared``).
 
 Augmentation is ``raw``'s device-side code (``pipelines.crops``): the decoded ``[3, H, W]`` images
 all have the prepared size, so they stack into one ``[B, 3, H, W]`` batch; crops and flips are
@@ -21,23 +32,26 @@ with ``config.resident == "shard"`` only its fixed shard's (``shard.held_samples
 
 Host syncs on CUDA: none of ours in an epoch's steady state. The epoch's order goes to the device
 once per epoch with ``crops.to_device`` (pinned, non-blocking); the file indices stay on the CPU
-(``order`` there), crops go through ``warp`` like ``raw``'s. What torchvision's batched CUDA decode
-does inside (nvJPEG's host-side Huffman phase for images the hardware decoder does not take, its
-stream handling) is the API's own cost, and part of what this adapter measures.
+(``order`` there), crops go through ``warp`` like ``raw``'s. What the decoder does inside is the
+API's own cost, and part of what this adapter measures: TorchCodec (0.17, ``DecodeJpegCuda.cpp``)
+decodes on the current stream and ``cudaStreamSynchronize``-s it before returning (and once before
+a batch goes to the hardware decoder), so a batch's decode first waits for the GPU work queued
+before it, the previous training step included. Those are CUDA runtime calls, which
+``torch.cuda.set_sync_debug_mode`` does not see.
 
 Resident bytes: ``host`` = the JPEG bytes held (whole files, headers included); ``device`` = the
 labels on ``config.device``. Every file's header is checked at build: a file whose frame size is
 not the prepared size (a replaced or damaged file, or a pixel bomb) is refused naming the file,
 before anything is decoded.
-
-torchvision 0.29 deprecates its image decoders in favour of TorchCodec (a ``DeprecationWarning``
-per call, hidden outside tests); ``decode_jpeg`` is what the users this adapter stands for call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -108,24 +122,71 @@ def read_jpegs(paths: tuple[Path, ...], size: tuple[int, int], pin: bool) -> lis
     return out
 
 
+@dataclass(frozen=True)
+class JpegDecoder:
+    """The ``decode_jpeg`` this adapter calls, and which library it is.
+
+    ``decode(data, mode="RGB", device=...)``: ``data`` a 1-D uint8 tensor of a JPEG file's bytes
+    (on the host) or a list of them; returns uint8 ``[3, H, W]`` on ``device`` (a list for a list).
+    ``version`` is the module's ``__version__``, build tag included (``"0.17.0+cu130"``).
+    ``fallback_reason``: why TorchCodec is not the decoder (None when it is).
+    """
+
+    library: str  # "torchcodec" | "torchvision"
+    version: str
+    decode: Callable[..., Any]
+    fallback_reason: str | None = None
+
+    @property
+    def function(self) -> str:
+        return f"{self.library}.{'decoders' if self.library == 'torchcodec' else 'io'}.decode_jpeg"
+
+    def info(self) -> dict[str, str | None]:
+        """What results record: ``{"library", "version", "function", "fallback_reason"}``."""
+        return {"library": self.library, "version": self.version, "function": self.function,
+                "fallback_reason": self.fallback_reason}
+
+
+def jpeg_decoder() -> JpegDecoder:
+    """TorchCodec's ``decode_jpeg`` when it can be imported, else torchvision.io's.
+
+    Any failure to import TorchCodec falls back (not installed; or its native libraries do not
+    load: the PyPI wheel is built for one CUDA major and needs a CUDA build of torch), with the
+    reason kept in ``fallback_reason``. Raises ``Unavailable`` when neither can be imported.
+    """
+    try:
+        import torchcodec
+        from torchcodec.decoders import decode_jpeg
+    except Exception as e:  # noqa: BLE001 - ImportError, or OSError/RuntimeError from its native libraries
+        why = f"torchcodec cannot be imported: {type(e).__name__}: {' '.join(str(e).split())}"
+    else:
+        return JpegDecoder("torchcodec", str(getattr(torchcodec, "__version__", "unknown")), decode_jpeg)
+    try:
+        import torchvision
+        from torchvision.io import decode_jpeg
+    except Exception as e:  # noqa: BLE001 - a broken torchvision install
+        raise Unavailable(f"{why}; torchvision.io.decode_jpeg cannot be imported either: "
+                          f"{type(e).__name__}: {e}") from None
+    return JpegDecoder("torchvision", torchvision.__version__, decode_jpeg, fallback_reason=why)
+
+
+_SOURCE_LOCATION = re.compile(r"^[\w:]+, \S+\.(?:cpp|cu|h|hpp):\d+, ")
+
+
 def _reason(e: Exception) -> str:
-    """torchvision's error on one line, without its C++ source location."""
-    msg = " ".join(str(e).split())
-    return msg.rsplit(", ", 1)[-1] if ".cpp:" in msg else msg
+    """The decoder's error on one line, without its C++ function and source location."""
+    return _SOURCE_LOCATION.sub("", " ".join(str(e).split()))
 
 
 @register("torch-nvjpeg")
 class TorchNvjpegPipeline(Pipeline):
     """Holds the split's JPEG files as uint8 tensors on the host and ``labels`` int64 ``[N]`` on the device
-    (or only the rank's fixed shard's: ``[M]``, ``shard.held_samples``)."""
+    (or only the rank's fixed shard's: ``[M]``, ``shard.held_samples``); ``decoder``: the ``JpegDecoder``
+    every batch goes through."""
 
     def __init__(self, data: PreparedDataset, config: PipelineConfig, store: Path | None = None):
         super().__init__(data, config, store)
-        try:
-            from torchvision.io import ImageReadMode, decode_jpeg
-        except Exception as e:  # noqa: BLE001 - a broken torchvision install
-            raise Unavailable(f"torchvision.io.decode_jpeg cannot be imported: {type(e).__name__}: {e}") from None
-        self._decode, self._mode = decode_jpeg, ImageReadMode.RGB
+        self.decoder = jpeg_decoder()  # which library decodes: recorded with the results (module docstring)
         split = data.split(config.split)
         self.device = torch.device(config.device)
         self.cuda = self.device.type == "cuda"
@@ -134,12 +195,13 @@ class TorchNvjpegPipeline(Pipeline):
         held = held_samples(self.n, config).tolist()
         self.paths = tuple(split.jpeg_paths[i] for i in held)  # position k: sample held[k]
         self.jpegs: list[torch.Tensor] | None = read_jpegs(self.paths, split.image_size, pin=self.cuda)
-        if self.cuda:  # torchvision without nvJPEG support raises on the first CUDA decode: say so now
+        if self.cuda:  # a decoder built without nvJPEG raises on the first CUDA decode: say so now
             try:
-                self._decode(self.jpegs[:1], mode=self._mode, device=self.device)
+                self.decoder.decode(self.jpegs[:1], mode="RGB", device=self.device)
             except RuntimeError as e:
                 self.jpegs = None
-                raise Unavailable(f"torchvision cannot decode JPEG on {self.device}: {' '.join(str(e).split())}") from None
+                raise Unavailable(f"{self.decoder.function} ({self.decoder.version}) cannot decode JPEG on "
+                                  f"{self.device}: {' '.join(str(e).split())}") from None
         self.labels: torch.Tensor | None = torch.from_numpy(split.labels[held]).to(self.device)
         self.epoch = 0
 
@@ -151,22 +213,20 @@ class TorchNvjpegPipeline(Pipeline):
         """uint8 ``[B, 3, H, W]`` on ``config.device`` for the files ``idx``."""
         data = [self.jpegs[i] for i in idx]
         try:
-            if self.cuda:
-                images = self._decode(data, mode=self._mode, device=self.device)
-            else:
-                images = self._decode(data, mode=self._mode)
+            images = self.decoder.decode(data, mode="RGB", device=self.device)
         except RuntimeError as e:
             raise self._bad_file(idx, e) from None
         return torch.stack(images)
 
     def _bad_file(self, idx: list[int], e: Exception) -> InputError:
-        """The first file of ``idx`` torchvision cannot decode on the CPU, as one line naming it."""
+        """The first file of ``idx`` the decoder cannot decode on the CPU, as one line naming it."""
+        lib = self.decoder.library
         for i in idx:
             try:
-                self._decode(self.jpegs[i], mode=self._mode)
+                self.decoder.decode(self.jpegs[i], mode="RGB")
             except RuntimeError as err:
-                return InputError(f"cannot decode JPEG (torchvision: {_reason(err)})", self.paths[i])
-        return InputError(f"a JPEG of this batch cannot be decoded (torchvision: {_reason(e)})",
+                return InputError(f"cannot decode JPEG ({lib}: {_reason(err)})", self.paths[i])
+        return InputError(f"a JPEG of this batch cannot be decoded ({lib}: {_reason(e)})",
                           self.paths[idx[0]].parent)
 
     def __iter__(self) -> Iterator[Batch]:

@@ -1,10 +1,18 @@
 """``torch-nvjpeg`` beyond the registry-parametrized contract (``tests/test_pipelines.py``):
-its decode agrees with ``torch-jpeg``'s (PIL), its augmentation is ``raw``'s, resident bytes are the JPEG files, and the build-time header check refuses bad files by name.
+its decode agrees with ``torch-jpeg``'s (PIL), bit for bit on the CPU, with either decoder (TorchCodec,
+or torchvision.io when TorchCodec cannot be imported: the ``decoder`` fixture); the decoder is
+recorded; its augmentation is ``raw``'s, resident bytes are the JPEG files, and the build-time
+header check refuses bad files by name. ``gpu``-marked: each decoder's CUDA decode against its CPU
+decode of the same bytes, and TorchCodec's host sync before it returns.
 """
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import io
+import math
+import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -14,11 +22,35 @@ import pipelines
 from bench.datasets.prepared import PreparedDataset, open_prepared
 from bench.errors import InputError
 from pipelines import Augment, PipelineConfig, Unavailable
-from pipelines.torch_nvjpeg import jpeg_size
+from pipelines.torch_nvjpeg import jpeg_decoder, jpeg_size
 
-# JPEG decoders may differ in IDCT and chroma upsampling: libjpeg-turbo vs libjpeg-turbo (PIL and
-# torchvision on the CPU) agree exactly; nvJPEG's GPU IDCT and upsampling differ by a few levels.
+# JPEG decoders may differ in IDCT and chroma upsampling: libjpeg-turbo vs libjpeg-turbo (PIL,
+# torchvision and TorchCodec on the CPU) agree exactly; nvJPEG's GPU IDCT and upsampling differ by a
+# few levels.
 MAX_ABS, MEAN_ABS = 8.0, 1.0  # in 0..255 levels
+DEPRECATED = "deprecated since torchvision"  # torchvision 0.29's DeprecationWarning on its decoders
+
+
+def _decoders() -> list:
+    """The decoders ``torch-nvjpeg`` can use here; TorchCodec skipped with the reason where it cannot be imported."""
+    got = jpeg_decoder()
+    tc = pytest.param("torchcodec", marks=() if got.library == "torchcodec" else
+                      pytest.mark.skip(reason=got.fallback_reason or "torchcodec not importable"))
+    # the fallback is torchvision's deprecated decoder: its warning is expected in these tests (and
+    # asserted by test_no_torchvision_deprecation_with_torchcodec_and_the_fallback_still_runs)
+    tv = pytest.param("torchvision", marks=pytest.mark.filterwarnings(
+        f"ignore:.*{DEPRECATED}:DeprecationWarning"))
+    return [tc, tv]
+
+
+@pytest.fixture(params=_decoders())
+def decoder(request, monkeypatch) -> str:
+    """``torch-nvjpeg`` decodes with this library for the test's duration: ``torchvision`` is the
+    fallback, reached by making ``from torchcodec.decoders import ...`` fail."""
+    if request.param == "torchvision":
+        monkeypatch.setitem(sys.modules, "torchcodec.decoders", None)
+    assert jpeg_decoder().library == request.param
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +77,8 @@ def _epoch(name: str, data: PreparedDataset, device: str = "cpu", **kw) -> tuple
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_decode_matches_torch_jpeg_within_decoder_tolerance(device, photos):
-    """Centre crop, no flip, no shuffle: torch-nvjpeg (torchvision on ``device``) vs torch-jpeg (PIL)."""
+def test_decode_matches_torch_jpeg_within_decoder_tolerance(device, decoder, photos):
+    """Centre crop, no flip, no shuffle: torch-nvjpeg (``decoder`` on ``device``) vs torch-jpeg (PIL)."""
     ours, labels = _epoch("torch-nvjpeg", photos, device)
     ref, ref_labels = _epoch("torch-jpeg", photos)
     assert torch.equal(labels, ref_labels)
@@ -57,6 +89,66 @@ def test_decode_matches_torch_jpeg_within_decoder_tolerance(device, photos):
     # and both are the prepared pixels up to JPEG's loss (quality 90)
     px = torch.from_numpy(np.array(photos.split("train").images)).permute(0, 3, 1, 2).double()
     assert (ours - px).abs().mean() < 8.0
+
+
+def test_cpu_decode_is_pils_and_torchvisions_bit_for_bit(decoder, photos):
+    """The adapter's CPU decode of every prepared JPEG: uint8 ``[N, 3, H, W]``, PIL's pixels and
+    ``torchvision.io.decode_jpeg``'s exactly (both libjpeg-turbo)."""
+    from PIL import Image
+
+    p = pipelines.create("torch-nvjpeg", photos, PipelineConfig(workers=0))
+    got = p._decode_batch(list(range(len(p.paths))))
+    with warnings.catch_warnings():  # the reference call; torchvision 0.29 deprecates it
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from torchvision.io import decode_jpeg
+
+        tv = torch.stack([decode_jpeg(t, mode="RGB") for t in p.jpegs])
+    p.close()
+    pil = torch.stack([torch.from_numpy(np.array(Image.open(f).convert("RGB"))).permute(2, 0, 1) for f in p.paths])
+    assert got.dtype == torch.uint8 and got.shape == (len(p.paths), 3, 32, 32)
+    assert torch.equal(got, pil), f"{decoder}: max {(got.int() - pil.int()).abs().max()} levels from PIL"
+    assert torch.equal(got, tv)
+
+
+def test_decoder_is_recorded(decoder, photos):
+    """``pipe.decoder`` and env.json's ``torch_nvjpeg`` name the library that decoded and its version."""
+    import importlib
+
+    from bench import envinfo
+
+    module = importlib.import_module(decoder)
+    p = pipelines.create("torch-nvjpeg", photos, PipelineConfig(workers=0))
+    info = p.decoder.info()
+    p.close()
+    function = {"torchcodec": "torchcodec.decoders.decode_jpeg", "torchvision": "torchvision.io.decode_jpeg"}[decoder]
+    assert info["library"] == decoder and info["function"] == function
+    assert info["version"] == module.__version__ and info["version"].startswith(md.version(decoder))
+    if decoder == "torchcodec":
+        assert info["fallback_reason"] is None
+    else:
+        assert info["fallback_reason"].startswith("torchcodec cannot be imported: ")
+    assert envinfo.torch_nvjpeg_decoder() == info
+    env = envinfo.collect()  # what every run writes to env.json
+    assert env["torch_nvjpeg"] == info
+    if decoder == "torchcodec":
+        assert env["versions"]["torchcodec"] == md.version("torchcodec")
+
+
+def test_no_torchvision_deprecation_with_torchcodec_and_the_fallback_still_runs(decoder, photos):
+    """TorchCodec decodes without torchvision's DeprecationWarning; the fallback warns (per call) and runs."""
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        images, labels = _epoch("torch-nvjpeg", photos)
+    assert images.shape == (48, 3, 32, 32) and labels.shape == (48,)
+    deprecated = [x for x in w if DEPRECATED in str(x.message)]
+    assert bool(deprecated) == (decoder == "torchvision"), [str(x.message)[:80] for x in w]
+
+
+def test_unavailable_when_neither_decoder_imports(monkeypatch, photos):
+    monkeypatch.setitem(sys.modules, "torchcodec.decoders", None)
+    monkeypatch.setitem(sys.modules, "torchvision.io", None)
+    with pytest.raises(Unavailable, match=r"torchcodec cannot be imported: .*; torchvision\.io\.decode_jpeg cannot"):
+        pipelines.create("torch-nvjpeg", photos, PipelineConfig(workers=0))
 
 
 def test_augmentation_is_raws(photos):
@@ -103,9 +195,10 @@ def _copy(photos: PreparedDataset, tmp_path):
     ("resize", r"000002\.jpg: JPEG is 40x40, the prepared split is 32x32"),
     ("truncate", r"000002\.jpg: truncated JPEG"),
     ("header", r"000002\.jpg: no JPEG frame header"),
-    ("scan", r"000002\.jpg: cannot decode JPEG \(torchvision: "),
-])
-def test_bad_files_are_refused_naming_the_file(damage, message, photos, tmp_path):
+    # the decoder's own message, without its C++ function and source location
+    ("scan", r"000002\.jpg: cannot decode JPEG \({decoder}: [A-Z][^/]*\)$"),
+], ids=["resize", "truncate", "header", "scan"])
+def test_bad_files_are_refused_naming_the_file(damage, message, decoder, photos, tmp_path):
     from PIL import Image
 
     root = _copy(photos, tmp_path)
@@ -122,7 +215,90 @@ def test_bad_files_are_refused_naming_the_file(damage, message, photos, tmp_path
         i = b.index(b"\xff\xc4")
         b[i + 2: i + 22] = b"\x00" * 20
         f.write_bytes(bytes(b))
-    with pytest.raises(InputError, match=message):
+    with pytest.raises(InputError, match=message.format(decoder=decoder)):
         p = pipelines.create("torch-nvjpeg", open_prepared(root), PipelineConfig(workers=0, shuffle=False))
         for _ in p:
             pass
+
+
+# ----------------------------------------------------------------------------- on a GPU
+
+AGREE_DB = 30.0  # one decoder's CUDA vs CPU decode of the same bytes: the project's CPU-vs-device floor
+
+
+def _agreement(a: torch.Tensor, b: torch.Tensor) -> tuple[float, str]:
+    """PSNR (dB) of uint8 images ``a`` vs ``b`` (any devices), and max/mean |difference| in levels, as text."""
+    diff = a.cpu().double() - b.cpu().double()
+    mse = float((diff**2).mean())
+    psnr = math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
+    return psnr, f"PSNR {psnr:.1f} dB, max {diff.abs().max():.0f}, mean {diff.abs().mean():.3f} levels"
+
+
+def _jpegs(n: int, size: int, **kw) -> list[torch.Tensor]:
+    """``n`` random crops of skimage's astronaut as JPEG bytes (quality 90, 4:2:0; ``kw`` to PIL), pinned."""
+    from PIL import Image
+    from skimage import data
+
+    astro, rng = data.astronaut(), np.random.default_rng(0)
+    out = []
+    for y, x in rng.integers(0, 512 - size, size=(n, 2)):
+        buf = io.BytesIO()
+        Image.fromarray(astro[y:y + size, x:x + size].copy()).save(buf, "JPEG", quality=90, subsampling="4:2:0", **kw)
+        out.append(torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8).pin_memory())
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n", "size", "kw"), [(256, 32, {}), (64, 224, {}), (32, 224, {"progressive": True})],
+                         ids=["256x32", "64x224", "32x224-progressive"])
+def test_cuda_decode_matches_cpu_decode_of_the_same_bytes(decoder, n, size, kw):
+    """One batched CUDA call (what the adapter makes) vs the same decoder on the CPU: same shapes and
+    dtype, on the device, within AGREE_DB (baseline and progressive; nvJPEG's IDCT and chroma
+    upsampling are not libjpeg-turbo's, and the hardware decoder's may differ again)."""
+    dec = jpeg_decoder()
+    js = _jpegs(n, size, **kw)
+    gpu = dec.decode(js, mode="RGB", device="cuda")
+    cpu = dec.decode(js, mode="RGB")
+    assert len(gpu) == len(cpu) == n
+    for g, c in zip(gpu, cpu, strict=True):
+        assert g.device.type == "cuda" and g.dtype == c.dtype == torch.uint8 and g.shape == c.shape == (3, size, size)
+    psnr, text = _agreement(torch.stack(gpu), torch.stack(cpu))
+    assert psnr >= AGREE_DB, f"{dec.function} {dec.version}: cuda vs cpu {text}"
+
+
+@pytest.mark.gpu
+def test_torchcodec_and_torchvision_cuda_decodes_agree():
+    """The two libraries' nvJPEG decodes of the same bytes, within AGREE_DB (TorchCodec may route
+    images to the hardware decoder where torchvision does not)."""
+    got = jpeg_decoder()
+    if got.library != "torchcodec":
+        pytest.skip(got.fallback_reason or "torchcodec not importable")
+    from torchvision.io import decode_jpeg
+
+    js = _jpegs(64, 224)
+    with warnings.catch_warnings():  # the reference call; torchvision 0.29 deprecates it
+        warnings.simplefilter("ignore", DeprecationWarning)
+        tv = torch.stack(decode_jpeg(js, mode="RGB", device="cuda"))
+    tc = torch.stack(got.decode(js, mode="RGB", device="cuda"))
+    psnr, text = _agreement(tc, tv)
+    assert psnr >= AGREE_DB, f"torchcodec {got.version} vs torchvision on cuda: {text}"
+
+
+@pytest.mark.gpu
+def test_torchcodec_cuda_decode_waits_for_the_stream_and_syncs_the_host():
+    """What the module docstring says of TorchCodec 0.17: it decodes on the current stream, after the work
+    queued there, and host-synchronizes that stream before returning (so a batch's decode waits for
+    the previous step). Checked on a side stream with a long kernel queued before the call."""
+    got = jpeg_decoder()
+    if got.library != "torchcodec":
+        pytest.skip(got.fallback_reason or "torchcodec not importable")
+    js = _jpegs(16, 224)
+    ref = torch.stack(got.decode(js, mode="RGB", device="cuda"))
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time queued on the side stream
+        out = got.decode(js, mode="RGB", device="cuda")
+        assert side.query(), "the decode returned with work still queued on its stream: no host sync"
+        out = torch.stack(out)
+    torch.cuda.synchronize()
+    assert torch.equal(out, ref)

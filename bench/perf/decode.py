@@ -1,7 +1,8 @@
 """`inrbench perf decode`: images/s of INR decode vs JPEG decoders, side by side in one run.
 
-Per size (default 32 and 224): PIL, ``torchvision.io.decode_jpeg`` and DALI CPU decode of the
-``photos`` JPEGs (quality 90), and batched SIREN decode (5x13 up to 64 px, 10x32 above, random
+Per size (default 32 and 224): PIL, ``torchvision.io.decode_jpeg``, ``torchcodec.decoders.decode_jpeg``
+(what ``torch-nvjpeg`` calls when TorchCodec is installed; the row is skipped with the reason when it
+cannot be imported) and DALI CPU decode of the ``photos`` JPEGs (quality 90), and batched SIREN decode (5x13 up to 64 px, 10x32 above, random
 SIREN-initialized weights: decode cost does not depend on the values) in several
 implementations. All on ``--threads`` CPU threads (default 1: per-core figures). INR rows
 also give achieved GFLOP/s (2 * MACs of the linear layers; sines not counted) as a percentage
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-HELP = "images/s of INR decode vs PIL / torchvision / DALI JPEG decode, and INR GFLOP/s vs matmul peak"
+HELP = "images/s of INR decode vs PIL / torchvision / TorchCodec / DALI JPEG decode, and INR GFLOP/s vs matmul peak"
 SMALL_ARCH, LARGE_ARCH = (5, 13), (10, 32)  # Rapid-INR's CIFAR-10 and Flowers102 configurations
 
 
@@ -96,21 +97,44 @@ def jpeg_rows(size: int, root: Path, blobs: list[bytes], args: argparse.Namespac
 
     rows.append({"method": f"PIL {Image.__version__} decode", "variant": "Image.open+convert('RGB')", "rate": rate(pil, args.seconds, args.repeats)})
 
+    import torchvision
     from torchvision.io import decode_jpeg
 
     tensors = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
 
     def tv() -> int:
         for t in tensors:
-            decode_jpeg(t)
+            decode_jpeg(t, mode="RGB")
         return len(tensors)
 
     with warnings.catch_warnings():  # torchvision 0.29 deprecates its decoders (for TorchCodec) on every call
         warnings.simplefilter("ignore", DeprecationWarning)
         tv_rate = rate(tv, args.seconds, args.repeats)
-    rows.append({"method": "torchvision.io.decode_jpeg", "variant": "cpu, one image per call", "rate": tv_rate})
+    rows.append({"method": f"torchvision.io.decode_jpeg {torchvision.__version__}", "variant": "cpu, one image per call",
+                 "rate": tv_rate})
+    rows.append(torchcodec_row(tensors, args))
     rows.append(dali_row(root, len(blobs), args))
     return rows
+
+
+def torchcodec_row(tensors: list[Any], args: argparse.Namespace) -> dict[str, Any]:
+    """``torchcodec.decoders.decode_jpeg`` on the CPU, called as the torchvision row calls its decoder."""
+    from pipelines.torch_nvjpeg import jpeg_decoder
+
+    row: dict[str, Any] = {"method": "torchcodec.decoders.decode_jpeg", "variant": "cpu, one image per call"}
+    dec = jpeg_decoder()  # the import torch-nvjpeg does, so the row runs exactly where the adapter uses it
+    if dec.library != "torchcodec":
+        row["skipped"] = dec.fallback_reason
+        return row
+    row["method"] += f" {dec.version}"
+
+    def tc() -> int:
+        for t in tensors:
+            dec.decode(t, mode="RGB")
+        return len(tensors)
+
+    row["rate"] = rate(tc, args.seconds, args.repeats)
+    return row
 
 
 def dali_row(root: Path, n: int, args: argparse.Namespace) -> dict[str, Any]:
