@@ -134,11 +134,11 @@ def code_version(root: str | Path | None = None) -> dict[str, Any]:
 
 
 def library_versions() -> dict[str, str | None]:
-    """torch, torchvision, DALI and PIL versions from package metadata (nothing heavy imported)."""
+    """torch, torchvision, TorchCodec, DALI and PIL versions from package metadata (nothing heavy imported)."""
     dali = sorted(f"{d.metadata['Name']} {d.version}" for d in md.distributions()
                   if (d.metadata["Name"] or "").lower().startswith("nvidia-dali"))
     pil = pil_info()
-    return {"torch": _version("torch"), "torchvision": _version("torchvision"),
+    return {"torch": _version("torch"), "torchvision": _version("torchvision"), "torchcodec": _version("torchcodec"),
             "nvidia-dali": ", ".join(dali) or None, "PIL": f"{pil['flavor']} {pil['version']}"}
 
 

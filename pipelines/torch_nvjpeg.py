@@ -35,8 +35,12 @@ once per epoch with ``crops.to_device`` (pinned, non-blocking); the file indices
 (``order`` there), crops go through ``warp`` like ``raw``'s. What the decoder does inside is the
 API's own cost, and part of what this adapter measures: TorchCodec (0.17, ``DecodeJpegCuda.cpp``)
 decodes on the current stream and ``cudaStreamSynchronize``-s it before returning (and once before
-a batch goes to the hardware decoder), so a batch's decode first waits for the GPU work queued
-before it, the previous training step included. Those are CUDA runtime calls, which
+a batch goes to the hardware decoder). Called on the training stream, a batch's decode would first
+wait for the GPU work queued before it, the previous training step included, so the adapter calls
+the decoder on a stream of its own (``decode_stream``), as a careful user would: the host waits for
+the decode only, the training stream waits for the decoded batch on the device (``wait_stream``),
+and the batch's memory is kept for the training stream (``record_stream``). torchvision decodes on
+a side stream of its own anyway. Those syncs are CUDA runtime calls, which
 ``torch.cuda.set_sync_debug_mode`` does not see.
 
 Resident bytes: ``host`` = the JPEG bytes held (whole files, headers included); ``device`` = the
@@ -203,6 +207,8 @@ class TorchNvjpegPipeline(Pipeline):
                 raise Unavailable(f"{self.decoder.function} ({self.decoder.version}) cannot decode JPEG on "
                                   f"{self.device}: {' '.join(str(e).split())}") from None
         self.labels: torch.Tensor | None = torch.from_numpy(split.labels[held]).to(self.device)
+        # CUDA: the decoder runs on its own stream, so that its host sync never waits for training (docstring)
+        self.decode_stream = torch.cuda.Stream(self.device) if self.cuda else None
         self.epoch = 0
 
     def __len__(self) -> int:
@@ -213,9 +219,16 @@ class TorchNvjpegPipeline(Pipeline):
         """uint8 ``[B, 3, H, W]`` on ``config.device`` for the files ``idx``."""
         data = [self.jpegs[i] for i in idx]
         try:
-            images = self.decoder.decode(data, mode="RGB", device=self.device)
+            if self.decode_stream is None:
+                return torch.stack(self.decoder.decode(data, mode="RGB", device=self.device))
+            consumer = torch.cuda.current_stream(self.device)
+            with torch.cuda.stream(self.decode_stream):
+                images = self.decoder.decode(data, mode="RGB", device=self.device)
         except RuntimeError as e:
             raise self._bad_file(idx, e) from None
+        consumer.wait_stream(self.decode_stream)  # on the device: the host does not wait here
+        for im in images:  # allocated on the decode stream, used on the consumer's
+            im.record_stream(consumer)
         return torch.stack(images)
 
     def _bad_file(self, idx: list[int], e: Exception) -> InputError:

@@ -302,3 +302,23 @@ def test_torchcodec_cuda_decode_waits_for_the_stream_and_syncs_the_host():
         out = torch.stack(out)
     torch.cuda.synchronize()
     assert torch.equal(out, ref)
+
+
+@pytest.mark.gpu
+def test_adapter_decode_does_not_wait_for_the_training_stream(photos):
+    """The adapter decodes on its own stream (module docstring): with a long kernel queued on the
+    training (current) stream, a batch's decode returns while that kernel still runs, and the batch
+    equals the decode of the same files with nothing queued."""
+    pipe = pipelines.create("torch-nvjpeg", photos, PipelineConfig(batch_size=8, device="cuda", workers=0))
+    try:
+        ref = pipe._decode_batch(list(range(8)))
+        torch.cuda.synchronize()
+        torch.cuda._sleep(2_000_000_000)  # about a second of GPU time on the current stream
+        queued = torch.cuda.Event()
+        queued.record()
+        out = pipe._decode_batch(list(range(8)))
+        assert not queued.query(), f"{pipe.decoder.function}: the decode waited for the training stream's work"
+        torch.cuda.synchronize()
+        assert torch.equal(out, ref)
+    finally:
+        pipe.close()

@@ -107,6 +107,7 @@ def test_compression_accuracy_cells_environment(report):
     env = tables["Environment"][0].set_index("")
     assert env.loc["CPU", "value"].startswith("Fixture CPU @ 2.0GHz, 2 logical cores")
     assert env.loc["GPU", "value"].startswith("none (NVML init failed")
+    assert env.loc["torch-nvjpeg decoder", "value"] == "not recorded"  # the fixture's env.json predates it
     assert "No GPU in these runs: NVML init failed (no driver): fixture." in text
 
     ds = tables["INR design space (PSNR vs encoder parameters)"][0]
@@ -158,3 +159,13 @@ def test_no_per_rank_section_without_rank_rows(report):
     """The fixture has single-process runs only: no per-rank heading, not even an empty one."""
     _, text = report
     assert "Data-parallel runs" not in text and "epoch time per rank" not in text
+
+
+def test_environment_names_the_torch_nvjpeg_decoder():
+    from bench.report.build import _nvjpeg_decoder
+
+    assert _nvjpeg_decoder({"library": "torchcodec", "version": "0.17.0+cu130", "fallback_reason": None}) == \
+        "torchcodec 0.17.0+cu130"
+    assert _nvjpeg_decoder({"library": "torchvision", "version": "0.29.1", "fallback_reason": "ImportError: x"}) == \
+        "torchvision 0.29.1 (TorchCodec not used: ImportError: x)"
+    assert _nvjpeg_decoder({"available": False, "library": None, "reason": "neither imports"}) == "none (neither imports)"

@@ -155,7 +155,7 @@ def test_code_version_without_git_hashes_the_package_files(tmp_path):
 
 def test_code_identity_includes_library_versions(monkeypatch):
     a = envinfo.code_identity()
-    assert set(a["libraries"]) == {"torch", "torchvision", "nvidia-dali", "PIL"}
+    assert set(a["libraries"]) == {"torch", "torchvision", "torchcodec", "nvidia-dali", "PIL"}
     assert a["libraries"]["torch"] and a["libraries"]["PIL"].split()[0] in ("Pillow", "pillow-simd")
     monkeypatch.setattr(envinfo, "library_versions", lambda: {**a["libraries"], "torch": "0.0.1"})
     b = envinfo.code_identity()

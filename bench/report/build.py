@@ -221,6 +221,7 @@ def _environment(doc: _Doc, x: ReportInputs) -> None:
         ("NVIDIA DALI", v.get("nvidia-dali") or "not installed"),
         ("PIL", f"{pil.get('flavor')} {pil.get('version')}, libjpeg {pil.get('libjpeg')}"
                 f"{' (turbo)' if pil.get('libjpeg_turbo') else ''}"),
+        ("torch-nvjpeg decoder", _nvjpeg_decoder(env.get("torch_nvjpeg"))),
         ("CPU", f"{cpu.get('model')}, {cpu.get('logical_cores')} logical cores "
                 f"({cpu.get('affinity_cores')} usable), {T.fmt_bytes(cpu.get('memory_bytes') or float('nan'))} RAM"),
         ("GPU", gpu_s),
@@ -229,6 +230,16 @@ def _environment(doc: _Doc, x: ReportInputs) -> None:
     ]
     doc.table(pd.DataFrame(items, columns=["", "value"]), index=False)
     _code_versions(doc, x)
+
+
+def _nvjpeg_decoder(d: dict | None) -> str:
+    """env.json's ``torch_nvjpeg``: ``torchcodec 0.17.0+cu130``, with why TorchCodec was not used if it was not."""
+    if not d:
+        return "not recorded"
+    if not d.get("library"):
+        return f"none ({d.get('reason', 'unavailable')})"
+    why = d.get("fallback_reason")
+    return f"{d['library']} {d.get('version')}" + (f" (TorchCodec not used: {why})" if why else "")
 
 
 def _cells(doc: _Doc, x: ReportInputs) -> None:
