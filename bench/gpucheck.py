@@ -507,7 +507,7 @@ def _cells_done(out: Path) -> dict[str, Any]:
     import pandas as pd
 
     try:
-        df = pd.read_csv(out / "results.csv")
+        df = pd.read_csv(out / "results.csv", low_memory=False)
     except (OSError, ValueError):
         return {"cells_done": 0}
     st = df[df.metric == "cell_s"].status.value_counts()

@@ -336,7 +336,7 @@ def _read_rows_csv(path: Path):
 
     try:
         df = pd.read_csv(path, dtype={c: "string" for c, t in CORE_COLUMNS.items() if t == "string"},
-                         keep_default_na=True)
+                         keep_default_na=True, low_memory=False)
     except (OSError, ValueError) as e:
         raise InputError(f"cannot read results rows: {e}", path) from None
     versions = set(pd.to_numeric(df.get("schema_version"), errors="coerce").dropna().astype(int)) \

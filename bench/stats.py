@@ -3,6 +3,8 @@
 - ``ratio_ci(base, other)``: speedup = median(base) / median(other) of two independent samples of
   epoch times (repeats x epochs, pooled per pipeline) with a seeded two-sample bootstrap interval
   (``scipy.stats.bootstrap``, BCa; percentile when BCa is degenerate).
+  ``bonferroni(m)``: the per-comparison confidence that keeps ``m`` intervals at 95% together,
+  for a ratio picked after looking (the slowest / fastest of k ranks, ``bench.report.ranks``).
 - ``wilson(k, n)``: the Wilson score interval of a proportion
   (``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``).
 - ``mcnemar(a_correct, b_correct)``: exact McNemar test on paired predictions (the same test
@@ -75,10 +77,20 @@ def _median_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.median(a, axis=axis) / np.median(b, axis=axis)
 
 
+def bonferroni(comparisons: int, confidence: float = CONFIDENCE) -> float:
+    """The per-comparison confidence that makes ``comparisons`` intervals hold together with
+    probability >= ``confidence`` (Bonferroni): ``1 - (1 - confidence) / comparisons``. An interval
+    at this level stays valid for a comparison picked after looking at the data (e.g. the slowest
+    and fastest of k ranks: ``comparisons = k (k - 1) / 2``)."""
+    return 1.0 - (1.0 - confidence) / max(int(comparisons), 1)
+
+
 def ratio_ci(base: Sequence[float], other: Sequence[float], seed: int = SEED,
              n_resamples: int = N_RESAMPLES, confidence: float = CONFIDENCE) -> Interval:
     """median(base) / median(other) with a two-sample bootstrap interval (each sample resampled
-    on its own). For epoch times, > 1 means ``other`` is faster. Needs >= 2 finite samples each."""
+    on its own). For epoch times, > 1 means ``other`` is faster. Needs >= 2 finite samples each.
+    Past 95% confidence the resamples grow so that each tail holds at least 20 of them."""
+    n_resamples = max(int(n_resamples), math.ceil(20 / ((1.0 - confidence) / 2)))
     a, b = _clean(base), _clean(other)
     if a.size < 2 or b.size < 2 or np.median(b) <= 0:
         return NAN

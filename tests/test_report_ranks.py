@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from bench import results as R
+from bench import stats as S
 from bench.harness.ranks import RankResult, merge
 from bench.report import build_report
 from bench.report import ranks as RK
@@ -171,3 +172,38 @@ def test_sweep_folder_reads_rank_rows(tmp_path):
     text = (tmp_path / "rep" / "README.md").read_text()
     t = _rank_table(text, "photos32 (2 processes)", "loader")
     assert t.loc[RK.SPREAD_ROW, "inr"].startswith("1.50x [")
+
+
+def _alike_ranks(rng: np.random.Generator, ranks: int, epochs: int, slow: float = 1.0):
+    """Rank rows of one 'inr' loader run: every rank's epochs ~ lognormal(0, 5%), rank 0's
+    multiplied by ``slow``."""
+    rows = []
+    for r in range(ranks):
+        rr = R.RunRows("dp", "inr", "syn", "loader", rank=r)
+        for e, t in enumerate(np.exp(rng.normal(0.0, 0.05, epochs)) * (slow if r == 0 else 1.0)):
+            rr.add("epoch_s", t, "s", repeat=0, epoch=e + 1)
+        rows += rr.rows()
+    return R.to_frame(rows)
+
+
+def test_spread_interval_holds_for_the_pair_picked_among_many_ranks():
+    """8 ranks drawn alike: the slowest / fastest pair is picked by its medians, so a plain 95%
+    interval of that pair excludes 1.0 in about a fifth of runs. The Bonferroni-level interval
+    (28 pairs) keeps false alarms under 5%, and still sees one rank 20% slower every time."""
+    rng = np.random.default_rng(1)
+    plain = bonf = 0
+    for _ in range(100):
+        rows = _alike_ranks(rng, ranks=8, epochs=9)
+        s = RK.spreads(rows).iloc[0]
+        bonf += S.Interval(s["ratio"], s["lo"], s["hi"]).excludes(1.0)
+        pick = [RK._rank_samples(rows, "syn", "inr", "loader", int(s[k])) for k in ("slowest", "fastest")]
+        plain += S.ratio_ci(*pick).excludes(1.0)
+    assert plain >= 15  # 21 of 100 with this seed: the selection effect is real
+    assert bonf <= 5  # 0 with this seed
+    assert S.bonferroni(28) == pytest.approx(1 - 0.05 / 28)
+
+    found = 0
+    for _ in range(20):
+        s = RK.spreads(_alike_ranks(rng, ranks=8, epochs=9, slow=1.2)).iloc[0]
+        found += s["slowest"] == 0 and S.Interval(s["ratio"], s["lo"], s["hi"]).excludes(1.0)
+    assert found == 20

@@ -58,7 +58,7 @@ def test_tiny_synthetic_sweep_end_to_end(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "7 cells (7 ok, 0 skip, 0 error; 0 kept from before)" in r.stdout
 
-    df = pd.read_csv(out / "results.csv")
+    df = pd.read_csv(out / "results.csv", low_memory=False)
     status = df[df.metric == "cell_s"].set_index("run_id")["status"]
     assert (status == "ok").all() and len(status) == 7
     ips = df[(df.metric == "images_per_s") & (df.status == "ok")]
@@ -83,4 +83,4 @@ def test_tiny_synthetic_sweep_end_to_end(tmp_path):
     assert r2.returncode == 0 and "7 kept from before" in r2.stdout, r2.stdout + r2.stderr
     assert "stale" not in r2.stdout
     assert json.loads((out / "sweep.json").read_text())["code"]["code"]["source"] == "files"  # the frozen copy ran
-    assert len(pd.read_csv(out / "results.csv")) == len(df)
+    assert len(pd.read_csv(out / "results.csv", low_memory=False)) == len(df)

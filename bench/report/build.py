@@ -382,9 +382,9 @@ def _ranks(doc: _Doc, rank_rows: pd.DataFrame | None) -> None:
     doc.add("Each rank's own epoch time on its shard, median (IQR) over repeats x epochs, and its "
             "*wait share* (data wait / (data wait + compute), medians) where the run timed steps. "
             "Every other table reads the runs' aggregate rows, whose times are the slowest rank's. "
-            f"`{RK.SPREAD_ROW}`: the slowest rank's median / the fastest rank's, with a 95% "
-            "bootstrap interval (the two ranks are picked by their medians, so with many ranks it is "
-            "optimistic). The epochs of all ranks start together, and in `train`/`replay` DDP's "
+            f"`{RK.SPREAD_ROW}`: the slowest rank's median / the fastest rank's, with a bootstrap "
+            "interval that holds at 95% for all k (k - 1) / 2 pairs of k ranks together (Bonferroni), "
+            "so it stays valid for the pair picked by its medians. The epochs of all ranks start together, and in `train`/`replay` DDP's "
             "gradient all-reduce makes every step wait for the slowest rank: there epoch times even out, "
             "and a rank that loads data slowly shows as the one with the high wait share (the others' "
             "waiting in the all-reduce counts as compute).")
