@@ -169,3 +169,29 @@ def test_environment_names_the_torch_nvjpeg_decoder():
     assert _nvjpeg_decoder({"library": "torchvision", "version": "0.29.1", "fallback_reason": "ImportError: x"}) == \
         "torchvision 0.29.1 (TorchCodec not used: ImportError: x)"
     assert _nvjpeg_decoder({"available": False, "library": None, "reason": "neither imports"}) == "none (neither imports)"
+
+
+def test_time_to_first_batch_includes_the_build(tmp_path):
+    """An adapter that decodes while it is built (DALI) has a tiny ``ttfb_s`` and a large
+    ``build_s``: the table shows ``time_to_first_batch_s`` = build + first batch, per repeat."""
+    from bench import results as R
+
+    out = tmp_path / "results"
+    for pipeline, build, ttfb in (("dali", [0.26, 0.011, 0.012], 0.0001), ("raw", [0.01, 0.01, 0.01], 0.05)):
+        run = R.RunRows(f"r-{pipeline}", pipeline, "syn", "loader", {"pipe": {"device": "cpu"}})
+        for r, b in enumerate(build):
+            run.add("build_s", b, "s", repeat=r)
+            run.add("ttfb_s", ttfb, "s", repeat=r)
+            run.add("time_to_first_batch_s", b + ttfb, "s", repeat=r)
+            run.add("epoch_s", 1.0, "s", repeat=r, epoch=1)
+            run.add("images_per_s", 100.0, "img/s", repeat=r, epoch=1)
+        R.write_run(out, run)
+    build_report(out, tmp_path / "rep")
+    text = (tmp_path / "rep" / "README.md").read_text()
+    t = _table(parse_tables(text), "syn — time to first batch (s)")
+    dali = t.loc["dali", "loader"]
+    assert float(dali.split(" (IQR ")[0]) == pytest.approx(0.0121, abs=1e-4)  # median of 0.2601, 0.0111, 0.0121
+    iqr = float(dali.split(" (IQR ")[1].rstrip(")"))
+    assert iqr == pytest.approx((0.0121 + 0.2601) / 2 - (0.0111 + 0.0121) / 2, rel=0.02)  # the cold build shows
+    assert float(t.loc["raw", "loader"].split(" (IQR ")[0]) == pytest.approx(0.06, abs=1e-4)
+    assert "`build_s` + `ttfb_s`" in text

@@ -14,6 +14,7 @@ from bench.report.load import load
 from bench.report.markdown import parse_tables
 
 N_TEST = 40
+N_EPOCH = ("epoch_s",)
 
 
 def _ident(cid: str) -> dict:
@@ -271,3 +272,44 @@ def test_raw_is_no_ceiling_where_it_trains_slower_than_its_replay(tmp_path):
     _run(out2, "raw", "replay", _noisy(rng, 1.25))
     _run(out2, "dali", "train", _noisy(rng, 1.05))
     assert T.flagged_train(R.read_results(out2)) == {("syn", "dali")}
+
+
+def test_raw_check_needs_raw_shown_at_its_ceiling(tmp_path):
+    """Raw neither shown slower than its replay nor shown within 5% of it (a wide interval, as on
+    a loaded CPU): no evidence that raw is a ceiling, so a pipeline beating it is not flagged.
+    With raw shown near its replay, the bound is 1 / (the interval's low end): beating raw by less
+    than raw's own slack is not flagged, beating it by 25% is."""
+    rng = np.random.default_rng(3)
+    out = tmp_path / "wide"
+    _run(out, "raw", "train", _noisy(rng, 1.0, sd=0.12))
+    _run(out, "raw", "replay", _noisy(rng, 0.92, sd=0.12))
+    _run(out, "dali", "train", _noisy(rng, 0.74))
+    checks = T.sanity_checks(R.read_results(out)).set_index(["pipeline", "check"])
+    own = checks.loc[("raw", "train faster than replay (replay / train)")]
+    assert own["lo"] < 0.95 and own["hi"] > 1.0 and not own["flagged"]  # inconclusive either way
+    row = checks.loc[("dali", "faster than raw end to end (raw train / train)")]
+    assert row["lo"] > 1.2 and not row["flagged"]
+    assert row["note"].startswith("not applicable: raw is not shown to train within 5% of its replay")
+
+    out = tmp_path / "near"
+    _run(out, "raw", "train", _noisy(rng, 1.0))
+    _run(out, "raw", "replay", _noisy(rng, 1.0, sd=0.05))
+    _run(out, "dali", "train", _noisy(rng, 0.8))
+    _run(out, "inr", "train", [[1.0 / 1.03] * 4] * 3)  # 3% faster than raw, within raw's slack
+    rows = R.read_results(out)
+    checks = T.sanity_checks(rows).set_index(["pipeline", "check"])
+    own = S.ratio_ci(T.samples(rows, N_EPOCH, "syn", "raw", "replay"), T.samples(rows, N_EPOCH, "syn", "raw", "train"))
+    assert 0.95 <= own.lo < 1.0 < own.hi
+    inr = checks.loc[("inr", "faster than raw end to end (raw train / train)")]
+    assert 1.0 < inr["lo"] < 1.0 / own.lo and not inr["flagged"] and inr["note"] == ""
+    assert T.flagged_train(rows) == {("syn", "dali")}
+
+
+def test_raw_check_without_a_raw_replay_does_not_apply(tmp_path):
+    rng = np.random.default_rng(4)
+    out = tmp_path / "results"
+    _run(out, "raw", "train", _noisy(rng, 1.0))
+    _run(out, "dali", "train", _noisy(rng, 0.8))
+    row = T.sanity_checks(R.read_results(out)).set_index(["pipeline", "check"]).loc[
+        ("dali", "faster than raw end to end (raw train / train)")]
+    assert row["lo"] > 1.0 and not row["flagged"] and row["note"].startswith("not applicable: no raw replay run")

@@ -297,8 +297,15 @@ def _throughput(doc: _Doc, rows: pd.DataFrame) -> None:
         doc.table(t)
     ttfb = T.pivot_metric(rows, N.TTFB_S, steady=False)
     if ttfb:
+        built = N.first_present(rows["metric"].dropna().unique(), N.TTFB_S) != "ttfb_s"
         for ds, t in ttfb.items():
             doc.add(f"### {ds} — time to first batch (s)")
+            doc.add()
+            doc.add("Per repeat, from the start of the pipeline's build to its first batch on the device "
+                    "(`time_to_first_batch_s` = `build_s` + `ttfb_s`: an adapter that decodes while it is "
+                    "built, as DALI does, shows it here), median (IQR) over repeats." if built else
+                    "Per repeat, `iter()` to the first batch, build excluded (`ttfb_s`: these rows predate "
+                    "`time_to_first_batch_s`), median (IQR) over repeats.")
             doc.add()
             doc.table(t)
 
@@ -332,9 +339,12 @@ def _sanity(doc: _Doc, rows: pd.DataFrame) -> None:
             "the device) or than the model alone on cached batches (`replay`). Ratio > 1 means the "
             "pipeline's train epochs were faster; *flagged* when the whole 95% interval lies above 1.0: "
             "a measurement problem (noise from other load, too-short epochs), so its train speedups are "
-            "not reported as results. `raw` is a ceiling only where its own data work is hidden under "
-            "compute: where raw trains slower than its replay (on a CPU it augments in the training "
-            "thread, while a DataLoader or DALI works on another core), that check does not apply.")
+            "not reported as results. `raw` is a ceiling only where its own data work is *shown* to be "
+            "hidden under compute: its replay / train interval lies at or above "
+            f"{1 - T.CEILING_MARGIN:.2f}, and a pipeline is then flagged above 1 / that interval's low end. "
+            "Where that is not shown (no raw replay run, too wide an interval, or raw slower than its "
+            "replay: on a CPU it augments in the training thread, while a DataLoader or DALI works on "
+            "another core), the raw check does not apply; the replay check always does.")
     doc.add()
     n = int(checks["flagged"].sum())
     doc.add(f"**{n} measurement problem{'s' if n != 1 else ''} flagged.**" if n else "All checks passed.")
