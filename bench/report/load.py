@@ -15,6 +15,8 @@ reason instead of vanishing; ``ReportInputs.rank_rows`` holds the per-rank rows,
 per-rank section reads (``bench.report.ranks``). Runs of one dataset at different world
 sizes are never pooled: each world size above 1 becomes a dataset of its own, ``NAME (N processes)``
 (``by_world_size``, applied to both), so every table compares pipelines at one world size.
+Likewise runs with different settings, or ``inr`` runs of different stores, are never pooled
+(``bench.report.settings``: ``NAME [batch_size=64, ...]`` datasets, ``inr [STEM]`` pipelines).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import InputError
+from bench.report import settings
 from bench.sweep import layout
 from bench.sweep.cells import store_stem
 
@@ -70,6 +73,7 @@ def load(results_dir: str | Path) -> ReportInputs:
     from bench import results as R
 
     every, _ = by_world_size(R.read_results(root), {})
+    every, _ = settings.by_settings(settings.by_store(every), {})
     rows, rank_rows = split_ranks(every)
     env = _read_json(next(iter(sorted(root.glob("runs/*/env.json"))), None))
     code_of = {p.parent.name: (_read_json(p) or {}).get("code") for p in sorted(root.glob("runs/*/env.json"))}
@@ -154,6 +158,7 @@ def _load_sweep(root: Path) -> ReportInputs:
         compares.append(CompareResult(cell=c["id"], dataset=ds, folder=folder,
                                       summary=pd.read_csv(folder / "summary.csv"), image_size=size))
     every, manifests = by_world_size(every, manifests)
+    every, manifests = settings.by_settings(settings.by_store(every), manifests)
     rows, rank_rows = split_ranks(every)
     ok_dirs = [d for d, m in finished if m.get("status") == "ok"]
     return ReportInputs(
