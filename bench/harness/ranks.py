@@ -31,9 +31,11 @@ torchrun's to handle: it stops the whole job, so no rank writes the run; ``inrbe
 says how each metric is combined over the ranks at the same repeat/epoch), then every rank's own
 rows (``rank`` = r, each with its own resolved config: ``cfg.pipe.rank``, ``cfg.pipe.device``),
 ``steps.csv``/``monitor.csv`` with a ``rank`` column, ``predictions.csv`` from rank 0 (complete:
-evaluation gathers every rank's slice). Any rank failed -> status ``error``: one ``run`` row per
-failed rank (``rank`` = R, reason ``rank R: ...``), nothing else (a failed run carries no
-partial results), exit status of the lowest failed rank's class (1 crash, 2 bad input, 3 out of
+evaluation gathers every rank's slice); but when the ranks' epochs together load more images than
+the split provides (an adapter that ignores its rank: ``bench.harness.epochs``), one ``error`` row
+(``rank`` <NA>) naming the pipeline and the counts, exit 1, and no throughput. Any rank failed ->
+status ``error``: one ``run`` row per failed rank (``rank`` = R, reason ``rank R: ...``), nothing
+else (a failed run carries no partial results), exit status of the lowest failed rank's class (1 crash, 2 bad input, 3 out of
 memory). Skipped everywhere for the same reason -> one skip row (``rank`` <NA>); otherwise one per
 skipping rank.
 """
@@ -44,9 +46,12 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench import results
+
+if TYPE_CHECKING:
+    from bench.harness.epochs import EpochBound
 
 # How an aggregate row (rank <NA>) is made from the ranks' rows of one (repeat, epoch, metric).
 #   max: the slowest / largest rank (times: the run waits for it; device memory: what one device needs)
@@ -193,10 +198,11 @@ class Sync:
 
 # ----------------------------------------------------------------------------- merging
 
-def merge(run: results.RunRows, ranks: Sequence[RankResult | None], broken: str | None = None
-          ) -> tuple[int, str | None]:
+def merge(run: results.RunRows, ranks: Sequence[RankResult | None], broken: str | None = None,
+          bound: EpochBound | None = None) -> tuple[int, str | None]:
     """Fill ``run`` (rank 0's config, ``rank`` None) from every rank's result; (exit code, the
-    input-error message if a rank failed on bad input)."""
+    input-error message if a rank failed on bad input). ``bound``: the most images an epoch of all
+    ranks may hold (``epochs.EpochBound``; None: not checked)."""
     world = len(ranks)
     failed = {r.rank: r for r in ranks if r is not None and r.status == "error"}
     if broken is not None:
@@ -220,6 +226,10 @@ def merge(run: results.RunRows, ranks: Sequence[RankResult | None], broken: str 
         run.fail_ranks("error", {k: f"rank {k}: no result" for k, r in enumerate(ranks) if r is None})
         return 1, None
     oks: list[RankResult] = [r for r in ranks if r is not None]
+    overrun = bound.check([r.rows for r in oks]) if bound is not None else None
+    if overrun is not None:  # the ranks did not shard the split: no throughput is reported
+        run.fail_ranks("error", {None: overrun})
+        return 1, None
     for row in aggregate([r.rows for r in oks]):
         if row["status"] == "ok":
             run.add(row["metric"], row["value"], row["unit"], repeat=row["repeat"], epoch=row["epoch"])

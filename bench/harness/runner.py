@@ -45,7 +45,9 @@ place: ``_injected_failure``) makes rank R raise just before repeat 0's first me
 writes the run's one error row, since no rank could).
 
 Outcomes: ``Unavailable`` (from the adapter, or ``--device cuda`` on a machine without CUDA)
--> one skip row, exit 0. Out of memory -> one error row, exit 3.
+-> one skip row, exit 0. Out of memory -> one error row, exit 3. Epochs that load more images
+than the split provides (all ranks together; ``bench.harness.epochs``: an adapter that ignores
+its rank, or yields a sample twice) -> one error row naming the pipeline and the counts, exit 1.
 Any other exception -> one error row, exit 1 (traceback on stderr). Bad input
 (``InputError``) -> one error row, then the CLI prints one line and exits 2. Rows are written
 together when the run ends, so a failed run never leaves partial rows that read as results.
@@ -63,6 +65,7 @@ from typing import Any
 
 from bench import results
 from bench.errors import InputError
+from bench.harness.epochs import EpochBound
 from bench.harness.monitors import Monitor
 from bench.harness.ranks import DistConfig, PeerStopped, RankResult, Sync, merge
 from bench.harness.replay import CountingSource, ReplayBatches, cache_batches
@@ -157,6 +160,7 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
     rows = results.RunRows(run_id, cfg.pipeline, cfg.dataset, cfg.mode, cfg.to_dict(),
                            rank=cfg.pipe.rank if sync.distributed else None)
     code, input_error = EXIT_OK, None
+    bound: EpochBound | None = None
     threads = _set_threads(cfg.torch_threads)
     try:
         from bench.datasets.prepared import open_prepared
@@ -165,10 +169,15 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
         # checksum the splits now (cached per process), not inside repeat 0's timed build
         for name in dict.fromkeys((cfg.pipe.split, *((cfg.eval_split,) if cfg.mode == "train" else ()))):
             data.split(name)
+        bound = EpochBound.of(cfg.pipeline, len(data.split(cfg.pipe.split)), cfg.pipe)
         _require_device(cfg.pipe.device)
         clock = clock or clock_for(cfg.pipe.device)
         for r in range(cfg.repeats):
             _repeat(cfg, data, rows, r, clock, sync)
+        overrun = None if sync.distributed else bound.check([rows._rows])  # data parallel: at the merge
+        if overrun is not None:
+            rows.error(overrun)
+            code = EXIT_ERROR
     except PeerStopped as e:  # another rank failed: its row says why; this rank's rows are dropped
         rows.error(f"stopped: {e}")
     except Unavailable as e:
@@ -187,7 +196,7 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
         results.write_env(Path(out) / results.RUNS_DIR / rows.run_id)
         run_dir = results.write_run(out, rows)
         return RunOutcome(rows.run_id, run_dir, rows.status, code, rows, input_error)
-    return _finish_distributed(cfg, out, rows, code, input_error, sync)
+    return _finish_distributed(cfg, out, rows, code, input_error, sync, bound)
 
 
 def _sync_for(cfg: BenchConfig) -> Sync:
@@ -226,8 +235,9 @@ def _start(cfg: BenchConfig, out: str | Path, sync: Sync) -> tuple[Path, str]:
 
 
 def _finish_distributed(cfg: BenchConfig, out: Path, rows: results.RunRows, code: int,
-                        input_error: InputError | None, sync: Sync) -> RunOutcome:
-    """Every rank's result to rank 0 (``Sync.finish``), which merges and writes; its outcome to all."""
+                        input_error: InputError | None, sync: Sync, bound: EpochBound | None) -> RunOutcome:
+    """Every rank's result to rank 0 (``Sync.finish``), which merges (checking ``bound`` over all
+    ranks) and writes; its outcome to all."""
     assert cfg.dist is not None
     mine = RankResult.of(sync.rank, rows, code, input_error is not None)
     every = sync.finish(mine)
@@ -236,7 +246,7 @@ def _finish_distributed(cfg: BenchConfig, out: Path, rows: results.RunRows, code
     try:
         if sync.rank == 0:
             merged = results.RunRows(rows.run_id, cfg.pipeline, cfg.dataset, cfg.mode, cfg.to_dict())
-            code, bad_input = merge(merged, every, sync.broken)
+            code, bad_input = merge(merged, every, sync.broken, bound)
             from bench import envinfo
 
             run_dir = Path(out) / results.RUNS_DIR / merged.run_id
