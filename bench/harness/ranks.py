@@ -35,9 +35,9 @@ evaluation gathers every rank's slice); but when the ranks' epochs together load
 the split provides (an adapter that ignores its rank: ``bench.harness.epochs``), one ``error`` row
 (``rank`` <NA>) naming the pipeline and the counts, exit 1, and no throughput. Any rank failed ->
 status ``error``: one ``run`` row per failed rank (``rank`` = R, reason ``rank R: ...``), nothing
-else (a failed run carries no partial results), exit status of the lowest failed rank's class (1 crash, 2 bad input, 3 out of
-memory). Skipped everywhere for the same reason -> one skip row (``rank`` <NA>); otherwise one per
-skipping rank.
+else (a failed run carries no partial results), exit status of the lowest failed rank's class
+(1 crash, 2 bad input, 3 out of memory). Skipped everywhere for the same reason -> one skip row
+(``rank`` <NA>); otherwise one per skipping rank.
 """
 
 from __future__ import annotations
