@@ -6,6 +6,7 @@ import glob
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
@@ -68,17 +69,28 @@ def test_throughput_table_holds_medians_and_statuses(report):
     assert "fixture-killed" not in set(rows.run_id)
 
 
-def test_speedup_is_the_ratio_of_median_epoch_times(report):
+def _repeat_log_medians(rows: pd.DataFrame, pipeline: str, mode: str) -> np.ndarray:
+    v = rows[(rows.pipeline == pipeline) & (rows["mode"] == mode) & (rows.metric == "epoch_s")
+             & (rows.status == "ok") & rows.epoch.notna()]
+    return np.log(v.groupby(["run_id", "repeat"])["value"].median().to_numpy())
+
+
+def test_speedup_is_the_ratio_of_repeat_median_epoch_times(report):
+    """Each repeat counts once (its median epoch): ratio of geometric means, Welch's t interval."""
+    from scipy import stats
+
     _, text = report
     rows = _fixture_rows()
     tables = parse_tables(text)
     sp = tables["photos32 — speedup"][0].set_index("pipeline")
-    base, _ = _median_iqr(rows, "torch-jpeg", "train", "epoch_s")
-    inr, _ = _median_iqr(rows, "inr", "train", "epoch_s")
+    base, inr = _repeat_log_medians(rows, "torch-jpeg", "train"), _repeat_log_medians(rows, "inr", "train")
+    assert len(base) >= 2 and len(inr) >= 2
+    ratio = float(np.exp(base.mean() - inr.mean()))
+    ci = stats.ttest_ind(base, inr, equal_var=False).confidence_interval(0.95)
     shown = sp.loc["inr", "vs torch-jpeg (train)"]
-    assert float(shown.split("x")[0]) == pytest.approx(base / inr, abs=0.006)
+    assert float(shown.split("x")[0]) == pytest.approx(ratio, abs=0.006)
     lo, hi = (float(v) for v in shown.split("[")[1].rstrip("]").split("-"))
-    assert lo <= base / inr <= hi
+    assert (lo, hi) == pytest.approx((np.exp(ci.low), np.exp(ci.high)), abs=0.006)
     assert sp.loc["torch-jpeg", "vs torch-jpeg (train)"].startswith("1.00x")
     # a skipped baseline is named, not turned into a number
     assert sp.loc["inr", "vs dali (train)"] == "n/a: dali skip: DALI mixed decode needs a GPU"
@@ -144,12 +156,12 @@ def test_headline_table(report):
     _, text = report
     rows = _fixture_rows()
     h = parse_tables(text)["photos32 — headline"][0].set_index("pipeline")
-    base, _ = _median_iqr(rows, "torch-jpeg", "train", "epoch_s")
-    inr, _ = _median_iqr(rows, "inr", "train", "epoch_s")
-    shown = h.loc["inr", "train speedup vs torch-jpeg"]  # 1.34x [lo-hi]: the interval excludes 1.0
-    assert shown.startswith(f"{base / inr:.2f}x [")
+    base, inr = _repeat_log_medians(rows, "torch-jpeg", "train"), _repeat_log_medians(rows, "inr", "train")
+    ratio = float(np.exp(base.mean() - inr.mean()))
+    shown = h.loc["inr", "train speedup vs torch-jpeg"]  # 1.39x [lo-hi]: the interval excludes 1.0
+    assert shown.startswith(f"{ratio:.2f}x [")
     lo, hi = (float(v) for v in shown.split("[")[1].rstrip("]").split("-"))
-    assert 1.0 < lo <= base / inr <= hi
+    assert 1.0 < lo <= ratio <= hi
     assert h.loc["inr", "bytes/image"] == "700"
     assert h.loc["dali", "train img/s"] == "skip: DALI mixed decode needs a GPU"
     assert h.loc["raw", "train speedup vs dali"] == "—"  # the baseline was skipped: no number

@@ -79,13 +79,15 @@ def _cell_interval(text: str) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def test_speedups_carry_bootstrap_intervals_and_no_difference(folder):
+def test_speedups_carry_intervals_and_no_difference(folder):
     out, _, text = folder
     rows = R.read_results(out)
     sp = parse_tables(text)["syn — speedup"][0].set_index("pipeline")
     # loader: raw 0.01 s vs torch-jpeg 0.05 s -> 5x, with the same interval bench.stats gives
-    iv = S.ratio_ci(T.samples(rows, ("epoch_s",), "syn", "torch-jpeg", "loader"),
-                    T.samples(rows, ("epoch_s",), "syn", "raw", "loader"))
+    # (the 3 repeats of each as units)
+    units = [T.unit_samples(rows, N_EPOCH, "syn", p, "loader") for p in ("torch-jpeg", "raw")]
+    assert [len(u) for u in units] == [3, 3] and all(len(a) == 4 for u in units for a in u)
+    iv = S.unit_ratio_ci(*units)
     assert sp.loc["raw", "vs torch-jpeg (loader)"] == f"{iv.value:.2f}x [{iv.lo:.2f}-{iv.hi:.2f}]"
     assert 4.5 < iv.lo < 5 < iv.hi < 5.5
     # train: raw is 2x torch-jpeg, the baseline against itself is the baseline
@@ -134,14 +136,16 @@ def test_accuracy_wilson_and_mcnemar(folder):
     _, _, text = folder
     tables = parse_tables(text)
     acc = tables["Accuracy (test split, original pixels, evaluation transform)"][0].set_index("pipeline")
-    # raw: 36 of 40 per repeat, 3 repeats pooled -> 108/120 with its Wilson interval
-    iv = S.wilson(108, 120)
-    assert acc.loc["raw", "correct"] == "108/120"
+    # raw: 36 of 40 in each of 3 repeats (the same test images, the same seed): 36/40 with its
+    # Wilson interval, not 108/120, which would count every image three times
+    iv = S.wilson(36, 40)
+    assert acc.loc["raw", "correct"] == "36/40"
     assert acc.loc["raw", "test accuracy % [95% CI]"] == f"90.0 [{100 * iv.lo:.1f}-{100 * iv.hi:.1f}]"
-    # torch-jpeg vs raw: 12 discordant images per repeat, all for raw; paired over the 3 repeats:
-    # 36 vs 0 -> p = 2 / 2**36
-    assert acc.loc["torch-jpeg", "vs raw"] == f"worse (p={2 / 2**36:.2g})"
-    assert acc.loc["raw", "vs torch-jpeg"] == f"better (p={2 / 2**36:.2g})"
+    assert iv.hi - iv.lo > 1.6 * (S.wilson(108, 120).hi - S.wilson(108, 120).lo)
+    # torch-jpeg vs raw: 12 discordant images, all for raw, in the first repeat: p = 2 / 2**12
+    # (paired over all 3 repeats it would read 36 vs 0, p = 2 / 2**36)
+    assert acc.loc["torch-jpeg", "vs raw"] == f"worse (p={2 / 2**12:.2g})"
+    assert acc.loc["raw", "vs torch-jpeg"] == f"better (p={2 / 2**12:.2g})"
     assert acc.loc["dali", "vs raw"] == "no difference detected (p=1)"  # the same predictions
     h = tables["syn — headline"][0].set_index("pipeline")
     assert h.loc["raw", "test acc % [95% CI]"] == acc.loc["raw", "test accuracy % [95% CI]"]
@@ -292,13 +296,13 @@ def test_raw_check_needs_raw_shown_at_its_ceiling(tmp_path):
     assert row["note"].startswith("not applicable: raw is not shown to train within 5% of its replay")
 
     out = tmp_path / "near"
-    _run(out, "raw", "train", _noisy(rng, 1.0))
-    _run(out, "raw", "replay", _noisy(rng, 1.0, sd=0.05))
+    _run(out, "raw", "train", [[1.0] * 4] * 6)
+    _run(out, "raw", "replay", [[v] * 4 for v in (1.01, 0.99, 1.0, 1.005, 0.995, 1.0)])
     _run(out, "dali", "train", _noisy(rng, 0.8))
-    _run(out, "inr", "train", [[1.0 / 1.03] * 4] * 3)  # 3% faster than raw, within raw's slack
+    _run(out, "inr", "train", [[1.0 / 1.005] * 4] * 6)  # 0.5% faster than raw, within raw's slack
     rows = R.read_results(out)
     checks = T.sanity_checks(rows).set_index(["pipeline", "check"])
-    own = S.ratio_ci(T.samples(rows, N_EPOCH, "syn", "raw", "replay"), T.samples(rows, N_EPOCH, "syn", "raw", "train"))
+    own = T.epoch_ratio(rows, "syn", ("raw", "replay"), ("raw", "train"))
     assert 0.95 <= own.lo < 1.0 < own.hi
     inr = checks.loc[("inr", "faster than raw end to end (raw train / train)")]
     assert 1.0 < inr["lo"] < 1.0 / own.lo and not inr["flagged"] and inr["note"] == ""

@@ -89,7 +89,7 @@ def test_list_prints_the_torchrun_lines_of_paper_on_one_8_gpu_node(capsys):
             assert "nodes" not in header
         else:  # prepare, meta-init, compare: one process
             assert line.startswith(f"inrbench {c.kind} "), line
-    assert listing["train-cifar10-inr"][1].endswith("--out " + str(Path.cwd() / "runs/paper/cells/train-cifar10-inr/results")
+    assert listing["train-cifar10-inr-1"][1].endswith("--out " + str(Path.cwd() / "runs/paper/cells/train-cifar10-inr-1/results")
                                                     + " --crop random-pad --no-step-sync")
     assert "inrbench prepare cifar10 --root /data/sets/cifar-10-batches-py" in listing["prepare-cifar10"][1]
 
@@ -97,9 +97,9 @@ def test_list_prints_the_torchrun_lines_of_paper_on_one_8_gpu_node(capsys):
 def test_list_prints_the_line_for_every_node_of_a_multi_node_cell(capsys):
     listing = _listing(capsys, "paper", "--nproc", "4", "--nnodes", "2", "--rdzv-endpoint", "node0:29500",
                        "--rdzv-id", "paper-1")
-    header, line = listing["train-flowers102-dali"]
+    header, line = listing["train-flowers102-dali-1"]
     # the same line on every node; one rendezvous id per cell
-    assert line.startswith(TORCHRUN_2.format("train-flowers102-dali") + "bench --pipeline dali ")
+    assert line.startswith(TORCHRUN_2.format("train-flowers102-dali-1") + "bench --pipeline dali ")
     assert "--device cuda" in line and "(on each of 2 nodes; the sweep does not start it)" in header
     assert listing["encode-cifar10-8bit"][1].startswith(TORCHRUN_2.format("encode-cifar10-8bit") + "encode ")
     assert listing["compare-cifar10"][1].startswith("inrbench compare ")

@@ -2,10 +2,12 @@
 
 Statistics are over the raw ok samples (repeats x epochs): median and IQR. A table cell with
 no ok sample shows the run's status and reason (``skip: ...`` / ``error: ...``), never a 0.
-Speedup of pipeline P over baseline B is ``median(epoch_s of B) / median(epoch_s of P)``
-(> 1: P is faster) with its 95% bootstrap interval (``bench.stats.ratio_ci``: each pipeline's
-repeats x epochs resampled, seeded); an interval that holds 1.0 reads "no difference detected".
-Accuracy: Wilson interval of the correct test images (pooled over repeats); pipelines compared by
+Speedup of pipeline P over baseline B is the epoch time of B / that of P (> 1: P is faster) with
+repeats as the units (``bench.stats.unit_ratio_ci``: each repeat's median epoch counts once; ratio
+of geometric means, Welch's 95% t interval on the logs): epochs of one repeat share its process
+and its machine state, so they are not independent samples. An interval that holds 1.0 reads "no
+difference detected"; with one repeat on a side there is no interval and no result. Sanity checks
+use the same ratio. Accuracy: Wilson interval of the correct share of one repeat's test images; pipelines compared by
 an exact McNemar test on their per-image predictions. Sanity checks (``sanity_checks``): a
 pipeline whose train epochs are faster than ``raw``'s, or faster than its own replay epochs,
 beyond the interval, is a measurement problem: its train speedups are not shown as results.
@@ -123,6 +125,7 @@ def pivot_metric(rows: pd.DataFrame, metric_names: tuple[str, ...], fmt=fmt_num,
 SPEEDUP_MODES = ("loader", "train")  # replay times the model alone: a speedup there is noise
 SPEEDUP_COLUMNS = ["dataset", "mode", "pipeline", "baseline", "ratio", "lo", "hi", "detected", "flagged"]
 MEASUREMENT_PROBLEM = "measurement problem (see Sanity checks)"
+ONE_REPEAT = "one repeat: no interval, not a result"
 
 
 def samples(rows: pd.DataFrame, metric_names: tuple[str, ...], dataset: str, pipeline: str, mode: str,
@@ -139,6 +142,26 @@ def samples(rows: pd.DataFrame, metric_names: tuple[str, ...], dataset: str, pip
 
 
 CEILING_MARGIN = 0.05  # raw is a ceiling where it is shown to train within 5% of its replay
+
+
+def unit_samples(rows: pd.DataFrame, metric_names: tuple[str, ...], dataset: str, pipeline: str,
+                 mode: str) -> list[np.ndarray]:
+    """The steady-state samples of one combination, one array per unit (run x repeat), the unit
+    ``bench.stats.unit_ratio_ci`` counts once."""
+    m = N.first_present(rows["metric"].dropna().unique(), metric_names)
+    if m is None:
+        return []
+    d = rows[(rows["metric"] == m) & (rows["status"] == "ok") & (rows["dataset"] == dataset)
+             & (rows["pipeline"] == pipeline) & (rows["mode"] == mode)]
+    if d["epoch"].notna().any():
+        d = d[d["epoch"].notna()]
+    unit = d["run_id"].astype(str) + "\0" + d["repeat"].astype(str)
+    return [g.to_numpy(float) for _, g in d["value"].groupby(unit, sort=True)]
+
+
+def epoch_ratio(rows: pd.DataFrame, dataset: str, ref: tuple[str, str], other: tuple[str, str]) -> S.Interval:
+    """Epoch time of ``ref`` = (pipeline, mode) / that of ``other``, repeats as units."""
+    return S.unit_ratio_ci(unit_samples(rows, N.EPOCH_S, dataset, *ref), unit_samples(rows, N.EPOCH_S, dataset, *other))
 
 
 def sanity_checks(rows: pd.DataFrame) -> pd.DataFrame:
@@ -160,10 +183,10 @@ def sanity_checks(rows: pd.DataFrame) -> pd.DataFrame:
     for ds, (pipes, _) in combos(rows).items():
         raw_note, raw_bound = "not applicable: no raw replay run shows raw's own compute ceiling", 1.0
         if (ds, "raw", "train") in have and (ds, "raw", "replay") in have:
-            own = S.ratio_ci(samples(rows, N.EPOCH_S, ds, "raw", "replay"), samples(rows, N.EPOCH_S, ds, "raw", "train"))
+            own = epoch_ratio(rows, ds, ("raw", "replay"), ("raw", "train"))
             shown = f"({own.value:.2f} [{own.lo:.2f}-{own.hi:.2f}])"
             if not own.ok:
-                raw_note = "not applicable: raw's replay / train interval cannot be computed (one sample)"
+                raw_note = "not applicable: raw's replay / train interval needs 2 repeats of each"
             elif own.hi < 1.0:
                 raw_note = (f"not applicable: raw trains slower than its replay {shown}, its data work is "
                             "not hidden: no ceiling here")
@@ -175,16 +198,15 @@ def sanity_checks(rows: pd.DataFrame) -> pd.DataFrame:
         for p in pipes:
             if (ds, p, "train") not in have:
                 continue
-            train = samples(rows, N.EPOCH_S, ds, p, "train")
             checks = []
             if p != "raw" and (ds, "raw", "train") in have:
-                checks.append(("faster than raw end to end (raw train / train)",
-                               samples(rows, N.EPOCH_S, ds, "raw", "train"), raw_note, raw_bound))
+                checks.append(("faster than raw end to end (raw train / train)", ("raw", "train"), raw_note, raw_bound))
             if (ds, p, "replay") in have:
-                checks.append(("train faster than replay (replay / train)",
-                               samples(rows, N.EPOCH_S, ds, p, "replay"), "", 1.0))
+                checks.append(("train faster than replay (replay / train)", (p, "replay"), "", 1.0))
             for name, ref, note, bound in checks:
-                iv = S.ratio_ci(ref, train)
+                iv = epoch_ratio(rows, ds, ref, (p, "train"))
+                if not iv.ok and not note:
+                    note = "cannot be checked: needs 2 repeats of each"
                 out.append({"dataset": ds, "pipeline": p, "check": name, "ratio": iv.value, "lo": iv.lo,
                             "hi": iv.hi, "flagged": bool(iv.ok and iv.lo > bound and not note), "note": note})
     return pd.DataFrame(out, columns=["dataset", "pipeline", "check", "ratio", "lo", "hi", "flagged", "note"])
@@ -209,9 +231,8 @@ def speedups(rows: pd.DataFrame) -> pd.DataFrame:
         for base in N.BASELINES:
             if base not in pipes:
                 continue
-            b = samples(rows, N.EPOCH_S, ds, base, mode)
             for p in pipes:
-                iv = S.ratio_ci(b, samples(rows, N.EPOCH_S, ds, p, mode))
+                iv = epoch_ratio(rows, ds, (base, mode), (p, mode))
                 out.append({
                     "dataset": ds, "mode": mode, "pipeline": p, "baseline": base,
                     "ratio": iv.value, "lo": iv.lo, "hi": iv.hi, "detected": p != base and iv.excludes(1.0),
@@ -227,7 +248,10 @@ def fmt_speedup(h) -> str:
         return MEASUREMENT_PROBLEM
     if h["pipeline"] == h["baseline"]:
         return "1.00x (baseline)"
-    return S.fmt_ratio(S.Interval(h["ratio"], h["lo"], h["hi"]))
+    iv = S.Interval(h["ratio"], h["lo"], h["hi"])
+    if not iv.ok and math.isfinite(h["ratio"]):
+        return f"{h['ratio']:.2f}x ({ONE_REPEAT})"
+    return S.fmt_ratio(iv)
 
 
 def speedup_tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -323,9 +347,11 @@ ACC_COLUMNS = ["dataset", "pipeline", "k", "n", "acc", "lo", "hi", "repeats"]
 
 
 def accuracy(rows: pd.DataFrame) -> pd.DataFrame:
-    """Train-mode test accuracy per dataset x pipeline: correct ``k`` of ``n`` test images pooled
-    over repeats (``test_acc`` x ``test_images``), with its Wilson interval ``lo``/``hi``. Results
-    without ``test_images`` keep the median accuracy and no interval (NaN)."""
+    """Train-mode test accuracy per dataset x pipeline: the mean over repeats (``test_acc`` weighted
+    by ``test_images``), with the Wilson interval of that share of *one* repeat's test images
+    (``k`` of ``n``): every repeat scores the same test images, and repeats share the training
+    seed, so pooling them would count each image several times and narrow the interval by
+    sqrt(repeats). Results without ``test_images`` keep the median accuracy and no interval (NaN)."""
     m = N.first_present(rows["metric"].dropna().unique(), N.ACCURACY)
     if m is None:
         return pd.DataFrame(columns=ACC_COLUMNS)
@@ -336,9 +362,11 @@ def accuracy(rows: pd.DataFrame) -> pd.DataFrame:
     out = []
     for (ds, p), g in a.groupby(["dataset", "pipeline"]):
         if g["n"].notna().all():
-            k, total = int(np.round(g["value"] * g["n"]).sum()), int(g["n"].sum())
-            iv = S.wilson(k, total)
-            out.append({"dataset": ds, "pipeline": p, "k": k, "n": total, "acc": iv.value, "lo": iv.lo,
+            acc = float((g["value"] * g["n"]).sum() / g["n"].sum())
+            n1 = int(g["n"].min())
+            k = int(round(acc * n1))
+            iv = S.wilson(k, n1)
+            out.append({"dataset": ds, "pipeline": p, "k": k, "n": n1, "acc": acc, "lo": iv.lo,
                         "hi": iv.hi, "repeats": len(g)})
         else:
             out.append({"dataset": ds, "pipeline": p, "k": np.nan, "n": np.nan, "acc": g["value"].median(),
@@ -355,7 +383,9 @@ def fmt_accuracy(h) -> str:
 
 def mcnemar_vs(predictions: pd.DataFrame | None, dataset: str, pipeline: str, reference: str) -> S.McNemar | None:
     """Exact McNemar test of ``pipeline`` against ``reference`` on the same test images (paired by
-    repeat and image; each pipeline's first run), or ``None`` without predictions for both."""
+    image; each pipeline's first run, first repeat: repeats score the same images with a model
+    trained from the same seed, so pooling them would count each image once per repeat), or
+    ``None`` without predictions for both."""
     if predictions is None or predictions.empty:
         return None
     sel = []
@@ -363,8 +393,9 @@ def mcnemar_vs(predictions: pd.DataFrame | None, dataset: str, pipeline: str, re
         d = predictions[(predictions["dataset"] == dataset) & (predictions["pipeline"] == p)]
         if d.empty:
             return None
-        sel.append(d[d["run_id"] == sorted(d["run_id"].unique())[0]])
-    m = sel[0].merge(sel[1], on=["repeat", "image"], suffixes=("_a", "_b"))
+        d = d[d["run_id"] == sorted(d["run_id"].unique())[0]]
+        sel.append(d[d["repeat"] == d["repeat"].min()])
+    m = sel[0].merge(sel[1], on="image", suffixes=("_a", "_b"))
     if m.empty or (m["label_a"] != m["label_b"]).any():  # not the same test images
         return None
     return S.mcnemar(m["prediction_a"] == m["label_a"], m["prediction_b"] == m["label_b"])
