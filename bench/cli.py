@@ -8,9 +8,12 @@ Each command module defines ``HELP`` (one line), ``add_arguments(parser)`` and
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
+import logging
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from bench.errors import InputError
 
@@ -31,12 +34,79 @@ COMMANDS: dict[str, str] = {
 
 
 def escape_help(text: str) -> str:
-    """argparse %-formats help strings; a literal '%' (\"% of raw RGB\") must be doubled."""
+    """argparse %-formats help strings (``help=``); a literal '%' (\"% of raw RGB\") must be doubled.
+    Not for ``description=``, which argparse prints as written (unless it holds ``%(prog)``)."""
     return text.replace("%", "%%")
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option that has a default worth showing ends its help with ``(default X)``, unless its
+    help already says what the default is. Flags (``store_true``), ``None`` and empty defaults show
+    nothing: no "default: False" noise. ``{names}`` in a help is filled in by ``list_names``."""
+
+    def add_argument(self, action: argparse.Action) -> None:
+        text, names = default_text(action), getattr(action, "help_names", None)
+        if text is not None or names is not None:
+            action = copy.copy(action)  # the parser's own action keeps its help
+            if names is not None and action.help:
+                action.help = action.help.replace("{names}", escape_help(", ".join(names())))
+            if text is not None:
+                suffix = escape_help(f"(default {text})")
+                action.help = f"{action.help} {suffix}" if action.help else suffix
+        super().add_argument(action)
+
+
+def default_text(action: argparse.Action) -> str | None:
+    """What ``--help`` appends as ``action``'s default, or None (nothing worth showing, or said already)."""
+    d = action.default
+    if (not action.option_strings or action.nargs == 0 or action.help is argparse.SUPPRESS
+            or d is None or d is argparse.SUPPRESS or isinstance(d, bool) or d == "" or d == [] or d == ()
+            or re.search(r"\bdefault\b", action.help or "", re.I)):
+        return None
+
+    def one(v) -> str:
+        return f"{v:g}" if isinstance(v, float) else str(v)
+
+    return " ".join(map(one, d)) if isinstance(d, (list, tuple)) else one(d)
+
+
+def list_names(action: argparse.Action, names: Callable[[], Iterable[str]]) -> argparse.Action:
+    """Replace ``{names}`` in ``action``'s help by a registry's names, read only when ``--help`` prints
+    them: the registries of backbones, pipelines and presets import torch, which building the parser
+    must not (every command would pay for it). The command that uses the option checks the name."""
+    action.help_names = names  # type: ignore[attr-defined]
+    return action
+
+
+def progress_bar(total: int, desc: str, unit: str, enabled: bool = True, **kw):
+    """A tqdm progress bar on stderr, drawn only where stderr is a terminal: a log or a pipe gets no
+    bar frames (tqdm's ``disable=None``). ``enabled=False`` (``--no-progress``) turns it off everywhere."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=None if enabled else True, **kw)
+
+
+class _NoCudaRuntimeNote(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("No CUDA runtime is found")
+
+
+def quiet_cuda_home_note() -> None:
+    """Drop torch's ``No CUDA runtime is found, using CUDA_HOME=...`` warning, which
+    ``torch.utils.cpp_extension`` logs when inductor builds C++ kernels (``--fit-step compiled``) on a
+    machine that has a CUDA toolkit but no GPU: a CPU compile needs no CUDA. Only that message."""
+    log = logging.getLogger("torch.utils.cpp_extension")
+    if not any(isinstance(f, _NoCudaRuntimeNote) for f in log.filters):
+        log.addFilter(_NoCudaRuntimeNote())
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line (``inrbench: error: ...``) and exit 2, like every error."""
+    """argparse whose usage errors are one line (``inrbench: error: ...``) and exit 2, like every error;
+    its ``--help`` shows the options' defaults (``HelpFormatter``)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"inrbench: error: {self.prog}: {_one_line(message)} (see {self.prog} --help)\n")
@@ -50,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, modname in COMMANDS.items():
         mod = importlib.import_module(modname)
-        p = sub.add_parser(name, help=escape_help(mod.HELP), description=escape_help(mod.HELP))
+        p = sub.add_parser(name, help=escape_help(mod.HELP), description=mod.HELP)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser

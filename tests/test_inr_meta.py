@@ -109,7 +109,10 @@ def test_meta_init_cli_candidates_prints_and_records_the_choice(data, tmp_path, 
     assert rc == 0, err
     sel = load_init(init, ARCH).meta["selection"]
     assert len(sel["candidates"]) == 2 and sel["validation_images"] == 2
-    assert out.count("candidate seed") == 2 and out.count("<- kept") == 1 and "best of 2 on 2 of them" in out
+    assert out.count("candidate seed") == 2 and out.count("<- kept") == 1
+    # what was meta-trained on and what was held out, as recorded (6 images: 4 meta-trained, 2 to choose)
+    assert sel["meta_train_images"] == 4
+    assert "meta-trained on 4 of 6 train images, 2 held out to choose the best of 2 seeds" in out
     # a store fitted from it records and shows the choice
     store = tmp_path / "s.inr"
     rc, _, err = run_cli(capsys, "encode", data, "--layers", "2", "--hidden", "6", "--iterations", "5", "--init", init,
@@ -122,6 +125,7 @@ def test_meta_init_cli_candidates_prints_and_records_the_choice(data, tmp_path, 
                    "validation_saving": best["validation_saving"]}
     rc, out, _ = run_cli(capsys, "inspect", store)
     assert f"best of 2 seeds (kept seed {best['seed']}" in out
+    assert "(reptile, meta-trained on 4 train images, 2 more held out to choose the seed)" in out
     rc, _, err = run_cli(capsys, "meta-init", data, "--out", tmp_path / "x.pt", "--candidates", "0")
     assert rc == 2 and "--candidates" in err and not (tmp_path / "x.pt").exists()
 

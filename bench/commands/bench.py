@@ -43,10 +43,30 @@ SUMMARY = {
 }
 
 
+def _pipeline_names() -> list[str]:
+    import pipelines
+
+    return pipelines.names()
+
+
+def _backbone_names() -> list[str]:
+    from bench.train.backbones import backbone_names
+
+    return backbone_names()
+
+
+def _method_names() -> list[str]:
+    from bench.train.trainers import trainer_names
+
+    return trainer_names()
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from bench.argtypes import positive_int
+    from bench.cli import list_names
 
-    p.add_argument("--pipeline", required=True, help="registered pipeline name (raw, torch-jpeg, torch-nvjpeg, dali, inr, ...)")
+    list_names(p.add_argument("--pipeline", required=True, metavar="NAME", help="a registered pipeline: {names}"),
+               _pipeline_names)
     p.add_argument("--data", required=True, help="prepared dataset folder (`inrbench prepare`)")
     p.add_argument("--store", help="encoded store file (the inr pipeline's .inr file)")
     p.add_argument("--allow-unverified-store", action="store_true",
@@ -60,32 +80,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-seconds", type=float, default=1.0, metavar="S",
                    help="autorange: after --epochs, more measured epochs per repeat until they add up to "
                         "S seconds (default 1; 0 = exactly --epochs); the count is recorded (measured_epochs)")
-    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=256, help="images per batch, per rank with --nproc")
     p.add_argument("--workers", type=int, default=2, help="loader workers/threads (default 2)")
     p.add_argument("--resident", choices=("all", "shard"), default="all",
                    help="with --nproc: each rank holds the whole split (all, default) or only its fixed shard "
                         "(samples never move between ranks; pipelines/shard.py)")
     p.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (cuda when available)")
-    p.add_argument("--backbone", default="auto",
-                   help="resnet18-cifar | resnet18 | small-cnn | auto (resnet18-cifar up to 64 px, else resnet18)")
-    p.add_argument("--seed", type=int, default=0)
+    list_names(p.add_argument("--backbone", default="auto", metavar="NAME",
+                              help="a registered backbone ({names}), or auto: resnet18-cifar up to 64 px, else resnet18"),
+               _backbone_names)
+    p.add_argument("--seed", type=int, default=0, help="seed of shuffling, augmentation and model init")
     p.add_argument("--split", default="train", help="split the pipeline feeds (default train)")
     p.add_argument("--eval-split", default="test", help="split for test accuracy in train mode (default test)")
     g = p.add_argument_group("augmentation (pipelines.base.Augment)")
-    g.add_argument("--crop", choices=("random-resized", "random-pad", "center"), default="random-resized")
+    g.add_argument("--crop", choices=("random-resized", "random-pad", "center"), default="random-resized",
+                   help="random-resized (--scale, --ratio), random-pad (--pad) or center crop")
     g.add_argument("--size", type=positive_int, help="output side (default: the dataset's image height)")
-    g.add_argument("--scale", type=float, nargs=2, metavar=("LO", "HI"), default=(0.08, 1.0))
-    g.add_argument("--ratio", type=float, nargs=2, metavar=("LO", "HI"), default=(3 / 4, 4 / 3))
+    g.add_argument("--scale", type=float, nargs=2, metavar=("LO", "HI"), default=(0.08, 1.0),
+                   help="random-resized: range of the crop's area fraction")
+    g.add_argument("--ratio", type=float, nargs=2, metavar=("LO", "HI"), default=(3 / 4, 4 / 3),
+                   help="random-resized: range of the crop's aspect ratio (default 3/4 4/3)")
     g.add_argument("--pad", type=int, default=4, help="random-pad padding (default 4)")
     g.add_argument("--no-flip", action="store_true", help="disable the random horizontal flip")
     t = p.add_argument_group("training")
-    t.add_argument("--lr", type=float, default=0.1)
-    t.add_argument("--momentum", type=float, default=0.9)
-    t.add_argument("--weight-decay", type=float, default=5e-4)
+    t.add_argument("--lr", type=float, default=0.1, help="SGD peak learning rate, cosine-annealed")
+    t.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+    t.add_argument("--weight-decay", type=float, default=5e-4, help="SGD weight decay")
     t.add_argument("--amp", choices=("auto", "bf16", "off"), default="auto", help="auto: bf16 on CUDA")
-    t.add_argument("--method", choices=("dense", "expand"), default="dense",
-                   help="training method (bench.train.trainers): dense, or expand (network expansion: "
-                        "a sub-network grown into the dense model; needs --schedule)")
+    list_names(t.add_argument("--method", default="dense", metavar="NAME",
+                              help="training method (bench.train.trainers): {names}; expand is network expansion, "
+                                   "a sub-network grown into the dense model (needs --schedule)"),
+               _method_names)
     t.add_argument("--schedule", metavar="W:D:E,...",
                    help="expand: stages WIDTH:DEPTH:EPOCHS (width fraction of the dense channels, residual "
                         "blocks per ResNet stage, ViT blocks or small-cnn conv layers, or '-' for the dense depth, "

@@ -8,7 +8,20 @@ import argparse
 HELP = "compare INR stores with JPEG/WebP/AVIF/JPEG XL/JPEG 2000 at matched bytes: PSNR/SSIM/bytes table, CSV, figures"
 
 
+def _codec_names() -> tuple[str, ...]:
+    from bench.compare.codecs import names
+
+    return names()
+
+
+def _reference_names() -> tuple[str, ...]:
+    from bench.compare.references import DATASETS
+
+    return DATASETS
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from bench.cli import list_names
     from bench.compare.config import DEFAULT_QUALITIES, INR_BYTES, MATCH_CHOICES, SUBSAMPLINGS
 
     p.add_argument("prepared", metavar="PREPARED_DIR", help="prepared dataset folder (`inrbench prepare`)")
@@ -29,23 +42,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", type=int, default=5,
                    help="repair window of the binary search (qualities tried above its answer; default 5)")
     p.add_argument("--subsampling", choices=SUBSAMPLINGS, default="4:2:0", help="JPEG chroma subsampling")
-    p.add_argument("--codecs", default="jpeg", metavar="LIST",
-                   help="comma-separated codecs at matched bytes, each with the same quality search and sweep: "
-                        "jpeg, webp, avif, jp2 (Pillow), jxl (optional extra inr-bench[jxl]); default jpeg; "
-                        "a codec this machine lacks is a skip row with the reason")
-    p.add_argument("--reference", choices=("kodak", "cifar10"),
-                   help="draw published rate-distortion curves of that dataset (their numbers on their data) "
-                        "and list them at each INR's bpp")
+    list_names(p.add_argument("--codecs", default="jpeg", metavar="LIST",
+                              help="comma-separated codecs at matched bytes, each with the same quality search and "
+                                   "sweep: {names}; a codec this machine lacks (jxl needs the optional extra "
+                                   "inr-bench[jxl]) is a skip row with the reason"), _codec_names)
+    list_names(p.add_argument("--reference", metavar="DATASET",
+                              help="draw published rate-distortion curves of that dataset ({names}; their numbers "
+                                   "on their data) and list them at each INR's bpp"), _reference_names)
     p.add_argument("--inr-bytes", choices=INR_BYTES, default="file",
                    help="what an INR image costs: file (its share of the whole store file, default) or payload "
                         "(its weight arrays only: codes, scales, masks; no store header, as COIN counts it)")
     p.add_argument("--weight-images", type=int, default=256, help="images sampled for the weight histograms")
     p.add_argument("--out", required=True, help="output folder (written atomically, replaced if present)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (there is none anyway where stderr is not a terminal)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
+    from bench.cli import progress_bar
     from bench.compare.config import CompareConfig
     from bench.compare.run import run_compare
     from bench.errors import InputError
@@ -62,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     bars = []
 
     def progress(total: int):
-        bars.append(tqdm(total=total, desc="codec search + metrics", unit="img", leave=False))
+        bars.append(progress_bar(total, "codec search + metrics", "img", enabled=not args.no_progress, leave=False))
         return bars[-1].update
 
     try:

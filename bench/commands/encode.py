@@ -17,23 +17,31 @@ ENCODE_TIMEOUT_S = 24 * 3600.0
 HELP = "encode a prepared split as per-image SIRENs (fit, prune, quantize) into one INR store file"
 
 
+def preset_names() -> list[str]:
+    """The fit presets (``inr.fit.PRESETS``), for ``--help``."""
+    from inr.fit import PRESETS
+
+    return list(PRESETS)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from bench.argtypes import positive_float, positive_int
+    from bench.cli import list_names
 
     p.add_argument("prepared", help="a prepared dataset folder (`inrbench prepare`)")
-    p.add_argument("--preset", default="demo", help="cifar10, flowers102, mini-imagenet or demo (default demo)")
+    list_names(p.add_argument("--preset", default="demo", metavar="NAME", help="fit preset: {names}"), preset_names)
     p.add_argument("--split", default="train", help="split to encode (default train)")
     p.add_argument("--out", required=True,
                    help="the store file to write (not inside the prepared folder; an existing store needs --overwrite)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store file written by inrbench encode")
     g = p.add_argument_group("fit (override the preset)")
-    g.add_argument("--iterations", type=positive_int)
-    g.add_argument("--layers", type=positive_int)
-    g.add_argument("--hidden", type=positive_int)
+    g.add_argument("--iterations", type=positive_int, help="Adam iterations per image")
+    g.add_argument("--layers", type=positive_int, help="SIREN sine layers (the linear output layer is extra)")
+    g.add_argument("--hidden", type=positive_int, help="SIREN hidden width")
     g.add_argument("--w0", type=positive_float, help="w0 of every sine layer")
     g.add_argument("--w0-first", type=positive_float, help="w0 of the first layer (default: --w0)")
-    g.add_argument("--lr", type=positive_float)
-    g.add_argument("--seed", type=int)
+    g.add_argument("--lr", type=positive_float, help="Adam peak learning rate, cosine-annealed")
+    g.add_argument("--seed", type=int, help="seed of the random init")
     g.add_argument("--batch", type=positive_int, help="images fitted together (default: from --memory-mb)")
     g.add_argument("--memory-mb", type=positive_int, help="memory budget per chunk in MiB (default: 60%% of free GPU memory, 2048 on CPU)")
     g.add_argument("--autocast", choices=["none", "bf16"], help="bf16 matmuls for fitting (first layer fp32; fp16 is not offered: no loss scaling)")
@@ -56,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--bits", default="32", help="N | FIRST:HIDDEN:LAST | comma list per layer; 4..16, 32 = float32 (default 32)")
     g.add_argument("--per-channel", action="store_true", help="one scale per output channel (default: per layer)")
     g.add_argument("--qat", type=int, default=0, help="quantization-aware fine-tune iterations (default 0)")
-    g.add_argument("--qat-lr", type=float, default=1e-4)
+    g.add_argument("--qat-lr", type=float, default=1e-4, help="quantization-aware fine-tune learning rate")
     g = p.add_argument_group("run")
     g.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
     g.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's default)")
@@ -64,7 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--limit", type=int, help="encode only the first N images of the split")
     g.add_argument("--keep-work", action="store_true", help="keep the shard folder after success")
     g.add_argument("--fit-cache", help="folder of float32 fits reused by encodes of the same images and fit config")
-    g.add_argument("--no-progress", action="store_true")
+    g.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (there is none anyway where stderr is not a terminal)")
     g.add_argument("--at-rest", choices=("lzma",),
                    help="write the store entropy-coded for disk and transfer (inr.atrest); it is decoded once "
                         "at load into the same resident layout (inspect/compare report disk and resident bytes)")
@@ -157,17 +166,26 @@ def _select(args: argparse.Namespace, ds, world_size: int = 1, identify: bool = 
 def _header(args: argparse.Namespace, cfg, ds, split, n: int, where: str) -> str:
     prune = f"dynamic <= {cfg.prune.budget_db:g} dB" if cfg.prune.budget_db is not None else f"{cfg.prune.ratio:g}"
     return (f"encode {ds.root} [{args.split}] {n} images {split.image_size[0]}x{split.image_size[1]}: {cfg.fit.arch}, "
-            f"{cfg.fit.iterations} iterations, lr {cfg.fit.lr}, bits {list(cfg.quant.bits)}, "
+            f"{cfg.fit.iterations} iterations, {cfg.fit.step} fit step, lr {cfg.fit.lr}, bits {list(cfg.quant.bits)}, "
             f"prune {prune}, " + (f"early stop at {cfg.fit.target_psnr:g} dB, " if cfg.fit.target_psnr else "") + where)
+
+
+def _quiet_compile(cfg) -> None:
+    """The compiled fit step builds C++ kernels: drop torch's CUDA_HOME note about it on a CPU machine."""
+    if cfg.fit.step == "compiled":
+        from bench.cli import quiet_cuda_home_note
+
+        quiet_cuda_home_note()
 
 
 def _progress_bar(args: argparse.Namespace, total: int, desc: str, disable: bool = False):
     """A tqdm bar and the ``progress(n, psnr)`` callback that advances it with the running mean PSNR."""
     import numpy as np
-    from tqdm import tqdm
+
+    from bench.cli import progress_bar
 
     psnrs: list[np.ndarray] = []
-    bar = tqdm(total=total, unit="img", desc=desc, disable=args.no_progress or disable, dynamic_ncols=True)
+    bar = progress_bar(total, desc, "img", enabled=not (args.no_progress or disable), dynamic_ncols=True)
 
     def progress(k: int, p) -> None:
         psnrs.append(np.asarray(p, dtype=np.float64))
@@ -182,6 +200,7 @@ def _encode(args: argparse.Namespace) -> int:
     from inr.encode import encode_split
 
     cfg = build_config(args)
+    _quiet_compile(cfg)
     if args.threads:
         import torch
 
@@ -221,6 +240,7 @@ def _encode_distributed(args: argparse.Namespace, world, owner: bool = True) -> 
 
     device = dist.rank_device(args.device, world)
     cfg = build_config(args)
+    _quiet_compile(cfg)
     if args.threads:
         import torch
 
@@ -257,8 +277,7 @@ def _encode_distributed(args: argparse.Namespace, world, owner: bool = True) -> 
 
 def _encode_native(args: argparse.Namespace, cfg, ds) -> int:
     """``encode`` of a native-size split (``prepare --size native``): one store, images grouped by size."""
-    from tqdm import tqdm
-
+    from bench.cli import progress_bar
     from bench.datasets.identity import source_record
     from bench.errors import InputError
     from inr.native import encode_native, size_groups
@@ -269,8 +288,9 @@ def _encode_native(args: argparse.Namespace, cfg, ds) -> int:
         raise InputError(f"split {args.split!r} has no images to encode", args.prepared)
     source = source_record(ds, args.split, args.limit)
     print(f"encode {ds.root} [{args.split}] {n} images, native sizes ({len(size_groups(split.sizes[:n]))} size groups): "
-          f"{cfg.fit.arch}, {cfg.fit.iterations} iterations, bits {list(cfg.quant.bits)}, device {args.device}")
-    bar = tqdm(total=n, unit="img", desc="encode", disable=args.no_progress, dynamic_ncols=True)
+          f"{cfg.fit.arch}, {cfg.fit.iterations} iterations, {cfg.fit.step} fit step, bits {list(cfg.quant.bits)}, "
+          f"device {args.device}")
+    bar = progress_bar(n, "encode", "img", enabled=not args.no_progress, dynamic_ncols=True)
     try:
         out = encode_native(list(split.images[:n]), split.labels[:n], cfg, args.out, device=args.device, source=source,
                             progress=lambda k, p: bar.update(k), overwrite=args.overwrite, fit_cache=args.fit_cache,

@@ -110,9 +110,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"  early stop     at {es['target_psnr']:g} dB: {got}")
     init = s["meta"].get("init")
     if init:
-        print(f"  init           learned ({init.get('method', '?')}, {init.get('num_images')} {init.get('split')} images): "
-              f"sha256 {init.get('sha256')}")
         sel = init.get("selection")
+        n, split = init.get("num_images"), init.get("split")
+        if sel and isinstance(n, int):  # meta-init --candidates: the validation images were not meta-trained on
+            images = (f"meta-trained on {n - sel['validation_images']} {split} images, {sel['validation_images']} "
+                      "more held out to choose the seed")
+        elif n is not None:
+            images = f"meta-trained on {n} {split} images"
+        else:
+            images = "its training images not recorded"
+        print(f"  init           learned ({init.get('method', '?')}, {images}): sha256 {init.get('sha256')}")
         if sel:
             print(f"                 best of {sel['candidates']} seeds (kept seed {sel['chosen_seed']}: "
                   f"{sel['validation_saving']:.2f}x fewer iterations on {sel['validation_images']} validation train images)")

@@ -13,12 +13,15 @@ HELP = "meta-learn a SIREN initialization (Reptile) on a seeded subset of a prep
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from bench.argtypes import positive_float, positive_int
+    from bench.cli import list_names
+    from bench.commands.encode import preset_names
 
     p.add_argument("prepared", help="a prepared dataset folder (`inrbench prepare`); only its train split is read")
-    p.add_argument("--preset", default="demo", help="the encode preset the init is for (architecture, lr; default demo)")
-    p.add_argument("--layers", type=positive_int)
-    p.add_argument("--hidden", type=positive_int)
-    p.add_argument("--w0", type=positive_float)
+    list_names(p.add_argument("--preset", default="demo", metavar="NAME",
+                              help="the encode preset the init is for (architecture, lr): {names}"), preset_names)
+    p.add_argument("--layers", type=positive_int, help="override the preset's sine layers (as encode --layers)")
+    p.add_argument("--hidden", type=positive_int, help="override the preset's hidden width (as encode --hidden)")
+    p.add_argument("--w0", type=positive_float, help="override the preset's w0 (as encode --w0)")
     p.add_argument("--out", required=True, help="the init file to write (an existing one needs --overwrite)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing init file written by meta-init")
     p.add_argument("--images", type=positive_int, default=1024, help="train images in the seeded subset (default 1024)")
@@ -28,15 +31,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inner-lr", type=positive_float, help="inner Adam lr (default: the preset's lr)")
     p.add_argument("--outer-lr", type=positive_float, default=1.0, help="Reptile step, annealed to 0 (default 1)")
     p.add_argument("--pixels", type=positive_int, default=4096, help="pixels sampled per outer step (default 4096)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the train subset, the validation images and the Reptile steps (candidates: SEED, "
+                        "SEED+1, ...)")
     p.add_argument("--candidates", type=positive_int, default=1,
                    help="train this many inits (seeds SEED, SEED+1, ...) and keep the one that saves the most fit "
                         "iterations on --validation train images set aside (default 1: no choice)")
     p.add_argument("--validation", type=positive_int, default=16,
                    help="train images set aside to choose among --candidates, each fitted for the preset's "
                         "iterations from random init and from every candidate (default 16)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=positive_int)
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    p.add_argument("--threads", type=positive_int, help="torch CPU threads")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,8 +77,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"  candidate seed {c['seed']}: saves {c['validation_saving']:.2f}x fit iterations on "
                   f"{sel['validation_images']} validation train images ({c['never']} never reach random init's PSNR)"
                   + ("  <- kept" if c["seed"] == sel["chosen_seed"] else ""))
-    print(f"wrote {out}: {fit_cfg.arch.layers}x{fit_cfg.arch.hidden} init from {info['num_images']} train images "
-          f"({mcfg.outer_steps} outer x {mcfg.inner_steps} inner steps"
-          + (f", best of {mcfg.candidates} on {sel['validation_images']} of them" if sel else "")
-          + f", {info['seconds']:.1f} s), sha256 {sha}")
+    images = (f"meta-trained on {sel['meta_train_images']} of {info['num_images']} train images, "
+              f"{sel['validation_images']} held out to choose the best of {mcfg.candidates} seeds" if sel
+              else f"meta-trained on {info['num_images']} train images")
+    print(f"wrote {out}: {fit_cfg.arch.layers}x{fit_cfg.arch.hidden} init {images} "
+          f"({mcfg.outer_steps} outer x {mcfg.inner_steps} inner steps, {info['seconds']:.1f} s), sha256 {sha}")
     return 0

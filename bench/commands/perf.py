@@ -15,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="target", metavar="TARGET", required=True)
     for name, modname in TARGETS.items():
         mod = importlib.import_module(modname)
-        sp = sub.add_parser(name, help=escape_help(mod.HELP), description=escape_help(mod.HELP))
+        sp = sub.add_parser(name, help=escape_help(mod.HELP), description=mod.HELP)
         mod.add_arguments(sp)
         sp.set_defaults(_perf_run=mod.run)
 

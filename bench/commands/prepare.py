@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.datasets.config import DEFAULT_MAX_PIXELS
+from bench.datasets.config import DEFAULT_MAX_PIXELS, RESIZE_POLICIES
 
 HELP = "read a dataset source once and write pixels + labels, a JPEG tree and manifest.json"
 
@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--on-error", choices=("fail", "skip"), default="fail",
                    help="an unreadable image: stop (default) or skip it and list it in the manifest")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
-    p.add_argument("--resize-policy", choices=("shorter-side-center-crop", "resize"),
+    p.add_argument("--resize-policy", choices=RESIZE_POLICIES,
                    help="how file images become S x S (default shorter-side-center-crop)")
     p.add_argument("--per-class", type=int, help="photos/synthetic: images per class (default 50)")
     p.add_argument("--num-classes", type=int, help="synthetic: number of classes (default 10)")

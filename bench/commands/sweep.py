@@ -5,14 +5,21 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-HELP = "run a sweep (demo, paper, design-space or a YAML file) cell by cell, resumable, then report"
+HELP = "run a sweep (a built-in one or a YAML file) cell by cell, resumable, then report"
+
+
+def _builtin_names() -> list[str]:
+    from bench.sweep.spec import builtin_names
+
+    return builtin_names()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from bench.argtypes import positive_int
+    from bench.cli import list_names
 
-    p.add_argument("sweep", metavar="NAME|FILE.yaml",
-                   help="a built-in sweep (demo, paper, design-space) or a sweep YAML file")
+    list_names(p.add_argument("sweep", metavar="NAME|FILE.yaml",
+                              help="a built-in sweep ({names}) or a sweep YAML file"), _builtin_names)
     p.add_argument("--data-root", metavar="DIR",
                    help="folder holding the source datasets (relative 'root' fields are taken under it)")
     p.add_argument("--device", choices=("cpu", "cuda"), help="override the sweep's device")
@@ -41,7 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="c10d rendezvous of multi-node cells: a node every node reaches")
     g.add_argument("--rdzv-id", default="inrbench", metavar="ID",
                    help="rendezvous id prefix (default inrbench): each multi-node cell meets as ID-<cell id>")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (there is none anyway where stderr is not a terminal)")
 
 
 def run(args: argparse.Namespace) -> int:

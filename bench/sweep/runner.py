@@ -227,7 +227,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = 
     """
     import fnmatch
 
-    from tqdm import tqdm
+    from bench.cli import progress_bar
 
     for pat in redo:
         if not any(fnmatch.fnmatchcase(c.id, pat) for c in cfg.cells):
@@ -279,8 +279,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = 
                        and (c.id in summary.stale or any(fnmatch.fnmatchcase(c.id, p) for p in redo))]
         if redone_fits:  # redone fits must not come back from the cache of the stale ones
             shutil.rmtree(ctx.shared_dir(EncodeCell.FIT_CACHE), ignore_errors=True)
-        bar = tqdm(total=len(cfg.cells), initial=len(summary.kept), unit="cell", desc=cfg.name,
-                   disable=not progress, dynamic_ncols=True)
+        bar = progress_bar(len(cfg.cells), cfg.name, "cell", enabled=progress, initial=len(summary.kept),
+                           dynamic_ncols=True)
         try:
             for cell in todo:
                 bar.set_postfix_str(cell.id, refresh=True)
