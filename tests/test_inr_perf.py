@@ -1,10 +1,12 @@
-"""`inrbench perf encode --json`: both methods run, the ratio is their rates' ratio, same work done."""
+"""`inrbench perf encode --json`: both methods run, the ratio is their rates' ratio, same work done; every
+step's % of peak is against one matmul peak; the defaults are the cifar10 preset's."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
-from bench.cli import main
+from bench.cli import build_parser, main
 
 
 def test_perf_encode_json(capsys):
@@ -82,3 +84,45 @@ def test_perf_encode_estimate_reuses_a_main_measurement_at_the_presets_settings(
     out = capsys.readouterr().out
     assert calls == ["loop", "batched"]
     assert "the runs above" in out and "69 h 26 min" in out  # 50,000 x 5,000 / 1,000 img-it/s = 250,000 s
+
+
+def test_perf_encode_defaults_are_the_cifar10_presets():
+    from bench.perf.encode import _matching_preset
+
+    args = build_parser().parse_args(["perf", "encode"])
+    assert _matching_preset(args) == "cifar10"
+    assert _matching_preset(argparse.Namespace(layers=5, hidden=13, lr=0.5)) is None
+
+
+def test_perf_encode_steps_share_one_matmul_peak(monkeypatch, capsys):
+    """Each worker measures the peak; every step's % of peak is against the run's best measurement."""
+    from bench.perf import encode as pe
+
+    peaks = {"eager": 0.2, "compiled": 0.1}  # TFLOP/s measured in each step's worker
+
+    def fake_spawn(args, method, images, step="eager", **over):
+        if method == "loop":
+            return {"images": 2, "iterations": args.iterations, "image_iterations_per_s": 10.0, "seconds": 1.0,
+                    "peak_memory_bytes": 0, "mean_psnr": 20.0, "mean_psnr_first": {"1": 20.0, "2": 20.0},
+                    "memory_kind": "x", "threads": 1}
+        gflops = {"eager": 10.0, "compiled": 25.0}[step]
+        return {"images": 6, "iterations": 5, "image_iterations_per_s": gflops * 100, "seconds": 0.1, "chunk": 6,
+                "workers": 1, "achieved_gflops": gflops, "peak_tflops": peaks[step],
+                "pct_of_peak": 100 * gflops / (peaks[step] * 1e3), "peak_dtype": "float32", "mean_psnr": 20.0,
+                "mean_psnr_first": {"1": 20.0, "2": 20.0}, "warmup_seconds": 0.0, "peak_memory_bytes": 0,
+                "memory_kind": "x", "threads": 1}
+
+    monkeypatch.setattr(pe, "_spawn", fake_spawn)
+    argv = ["perf", "encode", "--synthetic", "--iterations", "5", "--batch", "6", "--loop-images", "2", "--size", "8",
+            "--step", "both"]
+    assert main([*argv, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["matmul_peak"]["tflops"] == 0.2 and r["matmul_peak"]["measurements"] == 2
+    e, c = r["steps"]["eager"], r["steps"]["compiled"]
+    assert e["peak_tflops"] == c["peak_tflops"] == 0.2 and c["worker_peak_tflops"] == 0.1
+    assert abs(e["pct_of_peak"] - 5.0) < 1e-9 and abs(c["pct_of_peak"] - 12.5) < 1e-9  # ratio 2.5 = the speed ratio
+    assert r["config"]["preset"] == "cifar10"  # the default 5x13 and lr 1e-3
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "matmul peak: 200.0 GFLOP/s dense float32 torch.mm on cpu, the best of the 2 batched workers'" in out
+    assert "5.0% of peak" in out and "12.5% of peak" in out
