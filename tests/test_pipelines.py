@@ -414,28 +414,6 @@ def test_inr_crop_decode_matches_decode_then_crop(crop, min_db, labels_data, sto
     assert psnr >= min_db, f"{crop}: crop-decode vs decode-then-crop {psnr:.1f} dB < {min_db}"
 
 
-def test_doc_example_adapter_runs(coords_data):
-    """The minimal adapter in docs/adding-a-pipeline.md registers and honours the contract."""
-    from pathlib import Path
-
-    from pipelines.base import _REGISTRY
-
-    doc = (Path(__file__).parents[1] / "docs" / "adding-a-pipeline.md").read_text()
-    code = doc.split("```python\n", 1)[1].split("```", 1)[0]
-    try:
-        exec(compile(code, "adding-a-pipeline.md", "exec"), {"__name__": "doc_example"})
-        aug = Augment(crop="center", flip=False)
-        p = pipelines.create("memmap", coords_data, PipelineConfig(batch_size=12, augment=aug, workers=0))
-        images, labels = epoch(p)
-        idx = read_crops(images, aug)["index"]
-        assert sorted(idx.tolist()) == list(range(COORD_N)) and np.array_equal(labels.numpy(), idx % 10)
-        p.close()
-        with pytest.raises(RuntimeError, match="closed"):
-            next(iter(p))
-    finally:
-        _REGISTRY.pop("memmap", None)
-
-
 def test_inr_store_of_another_dataset_is_refused(labels_data, stores):
     from bench.errors import InputError
 
