@@ -1,7 +1,8 @@
 """argparse ``type=`` validators: a bad number is refused while parsing, in one line, exit 2.
 
-Used where a value of 0 would otherwise silently mean "automatic" (``--batch 0``) or a
-non-finite float would reach an optimizer (``--lr nan``).
+Used where a value of 0 would otherwise silently mean "automatic" (``--batch 0``), a
+non-finite float would reach an optimizer (``--lr nan``), or a seed would overflow numpy, torch or
+the results' int64 columns (``--seed -1``, ``--seed 99999999999999999999``).
 """
 
 from __future__ import annotations
@@ -29,4 +30,42 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not 0 < v < math.inf:
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return v
+
+
+def nonnegative_int(text: str) -> int:
+    """An integer >= 0."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def nonnegative_float(text: str) -> float:
+    """A finite float >= 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= v < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return v
+
+
+# Seeds are 0 .. 2**32 - 1: numpy's legacy RandomState takes no more, and derived seeds (``seed + k``,
+# ``seed * 1000 + layer``) then stay far inside torch.manual_seed's and an int64 column's range.
+SEED_MAX = 2**32 - 1
+
+
+def seed(text: str) -> int:
+    """A random seed, an integer in 0 .. SEED_MAX."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= v <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"a seed must be an integer in 0..{SEED_MAX}, got {v}")
     return v

@@ -373,16 +373,27 @@ def read_results(out: str | Path):
 
 
 def rebuild_views(out: str | Path) -> None:
-    """Rebuild ``results.csv`` (and ``results.parquet`` when pyarrow is importable) atomically."""
+    """Rebuild ``results.csv`` (and ``results.parquet`` when pyarrow is importable) atomically.
+
+    A cfg.* column that Arrow cannot hold as read from the CSVs (an integer beyond int64, say,
+    from a run written before ``--seed`` was range-checked) goes into the parquet view as text,
+    so one odd value never stops later runs from rebuilding the views.
+    """
     out = Path(out)
     df = read_results(out)
     atomic_write_bytes(out / MERGED_CSV, df.to_csv(index=False).encode("utf-8"))
     try:
-        import pyarrow  # noqa: F401
+        import pyarrow as pa
     except ImportError:
         return
     import io
 
+    for col in df.columns:
+        if df[col].dtype == object:
+            try:
+                pa.array(df[col], from_pandas=True)
+            except (pa.ArrowException, OverflowError, TypeError, ValueError):
+                df[col] = df[col].astype("string")
     buf = io.BytesIO()
     df.to_parquet(buf, index=False)
     atomic_write_bytes(out / MERGED_PARQUET, buf.getvalue())

@@ -17,6 +17,8 @@ BENCH = ["bench", "--pipeline", "raw", "--data", "{D}", "--mode", "loader", "--e
 ENC = ["encode", "{D}", "--out", "{O}.inr"]
 CMP = ["compare", "{D}", "--out", "{O}"]
 PREP = ["prepare", "synthetic", "--out", "{O}"]
+MI = ["meta-init", "{D}", "--out", "{O}.pt"]
+SEED = "a seed must be an integer in 0..4294967295"
 
 CASES = [
     (PREP + ["--size", "0"], "--size must be between 8 and 4096"),
@@ -56,6 +58,14 @@ CASES = [
     (BENCH + ["--device", "bogus"], "bogus"),
     (BENCH + ["--method", "expand", "--schedule", "0.5:1:1,1:2:1", "--warmup", "1"],
      "--method expand trains a model: it needs --mode replay or train, not loader"),
+    # --seed: one range everywhere (numpy refuses negatives; beyond int64 broke the results views)
+    (PREP + ["--seed", "-1"], "argument --seed: " + SEED),
+    (ENC + ["--seed", "-5"], "argument --seed: " + SEED),
+    (ENC + ["--seed", "99999999999999999999999"], "argument --seed: " + SEED),
+    (BENCH + ["--seed", "-1"], "argument --seed: " + SEED),
+    (BENCH + ["--seed", "99999999999999999999999"], "argument --seed: " + SEED),
+    (MI + ["--seed", "-1"], "argument --seed: " + SEED),
+    (MI + ["--seed", str(2**32)], "argument --seed: " + SEED),
     (CMP + ["--jpeg-qualities", "0"], "JPEG qualities must be in 1..100"),
     (CMP + ["--limit", "0"], "--limit must be >= 1"),
     (CMP + ["--window", "-1"], "window must be >= 0"),

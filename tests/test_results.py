@@ -57,6 +57,19 @@ def test_merged_views_match_runs(tmp_path):
     assert len(pq) == 10 and str(pq["repeat"].dtype) == "Int64"
 
 
+def test_a_value_arrow_cannot_hold_does_not_break_later_views(tmp_path):
+    """A run folder written with a seed beyond int64 (before --seed was range-checked): every later
+    rebuild still writes both views; the parquet view holds that column as text."""
+    big = R.RunRows("big", "raw", "photos32", "loader", {**CFG, "seed": 10**23})
+    big.add("images_per_s", 1000.0, "img/s", repeat=0, epoch=0)
+    R.write_run(tmp_path, big)
+    R.write_run(tmp_path, _ok_run("a"))
+    merged = pd.read_csv(tmp_path / "results.csv")
+    assert set(merged["run_id"]) == {"big", "a"}
+    pq = pd.read_parquet(tmp_path / "results.parquet")
+    assert len(pq) == len(merged) and str(10**23) in set(pq["cfg.seed"].dropna())
+
+
 def test_skip_and_error_replace_partial_rows(tmp_path):
     run = _ok_run("e")
     run.error("CUDA out of memory. Tried to allocate 2.00 GiB\n(more text)")

@@ -62,7 +62,7 @@ def _method_names() -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench.argtypes import positive_int
+    from bench.argtypes import positive_int, seed
     from bench.cli import list_names
 
     list_names(p.add_argument("--pipeline", required=True, metavar="NAME", help="a registered pipeline: {names}"),
@@ -89,7 +89,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     list_names(p.add_argument("--backbone", default="auto", metavar="NAME",
                               help="a registered backbone ({names}), or auto: resnet18-cifar up to 64 px, else resnet18"),
                _backbone_names)
-    p.add_argument("--seed", type=int, default=0, help="seed of shuffling, augmentation and model init")
+    p.add_argument("--seed", type=seed, default=0, help="seed of shuffling, augmentation and model init")
     p.add_argument("--split", default="train", help="split the pipeline feeds (default train)")
     p.add_argument("--eval-split", default="test", help="split for test accuracy in train mode (default test)")
     g = p.add_argument_group("augmentation (pipelines.base.Augment)")

@@ -25,7 +25,7 @@ def preset_names() -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench.argtypes import positive_float, positive_int
+    from bench.argtypes import positive_float, positive_int, seed
     from bench.cli import list_names
 
     p.add_argument("prepared", help="a prepared dataset folder (`inrbench prepare`)")
@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--w0", type=positive_float, help="w0 of every sine layer")
     g.add_argument("--w0-first", type=positive_float, help="w0 of the first layer (default: --w0)")
     g.add_argument("--lr", type=positive_float, help="Adam peak learning rate, cosine-annealed")
-    g.add_argument("--seed", type=int, help="seed of the random init")
+    g.add_argument("--seed", type=seed, help="seed of the random init")
     g.add_argument("--batch", type=positive_int, help="images fitted together (default: from --memory-mb)")
     g.add_argument("--memory-mb", type=positive_int, help="memory budget per chunk in MiB (default: 60%% of free GPU memory, 2048 on CPU)")
     g.add_argument("--autocast", choices=["none", "bf16"], help="bf16 matmuls for fitting (first layer fp32; fp16 is not offered: no loss scaling)")

@@ -12,7 +12,7 @@ HELP = "meta-learn a SIREN initialization (Reptile) on a seeded subset of a prep
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench.argtypes import positive_float, positive_int
+    from bench.argtypes import positive_float, positive_int, seed
     from bench.cli import list_names
     from bench.commands.encode import preset_names
 
@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inner-lr", type=positive_float, help="inner Adam lr (default: the preset's lr)")
     p.add_argument("--outer-lr", type=positive_float, default=1.0, help="Reptile step, annealed to 0 (default 1)")
     p.add_argument("--pixels", type=positive_int, default=4096, help="pixels sampled per outer step (default 4096)")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=seed, default=0,
                    help="seed of the train subset, the validation images and the Reptile steps (candidates: SEED, "
                         "SEED+1, ...)")
     p.add_argument("--candidates", type=positive_int, default=1,

@@ -20,6 +20,8 @@ def _size(text: str) -> int | str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from bench.argtypes import seed
+
     p.add_argument("source", metavar="SOURCE", help="dataset source (see `inrbench datasets`)")
     p.add_argument("--root", help="folder holding the dataset (not for built-in photos/synthetic)")
     p.add_argument("--out", required=True, help="output folder (written atomically)")
@@ -31,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jpeg-quality", type=int, default=90, help="JPEG quality of the JPEG tree (default 90)")
     p.add_argument("--on-error", choices=("fail", "skip"), default="fail",
                    help="an unreadable image: stop (default) or skip it and list it in the manifest")
-    p.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of every random choice (default 0)")
     p.add_argument("--resize-policy", choices=RESIZE_POLICIES,
                    help="how file images become S x S (default shorter-side-center-crop)")
     p.add_argument("--per-class", type=int, help="photos/synthetic: images per class (default 50)")
