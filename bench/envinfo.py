@@ -51,10 +51,26 @@ def pil_info() -> dict[str, Any]:
     return {
         "flavor": flavor,
         "version": PIL.__version__,
-        "libjpeg": features.version("jpg"),
+        "libjpeg": features.version("jpg"),  # the libjpeg API version (6.2 for libjpeg-turbo's default)
         "libjpeg_turbo": bool(features.check_feature("libjpeg_turbo")),
+        "libjpeg_turbo_version": features.version("libjpeg_turbo"),  # the library's own, e.g. 3.1.2
         "module_path": str(Path(PIL.__file__).parent),
     }
+
+
+def cuda_mismatch(versions: dict[str, Any]) -> str | None:
+    """A warning when DALI and torch were built for different CUDA majors (``versions`` as in
+    ``collect()``), else None. Both bundle their own CUDA runtime, so the pair may run under one
+    driver, but their GPU decoders then come from different CUDA releases: say so next to the
+    numbers."""
+    torch_cuda, dali_cuda = versions.get("cuda_runtime"), versions.get("dali_cuda")
+    if not torch_cuda or not dali_cuda:
+        return None
+    major = [str(v).split(".")[0] for v in (torch_cuda, dali_cuda)]
+    if major[0] == major[1]:
+        return None
+    return (f"DALI is built for CUDA {dali_cuda}, torch for CUDA {torch_cuda}: install the DALI wheel of "
+            f"torch's CUDA major (nvidia-dali-cuda{major[0]}0; README, 'Installing on a GPU machine')")
 
 
 def torch_nvjpeg_decoder() -> dict[str, Any]:
@@ -161,8 +177,9 @@ def _dali_cuda() -> str | None:
 
     DALI keeps it only as ``__cuda_version__ = int('12.9.86'.replace('.', ''))`` (dots lost), so
     the string is read from that line; failing that, the major from the distribution name
-    (``nvidia-dali-cuda120`` -> ``"12"``). Differs in major from torch's ``cuda_runtime`` when the
-    install extra (``.[cuda13]``) does not match the torch build.
+    (``nvidia-dali-cuda130`` -> ``"13"``). Differs in major from torch's ``cuda_runtime`` when the
+    installed DALI wheel (default CUDA 13, ``.[cuda12]``) does not match the torch build
+    (``cuda_mismatch``).
     """
     import re
 
@@ -248,7 +265,7 @@ def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
         dali_version: str | None = dali.__version__
     except ImportError:
         dali_version = None
-    return {
+    info = {
         "schema_version": ENV_SCHEMA_VERSION,
         "git": git_info(),
         "code": code_identity(),
@@ -275,3 +292,5 @@ def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
         "gpu": gpu_info(),
         "distributed": dict(distributed) if distributed else {"world_size": 1},
     }
+    info["warnings"] = [w for w in (cuda_mismatch(info["versions"]),) if w]
+    return info

@@ -207,3 +207,31 @@ def test_time_to_first_batch_includes_the_build(tmp_path):
     assert iqr == pytest.approx((0.0121 + 0.2601) / 2 - (0.0111 + 0.0121) / 2, rel=0.02)  # the cold build shows
     assert float(t.loc["raw", "loader"].split(" (IQR ")[0]) == pytest.approx(0.06, abs=1e-4)
     assert "`build_s` + `ttfb_s`" in text
+
+
+def test_environment_names_the_dali_cuda_and_warns_on_a_mismatch(tmp_path):
+    """DALI built for CUDA 12 beside a CUDA 13 torch: the Environment says so (also for env records
+    written before env.json had ``warnings``); the matching pair gets no warning row."""
+    import json
+
+    from bench import envinfo
+    from bench import results as R
+
+    rows = R.RunRows("r", "raw", "syn", "loader", {"pipe": {"device": "cpu"}})
+    rows.add("epoch_s", 1.0, "s", repeat=0, epoch=1)
+    out = tmp_path / "results"
+    run_dir = R.write_run(out, rows)
+    env = json.loads((FIX / "env.json").read_text())
+    for torch_cuda, dali_cuda, warned in (("13.0", "12.9.86", True), ("12.8", "12.9.86", False)):
+        env["versions"] = {**env["versions"], "cuda_runtime": torch_cuda, "dali_cuda": dali_cuda}
+        env["pil"] = {**env["pil"], "libjpeg": "6.2", "libjpeg_turbo_version": "3.1.2"}
+        R.write_env(run_dir, env)
+        build_report(out, tmp_path / f"rep{torch_cuda}")
+        t = parse_tables((tmp_path / f"rep{torch_cuda}" / "README.md").read_text())["Environment"][0].set_index("")
+        assert t.loc["NVIDIA DALI", "value"] == "2.4.0 (CUDA 12.9.86)"
+        assert t.loc["PIL", "value"] == "Pillow 11.0.0, libjpeg-turbo 3.1.2 (libjpeg API 6.2)"
+        assert ("warning" in t.index) is warned
+        if warned:
+            assert t.loc["warning", "value"] == envinfo.cuda_mismatch(env["versions"])
+            assert "DALI is built for CUDA 12.9.86, torch for CUDA 13.0" in t.loc["warning", "value"]
+    assert envinfo.cuda_mismatch({"cuda_runtime": None, "dali_cuda": "12.9"}) is None  # a CPU torch

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from bench import envinfo
 from bench.atomic import atomic_dir
 from bench.report import figures as F
 from bench.report import markdown as md
@@ -220,9 +221,12 @@ def _environment(doc: _Doc, x: ReportInputs) -> None:
         ("python", env.get("python")),
         ("platform", env.get("platform")),
         ("torch / torchvision", f"{v.get('torch')} / {v.get('torchvision')} (CUDA runtime {v.get('cuda_runtime')})"),
-        ("NVIDIA DALI", v.get("nvidia-dali") or "not installed"),
-        ("PIL", f"{pil.get('flavor')} {pil.get('version')}, libjpeg {pil.get('libjpeg')}"
-                f"{' (turbo)' if pil.get('libjpeg_turbo') else ''}"),
+        ("NVIDIA DALI", (f"{v['nvidia-dali']} (CUDA {v.get('dali_cuda')})" if v.get("dali_cuda")
+                         else v.get("nvidia-dali")) or "not installed"),
+        ("PIL", f"{pil.get('flavor')} {pil.get('version')}, "
+                + (f"libjpeg-turbo {pil['libjpeg_turbo_version']} (libjpeg API {pil.get('libjpeg')})"
+                   if pil.get("libjpeg_turbo_version") else
+                   f"libjpeg {pil.get('libjpeg')}{' (turbo)' if pil.get('libjpeg_turbo') else ''}")),
         ("torch-nvjpeg decoder", _nvjpeg_decoder(env.get("torch_nvjpeg"))),
         ("CPU", f"{cpu.get('model')}, {cpu.get('logical_cores')} logical cores "
                 f"({cpu.get('affinity_cores')} usable), {T.fmt_bytes(cpu.get('memory_bytes') or float('nan'))} RAM"),
@@ -230,6 +234,8 @@ def _environment(doc: _Doc, x: ReportInputs) -> None:
         ("torch threads", env.get("torch_num_threads")),
         ("code version (this run)", _code_label(x.code or env.get("code"))),
     ]
+    mismatch = envinfo.cuda_mismatch(v)  # also for env records written before the warnings list
+    items += [("warning", w) for w in dict.fromkeys([*env.get("warnings", []), *([mismatch] if mismatch else [])])]
     doc.table(pd.DataFrame(items, columns=["", "value"]), index=False)
     _code_versions(doc, x)
 
