@@ -92,6 +92,18 @@ def broken_jpeg(base, tmp: Path) -> Path:
     return data
 
 
+def edited_manifest(edit: Callable[[dict], object]):
+    """A builder: a copy of the dataset whose manifest.json is ``edit(manifest)`` (its return value
+    when not None, else the manifest changed in place); schema_version stays right."""
+    def build(base, tmp: Path) -> Path:
+        data = _data(base, tmp)
+        m = json.loads((data / "manifest.json").read_text())
+        new = edit(m)
+        (data / "manifest.json").write_text(json.dumps(m if new is None else new) + "\n")
+        return data
+    return build
+
+
 def rewrite_store(base, tmp: Path, mutate: Callable[[dict, bytearray], None]) -> Path:
     """A copy of the store with its header changed by ``mutate(header, body)`` and every checksum
     recomputed (``inr.store.pack_file``), so only the schema check can refuse it."""
@@ -185,6 +197,24 @@ CASES = [
     Case("bench-damaged-pixels", lambda b, t: _bench("raw", flip_pixel_byte(b, t), t), 2,
          "pixels.npy: checksum mismatch"),
     Case("encode-damaged-pixels", lambda b, t: _encode(flip_pixel_byte(b, t), t), 2, "pixels.npy: checksum mismatch"),
+    # 4. a manifest with the right schema_version but the wrong shape
+    *[Case(f"bench-manifest-{cid}", lambda b, t, e=edit: _bench("raw", edited_manifest(e)(b, t), t), 2, msg)
+      for cid, edit, msg in [
+          ("list", lambda m: [m], "manifest.json: manifest is a JSON list, expected an object"),
+          ("no-image-size", lambda m: m.pop("image_size") and None, "manifest key 'image_size' is missing"),
+          ("image-size-text", lambda m: m.update(image_size="16x16"), "manifest key 'image_size' is str"),
+          ("no-classes", lambda m: m.pop("classes") and None, "manifest key 'classes' is missing"),
+          ("splits-list", lambda m: m.update(splits=["train"]), "manifest key 'splits' is list"),
+          ("no-count", lambda m: m["splits"]["train"].pop("count") and None,
+           "manifest key 'splits.train.count' is missing"),
+          ("count-text", lambda m: m["splits"]["train"].update(count="6"), "'splits.train.count' is str \"6\", expected an integer >= 0"),
+      ]],
+    Case("encode-manifest-splits-list",
+         lambda b, t: _encode(edited_manifest(lambda m: m.update(splits=["train"]))(b, t), t), 2,
+         "manifest key 'splits' is list"),
+    Case("compare-manifest-no-classes",
+         lambda b, t: _compare(edited_manifest(lambda m: m.pop("classes") and None)(b, t), None, t), 2,
+         "manifest key 'classes' is missing"),
     # 5. store headers that pass their checksums but lie
     Case("store-header-missing-key", _stored(_drop_key("num_images")), 2, "header has no key 'num_images'"),
     Case("store-header-missing-arrays", _stored(_drop_key("arrays")), 2, "header has no key 'arrays'"),

@@ -359,11 +359,53 @@ def open_prepared(path: str | Path) -> PreparedDataset:
         manifest = json.loads(mpath.read_text())
     except json.JSONDecodeError as e:
         raise InputError(f"manifest is not valid JSON: {e}", mpath) from None
+    if not isinstance(manifest, dict):
+        raise InputError(f"manifest is a JSON {type(manifest).__name__}, expected an object", mpath)
     if manifest.get("schema_version") != SCHEMA_VERSION:
         raise InputError(
             f"manifest schema_version {manifest.get('schema_version')!r}, this inrbench reads {SCHEMA_VERSION}", mpath
         )
+    _check_manifest(manifest, mpath)
     return PreparedDataset(root=root, manifest=manifest)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_manifest(m: dict[str, Any], mpath: Path) -> None:
+    """Refuse (``InputError`` naming the key) a manifest whose keys the readers use have the wrong shape."""
+    def bad(d: dict[str, Any], key: str, expected: str, where: str = "") -> InputError:
+        got = "missing" if key not in d else f"{type(d[key]).__name__} {json.dumps(d[key])[:60]}"
+        return InputError(f"manifest key {where + key!r} is {got}, expected {expected}", mpath)
+
+    native = m.get("native", False)
+    if not isinstance(native, bool):
+        raise bad(m, "native", "true or false")
+    size = m.get("image_size")
+    if native:
+        if size is not None:
+            raise bad(m, "image_size", "null (native sizes)")
+    elif not (isinstance(size, list) and len(size) == 2 and all(_is_int(v) and v >= 1 for v in size)):
+        raise bad(m, "image_size", "[height, width], two integers >= 1")
+    classes = m.get("classes")
+    if not (isinstance(classes, list) and classes and all(isinstance(c, str) for c in classes)):
+        raise bad(m, "classes", "a non-empty list of class names")
+    splits = m.get("splits")
+    if not (isinstance(splits, dict) and splits):
+        raise bad(m, "splits", "an object {split name: {count, pixels_sha256, ...}}")
+    for name, info in splits.items():
+        if not isinstance(info, dict):
+            raise bad(splits, name, "an object {count, pixels_sha256, ...}", "splits.")
+        if not (_is_int(info.get("count")) and info["count"] >= 0):
+            raise bad(info, "count", "an integer >= 0", f"splits.{name}.")
+        for key in ("pixels_sha256", "labels_sha256", "sizes_sha256"):
+            if info.get(key) is not None and not isinstance(info[key], str):
+                raise bad(info, key, "a sha256 string", f"splits.{name}.")
+    for key, typ, expected in (("source", str, "a string"), ("resize_policy", str, "a string"),
+                               ("skipped", list, "a list"), ("jpeg", dict, "an object")):
+        if m.get(key) is not None and not isinstance(m[key], typ):
+            raise bad(m, key, expected)
 
 
 def read_source_ids(split_dir: str | Path) -> list[str] | None:
