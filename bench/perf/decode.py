@@ -28,10 +28,12 @@ SMALL_ARCH, LARGE_ARCH = (5, 13), (10, 32)  # Rapid-INR's CIFAR-10 and Flowers10
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sizes", type=int, nargs="+", default=[32, 224], help="image sides (default: 32 224)")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads for every decoder (default 1: per core)")
-    p.add_argument("--seconds", type=float, default=0.3, help="minimum time per repeat (default 0.3)")
-    p.add_argument("--repeats", type=int, default=5, help="repeats per row; the median is reported (default 5)")
+    from bench.argtypes import nonnegative_float, positive_int
+
+    p.add_argument("--sizes", type=positive_int, nargs="+", default=[32, 224], help="image sides (default: 32 224)")
+    p.add_argument("--threads", type=positive_int, default=1, help="CPU threads for every decoder (default 1: per core)")
+    p.add_argument("--seconds", type=nonnegative_float, default=0.3, help="minimum time per repeat (default 0.3)")
+    p.add_argument("--repeats", type=positive_int, default=5, help="repeats per row; the median is reported (default 5)")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants (slow to build)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
 

@@ -46,23 +46,23 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.argtypes import positive_int
+from bench.argtypes import nonnegative_int, positive_float, positive_int
 
 HELP = "image-iterations/s of the batched INR encoder vs a one-image-at-a-time loop, ratio, peak memory"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--layers", type=int, default=5, help="SIREN sine layers (the cifar10 preset's)")
-    p.add_argument("--hidden", type=int, default=13, help="SIREN hidden width (the cifar10 preset's)")
-    p.add_argument("--size", type=int, default=32, help="image side (default 32)")
-    p.add_argument("--iterations", type=int, default=200, help="iterations per image, both methods (default 200)")
-    p.add_argument("--lr", type=float, default=1e-3,
+    p.add_argument("--layers", type=positive_int, default=5, help="SIREN sine layers (the cifar10 preset's)")
+    p.add_argument("--hidden", type=positive_int, default=13, help="SIREN hidden width (the cifar10 preset's)")
+    p.add_argument("--size", type=positive_int, default=32, help="image side (default 32)")
+    p.add_argument("--iterations", type=positive_int, default=200, help="iterations per image, both methods (default 200)")
+    p.add_argument("--lr", type=positive_float, default=1e-3,
                    help="Adam peak learning rate (default 1e-3: the cifar10 preset's, like --layers and --hidden; "
                         "the demo preset uses 3e-3)")
-    p.add_argument("--batch", type=int, default=256, help="images fitted by the batched encoder (default 256)")
-    p.add_argument("--chunk", type=int, default=0, help="batched chunk size (default: FitConfig auto)")
-    p.add_argument("--loop-images", type=int, default=4, help="images fitted by the reference loop (default 4)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's default)")
+    p.add_argument("--batch", type=positive_int, default=256, help="images fitted by the batched encoder (default 256)")
+    p.add_argument("--chunk", type=nonnegative_int, default=0, help="batched chunk size (default: FitConfig auto)")
+    p.add_argument("--loop-images", type=positive_int, default=4, help="images fitted by the reference loop (default 4)")
+    p.add_argument("--threads", type=nonnegative_int, default=0, help="torch CPU threads (default: torch's default)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     p.add_argument("--autocast", choices=["none", "bf16"], default="none",
                    help="batched encoder's matmul precision (default none = fp32)")

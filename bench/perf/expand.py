@@ -22,18 +22,20 @@ DEFAULT_SCHEDULE = "0.5:1:2,0.75:1:2,1:2:4"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from bench.argtypes import positive_float, positive_int
+
     p.add_argument("--source", choices=("photos", "synthetic"), default="photos")
-    p.add_argument("--per-class", type=int, default=200, help="images per class (photos: crops per photo; default 200)")
-    p.add_argument("--size", type=int, default=16, help="image side (default 16)")
+    p.add_argument("--per-class", type=positive_int, default=200, help="images per class (photos: crops per photo; default 200)")
+    p.add_argument("--size", type=positive_int, default=16, help="image side (default 16)")
     p.add_argument("--backbone", default="resnet18-cifar")
     p.add_argument("--schedule", default=DEFAULT_SCHEDULE,
                    help=f"expand schedule WIDTH:DEPTH:EPOCHS,... (default {DEFAULT_SCHEDULE}); the dense run "
                         "trains as many epochs")
     p.add_argument("--restart-lr", action="store_true")
-    p.add_argument("--repeats", type=int, default=2, help="runs per method (default 2; >= 2 for an interval)")
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    p.add_argument("--repeats", type=positive_int, default=2, help="runs per method (default 2; >= 2 for an interval)")
+    p.add_argument("--batch-size", type=positive_int, default=128)
+    p.add_argument("--lr", type=positive_float, default=0.1)
+    p.add_argument("--threads", type=positive_int, default=2, help="torch threads (default 2)")
     p.add_argument("--pipeline", default="raw", help="input pipeline of both methods (default raw)")
     p.add_argument("--out", help="results folder to keep (default: a temporary one)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")

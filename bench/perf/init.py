@@ -60,22 +60,22 @@ REALIZED_RUN = {"32": (32, 8), "224": (0, 0)}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench.argtypes import positive_int
+    from bench.argtypes import nonnegative_int, positive_int, seed
 
     p.add_argument("--sets", default="32,224", help="image sets to measure: 32, 224 or both (default 32,224)")
-    p.add_argument("--iterations-32", type=int, default=0, help="fit iterations at 32x32 (default: the preset's 5000)")
-    p.add_argument("--iterations-224", type=int, default=0, help="fit iterations at 224x224 (default 300: CPU minutes)")
-    p.add_argument("--test-images", type=int, default=0, help="held-out images per set (default 8 at 32, 1 at 224)")
-    p.add_argument("--outer-steps", type=int, default=0, help="Reptile outer steps (default 300 at 32, 80 at 224)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--iterations-32", type=nonnegative_int, default=0, help="fit iterations at 32x32 (default: the preset's 5000)")
+    p.add_argument("--iterations-224", type=nonnegative_int, default=0, help="fit iterations at 224x224 (default 300: CPU minutes)")
+    p.add_argument("--test-images", type=nonnegative_int, default=0, help="held-out images per set (default 8 at 32, 1 at 224)")
+    p.add_argument("--outer-steps", type=nonnegative_int, default=0, help="Reptile outer steps (default 300 at 32, 80 at 224)")
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--candidates", type=positive_int, default=0,
                    help="meta-train this many Reptile seeds and keep the one that saves the most iterations on 16 "
                         "validation train images (meta-init --candidates; default 4 at 32, 1 at 224)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's default)")
+    p.add_argument("--threads", type=nonnegative_int, default=0, help="torch CPU threads (default: torch's default)")
     p.add_argument("--device", default="cpu",
                    help="cpu, cuda or cuda:N for meta-training, the fit curves and the encoder (default cpu); on a "
                         "GPU, --iterations-224 5000 measures the 224 px set at the preset's full length")
-    p.add_argument("--repeats", type=int, default=3,
+    p.add_argument("--repeats", type=nonnegative_int, default=3,
                    help="rounds of the realized-saving encodes (interleaved; default 3; 0 skips them)")
     p.add_argument("--no-prune", action="store_true", help="skip the pruned + 8-bit end points")
     p.add_argument("--figure", help="write the PSNR-vs-iterations figure (PNG) here")
