@@ -129,3 +129,39 @@ def test_pss_counts_shared_pages_once_and_monitor_cost_is_excluded():
     assert res.pss_peak_bytes < 0.8 * res.rss_peak_bytes, (res.pss_peak_bytes, res.rss_peak_bytes)
     assert res.monitor_cpu_seconds > 0.0
     assert res.cores_busy < 0.3, res.cores_busy  # both processes sleep; the monitor's reads excluded
+
+
+def test_other_busy_arithmetic():
+    from bench.harness.monitors import other_busy
+
+    assert other_busy(system_busy_s=3.0, tree_cpu_s=1.0, wall_s=2.0) == pytest.approx(1.0)
+    assert other_busy(system_busy_s=0.99, tree_cpu_s=1.0, wall_s=2.0) == 0.0  # counter jitter, not < 0
+
+
+def test_other_cores_busy_sees_a_process_outside_the_tree(tmp_path):
+    """A busy loop started outside this process tree (re-parented away from us) shows as other
+    load while the measured region only sleeps; the tree itself reads ~0 cores busy."""
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "pid"
+    code = "import os, time\nend = time.time() + 4\nwhile time.time() < end: pass"
+    subprocess.run(["bash", "-c", f'{sys.executable} -c "{code}" > /dev/null 2>&1 & echo $! > {pid_file}'],
+                   check=True)  # bash exits at once: the loop is nobody's child in our tree
+    try:
+        time.sleep(0.3)
+        mon = Monitor("cpu", period_s=0.05).start()
+        mon.mark()
+        time.sleep(1.5)
+        res = mon.stop()
+    finally:
+        import os
+        import signal
+
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+    assert res.cores_busy < 0.2
+    assert res.other_cores_busy is not None and res.other_cores_busy > 0.5, res.other_cores_busy
+    assert ("other_cores_busy", res.other_cores_busy, "cores") in res.metrics()

@@ -235,3 +235,32 @@ def test_environment_names_the_dali_cuda_and_warns_on_a_mismatch(tmp_path):
             assert t.loc["warning", "value"] == envinfo.cuda_mismatch(env["versions"])
             assert "DALI is built for CUDA 12.9.86, torch for CUDA 13.0" in t.loc["warning", "value"]
     assert envinfo.cuda_mismatch({"cuda_runtime": None, "dali_cuda": "12.9"}) is None  # a CPU torch
+
+
+def test_other_load_on_the_machine_is_warned(tmp_path):
+    """Repeats during which other processes kept cores busy are listed, with the median and the
+    largest value; a folder where no repeat crossed the threshold gets no section."""
+    from bench import results as R
+    from bench.report import tables as T
+
+    out = tmp_path / "results"
+    for pipeline, other in (("raw", [0.01, 0.02, 0.01]), ("dali", [0.9, 1.1, 0.05])):
+        run = R.RunRows(f"r-{pipeline}", pipeline, "syn", "loader", {"pipe": {"device": "cpu"}})
+        for r, o in enumerate(other):
+            run.add("epoch_s", 1.0, "s", repeat=r, epoch=1)
+            run.add("other_cores_busy", o, "cores", repeat=r)
+        R.write_run(out, run)
+    build_report(out, tmp_path / "rep")
+    text = (tmp_path / "rep" / "README.md").read_text()
+    assert "**Other processes were busy on the machine during some runs" in text
+    t = parse_tables(text)["Other load on the machine"][0]
+    assert t[["pipeline", "other cores busy (median)", "largest", "repeats over"]].values.tolist() == [
+        ["dali", "0.90", "1.10", "2 of 3"]]
+    assert T.other_load(R.read_results(out)).shape[0] == 1
+    quiet = tmp_path / "quiet"
+    run = R.RunRows("q", "raw", "syn", "loader", {"pipe": {"device": "cpu"}})
+    run.add("epoch_s", 1.0, "s", repeat=0, epoch=1)
+    run.add("other_cores_busy", 0.1, "cores", repeat=0)
+    R.write_run(quiet, run)
+    build_report(quiet, tmp_path / "rep2")
+    assert "Other load" not in (tmp_path / "rep2" / "README.md").read_text()

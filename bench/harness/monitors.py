@@ -14,6 +14,12 @@ What is measured, and how:
   process, so it is sampled every ``pss_period_s`` (default 1 s), plus at start and stop.
 - The monitor's own CPU (its thread's ``thread_time``) is measured and subtracted from the
   tree's CPU before cores busy is computed; it is reported as ``monitor_cpu_seconds``.
+- *Other load*: the CPUs this process may run on (its affinity) are read from the system's
+  counters (``psutil.cpu_times(percpu=True)``: all but idle and iowait) at ``start``/``mark`` and
+  at ``stop``; ``other_cores_busy`` = (their busy seconds - the tree's CPU seconds, monitor
+  included) / wall seconds: cores kept busy by processes outside the run over the measured
+  region. Another job on a shared machine shows here, and the report warns where it is high. In
+  a data-parallel run the sibling ranks count as other load, so the aggregate rows leave it out.
 - NVML (``nvidia-ml-py``), when the run is on CUDA and a driver exists: device memory used
   (device level: DALI/nvJPEG pools and other processes count) and GPU utilization. Without a
   driver ``nvmlInit`` raises; those metrics are then *absent* with the reason, never zeros.
@@ -152,6 +158,30 @@ class _Nvml:
             self.handle = None
 
 
+def _system_busy_seconds() -> float | None:
+    """Busy CPU seconds so far (all but idle and iowait) summed over the CPUs this process may
+    run on, from the system's counters; None where they cannot be read."""
+    import psutil
+
+    try:
+        per = psutil.cpu_times(percpu=True)
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else range(len(per))
+        total = 0.0
+        for i in cpus:
+            if i < len(per):
+                t = per[i]
+                total += sum(t) - t.idle - getattr(t, "iowait", 0.0)
+        return total
+    except (OSError, AttributeError, RuntimeError):
+        return None
+
+
+def other_busy(system_busy_s: float, tree_cpu_s: float, wall_s: float) -> float:
+    """Cores kept busy outside the tree: (system busy seconds - the tree's) / wall, >= 0 (the two
+    counters tick at different moments, so a quiet machine can read a hair below zero)."""
+    return max(0.0, (system_busy_s - tree_cpu_s) / wall_s)
+
+
 @dataclass
 class MonitorResult:
     """What a ``Monitor`` saw over [start, stop].
@@ -170,6 +200,7 @@ class MonitorResult:
     nvml: dict[str, float] = field(default_factory=dict)
     torch_cuda: dict[str, float] = field(default_factory=dict)
     unavailable: list[tuple[str, str, str]] = field(default_factory=list)
+    other_cores_busy: float | None = None  # cores busy outside the tree, on this process's CPUs
 
     @property
     def cores_busy(self) -> float:
@@ -185,6 +216,8 @@ class MonitorResult:
         ]
         if self.pss_peak_bytes is not None:
             out.append(("host_pss_peak_bytes", float(self.pss_peak_bytes), "bytes"))
+        if self.other_cores_busy is not None:
+            out.append(("other_cores_busy", self.other_cores_busy, "cores"))
         units = dict(NVML_METRICS + TORCH_METRICS)
         out += [(k, v, units[k]) for k, v in {**self.nvml, **self.torch_cuda}.items()]
         return out
@@ -227,6 +260,7 @@ class Monitor:
         self._pss_peak = _tree_pss(self._proc)
         self._pss_next = self._t0 + self.pss_period_s
         self._cpu0, rss, _ = _tree_cpu_rss(self._proc)
+        self._sys0 = _system_busy_seconds()
         self._rss_peak = rss
         self._last = (self._t0, self._cpu0)
         self._stop.clear()
@@ -256,6 +290,7 @@ class Monitor:
             self._t0 = now
             self._own_cpu0 = self._own_cpu
             self._cpu0 = cpu
+            self._sys0 = _system_busy_seconds()
             self._last = (now, cpu)
             self._rss_peak = rss
             if self._pss_peak is not None:
@@ -313,6 +348,7 @@ class Monitor:
         if self._pss_peak is not None:
             self._pss_next = time.perf_counter()  # one last PSS reading at the end
         self._sample()  # the tail interval, so the region is covered end to end
+        sys_end = _system_busy_seconds()
         t_end, cpu_end = self._last
         res = MonitorResult(
             wall_s=t_end - self._t0,
@@ -323,6 +359,11 @@ class Monitor:
             monitor_cpu_seconds=self._own_cpu - self._own_cpu0,
             pss_peak_bytes=self._pss_peak,
         )
+        if self._sys0 is not None and sys_end is not None and res.wall_s > 0:
+            res.other_cores_busy = other_busy(sys_end - self._sys0, res.cpu_seconds + res.monitor_cpu_seconds,
+                                              res.wall_s)
+        else:
+            res.unavailable.append(("other_cores_busy", "cores", "no per-CPU counters here (psutil.cpu_times)"))
         if self._pss_peak is None:
             res.unavailable.append(("host_pss_peak_bytes", "bytes", "no /proc/PID/smaps_rollup here (Linux only)"))
         nv = self._nvml

@@ -100,6 +100,10 @@ def _write(doc: _Doc, x: ReportInputs) -> None:
             "reported. Cells without a measurement show their "
             "status (`skip`/`error`) and reason; they are never counted as zeros.")
     doc.add()
+    if not T.other_load(rows).empty:
+        doc.add("**Other processes were busy on the machine during some runs: see *Other load on the "
+                "machine*.**")
+        doc.add()
     _headline(doc, x)
     _environment(doc, x)
     if x.cells:
@@ -108,6 +112,7 @@ def _write(doc: _Doc, x: ReportInputs) -> None:
     _throughput(doc, rows)
     _speedup(doc, rows)
     _sanity(doc, rows)
+    _other_load(doc, rows)
     _split(doc, rows)
     _ranks(doc, x.rank_rows)
     _resources(doc, rows)
@@ -336,6 +341,27 @@ def _speedup(doc: _Doc, rows: pd.DataFrame) -> None:
         doc.add()
         doc.table(t)
         doc.figure(F.speedup_figure(sp, ds), f"speedup_{_slug(ds)}.png", f"speedup, {ds}")
+
+
+def _other_load(doc: _Doc, rows: pd.DataFrame) -> None:
+    t = T.other_load(rows)
+    if t.empty:
+        return
+    doc.add("## Other load on the machine")
+    doc.add()
+    doc.add(f"**Warning: other processes kept more than {T.OTHER_LOAD_WARN} cores busy during "
+            f"{int(t['repeats_over'].sum())} repeats of {len(t)} runs below;** their epoch times may be "
+            "slower than on a quiet machine. `other cores busy`: busy seconds of the CPUs the run "
+            "could use (the system's counters) minus the run's own CPU seconds, per wall second of "
+            "the measured region; median and largest over the repeats. img/CPU-s is less affected.")
+    doc.add()
+    view = pd.DataFrame({
+        "dataset": t["dataset"], "pipeline": t["pipeline"], "mode": t["mode"],
+        "other cores busy (median)": [f"{v:.2f}" for v in t["median"]],
+        "largest": [f"{v:.2f}" for v in t["max"]],
+        "repeats over": [f"{a} of {b}" for a, b in zip(t["repeats_over"], t["repeats"], strict=True)],
+    })
+    doc.table(view, index=False)
 
 
 def _sanity(doc: _Doc, rows: pd.DataFrame) -> None:

@@ -16,6 +16,7 @@ DATA_WAIT_S = ("data_wait_s", "wait_s")
 COMPUTE_S = ("compute_s",)
 TTFB_S = ("time_to_first_batch_s", "ttfb_s")  # build + first batch; older rows have only ttfb_s
 CPU_BUSY = ("cpu_cores_busy",)
+OTHER_BUSY = ("other_cores_busy",)
 RSS_PEAK = ("host_rss_peak_bytes",)
 GPU_MEM_NVML = ("gpu_mem_used_peak_bytes",)
 GPU_MEM_TORCH = ("torch_peak_allocated_bytes",)

@@ -346,6 +346,23 @@ ACC_REFERENCES = ("raw", "torch-jpeg")  # accuracy is compared against the origi
 ACC_COLUMNS = ["dataset", "pipeline", "k", "n", "acc", "lo", "hi", "repeats"]
 
 
+OTHER_LOAD_WARN = 0.25  # cores busy outside the run, per repeat, above which the report warns
+
+
+def other_load(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per dataset x pipeline x mode whose repeats saw other processes busy (``other_cores_busy``
+    above ``OTHER_LOAD_WARN`` in any repeat): the median and the largest value, and how many
+    repeats crossed it."""
+    cols = [*GROUP, "median", "max", "repeats_over", "repeats"]
+    d = rows[(rows["metric"].isin(N.OTHER_BUSY)) & (rows["status"] == "ok")]
+    if d.empty:
+        return pd.DataFrame(columns=cols)
+    g = d.groupby(GROUP, dropna=False)["value"]
+    out = g.agg(median="median", max="max", repeats_over=lambda v: int((v > OTHER_LOAD_WARN).sum()),
+                repeats="count").reset_index()
+    return out[out["repeats_over"] > 0][cols].reset_index(drop=True)
+
+
 def accuracy(rows: pd.DataFrame) -> pd.DataFrame:
     """Train-mode test accuracy per dataset x pipeline: the mean over repeats (``test_acc`` weighted
     by ``test_images``), with the Wilson interval of that share of *one* repeat's test images
