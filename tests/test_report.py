@@ -264,3 +264,11 @@ def test_other_load_on_the_machine_is_warned(tmp_path):
     R.write_run(quiet, run)
     build_report(quiet, tmp_path / "rep2")
     assert "Other load" not in (tmp_path / "rep2" / "README.md").read_text()
+
+
+def test_number_formats_never_print_exponents_or_an_iqr_of_one_sample():
+    from bench.report import tables as T
+
+    assert T.fmt_bytes(1010 * 1024) == "1,010 KiB" and T.fmt_bytes(535 * 2**20) == "535 MiB"
+    assert T.fmt_median_iqr(3.0, 0.0, n=1) == "3 (one sample)"
+    assert T.fmt_median_iqr(3.0, 0.25, n=3) == "3 (IQR 0.25)"

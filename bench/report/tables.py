@@ -49,11 +49,15 @@ def fmt_bytes(x: float) -> str:
         return "—"
     for unit, k in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(x) >= k:
-            return f"{x / k:.3g} {unit}"
+            v = x / k
+            return f"{v:.3g} {unit}" if abs(v) < 1000 else f"{v:,.0f} {unit}"  # never 1.01e+03 KiB
     return f"{x:.0f} B"
 
 
-def fmt_median_iqr(median: float, iqr: float, fmt=fmt_num) -> str:
+def fmt_median_iqr(median: float, iqr: float, fmt=fmt_num, n: int | None = None) -> str:
+    """``12.3 (IQR 0.4)``; ``12.3 (one sample)`` when ``n`` is 1 (an IQR of 0 would read as no spread)."""
+    if n == 1:
+        return f"{fmt(median)} (one sample)"
     return f"{fmt(median)} (IQR {fmt(iqr)})"
 
 
@@ -115,7 +119,7 @@ def pivot_metric(rows: pd.DataFrame, metric_names: tuple[str, ...], fmt=fmt_num,
             r = {}
             for mode in modes:
                 hit = st[(st["dataset"] == ds) & (st["pipeline"] == p) & (st["mode"] == mode)]
-                r[mode] = (fmt_median_iqr(hit.iloc[0]["median"], hit.iloc[0]["iqr"], fmt) if len(hit)
+                r[mode] = (fmt_median_iqr(hit.iloc[0]["median"], hit.iloc[0]["iqr"], fmt, int(hit.iloc[0]["n"])) if len(hit)
                            else status_of(rows, ds, p, mode))
             table[p] = r
         out[ds] = pd.DataFrame.from_dict(table, orient="index", columns=modes).rename_axis("pipeline")
