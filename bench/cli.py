@@ -135,8 +135,10 @@ def guarded(run: Callable[[], int], prefix: str = "") -> int:
     """Run a command body and turn what the user must act on into one line on stderr and an exit status.
 
     ``InputError`` and ``OSError`` (disk full, permission denied, read-only file system: the
-    machine, not a bug) -> ``inrbench: error: <prefix><message>``, 2; ``--help`` or a usage
-    error (``SystemExit``) -> its status; Ctrl-C -> 130. Anything else is a bug: a traceback.
+    machine, not a bug) -> ``inrbench: error: <prefix><message>``, 2; running out of memory
+    (``MemoryError``, a torch allocator error: sizes beyond the machine) -> ``inrbench: error:
+    <prefix>out of memory: ...``, 3; ``--help`` or a usage error (``SystemExit``) -> its status;
+    Ctrl-C -> 130. Anything else is a bug: a traceback.
     """
     try:
         return int(run() or 0)
@@ -153,6 +155,14 @@ def guarded(run: Callable[[], int], prefix: str = "") -> int:
     except KeyboardInterrupt:
         print("inrbench: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        from bench.errors import EXIT_OUT_OF_MEMORY, is_out_of_memory
+
+        if not is_out_of_memory(e):
+            raise
+        message = _one_line(" ".join(f"{type(e).__name__}: {e}".split()))
+        print(f"inrbench: error: {prefix}out of memory: {message[:500]}", file=sys.stderr)
+        return EXIT_OUT_OF_MEMORY
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,3 +15,20 @@ class InputError(Exception):
     def __init__(self, message: str, path: str | Path | None = None):
         self.path = None if path is None else Path(path)
         super().__init__(f"{path}: {message}" if path is not None else message)
+
+
+EXIT_OUT_OF_MEMORY = 3  # the documented exit status of a command that ran out of (device or host) memory
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """An allocation failure: ``MemoryError``, ``torch.OutOfMemoryError`` (CUDA), or torch's allocator
+    error in other words (CPU: ``DefaultCPUAllocator: can't allocate memory``)."""
+    import sys
+
+    if isinstance(e, MemoryError):
+        return True
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(e, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    text = str(e).lower()
+    return "out of memory" in text or "can't allocate memory" in text

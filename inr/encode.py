@@ -192,8 +192,9 @@ def _job(cfg: EncodeConfig, source: dict | None, n: int, h: int, w: int) -> dict
                                  default=str))
 
 
-def _open_work(work: Path, job: dict) -> None:
-    """Create the work folder, or check that an existing one holds shards of this very job."""
+def _open_work(work: Path, job: dict) -> bool:
+    """Create the work folder, or check that an existing one holds shards of this very job.
+    Returns True when this call created it (or found it empty): nothing in it to resume."""
     cfg_path = work / "config.json"
     if work.is_symlink() or (work.exists() and not work.is_dir()):
         raise InputError("exists and is not an encode work folder; refusing to use or remove it", work)
@@ -201,11 +202,25 @@ def _open_work(work: Path, job: dict) -> None:
         names = {p.name for p in work.iterdir()}
         if not names:  # killed between mkdir and writing config.json: nothing to keep
             atomic_write_json(cfg_path, job)
-            return
+            return True
         _check_work(work, job)
-        return
+        return False
     work.mkdir(parents=True)
     atomic_write_json(cfg_path, job)
+    return True
+
+
+@contextlib.contextmanager
+def fresh_work(work: Path, job: dict):
+    """``_open_work``; if the body then fails (out of memory, a bad option, Ctrl-C) before any shard
+    was written in a work folder this call created, the folder is removed: nothing there to resume."""
+    created = _open_work(work, job)
+    try:
+        yield
+    except BaseException:
+        if created and work.is_dir() and {p.name for p in work.iterdir()} <= {"config.json"}:
+            shutil.rmtree(work, ignore_errors=True)
+        raise
 
 
 def _check_work(work: Path, job: dict) -> None:
@@ -381,8 +396,8 @@ def early_stop_record(shards: list[tuple[int, dict]], fit_cfg: FitConfig) -> dic
 
 def _encode_split(images, labels, cfg: EncodeConfig, out: Path, device, source, progress, keep_work, fit_cache) -> Path:
     sp = _split(images, labels, cfg, out, source)
-    _open_work(sp.work, sp.job)
-    encode_shards(sp, cfg, device, progress, fit_cache)
+    with fresh_work(sp.work, sp.job):
+        encode_shards(sp, cfg, device, progress, fit_cache)
     return merge_work(sp, cfg, out, source, keep_work)
 
 

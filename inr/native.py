@@ -32,11 +32,11 @@ from inr.encode import (
     WORK_SUFFIX,
     EncodeConfig,
     _job,
-    _open_work,
     claim_store,
     concat_layers,
     early_stop_record,
     encode_images,
+    fresh_work,
 )
 from inr.quantize import QLayer
 
@@ -115,9 +115,9 @@ def encode_native(
         shards = native_shards(sizes, cfg.shard_size)
         # the job: configuration, source and the sizes (which fix the shards); h, w of the first image
         job = {**_job(cfg, source, len(images), *map(int, sizes[0])), "native_sizes_sha256": sha256_array(sizes)}
-        _open_work(work, job)
-        for si, sh in enumerate(shards):
-            _encode_shard(images, labels, cfg, work / f"shard_{si:05d}.inr", si, sh, device, progress, fit_cache)
+        with fresh_work(work, job):
+            for si, sh in enumerate(shards):
+                _encode_shard(images, labels, cfg, work / f"shard_{si:05d}.inr", si, sh, device, progress, fit_cache)
         _assemble(out, work, shards, labels, sizes, cfg, source)
         if not keep_work:
             shutil.rmtree(work, ignore_errors=True)

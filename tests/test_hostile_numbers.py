@@ -109,3 +109,31 @@ def test_bad_number_is_one_line_exit_2_and_writes_nothing(data, tmp_path, capsys
     assert_one_line_error(rc, err, fragment)
     assert snapshot(data.parent, dirs=True) == before
     assert list(tmp_path.iterdir()) == []
+
+
+OOM_CASES = [  # beyond any machine (more bytes than a 47-bit address space): torch's allocator refuses at once
+    (ENC + ["--iterations", "2", "--no-progress", "--hidden", "100000000"], "encode-hidden-1e8"),
+    (BENCH + ["--size", "4000000"], "bench-size-4e6"),
+]
+
+
+@pytest.mark.parametrize("argv,name", OOM_CASES, ids=[c[1] for c in OOM_CASES])
+def test_out_of_memory_is_one_line_exit_3(data, tmp_path, capsys, argv, name):
+    """Sizes beyond the machine: ``inrbench: error: out of memory: ...``, the documented exit 3, no
+    traceback; encode leaves no store and no work folder (nothing was fitted); bench records an error row."""
+    import pandas as pd
+
+    out = tmp_path / "o"
+    before = snapshot(data.parent, dirs=True)
+    rc = cli.main([a.replace("{D}", str(data)).replace("{O}", str(out)) for a in argv])
+    _, err = capsys.readouterr()
+    assert rc == 3 and "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("inrbench: error: out of memory: "), err
+    assert "can't allocate memory" in lines[0] or "out of memory" in lines[0].split(": ", 2)[2]
+    assert snapshot(data.parent, dirs=True) == before
+    if argv[0] == "encode":
+        assert list(tmp_path.iterdir()) == []
+    else:
+        rows = pd.concat(pd.read_csv(f) for f in out.glob("runs/*/rows.csv"))
+        assert len(rows) == 1 and rows.status.item() == "error" and rows.reason.item().startswith("out of memory: ")

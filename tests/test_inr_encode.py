@@ -59,10 +59,26 @@ def test_resume_after_kill_gives_the_identical_file(tmp_path):
 def test_resume_refuses_a_work_folder_of_another_config(tmp_path):
     imgs, labels = smooth_images(3, 8, 8), np.zeros(3, int)
     out = tmp_path / "o.inr"
+    done = []
+
+    def killer(n, p):
+        done.append(n)
+        if len(done) == 2:
+            raise Killed  # shard 0 is on disk
     with pytest.raises(Killed):
-        encode_split(imgs, labels, small_cfg(), out, progress=lambda n, p: (_ for _ in ()).throw(Killed()))
+        encode_split(imgs, labels, small_cfg(), out, progress=killer)
     with pytest.raises(InputError, match=r"other settings \(encode.qat_iterations differ\)"):
         encode_split(imgs, labels, small_cfg(qat_iterations=3), out)
+
+
+def test_failure_before_any_shard_leaves_no_work_folder(tmp_path):
+    """Nothing fitted yet (out of memory on the first chunk, Ctrl-C): no OUT.work left to trip over."""
+    imgs, labels = smooth_images(3, 8, 8), np.zeros(3, int)
+    out = tmp_path / "o.inr"
+    with pytest.raises(Killed):
+        encode_split(imgs, labels, small_cfg(), out, progress=lambda n, p: (_ for _ in ()).throw(Killed()))
+    assert list(tmp_path.iterdir()) == []
+    encode_split(imgs, labels, small_cfg(qat_iterations=3), out)  # other settings: nothing to refuse
 
 
 def test_cli_encode_and_inspect(tmp_path, capsys):

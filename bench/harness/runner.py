@@ -188,7 +188,10 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
     except Exception as e:  # a crash or an OOM in this run: an error row, never partial rows
         code = EXIT_OOM if _is_oom(e) else EXIT_ERROR
         rows.error(f"{'out of memory: ' if code == EXIT_OOM else ''}{results.exception_reason(e)}")
-        traceback.print_exc(file=sys.stderr)
+        if code == EXIT_OOM:  # sizes beyond the machine: one line, no traceback (the row says it too)
+            print(f"inrbench: error: out of memory: {results.exception_reason(e)}", file=sys.stderr)
+        else:
+            traceback.print_exc(file=sys.stderr)
     finally:
         _set_threads(threads)
         _free_device_memory(cfg.pipe.device)
@@ -307,9 +310,9 @@ def _set_threads(n: int | None) -> int:
 
 
 def _is_oom(e: BaseException) -> bool:
-    import torch
+    from bench.errors import is_out_of_memory
 
-    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
+    return is_out_of_memory(e)
 
 
 def _free_device_memory(device: str) -> None:
