@@ -55,6 +55,13 @@ def nonnegative_float(text: str) -> float:
     return v
 
 
+def nonempty(text: str) -> str:
+    """A path or name that is not empty (``--out ''`` would otherwise mean "not given")."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must not be empty, got {text!r}")
+    return text
+
+
 # Seeds are 0 .. 2**32 - 1: numpy's legacy RandomState takes no more, and derived seeds (``seed + k``,
 # ``seed * 1000 + layer``) then stay far inside torch.manual_seed's and an int64 column's range.
 SEED_MAX = 2**32 - 1

@@ -45,8 +45,8 @@ class PruneConfig:
         if self.rounds < 1 or self.finetune_iterations < 0 or not 0 < self.lr < float("inf"):
             raise ValueError(f"rounds >= 1, finetune_iterations >= 0 and a finite lr > 0 required, got "
                              f"{self.rounds}, {self.finetune_iterations}, {self.lr}")
-        if self.budget_db is not None and self.budget_db < 0:
-            raise ValueError(f"budget_db must be >= 0, got {self.budget_db}")
+        if self.budget_db is not None and not 0 <= self.budget_db < float("inf"):
+            raise ValueError(f"budget_db must be a finite number >= 0, got {self.budget_db}")
 
     @property
     def enabled(self) -> bool:

@@ -14,5 +14,6 @@ from pipelines.base import (  # noqa: F401
     Unavailable,
     create,
     names,
+    needs_store,
     register,
 )

@@ -138,6 +138,9 @@ class Pipeline(abc.ABC):
     """
 
     name: ClassVar[str] = ""
+    # True when the pipeline reads an encoded store: without one it cannot run, and `inrbench bench`
+    # refuses the command line (a usage error, exit 2) instead of recording a skip
+    needs_store: ClassVar[bool] = False
 
     def __init__(self, data: PreparedDataset, config: PipelineConfig, store: Path | None = None):
         self.data = data
@@ -183,6 +186,11 @@ def register(name: str) -> Callable[[type[Pipeline]], type[Pipeline]]:
 def names() -> list[str]:
     """Registered pipeline names (importing ``pipelines`` registers the built-in ones)."""
     return sorted(_REGISTRY)
+
+
+def needs_store(name: str) -> bool:
+    """Pipeline ``name`` reads an encoded store (``Pipeline.needs_store``); False for an unknown name."""
+    return name in _REGISTRY and _REGISTRY[name].needs_store
 
 
 def create(name: str, data: PreparedDataset, config: PipelineConfig, store: Path | None = None) -> Pipeline:

@@ -60,6 +60,8 @@ class InrPipeline(Pipeline):
     """Holds the ``inr.store.StoredINR`` (quantized weights, labels) on ``config.device``: all the images,
     or the rank's fixed shard (``shard.held_samples``; image ``k`` held is sample ``held[k]``)."""
 
+    needs_store = True
+
     def __init__(self, data: PreparedDataset, config: PipelineConfig, store: Path | None = None):
         super().__init__(data, config, store)
         if store is None:

@@ -40,7 +40,8 @@ CASES = [
     (ENC + ["--bits", "3"], "--bits '3': widths must be 4..16 or 32"),
     (ENC + ["--prune", "1.5"], "prune ratios must be in [0, 1)"),
     (ENC + ["--qat", "2", "--bits", "8", "--qat-lr", "nan"], "qat_lr must be > 0 and finite, got nan"),
-    (ENC + ["--prune-budget-db", "-1"], "budget_db must be >= 0"),
+    (ENC + ["--prune-budget-db", "-1"], "budget_db must be a finite number >= 0, got -1"),
+    (ENC + ["--prune-budget-db", "nan"], "budget_db must be a finite number >= 0, got nan"),
     (ENC + ["--preset", "nope"], "unknown preset 'nope'"),
     (ENC + ["--split", "nope"], "no split 'nope'"),
     (ENC + ["--device", "cuda:7"], "cuda:7"),
@@ -53,6 +54,10 @@ CASES = [
     (BENCH + ["--momentum", "2"], "momentum must be in [0, 1)"),
     (BENCH + ["--weight-decay", "inf"], "weight_decay must be >= 0"),
     (BENCH + ["--monitor-period", "0"], "monitor periods must be > 0"),
+    (BENCH + ["--monitor-period", "nan"], "monitor periods must be > 0 and finite, got nan"),
+    (BENCH + ["--pss-period", "inf"], "monitor periods must be > 0 and finite"),
+    (BENCH + ["--pipeline", "inr"], "--pipeline inr reads an encoded store: pass --store FILE"),
+    (["env", "--out", ""], "argument --out: must not be empty"),
     (BENCH + ["--pipeline", "nope"], "unknown pipeline 'nope'"),
     (BENCH + ["--device", "cuda:7"], "cuda:7"),
     (BENCH + ["--device", "bogus"], "bogus"),
@@ -137,3 +142,14 @@ def test_out_of_memory_is_one_line_exit_3(data, tmp_path, capsys, argv, name):
     else:
         rows = pd.concat(pd.read_csv(f) for f in out.glob("runs/*/rows.csv"))
         assert len(rows) == 1 and rows.status.item() == "error" and rows.reason.item().startswith("out of memory: ")
+
+
+@pytest.mark.parametrize("timeout", ["-1", "0", ".nan", ".inf"])
+def test_sweep_cell_timeout_must_be_positive_and_finite(tmp_path, capsys, timeout):
+    """A cell's timeout_s is checked with the sweep file (--list), not found wrong hours later."""
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(f"name: t\ncells:\n  - {{kind: prepare, id: p, source: photos, timeout_s: {timeout}}}\n")
+    rc = cli.main(["sweep", str(sweep), "--list"])
+    _, err = capsys.readouterr()
+    assert_one_line_error(rc, err, str(sweep), "cell 'p': timeout_s must be a finite number of seconds > 0")
+    assert [p.name for p in tmp_path.iterdir()] == ["s.yaml"]

@@ -200,6 +200,8 @@ def test_registry_lists_builtins_and_rejects_unknown(labels_data):
 def test_inr_without_store_is_unavailable(labels_data):
     with pytest.raises(Unavailable, match="--store"):
         pipelines.create("inr", labels_data, PipelineConfig(), store=None)
+    # and so the CLI refuses `bench --pipeline inr` without --store before any work (tests/test_hostile_numbers.py)
+    assert pipelines.needs_store("inr") and not pipelines.needs_store("raw") and not pipelines.needs_store("nope")
 
 
 def test_dali_missing_is_unavailable(labels_data, monkeypatch):

@@ -152,6 +152,8 @@ def build_config(args: argparse.Namespace, world=None, dist_config=None):
 
     if args.pipeline not in pipelines.names():
         raise InputError(f"unknown pipeline {args.pipeline!r}; known: {', '.join(pipelines.names())}")
+    if args.store is None and pipelines.needs_store(args.pipeline):
+        raise InputError(f"--pipeline {args.pipeline} reads an encoded store: pass --store FILE (`inrbench encode`)")
     data = open_prepared(args.data)
     # cuda on a machine without CUDA is a skip row (run_bench); a malformed or absent device is exit 2
     device = resolve_device(args.device, missing_cuda_ok=True)

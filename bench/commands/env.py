@@ -9,7 +9,9 @@ HELP = "print the environment record (commit, versions, which PIL, CPU, GPU) as 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", help="also write it atomically to this file (new, or an env record written by inrbench)")
+    from bench.argtypes import nonempty
+
+    p.add_argument("--out", type=nonempty, help="also write it atomically to this file (new, or an env record written by inrbench)")
 
 
 def run(args: argparse.Namespace) -> int:

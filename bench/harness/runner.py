@@ -122,8 +122,8 @@ class BenchConfig:
             raise ValueError(f"--method {self.method} trains a model: it needs --mode replay or train, not loader")
         if not self.min_seconds >= 0:
             raise ValueError(f"min_seconds must be >= 0, got {self.min_seconds}")
-        if self.monitor_period_s <= 0 or self.pss_period_s <= 0:
-            raise ValueError(f"monitor periods must be > 0, got {self.monitor_period_s}, {self.pss_period_s}")
+        if not (0 < self.monitor_period_s < float("inf") and 0 < self.pss_period_s < float("inf")):
+            raise ValueError(f"monitor periods must be > 0 and finite, got {self.monitor_period_s}, {self.pss_period_s}")
         world = self.dist.world_size if self.dist is not None else 1
         if self.pipe.world_size != world:
             raise ValueError(f"pipe.world_size {self.pipe.world_size} but the run has {world} process(es)")

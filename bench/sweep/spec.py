@@ -35,6 +35,7 @@ import dataclasses
 import fnmatch
 import importlib.resources
 import itertools
+import math
 import re
 import types
 import typing
@@ -279,6 +280,8 @@ def _build(cls: type[Cell], f: dict, device: str, path: Path, where: str, launch
         cell = cls(**kw)
     except (TypeError, ValueError) as e:
         raise InputError(f"{where}: {e}", path) from None
+    if cell.timeout_s is not None and not 0 < cell.timeout_s < math.inf:
+        raise InputError(f"{where}: timeout_s must be a finite number of seconds > 0, got {f.get('timeout_s')!r}", path)
     for fl in fields(cls):
         if fl.name in ("data", "source", "pipeline") and fl.name in known and not getattr(cell, fl.name):
             raise InputError(f"{where}: missing required field {fl.name!r}", path)
