@@ -60,8 +60,9 @@ def atomic_dir(final: str | Path, kind: str | None = None, overwrite: bool = Fal
     On any exception the temp folder is removed and ``final`` is untouched. ``kind`` (a
     ``bench.outputs`` kind) marks the new folder as this project's output of that kind. With
     ``overwrite`` an existing ``final`` is replaced only after the new one is complete, and only
-    when it is an output of the same ``kind`` this project wrote (or an empty folder): callers
-    check with ``bench.outputs.claim`` before any work; this is the last line of defence.
+    when it is an output of the same ``kind`` this project wrote (or an empty folder) and holds
+    nothing it did not write (``bench.outputs.foreign_entries``): callers check with
+    ``bench.outputs.claim`` before any work; this is the last line of defence.
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -77,6 +78,9 @@ def atomic_dir(final: str | Path, kind: str | None = None, overwrite: bool = Fal
                 not any(final.iterdir()) or (kind is not None and outputs.is_own(final, kind)))
             if not own:
                 raise InputError(f"{final}: not a {kind or 'folder'} output of inr-bench; refusing to replace it")
+            foreign = outputs.foreign_entries(final, kind) if kind is not None else []
+            if foreign:  # added while this command ran (``claim`` checked before it started)
+                raise InputError(f"{final}: {outputs.foreign_message(final, foreign)}; refusing to replace it")
             old = outputs.make_temp_dir(final, ".old")
             os.replace(final, old)  # onto the empty temp folder: atomic
             os.replace(tmp, final)

@@ -667,7 +667,7 @@ def _fresh_output(out: Path) -> None:
         os.replace(out, old)
         shutil.rmtree(old, ignore_errors=True)
     out.mkdir(parents=True)
-    outputs.write_marker(out, "gpu-check")
+    outputs.write_marker(out, "gpu-check", entries=False)  # filled later: its kind's layout is what it writes
 
 
 def _parse_list(value: str | None, known: list[str] | tuple[str, ...], what: str) -> list[str]:

@@ -18,7 +18,13 @@ Every command that writes (``prepare``, ``encode``, ``compare``, ``bench``, ``re
   nothing to lose and is accepted;
 * a file where a folder is expected and the reverse, naming which is which;
 * an existing output of the right kind when ``mode="new"`` (the command's ``--overwrite``
-  turns that into ``"replace"``; ``"append"`` is for folders that accumulate: results, sweeps).
+  turns that into ``"replace"``; ``"append"`` is for folders that accumulate: results, sweeps);
+* with ``mode="replace"``, an output folder that holds entries the command did not write there
+  (a user's notes added to a compare or report folder): replacing it would delete them. The
+  marker lists what the command wrote (each top-level name and how many files and folders lie
+  under it); a folder marked before markers listed it, or written before markers existed, is
+  judged by its kind's layout (``OutputKind.layout``). ``bench.atomic.atomic_dir`` checks again
+  just before it swaps the new folder in.
 
 It also holds a lock beside the output (``.<name>.inrbench-lock``, ``fcntl.flock``) for the
 command's duration: a second writer of the same output is refused with the first one's pid,
@@ -120,6 +126,29 @@ def _is_env(p: Path) -> bool:
     return isinstance(m, dict) and {"schema_version", "git", "versions"} <= set(m)
 
 
+# what each replaceable folder kind writes at its top level: for folders whose marker lists no entries
+def _prepared_layout(p: Path, name: str) -> bool:
+    m = _json(p / "manifest.json")
+    splits = m.get("splits") if isinstance(m, dict) else None
+    return name == "manifest.json" or (isinstance(splits, dict) and name in splits)
+
+
+_COMPARE_FILES = {"config.json", "per_image.csv", "summary.csv", "summary.md", "weights_hist.csv",
+                  "psnr_vs_bytes.png", "psnr_spread.png"}
+
+
+def _compare_layout(p: Path, name: str) -> bool:
+    return name in _COMPARE_FILES or (name.startswith("weights_") and name.endswith(".png"))
+
+
+def _report_layout(p: Path, name: str) -> bool:
+    return name == "README.md" or (name.endswith(".png") and (p / name).is_file())
+
+
+def _gpu_check_layout(p: Path, name: str) -> bool:
+    return name in ("gpu-check.json", "gpu-check.md", "work")
+
+
 @dataclass(frozen=True)
 class OutputKind:
     """What a command writes: a folder (with a marker) or a file (recognized by its format)."""
@@ -128,18 +157,20 @@ class OutputKind:
     noun: str  # how messages call it: "prepared dataset folder", "INR store file"
     is_dir: bool
     legacy: Callable[[Path], bool]  # recognizes this project's outputs (files: always; folders: pre-marker)
+    # folders a command replaces: (folder, top-level name) -> whether the command writes that name there
+    layout: Callable[[Path, str], bool] | None = None
 
 
 KINDS: dict[str, OutputKind] = {k.name: k for k in (
-    OutputKind("prepared", "prepared dataset folder", True, _is_prepared),
+    OutputKind("prepared", "prepared dataset folder", True, _is_prepared, _prepared_layout),
     OutputKind("store", "INR store file", False, _is_store),
-    OutputKind("compare", "compare output folder", True, _is_compare),
+    OutputKind("compare", "compare output folder", True, _is_compare, _compare_layout),
     OutputKind("results", "results folder", True, _is_results),
-    OutputKind("report", "report folder", True, _is_report),
+    OutputKind("report", "report folder", True, _is_report, _report_layout),
     OutputKind("sweep", "sweep results folder", True, _is_sweep),
     OutputKind("fit-cache", "fit cache folder", True, _is_fit_cache),
     OutputKind("env", "environment record file", False, _is_env),
-    OutputKind("gpu-check", "gpu-check output folder", True, _is_gpu_check),
+    OutputKind("gpu-check", "gpu-check output folder", True, _is_gpu_check, _gpu_check_layout),
     OutputKind("meta-init", "learned initialization file", False, _is_meta_init),
 )}
 
@@ -156,13 +187,64 @@ def marker_kind(folder: Path) -> str | None:
     return m.get("kind") if isinstance(m, dict) else None
 
 
-def write_marker(folder: Path, kind: str) -> None:
-    """Mark ``folder`` as this project's ``kind`` output (atomically)."""
+def write_marker(folder: Path, kind: str, *, entries: bool = True) -> None:
+    """Mark ``folder`` as this project's ``kind`` output (atomically).
+
+    entries: list what ``folder`` holds now as what the command wrote (``foreign_entries``): call
+    it once the folder is complete. ``False`` for a folder filled after it is marked (gpu-check):
+    its kind's layout says what is the command's.
+    """
     from bench.atomic import atomic_write_json
 
     kind_of(kind)
-    atomic_write_json(folder / MARKER, {"kind": kind, "written_by": "inr-bench",
-                                        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    doc: dict[str, object] = {"kind": kind, "written_by": "inr-bench",
+                              "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if entries:
+        doc["entries"] = {c.name: _tree_size(c) for c in sorted(folder.iterdir()) if c.name != MARKER}
+    atomic_write_json(folder / MARKER, doc)
+
+
+def _tree_size(p: Path) -> int:
+    """How many files and folders lie under ``p`` (0 for a file; symlinks are not followed)."""
+    if p.is_symlink() or not p.is_dir():
+        return 0
+    return sum(len(dirs) + len(files) for _, dirs, files in os.walk(p))
+
+
+def _is_own_temp(name: str) -> bool:
+    return f".{TEMP_TAG}" in name and name.endswith(TEMP_SUFFIXES)
+
+
+def foreign_entries(folder: Path, kind: str) -> list[str]:
+    """Entries of the existing ``kind`` output ``folder`` that inr-bench did not write (replacing it
+    would delete them): top-level names, or ``name/`` when a folder it wrote holds more than it wrote.
+
+    The marker's ``entries`` decide; without them (marked before markers listed them, or written
+    before markers existed) the kind's ``layout`` does (no layout: nothing is foreign).
+    """
+    k = kind_of(kind)
+    m = _json(folder / MARKER)
+    wrote = m.get("entries") if isinstance(m, dict) else None
+    names = sorted(c.name for c in folder.iterdir() if c.name != MARKER and not _is_own_temp(c.name))
+    if isinstance(wrote, dict):
+        foreign = []
+        for n in names:
+            if n not in wrote:
+                foreign.append(n)
+            elif isinstance(wrote[n], int) and _tree_size(folder / n) > wrote[n]:
+                foreign.append(f"{n}/")
+        return foreign
+    if k.layout is None:
+        return []
+    return [n for n in names if not k.layout(folder, n)]
+
+
+def foreign_message(folder: Path, foreign: list[str]) -> str:
+    """What ``foreign_entries`` found, for an error that refuses to replace ``folder``."""
+    first = foreign[0]
+    what = (f"{first} (more files than inr-bench wrote there)" if first.endswith("/") else first) + \
+        (f" and {len(foreign) - 1} more" if len(foreign) > 1 else "")
+    return f"holds {what}, which inr-bench did not write; move it out of {folder} to replace it"
 
 
 def is_own(path: str | Path, kind: str) -> bool:
@@ -238,6 +320,10 @@ def check_output(path: str | Path, kind: str, *, inputs: Mapping[str, object] | 
                              "inr-bench replaces only what it wrote itself (choose another path)")
         if mode == "new" and not _is_empty_dir(out):
             raise InputError(f"{where}: {k.noun} already exists (pass --overwrite to replace it)")
+        if mode == "replace" and k.is_dir:
+            foreign = foreign_entries(out, kind)
+            if foreign:
+                raise InputError(f"{where}: {foreign_message(out, foreign)} (or choose another {option})")
     return out
 
 
@@ -258,7 +344,7 @@ def claim(path: str | Path, kind: str, *, inputs: Mapping[str, object] | None = 
         if mode == "append" and kind_of(kind).is_dir:
             out.mkdir(exist_ok=True)
             if marker_kind(out) is None:
-                write_marker(out, kind)
+                write_marker(out, kind, entries=False)  # it accumulates: never replaced whole
         yield out
 
 

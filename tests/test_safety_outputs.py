@@ -344,3 +344,72 @@ def test_messages_name_the_right_kind_of_thing(world, capsys, argv, fragment):
     rc, _, err = run_cli(capsys, *(a.replace("{W}", str(world)) for a in argv))
     assert_one_line_error(rc, err, fragment.replace("{W}", str(world)))
     assert snapshot(world, dirs=True) == before
+
+
+@pytest.mark.parametrize("command", ["compare", "report", "prepare", "sweep-report"])
+def test_a_replace_never_deletes_what_the_user_added(world, capsys, command):
+    """Audit: a rerun of compare/report (same --out) or prepare --overwrite deleted a user's file in the old
+    output folder. Now refused (one line naming the folder and the entry, exit 2), nothing touched."""
+    w = str(world)
+    argv = {
+        "compare": ["compare", f"{w}/data", "--store", f"{w}/s.inr", "--jpeg-qualities", "50", "--out", f"{w}/out"],
+        "report": ["report", f"{w}/results", "--out", f"{w}/out"],
+        "prepare": ["prepare", "synthetic", "--out", f"{w}/out", "--size", "8", "--per-class", "2",
+                    "--num-classes", "2", "--overwrite"],
+        "sweep-report": ["sweep", f"{w}/sweep.yaml", "--out", f"{w}/sw", "--report", f"{w}/out", "--no-progress"],
+    }[command]
+    rc, _, err = run_cli(capsys, *argv)
+    assert rc == 0, err
+    (world / "out" / "my_notes.md").write_text("my analysis\n")
+    before = snapshot(world, dirs=True)
+    rc, _, err = run_cli(capsys, *argv)
+    assert_one_line_error(rc, err, f"{w}/out", "holds my_notes.md", "which inr-bench did not write")
+    assert snapshot(world, dirs=True) == before
+    (world / "out" / "my_notes.md").unlink()  # once it is moved out, the replace goes ahead
+    rc, _, err = run_cli(capsys, *argv)
+    assert rc == 0, err
+
+
+def test_a_replace_sees_entries_added_inside_its_own_folders(world, capsys):
+    """A file added inside a folder the command wrote (a prepared split) is the user's too."""
+    w = str(world)
+    argv = ["prepare", "synthetic", "--out", f"{w}/data", "--size", "8", "--per-class", "4", "--num-classes", "2",
+            "--overwrite"]
+    rc, _, err = run_cli(capsys, *argv)
+    assert rc == 0, err
+    (world / "data" / "train" / "jpeg" / "mine.jpg").write_bytes(b"mine")
+    before = snapshot(world, dirs=True)
+    rc, _, err = run_cli(capsys, *argv)
+    assert_one_line_error(rc, err, "holds train/", "more files than inr-bench wrote there")
+    assert snapshot(world, dirs=True) == before
+
+
+def test_folders_marked_without_entries_are_judged_by_their_layout(world, capsys):
+    """Outputs marked before markers listed their entries (or unmarked): the kind's layout decides."""
+    w = str(world)
+    argv = ["compare", f"{w}/data", "--store", f"{w}/s.inr", "--jpeg-qualities", "50", "--out", f"{w}/cmp"]
+    rc, _, err = run_cli(capsys, *argv)
+    assert rc == 0, err
+    (world / "cmp" / outputs.MARKER).write_text('{"kind": "compare", "written_by": "inr-bench"}\n')
+    assert outputs.foreign_entries(world / "cmp", "compare") == []
+    (world / "cmp" / "notes.txt").write_text("mine\n")
+    assert outputs.foreign_entries(world / "cmp", "compare") == ["notes.txt"]
+    (world / "cmp" / outputs.MARKER).unlink()  # written before markers existed
+    assert outputs.foreign_entries(world / "cmp", "compare") == ["notes.txt"]
+    rc, _, err = run_cli(capsys, *argv)
+    assert_one_line_error(rc, err, "holds notes.txt")
+    assert (world / "cmp" / "notes.txt").read_text() == "mine\n"
+
+
+def test_atomic_dir_refuses_a_folder_that_got_a_foreign_entry_while_it_ran(tmp_path):
+    from bench.atomic import atomic_dir
+
+    final = tmp_path / "cmp"
+    with atomic_dir(final, kind="compare", overwrite=True) as tmp:
+        (tmp / "summary.csv").write_text("a\n")
+    with pytest.raises(InputError, match="holds late.txt, which inr-bench did not write"):
+        with atomic_dir(final, kind="compare", overwrite=True) as tmp:
+            (final / "late.txt").write_text("mine\n")  # added after claim checked, before the swap
+            (tmp / "summary.csv").write_text("b\n")
+    assert sorted(p.name for p in final.iterdir()) == [outputs.MARKER, "late.txt", "summary.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp"]  # no temp folder left
