@@ -282,12 +282,18 @@ def encode_split(
 def claim_store(out: str | Path, source: dict | None, fit_cache: str | Path | None,
                 overwrite: bool) -> Iterator[Path]:
     """``bench.outputs.claim`` of the store ``out`` (held while the block runs) and the check of
-    ``fit_cache``: neither may overlap the prepared dataset named in ``source``; yields ``out`` resolved."""
+    ``fit_cache``: neither may overlap the prepared dataset named in ``source``, and the cache may not
+    lie in ``OUT.work`` (removed with it after success); yields ``out`` resolved."""
     from bench.outputs import check_output, claim
 
     inputs = {"prepared dataset": (source or {}).get("prepared"), "fit cache (--fit-cache)": fit_cache}
     with claim(out, "store", inputs=inputs, mode="replace" if overwrite else "new") as claimed:
         if fit_cache is not None:
+            work = claimed.with_name(claimed.name + WORK_SUFFIX)
+            cache = Path(fit_cache).expanduser().resolve()
+            if cache == work or work in cache.parents:
+                raise InputError(f"--fit-cache {fit_cache}: lies in this encode's work folder {work}, which is "
+                                 "removed once the store is written; choose another --fit-cache")
             check_output(fit_cache, "fit-cache", inputs={"prepared dataset": inputs["prepared dataset"]},
                          mode="append", option="--fit-cache")
         yield claimed

@@ -114,6 +114,11 @@ CASES = [
      ["already exists (pass --overwrite"], None),
     ("encode-fit-cache-is-data", ["encode", "{W}/data", "--out", "{W}/t.inr", "--fit-cache", "{W}/data", *ENCODE],
      ["--fit-cache {W}/data", "is the prepared dataset itself"], None),
+    # audit: the cache was removed with the work folder once the store was written
+    ("encode-fit-cache-is-work", ["encode", "{W}/data", "--out", "{W}/t.inr", "--fit-cache", "{W}/t.inr.work", *ENCODE],
+     ["--fit-cache {W}/t.inr.work", "lies in this encode's work folder"], None),
+    ("encode-fit-cache-in-work", ["encode", "{W}/data", "--out", "{W}/t.inr", "--fit-cache", "{W}/t.inr.work/c",
+                                  *ENCODE], ["--fit-cache {W}/t.inr.work/c", "removed once the store is written"], None),
     ("encode-parent-is-file", ["encode", "{W}/data", "--out", "{W}/notes.txt/x.inr", *ENCODE],
      ["notes.txt is a file, not a folder"], None),
     ("bench-out-file", ["bench", "--data", "{W}/data", "--out", "{W}/notes.txt", *BENCH],
