@@ -428,7 +428,7 @@ def read_verified(path: str | Path, info: dict | None = None) -> tuple[dict[str,
     """
     path = Path(path)
     if not path.is_file():
-        raise InputError("no such INR store file", path)
+        raise InputError("is a folder, not an INR store file" if path.is_dir() else "no such INR store file", path)
     data = path.read_bytes()
     disk_bytes, pack_header = len(data), None
     from inr import atrest
@@ -475,7 +475,7 @@ class StoreStream:
         self.path = path = Path(path)
         self.chunk = int(chunk)
         if not path.is_file():
-            raise InputError("no such INR store file", path)
+            raise InputError("is a folder, not an INR store file" if path.is_dir() else "no such INR store file", path)
         from inr import atrest
 
         with open(path, "rb") as f:

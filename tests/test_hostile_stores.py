@@ -140,6 +140,15 @@ def _fewer_layers(h: dict, body: bytearray) -> None:
     h["layers"] = h["layers"][:-1]
 
 
+def _meta(**fields):
+    return lambda h, body: h["meta"].update(fields)
+
+
+def a_folder(base, tmp: Path) -> Path:
+    (tmp / "dir.inr").mkdir()
+    return tmp / "dir.inr"
+
+
 def unverified_store(base, tmp: Path) -> Path:
     """The same weights saved directly with ``inr.store.save``: no ``meta["source"]``."""
     from inr.store import load, save
@@ -221,6 +230,14 @@ CASES = [
     Case("store-header-wrong-arch", _stored(_wrong_arch), 2, "array 'codes0'"),
     Case("store-header-fewer-layers", _stored(_fewer_layers), 2, "'layers' lists"),
     Case("store-array-size-mismatch", _stored(_short_labels), 2, "array 'labels'"),
+    Case("inspect-meta-fit-not-an-object",
+         lambda b, t: ["inspect", str(rewrite_store(b, t, _meta(fit="garbage")))], 2,
+         "s.inr: store header meta 'fit' has an unexpected shape (\"garbage\")"),
+    Case("inspect-meta-early-stop-wrong-types",
+         lambda b, t: ["inspect", str(rewrite_store(b, t, _meta(early_stop={"recorded": True, "target_psnr": "x",
+                                                                              "fit_iterations_mean": "y"})))], 2,
+         "store header meta 'early_stop' has an unexpected shape"),
+    Case("inspect-a-folder", lambda b, t: ["inspect", str(a_folder(b, t))], 2, "dir.inr: is a folder, not an INR store file"),
     # 5. devices
     Case("encode-cuda-7", lambda b, t: _encode(b["data"], t, "--device", "cuda:7"), 2, "--device cuda:7"),
     Case("bench-cuda-7", lambda b, t: _bench("raw", b["data"], t, "--device", "cuda:7"), 2, "--device cuda:7"),

@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(s, indent=2, sort_keys=True))
         return 0
+    meta_lines = _meta_lines(s["meta"], s["file"])  # checked before anything is printed
     a = s["arch"]
     print(f"{s['file']}  (INR store format v{s['format_version']})")
     print(f"  architecture   SIREN {a['layers']}x{a['hidden']}  w0_first={a['w0_first']:g} w0={a['w0']:g}  {s['params_per_image']} params/image")
@@ -100,27 +101,54 @@ def run(args: argparse.Namespace) -> int:
         print(f"  PSNR dB        mean {p['mean']:.2f}  min {p['min']:.2f}  p5 {p['p5']:.2f}  median {p['median']:.2f}  max {p['max']:.2f}")
     else:
         print("  PSNR dB        not recorded")
-    fit = s["meta"].get("fit")
-    if fit:
-        print(f"  fit            {fit.get('iterations')} iterations, lr {fit.get('lr')}, seed {fit.get('seed')}")
-    es = s["meta"].get("early_stop")
-    if es:
-        got = (f"{es['fit_iterations_mean']:.0f} iterations per image on average, {es['stopped_early']} of "
-               f"{es['images']} images stopped early" if es.get("recorded") else "iterations not recorded (cached fit)")
-        print(f"  early stop     at {es['target_psnr']:g} dB: {got}")
-    init = s["meta"].get("init")
-    if init:
-        sel = init.get("selection")
-        n, split = init.get("num_images"), init.get("split")
-        if sel and isinstance(n, int):  # meta-init --candidates: the validation images were not meta-trained on
-            images = (f"meta-trained on {n - sel['validation_images']} {split} images, {sel['validation_images']} "
-                      "more held out to choose the seed")
-        elif n is not None:
-            images = f"meta-trained on {n} {split} images"
-        else:
-            images = "its training images not recorded"
-        print(f"  init           learned ({init.get('method', '?')}, {images}): sha256 {init.get('sha256')}")
-        if sel:
-            print(f"                 best of {sel['candidates']} seeds (kept seed {sel['chosen_seed']}: "
-                  f"{sel['validation_saving']:.2f}x fewer iterations on {sel['validation_images']} validation train images)")
+    for line in meta_lines:
+        print(line)
     return 0
+
+
+def _fit_lines(fit: dict) -> list[str]:
+    return [f"  fit            {fit.get('iterations')} iterations, lr {fit.get('lr')}, seed {fit.get('seed')}"]
+
+
+def _early_stop_lines(es: dict) -> list[str]:
+    got = (f"{es['fit_iterations_mean']:.0f} iterations per image on average, {es['stopped_early']} of "
+           f"{es['images']} images stopped early" if es.get("recorded") else "iterations not recorded (cached fit)")
+    return [f"  early stop     at {es['target_psnr']:g} dB: {got}"]
+
+
+def _init_lines(init: dict) -> list[str]:
+    sel = init.get("selection")
+    n, split = init.get("num_images"), init.get("split")
+    if sel and isinstance(n, int):  # meta-init --candidates: the validation images were not meta-trained on
+        images = (f"meta-trained on {n - sel['validation_images']} {split} images, {sel['validation_images']} "
+                  "more held out to choose the seed")
+    elif n is not None:
+        images = f"meta-trained on {n} {split} images"
+    else:
+        images = "its training images not recorded"
+    lines = [f"  init           learned ({init.get('method', '?')}, {images}): sha256 {init.get('sha256')}"]
+    if sel:
+        lines.append(f"                 best of {sel['candidates']} seeds (kept seed {sel['chosen_seed']}: "
+                     f"{sel['validation_saving']:.2f}x fewer iterations on {sel['validation_images']} validation "
+                     "train images)")
+    return lines
+
+
+def _meta_lines(meta, path: str) -> list[str]:
+    """The text lines of the header's ``meta`` (fit, early stop, learned init); a field of the wrong
+    shape (a crafted header whose checksums are right) is an ``InputError`` naming it."""
+    from bench.errors import InputError
+
+    if not isinstance(meta, dict):
+        raise InputError(f"store header 'meta' is {type(meta).__name__}, expected an object", path)
+    lines = []
+    for key, render in (("fit", _fit_lines), ("early_stop", _early_stop_lines), ("init", _init_lines)):
+        value = meta.get(key)
+        if not value:
+            continue
+        try:
+            lines += render(value)
+        except (AttributeError, KeyError, TypeError, ValueError, IndexError):
+            raise InputError(f"store header meta {key!r} has an unexpected shape ({json.dumps(value)[:60]}); "
+                             "inspect --json shows the header as stored", path) from None
+    return lines
