@@ -11,9 +11,11 @@ import argparse
 import copy
 import importlib
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from bench.errors import InputError
 
@@ -131,14 +133,30 @@ def _one_line(text: str) -> str:
     return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
-def guarded(run: Callable[[], int], prefix: str = "") -> int:
+def _os_error_line(e: OSError, out: str | None) -> str:
+    """``bench.outputs.os_error_message``, naming the command's ``--out`` where the error itself names
+    no file (a write that hit a full disk) or names the lock file beside it (its folder is read-only
+    or missing), which the user never asked for."""
+    from bench.outputs import _lock_path, os_error_message
+
+    if out:
+        if e.filename is not None and Path(os.fsdecode(e.filename)).name == _lock_path(Path(out)).name:
+            where = str(Path(out).parent)
+            return f"--out {out}: cannot write in {where}: {e.strerror or type(e).__name__}"
+        if e.filename is None:
+            return f"--out {out}: {os_error_message(e)}"
+    return os_error_message(e)
+
+
+def guarded(run: Callable[[], int], prefix: str = "", out: str | None = None) -> int:
     """Run a command body and turn what the user must act on into one line on stderr and an exit status.
 
     ``InputError`` and ``OSError`` (disk full, permission denied, read-only file system: the
     machine, not a bug) -> ``inrbench: error: <prefix><message>``, 2; running out of memory
     (``MemoryError``, a torch allocator error: sizes beyond the machine) -> ``inrbench: error:
     <prefix>out of memory: ...``, 3; ``--help`` or a usage error (``SystemExit``) -> its status;
-    Ctrl-C -> 130. Anything else is a bug: a traceback.
+    Ctrl-C -> 130. Anything else is a bug: a traceback. ``out``: the command's ``--out``, named in an
+    ``OSError`` line that would otherwise name no file or the lock file beside it.
     """
     try:
         return int(run() or 0)
@@ -148,9 +166,7 @@ def guarded(run: Callable[[], int], prefix: str = "") -> int:
         print(f"inrbench: error: {prefix}{_one_line(str(e))}", file=sys.stderr)
         return 2
     except OSError as e:
-        from bench.outputs import os_error_message
-
-        print(f"inrbench: error: {prefix}{_one_line(os_error_message(e))}", file=sys.stderr)
+        print(f"inrbench: error: {prefix}{_one_line(_os_error_line(e, out))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("inrbench: interrupted", file=sys.stderr)
@@ -172,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # --help (0) or a usage error (2, one line): an exit status, like every command
         return e.code if isinstance(e.code, int) else 2
     args._argv = list(sys.argv[1:] if argv is None else argv)  # what --nproc relaunches (bench.dist.launch)
-    return guarded(lambda: args._run(args))
+    out = getattr(args, "out", None)
+    return guarded(lambda: args._run(args), out=out if isinstance(out, str) else None)
 
 
 if __name__ == "__main__":  # pragma: no cover

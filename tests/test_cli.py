@@ -73,3 +73,24 @@ def test_env_records_which_pil_and_no_gpu_reason(capsys):
         assert gpu["reason"], "absent GPU facts must carry a reason"
     else:
         assert gpu["devices"] and gpu["driver"]
+
+
+def test_os_errors_name_the_output_not_the_lock_or_nothing(tmp_path, capsys, monkeypatch):
+    """A folder that cannot hold --out is named (not the lock file beside it); a write that fails with
+    no file named (a full disk) names --out; either way one line, exit 2, and nothing is written."""
+    import errno
+
+    from bench import atomic
+
+    assert main(["env", "--out", "/proc/e.json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "inrbench: error: --out /proc/e.json: cannot write in /proc: No such file or directory", err
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(atomic, "atomic_write_json", full)
+    out = tmp_path / "e.json"
+    assert main(["env", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"inrbench: error: --out {out}: No space left on device (free some"), err
+    assert list(tmp_path.iterdir()) == []

@@ -37,6 +37,8 @@ CASES = [
     (ENC + ["--memory-mb", "0"], "argument --memory-mb: must be >= 1"),
     (ENC + ["--shard-size", "0"], "argument --shard-size: must be >= 1"),
     (ENC + ["--threads", "0"], "argument --threads: must be >= 1"),
+    (ENC + ["--limit", "-1"], "argument --limit: must be >= 1, got -1"),
+    (ENC + ["--limit", "0"], "argument --limit: must be >= 1, got 0"),
     (ENC + ["--bits", "3"], "--bits '3': widths must be 4..16 or 32"),
     (ENC + ["--prune", "1.5"], "prune ratios must be in [0, 1)"),
     (ENC + ["--qat", "2", "--bits", "8", "--qat-lr", "nan"], "qat_lr must be > 0 and finite, got nan"),

@@ -69,7 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
     g.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's default)")
     g.add_argument("--shard-size", type=positive_int, help="images per resumable shard (default 1024 on CPU, 16384 on CUDA)")
-    g.add_argument("--limit", type=int, help="encode only the first N images of the split")
+    g.add_argument("--limit", type=positive_int, help="encode only the first N images of the split")
     g.add_argument("--keep-work", action="store_true", help="keep the shard folder after success")
     g.add_argument("--fit-cache", help="folder of float32 fits reused by encodes of the same images and fit config")
     g.add_argument("--no-progress", action="store_true",
