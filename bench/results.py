@@ -339,6 +339,7 @@ def _read_rows_csv(path: Path):
                          keep_default_na=True, low_memory=False)
     except (OSError, ValueError) as e:
         raise InputError(f"cannot read results rows: {e}", path) from None
+    _check_records(path)
     versions = set(pd.to_numeric(df.get("schema_version"), errors="coerce").dropna().astype(int)) \
         if "schema_version" in df.columns else set()
     if versions == {1} and "rank" not in df.columns:  # version 1: single-process rows, no rank column
@@ -350,6 +351,28 @@ def _read_rows_csv(path: Path):
         raise InputError(f"results schema_version {sorted(versions)}, this inrbench reads "
                          f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}", path)
     return df
+
+
+def _check_records(path: Path) -> None:
+    """Refuse a rows.csv that was cut short or edited out of shape, which pandas would read with the
+    missing fields as NA: every file ``write_run`` writes ends with a newline and has as many fields
+    in each record as in its header."""
+    import csv
+    import io
+
+    raw = path.read_bytes()
+    if not raw.endswith(b"\n"):
+        raise InputError("truncated: the last line ends without a newline (the file was cut short); "
+                         "delete this run's folder or restore the file", path)
+    try:
+        reader = csv.reader(io.StringIO(raw.decode("utf-8", errors="replace")))
+        header = next(reader, [])
+        for record in reader:
+            if len(record) != len(header):
+                raise InputError(f"malformed: line {reader.line_num} has {len(record)} fields, the header "
+                                 f"{len(header)}; delete this run's folder or restore the file", path)
+    except csv.Error as e:
+        raise InputError(f"cannot read results rows: {e}", path) from None
 
 
 def read_results(out: str | Path):

@@ -110,6 +110,36 @@ def test_rejects_non_finite_and_foreign_files(tmp_path):
         R.read_results(tmp_path)
 
 
+def _cut(raw: bytes) -> bytes:
+    return raw[:-2]  # the last field and the newline: pandas would read that field as NA
+
+
+def _short_record(raw: bytes) -> bytes:
+    lines = raw.split(b"\n")
+    lines[2] = b",".join(lines[2].split(b",")[:6])
+    return b"\n".join(lines)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (_cut, "rows.csv: truncated: the last line ends without a newline"),
+    (_short_record, "rows.csv: malformed: line 3 has 6 fields, the header"),
+])
+def test_truncated_or_malformed_rows_refused_naming_the_file(tmp_path, capsys, damage, message):
+    """`report` and the views never read a cut-short rows.csv as data: one line naming it, exit 2."""
+    from bench.cli import main
+    from tests.cli_helpers import assert_one_line_error
+
+    R.write_run(tmp_path / "res", _ok_run("a"))
+    rows = tmp_path / "res" / "runs" / "a" / "rows.csv"
+    rows.write_bytes(damage(rows.read_bytes()))
+    with pytest.raises(InputError, match=message):
+        R.read_results(tmp_path / "res")
+    capsys.readouterr()
+    rc = main(["report", str(tmp_path / "res"), "--out", str(tmp_path / "rep")])
+    assert_one_line_error(rc, capsys.readouterr().err, str(rows), message)
+    assert not (tmp_path / "rep").exists()
+
+
 def test_newer_schema_refused(tmp_path):
     R.write_run(tmp_path, _ok_run("z"))
     f = tmp_path / "runs" / "z" / "rows.csv"
