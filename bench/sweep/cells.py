@@ -57,6 +57,8 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+# encode's resumable work folder beside its store (inr.encode.WORK_SUFFIX; not imported: that imports torch)
+ENCODE_WORK_SUFFIX = ".work"
 # where bench and command cells write inside their folder (bench.sweep.layout.cell_rows reads both)
 RESULTS_SUBDIR = "results"
 OUT_SUBDIR = "out"
@@ -134,6 +136,11 @@ class Cell:
     def elsewhere(self, ctx: Context) -> str | None:
         """Why this process cannot run the cell itself (it must be started elsewhere), or ``None``."""
         return None
+
+    def resume_state(self, ctx: Context) -> tuple[Path, ...]:
+        """What an interrupted run of this very cell left in its folder to resume from: kept when the
+        same cell (same argv, inputs and code) runs again, while the rest of the folder is cleared."""
+        return ()
 
     def identity(self) -> dict[str, Any]:
         """The fields that make the cell's config hash (``to_dict`` unless a kind says otherwise)."""
@@ -297,6 +304,10 @@ class EncodeCell(DistributedCell):
             argv += ["--init", str(ctx.output(self.init))]
         argv += ["--out", str(self.output(ctx))]
         return argv + extra_argv(self.args)
+
+    def resume_state(self, ctx: Context) -> tuple[Path, ...]:
+        out = self.output(ctx)  # encode's finished shards (inr.encode: OUT + WORK_SUFFIX)
+        return (out.with_name(out.name + ENCODE_WORK_SUFFIX),)
 
     def labels(self) -> dict[str, str]:
         return {"pipeline": "inr", "dataset": "", "mode": "encode"}

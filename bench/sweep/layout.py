@@ -7,10 +7,12 @@
     OUT/results.csv               merged view: every finished cell's rows + one status row per cell
     OUT/cells/<id>/               one folder per cell: its outputs, stdout.log, stderr.log
     OUT/cells/<id>/cell.json      the completion marker, written atomically *after* the outputs
+    OUT/cells/<id>/attempt.json   written when the cell starts: what an unfinished cell may resume from
     OUT/shared/<name>/            caches shared by cells (``encode --fit-cache``), never read as results
 
 A cell folder without ``cell.json`` is a killed or running cell: it is never read, and the
-next run discards and redoes it. Status rows use the results schema (``bench.results``):
+next run redoes it, resuming from what the same cell left to resume from (``Cell.resume_state``:
+an encode's finished shards) and discarding the rest. Status rows use the results schema (``bench.results``):
 ``run_id = "sweep:<id>"``, ``metric = "cell_s"`` (the cell's wall time, NaN unless ok),
 ``mode`` = the bench mode or the cell kind, ``status``/``reason`` from the marker.
 """
@@ -29,6 +31,7 @@ ENV_FILE = "env.json"
 CELLS_DIR = "cells"
 SHARED_DIR = "shared"  # caches shared between cells (e.g. encode --fit-cache); never results
 MARKER = "cell.json"
+ATTEMPT = "attempt.json"  # {"resume_key", "started_utc"} of the cell's latest start
 MERGED_CSV = "results.csv"
 STATUS_METRIC = "cell_s"
 

@@ -6,7 +6,11 @@ Protocol per cell (in file order, which is dependency order):
    dependency) -> the cell is finished: kept as is, never re-run (unless ``redo`` names it
    or a cell it depends on is re-run in this invocation).
 2. Otherwise its folder (a killed run's partial output, a stale config, an error) is
-   discarded. A dependency that is not ``ok`` -> a ``skip`` marker naming it.
+   discarded, except what the cell resumes from (``Cell.resume_state``: an encode's finished
+   shards) when its last start (``attempt.json``) had the same ``resume_key`` (argv, the
+   dependencies' hashes, the code identity) and ``redo`` does not name it: an interrupted or
+   timed-out encode cell continues where it stopped, as ``inrbench encode`` does.
+   A dependency that is not ``ok`` -> a ``skip`` marker naming it.
 3. Else the cell's ``process_argv`` (``python -m bench <argv>``; the torchrun line for a cell of
    ``nproc > 1`` processes) runs with the cell folder as working directory, stdout and
    stderr to ``stdout.log``/``stderr.log``. Status: rows the cell wrote itself decide first
@@ -104,6 +108,16 @@ def cell_hashes(cfg: SweepConfig, ctx: SweepContext, code: str | None = None) ->
     if code is None:
         return hashes
     return {k: hashlib.sha256(f"{h}:{code}".encode()).hexdigest()[:16] for k, h in hashes.items()}
+
+
+def resume_keys(cfg: SweepConfig, ctx: SweepContext, hashes: dict[str, str], code: str) -> dict[str, str]:
+    """Per cell, what its resumable state depends on: its argv, its dependencies' ``hashes`` and the
+    code, not fields that leave its output alone (``timeout_s``: raising it resumes a timed-out cell)."""
+    keys = {}
+    for c in cfg.cells:
+        doc = {"argv": c.argv(ctx), "deps": [hashes[d] for d in c.deps()], "code": code}
+        keys[c.id] = hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return keys
 
 
 def code_identity() -> dict[str, Any]:
@@ -244,6 +258,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = 
         ident = code_identity()
         config_hashes = cell_hashes(cfg, ctx)
         hashes = cell_hashes(cfg, ctx, ident["id"])
+        keys = resume_keys(cfg, ctx, hashes, ident["id"])
         resolved = cfg.to_dict()
         resolved["data_root"] = str(ctx.data_root) if ctx.data_root else None
         resolved["code"] = ident
@@ -258,15 +273,18 @@ def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = 
 
         status: dict[str, tuple[str, str]] = {}
         todo: list[Cell] = []
+        forced: set[str] = set()
         for cell in cfg.cells:
             m = layout.read_marker(ctx.cell_dir(cell.id))
-            forced = any(fnmatch.fnmatchcase(cell.id, p) for p in redo)
+            redone = any(fnmatch.fnmatchcase(cell.id, p) for p in redo)
+            if redone:
+                forced.add(cell.id)
             upstream = any(d in {t.id for t in todo} for d in cell.deps())
             done = bool(m) and m["status"] in FINAL and not m.get("blocked_by") and not m.get("elsewhere")
             # same config, other code (a marker from before code identities: its hash is the config hash)
             stale = done and m.get("hash") != hashes[cell.id] and \
                 m.get("config_hash", m.get("hash")) == config_hashes[cell.id]
-            if done and not forced and not upstream and (m.get("hash") == hashes[cell.id] or (stale and keep_stale)):
+            if done and not redone and not upstream and (m.get("hash") == hashes[cell.id] or (stale and keep_stale)):
                 status[cell.id] = (m["status"], m.get("reason", ""))
                 summary.kept.append(cell.id)
                 if stale:
@@ -285,7 +303,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = 
             for cell in todo:
                 bar.set_postfix_str(cell.id, refresh=True)
                 st, reason = _do_cell(cell, ctx, hashes[cell.id], status, cells, bar.write,
-                                      identity={"config_hash": config_hashes[cell.id], "code": ident})
+                                      identity={"config_hash": config_hashes[cell.id], "code": ident},
+                                      resume_key=keys[cell.id], fresh=cell.id in forced)
                 status[cell.id] = (st, reason)
                 summary.ran.append(cell.id)
                 layout.write_merged(out)
@@ -305,14 +324,38 @@ def _write_env(out: Path) -> None:
     atomic_write_json(out / layout.ENV_FILE, envinfo.collect())
 
 
+def _clear_cell_dir(cell: Cell, ctx: SweepContext, cell_dir: Path, resume_key: str | None) -> None:
+    """Empty the folder of a cell about to run, keeping its ``resume_state`` (and the record of that
+    start) when its last start had ``resume_key`` (``None``: keep nothing)."""
+    if not cell_dir.is_dir() or cell_dir.is_symlink():
+        with contextlib.suppress(FileNotFoundError):
+            cell_dir.unlink()
+        return
+    try:
+        last = json.loads((cell_dir / layout.ATTEMPT).read_text())
+    except (OSError, ValueError):
+        last = None
+    same = resume_key is not None and isinstance(last, dict) and last.get("resume_key") == resume_key
+    keep = {layout.ATTEMPT, *(p.name for p in cell.resume_state(ctx) if p.parent == cell_dir)} if same else set()
+    for c in cell_dir.iterdir():
+        if c.name in keep:
+            continue
+        if c.is_dir() and not c.is_symlink():
+            shutil.rmtree(c)
+        else:
+            c.unlink()
+
+
 def _do_cell(cell: Cell, ctx: SweepContext, h: str, status: dict[str, tuple[str, str]], cells: dict[str, Cell],
-             write, identity: dict[str, Any] | None = None) -> tuple[str, str]:
+             write, identity: dict[str, Any] | None = None, resume_key: str | None = None,
+             fresh: bool = False) -> tuple[str, str]:
+    """Run one cell (or record why it cannot run) and write its marker; ``fresh``: resume nothing."""
     cell_dir = ctx.cell_dir(cell.id)
     elsewhere = cell.elsewhere(ctx)
     old = layout.read_marker(cell_dir) if elsewhere else None
     # a cell started by hand writes into its folder: kept unless it holds another configuration's run
     if cell_dir.exists() and not (elsewhere and (old is None or old.get("hash") == h)):
-        shutil.rmtree(cell_dir)
+        _clear_cell_dir(cell, ctx, cell_dir, None if fresh else resume_key)
     cell_dir.mkdir(parents=True, exist_ok=True)
     argv = cell.argv(ctx)
     marker: dict[str, Any] = {
@@ -331,6 +374,7 @@ def _do_cell(cell: Cell, ctx: SweepContext, h: str, status: dict[str, tuple[str,
         if st == "skip" and reason == elsewhere:
             marker["elsewhere"] = True
     else:
+        atomic_write_json(cell_dir / layout.ATTEMPT, {"resume_key": resume_key, "started_utc": started})
         st, reason, rc = _run_cell(cell, cell.process_argv(ctx), cell_dir)
     wall = time.perf_counter() - t0
     marker.update({"status": st, "reason": reason, "returncode": rc, "wall_s": wall,

@@ -1,0 +1,117 @@
+"""An unfinished sweep cell resumes from what it left to resume from (``Cell.resume_state``: an encode's
+finished shards) when the same cell runs again; everything else in its folder is cleared."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from bench.sweep import layout
+from bench.sweep.cells import PythonCell
+from bench.sweep.runner import run_sweep
+from bench.sweep.spec import SweepConfig, load_sweep
+
+REPO = Path(__file__).resolve().parent.parent
+
+# records what it finds (its state, a leftover scratch file), then stops after its first step (exit 3)
+STEPS = ("import pathlib, sys\n"
+         "st = pathlib.Path('state'); st.mkdir(exist_ok=True)\n"
+         "found = ','.join(sorted(p.name for p in st.iterdir()))\n"
+         "open(sys.argv[1], 'a').write(f\"{found}|{pathlib.Path('scratch.txt').exists()}\\n\")\n"
+         "pathlib.Path('scratch.txt').write_text('x')\n"
+         "if not (st / 'step1').exists():\n"
+         "    (st / 'step1').write_text('1'); sys.exit(3)\n"
+         "(st / 'step2').write_text('2')\n")
+
+
+@dataclass(frozen=True)
+class ResumableCell(PythonCell):
+    def resume_state(self, ctx) -> tuple[Path, ...]:
+        return (ctx.cell_dir(self.id) / "state",)
+
+
+def _sweep(log: Path, **fields) -> SweepConfig:
+    cell = ResumableCell(id="r", command=("-c", STEPS, str(log)))
+    return SweepConfig(name="resume", description="", device="cpu", report=False,
+                       cells=(dataclasses.replace(cell, **fields),))
+
+
+def _found(log: Path) -> list[str]:
+    return log.read_text().splitlines()
+
+
+def test_same_cell_resumes_its_state_and_nothing_else(tmp_path):
+    log, out = tmp_path / "log", tmp_path / "out"
+    assert run_sweep(_sweep(log), out, progress=False).status == {"r": "error"}
+    # rerun, the timeout raised (it leaves the output alone): the state is kept, the scratch file is not
+    assert run_sweep(_sweep(log, timeout_s=600.0), out, progress=False).status == {"r": "ok"}
+    assert _found(log) == ["|False", "step1|False"]
+    assert layout.read_marker(out / "cells" / "r")["status"] == "ok"
+
+
+def test_other_argv_or_redo_starts_from_nothing(tmp_path):
+    log, out = tmp_path / "log", tmp_path / "out"
+    run_sweep(_sweep(log), out, progress=False)
+    other = _sweep(log, args=(("flag", True),))  # another argv: its state is not this run's
+    assert run_sweep(other, out, progress=False).status == {"r": "error"}
+    assert _found(log)[-1] == "|False"
+    assert run_sweep(other, out, progress=False, redo=("r",)).status == {"r": "error"}  # redo: from nothing
+    assert _found(log)[-1] == "|False"
+    assert run_sweep(other, out, progress=False).status == {"r": "ok"}  # a plain rerun resumes the redo
+    assert _found(log)[-1] == "step1|False"
+
+
+def test_a_cell_folder_from_before_attempt_records_is_cleared(tmp_path):
+    log, out = tmp_path / "log", tmp_path / "out"
+    run_sweep(_sweep(log), out, progress=False)
+    (out / "cells" / "r" / layout.ATTEMPT).unlink()  # unknown start: nothing is known to be resumable
+    run_sweep(_sweep(log), out, progress=False)
+    assert _found(log)[-1] == "|False"
+
+
+def test_interrupted_encode_cell_resumes_from_its_finished_shards(tmp_path):
+    """Audit: a sweep rerun deleted an interrupted encode cell's finished shards and fitted them again."""
+    doc = {"name": "long", "report": False, "device": "cpu", "cells": [
+        {"kind": "prepare", "id": "prep", "source": "synthetic", "name": "p8", "size": 8,
+         "args": {"per_class": 4, "num_classes": 2}},
+        {"kind": "encode", "id": "enc", "data": "prep", "name": "fp32", "iterations": 8000, "layers": 2, "hidden": 4,
+         "args": {"shard_size": 2, "keep_work": True, "no_progress": True}},
+    ]}
+    y = tmp_path / "long.yaml"
+    y.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "run"
+    work = out / "cells" / "enc" / "fp32.inr.work"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "sweep", str(y), "--out", str(out), "--no-progress"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    while not (work / "shard_00000.inr").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() - t0 < 300, "the first shard never appeared"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    shards = sorted(p.name for p in work.glob("shard_*.inr"))
+    assert shards and len(shards) < 2, shards  # interrupted with a shard left to fit
+    first = (work / "shard_00000.inr").stat()
+    cfg = load_sweep(str(y))
+    assert run_sweep(cfg, out, progress=False).status == {"prep": "ok", "enc": "ok"}
+    again = (work / "shard_00000.inr").stat()
+    assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)  # reused, not fitted again
+    assert (work / "shard_00001.inr").is_file() and (out / "cells" / "enc" / "fp32.inr").is_file()
+
+
+def test_encode_cells_keep_the_work_folder_inr_encode_resumes_from():
+    from bench.sweep import cells
+    from inr.encode import WORK_SUFFIX
+
+    assert cells.ENCODE_WORK_SUFFIX == WORK_SUFFIX
