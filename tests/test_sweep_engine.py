@@ -184,6 +184,12 @@ def test_resume_without_previous_run_is_an_input_error(tmp_path):
     ("cells: [{kind: python, id: a}, {kind: python, id: a}]", "duplicate cell id 'a'"),
     ("cells: [{kind: prepare, id: p, source: photos}, {kind: bench, id: b, pipeline: raw, data: p, mode: fast}]",
      "mode must be one of loader|replay|train"),
+    # a name is a file name inside the cell folder: it never climbs out of the sweep folder (audit)
+    ("cells: [{kind: prepare, id: p, source: photos, name: ../../../../esc_out}]",
+     "cell 'p': name '../../../../esc_out' must be a plain file name"),
+    ("cells: [{kind: prepare, id: p, source: photos, name: ..}]", "cell 'p': name '..' must be a plain file name"),
+    ("cells: [{kind: prepare, id: p, source: photos}, {kind: encode, id: e, data: p, name: /tmp/abs}]",
+     "cell 'e': name '/tmp/abs' must be a plain file name"),
 ])
 def test_bad_sweep_files_name_the_file_and_the_problem(tmp_path, body, message):
     p = tmp_path / "bad.yaml"

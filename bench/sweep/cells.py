@@ -53,6 +53,14 @@ def store_stem(name: str) -> str:
     return name.replace(".", "_")
 
 
+def check_name(name: str) -> None:
+    """A cell's ``name`` is a file or folder name inside the cell's folder: one plain path component
+    (a ``/``, ``..`` or an absolute name would place the output outside the sweep folder)."""
+    if name and (name in (".", "..") or "/" in name or "\0" in name):
+        raise ValueError(f"name {name!r} must be a plain file name (no '/', not '.' or '..'): "
+                         "it names the cell's output inside its folder")
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -173,6 +181,9 @@ class PrepareCell(Cell):
     limit: int | None = None
     jpeg_quality: int | None = None
 
+    def __post_init__(self) -> None:
+        check_name(self.name)
+
     def output(self, ctx: Context) -> Path:
         return ctx.cell_dir(self.id) / (self.name or self.id)
 
@@ -290,6 +301,10 @@ class EncodeCell(DistributedCell):
     # every shard's bytes depend only on its images and the configuration: the store of N processes is
     # the one 1 process writes (``inr.encode.encode_split_distributed``), so N is not in the hash
     WORLD_IN_IDENTITY: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_name(self.name)
 
     def output(self, ctx: Context) -> Path:
         return ctx.cell_dir(self.id) / f"{store_stem(self.name or self.id)}.inr"
