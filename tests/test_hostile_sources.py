@@ -113,6 +113,18 @@ def unreadable_class_folder(src, tmp, mp):
     return "imagefolder", [], src / "dog"
 
 
+def dangling_symlink(src, tmp, mp):
+    write_imagefolder(src, per_class=3)
+    (src / "cat" / "x.jpg").symlink_to(src / "cat" / "gone.jpg")
+    return "imagefolder", [], src / "cat" / "x.jpg"
+
+
+def folder_named_jpg(src, tmp, mp):
+    write_imagefolder(src, per_class=3)
+    (src / "cat" / "dir.jpg").mkdir()
+    return "imagefolder", [], src / "cat" / "dir.jpg"
+
+
 REFUSED = [
     ("csv-dotdot", csv_dotdot, "path '../../x.png' resolves outside the dataset root"),
     ("csv-absolute", csv_absolute, "resolves outside the dataset root"),
@@ -125,6 +137,9 @@ REFUSED = [
     ("png16-10000x10000", png16_over_max_pixels, "10000x10000 (100,000,000 pixels), over the --max-pixels limit 50,000,000"),
     ("unreadable-root", unreadable_root, "cannot read (Permission denied)"),
     ("unreadable-class-folder", unreadable_class_folder, "cannot read (Permission denied)"),
+    # named like an image but not a file: an unreadable image (without --on-error skip), not dropped unseen
+    ("dangling-symlink", dangling_symlink, "is a dangling symlink (to "),
+    ("folder-named-jpg", folder_named_jpg, "is a folder, not an image file"),
 ]
 
 
@@ -202,10 +217,29 @@ def newline_name(src):
     return [], check
 
 
+def not_files_skipped(src):
+    """--on-error skip lists what it skips, a dangling symlink and a folder x.jpg included; the
+    folder's own images are read."""
+    write_imagefolder(src, per_class=3)
+    (src / "cat" / "x.jpg").symlink_to(src / "cat" / "gone.jpg")
+    (src / "dog" / "dir.jpg").mkdir()
+    _png(src / "dog" / "dir.jpg" / "inner.png")
+
+    def check(out, m):
+        assert {s["file"]: s["error"] for s in m["skipped"]} == {
+            str(src / "cat" / "x.jpg"): f"is a dangling symlink (to {src / 'cat' / 'gone.jpg'}), not an image file",
+            str(src / "dog" / "dir.jpg"): "is a folder, not an image file"}
+        ids = [i for s in ("train", "val") for i in read_source_ids(out / s)]
+        assert "dog/dir.jpg/inner.png" in ids and len(ids) == m["splits"]["train"]["count"] + m["splits"]["val"]["count"]
+
+    return ["--on-error", "skip"], check
+
+
 ACCEPTED = [
     ("bomb-png-skipped", bomb_skipped),
     ("non-utf8-file-name", non_utf8_name),
     ("newline-file-name", newline_name),
+    ("not-files-skipped-and-listed", not_files_skipped),
 ]
 
 

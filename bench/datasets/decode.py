@@ -57,8 +57,22 @@ CONVERT_BYTES = 16
 warnings.filterwarnings("error", category=Image.DecompressionBombWarning)
 
 
+def is_image_name(p: Path) -> bool:
+    """Named like an image (``.jpg``, ``.png``, ...; not hidden), whatever it is on disk."""
+    return not p.name.startswith(".") and p.suffix.lower() in IMAGE_EXTENSIONS
+
+
 def is_image_file(p: Path) -> bool:
-    return p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_EXTENSIONS
+    return p.is_file() and is_image_name(p)
+
+
+def _not_a_file(path: Path) -> str:
+    """Why ``path`` (named like an image) cannot be read as one."""
+    if path.is_symlink() and not path.exists():
+        return f"is a dangling symlink (to {os.readlink(path)}), not an image file"
+    if path.is_dir():
+        return "is a folder, not an image file"
+    return "is not a regular file" if path.exists() else "no such file"
 
 
 def decode_bytes(width: int, height: int, mode: str) -> int:
@@ -83,6 +97,8 @@ def _read(
     path: Path, size: int | None, policy: str, max_pixels: int, budget: ByteBudget | None, max_side: int | None
 ) -> tuple[np.ndarray, tuple[int, int]]:
     """``read_image`` plus the file's own ``(H, W)`` (from its header)."""
+    if not path.is_file():  # a dangling symlink, a folder or a FIFO named like an image: never opened
+        raise InputError(_not_a_file(path), path)
     try:
         with Image.open(path) as img:  # reads the header only
             w, h = img.size

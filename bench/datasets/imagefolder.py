@@ -16,7 +16,9 @@ Three layouts under ``--root``:
 broken files and pixel bombs are the same.
 
 Files: JPEG, PNG (and BMP/WebP/PPM/TIFF), any mode converted to RGB; hidden files are
-ignored. Label = index of the class name in sorted order (like torchvision ``ImageFolder``).
+ignored. An entry named like an image that is not a file (a dangling symlink, a folder
+``x.jpg``) is an unreadable image: it stops the run, or with ``--on-error skip`` is listed in
+the manifest's ``skipped`` (a folder's own images are still read). Label = index of the class name in sorted order (like torchvision ``ImageFolder``).
 
 Symlinks (``bench.datasets.paths``): a symlinked class folder or image file is read when
 it resolves inside ``--root``; one that resolves outside it, or that reaches a file the
@@ -26,13 +28,14 @@ with one line naming it. Symlinked folders inside a class folder are not followe
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from bench.datasets.config import PrepareConfig
-from bench.datasets.decode import is_image_file, native_meta, split_from_files
+from bench.datasets.decode import is_image_name, native_meta, split_from_files
 from bench.datasets.paths import ReadOnce, list_dir, list_tree
 from bench.datasets.sources import Loaded, Source, register_source
 from bench.datasets.splitting import ratio_split
@@ -73,7 +76,7 @@ def scan(
     index = {c: i for i, c in enumerate(classes)}
     paths, labels = [], []
     for d in dirs:
-        files = [p for p in list_tree(d) if is_image_file(p)]
+        files = _image_entries(d)
         if not files:
             raise InputError("class folder holds no images (.jpg/.jpeg/.png/...)", d)
         for p in files:
@@ -130,9 +133,19 @@ class ImageFolder(Source):
                       resize_policy="native" if cfg.native else None)
 
 
+def _image_entries(folder: Path) -> list[Path]:
+    """Everything under ``folder`` named like an image, sorted: its files, and the entries that are
+    not files (a dangling symlink, a folder ``x.jpg``) so that reading them fails or lists them
+    as skipped instead of dropping them unseen."""
+    entries = [p for p in list_tree(folder) if is_image_name(p)]
+    for top, dirs, _ in os.walk(folder, followlinks=False):
+        entries += [Path(top) / d for d in dirs if is_image_name(Path(d))]
+    return sorted(entries)
+
+
 def _flat(root: Path, once: ReadOnce) -> list[Path]:
     """The image files directly under ``root`` (sorted, each taken once), for a folder without class folders."""
-    files = [p for p in list_dir(root) if is_image_file(p)]
+    files = [p for p in list_dir(root) if is_image_name(p) and not p.is_dir()]
     for p in files:
         once.take(p)
     return files
