@@ -116,6 +116,16 @@ def _is_meta_init(p: Path) -> bool:
         return False
 
 
+def _is_perf_figure(p: Path) -> bool:
+    """A PNG written by ``inrbench perf init --figure`` (its ``Software`` text names it: bench.perf.init)."""
+    try:
+        with open(p, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head.startswith(b"\x89PNG\r\n\x1a\n") and b"inr-bench perf init" in head
+
+
 def _is_gpu_check(p: Path) -> bool:
     m = _json(p / "gpu-check.json")
     return isinstance(m, dict) and m.get("kind") == "gpu-check"
@@ -172,6 +182,7 @@ KINDS: dict[str, OutputKind] = {k.name: k for k in (
     OutputKind("env", "environment record file", False, _is_env),
     OutputKind("gpu-check", "gpu-check output folder", True, _is_gpu_check, _gpu_check_layout),
     OutputKind("meta-init", "learned initialization file", False, _is_meta_init),
+    OutputKind("perf-figure", "perf init figure file", False, _is_perf_figure),
 )}
 
 

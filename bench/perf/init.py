@@ -31,18 +31,22 @@ best-so-far PSNR after every iteration. Reported:
   learned init's own share). This is what the iterations-to-reach figures buy an encode.
 
 ``--figure PATH`` draws PSNR against iterations (log axis), random vs learned, with the fp32 and
-8-bit end points.
+8-bit end points, as a PNG written to PATH exactly; PATH is checked before any work and replaces
+only a figure of an earlier ``perf init`` (``bench.outputs``: never a user's file or a folder).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+FIGURE_TAG = "inr-bench perf init"  # the PNG's Software text: bench.outputs recognizes the figure by it
 HELP = "learned init (meta-init) vs random init: iterations to the same PSNR, 8-bit/pruned PSNR, meta-training cost"
 
 SETS = {  # name -> (image side, preset, default iterations, default held-out images, meta-training defaults)
@@ -78,7 +82,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=nonnegative_int, default=3,
                    help="rounds of the realized-saving encodes (interleaved; default 3; 0 skips them)")
     p.add_argument("--no-prune", action="store_true", help="skip the pruned + 8-bit end points")
-    p.add_argument("--figure", help="write the PSNR-vs-iterations figure (PNG) here")
+    p.add_argument("--figure", help="write the PSNR-vs-iterations figure (PNG) to this file (replaces only a figure "
+                                    "an earlier perf init wrote)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -256,11 +261,14 @@ def measure_set(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
     }
 
 
-def figure(results: list[dict], path: str) -> Path:
+def figure(results: list[dict], path: str | Path) -> Path:
+    """Draw the curves of ``results`` and write them as a PNG to ``path`` (atomically; claimed by ``run``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from bench.atomic import atomic_write_bytes
 
     fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4), squeeze=False)
     for ax, r in zip(axes[0], results, strict=True):
@@ -282,10 +290,11 @@ def figure(results: list[dict], path: str) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    buf = io.BytesIO()  # PNG whatever the name; tagged so that a later run recognizes it as its own
+    fig.savefig(buf, format="png", dpi=120, metadata={"Software": FIGURE_TAG})
     plt.close(fig)
+    out = Path(path)
+    atomic_write_bytes(out, buf.getvalue())
     return out
 
 
@@ -295,6 +304,7 @@ def run(args: argparse.Namespace) -> int:
     from bench import envinfo
     from bench.devices import resolve_device
     from bench.errors import InputError
+    from bench.outputs import claim
 
     args.device = resolve_device(args.device)  # a malformed or absent device: one line, exit 2
     names = [s.strip() for s in args.sets.split(",") if s.strip()]
@@ -303,9 +313,12 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="perf-init-") as td:
-        results = [measure_set(n, args, Path(td)) for n in names]
-    fig = figure(results, args.figure) if args.figure else None
+    # --figure is checked (never a user's file or folder) and held before the long work
+    with claim(args.figure, "perf-figure", mode="replace", option="--figure") if args.figure \
+            else contextlib.nullcontext() as fig_out:
+        with tempfile.TemporaryDirectory(prefix="perf-init-") as td:
+            results = [measure_set(n, args, Path(td)) for n in names]
+        fig = figure(results, fig_out) if fig_out else None
     doc = {"sets": results, "figure": str(fig) if fig else None, "threads": torch.get_num_threads(), "device": args.device,
            "seconds": time.perf_counter() - t0,
            "env": {k: v for k, v in envinfo.collect().items() if k in ("git", "torch", "cpu", "gpu")}}
