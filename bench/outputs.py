@@ -252,9 +252,8 @@ def foreign_entries(folder: Path, kind: str) -> list[str]:
 
 def foreign_message(folder: Path, foreign: list[str]) -> str:
     """What ``foreign_entries`` found, for an error that refuses to replace ``folder``."""
-    first = foreign[0]
-    what = (f"{first} (more files than inr-bench wrote there)" if first.endswith("/") else first) + \
-        (f" and {len(foreign) - 1} more" if len(foreign) > 1 else "")
+    shown = [f"{n} (more files than inr-bench wrote there)" if n.endswith("/") else n for n in foreign[:3]]
+    what = ", ".join(shown) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
     return f"holds {what}, which inr-bench did not write; move it out of {folder} to replace it"
 
 
