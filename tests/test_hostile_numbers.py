@@ -60,6 +60,7 @@ CASES = [
     (BENCH + ["--pss-period", "inf"], "monitor periods must be > 0 and finite"),
     (BENCH + ["--pipeline", "inr"], "--pipeline inr reads an encoded store: pass --store FILE"),
     (["env", "--out", ""], "argument --out: must not be empty"),
+    (["report", "results", "--out", ""], "argument --out: must not be empty"),
     (BENCH + ["--pipeline", "nope"], "unknown pipeline 'nope'"),
     (BENCH + ["--device", "cuda:7"], "cuda:7"),
     (BENCH + ["--device", "bogus"], "bogus"),

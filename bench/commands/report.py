@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bench.argtypes import nonempty
+
 HELP = "build README.md tables and PNG figures from a sweep (or bench) results folder"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", metavar="RESULTS_DIR", help="a sweep --out folder or a bench --out folder")
-    p.add_argument("--out", metavar="DIR", help="report folder (default: reports/<results folder name>)")
+    p.add_argument("--out", metavar="DIR", type=nonempty,
+                   help="report folder (default: reports/<results folder name>)")
 
 
 def run(args: argparse.Namespace) -> int:
