@@ -11,47 +11,43 @@ import argparse
 import math
 
 
+def _parse(text: str, cast, kind: str):
+    try:
+        return cast(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise argparse.ArgumentTypeError(message)
+
+
 def positive_int(text: str) -> int:
     """An integer >= 1."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    v = _parse(text, int, "an integer")
+    _check(v >= 1, f"must be >= 1, got {v}")
     return v
 
 
 def positive_float(text: str) -> float:
     """A finite float > 0."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < v < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    v = _parse(text, float, "a number")
+    _check(0 < v < math.inf, f"must be a finite number > 0, got {text}")
     return v
 
 
 def nonnegative_int(text: str) -> int:
     """An integer >= 0."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    v = _parse(text, int, "an integer")
+    _check(v >= 0, f"must be >= 0, got {v}")
     return v
 
 
 def nonnegative_float(text: str) -> float:
     """A finite float >= 0."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 <= v < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    v = _parse(text, float, "a number")
+    _check(0 <= v < math.inf, f"must be a finite number >= 0, got {text}")
     return v
 
 
@@ -69,10 +65,6 @@ SEED_MAX = 2**32 - 1
 
 def seed(text: str) -> int:
     """A random seed, an integer in 0 .. SEED_MAX."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if not 0 <= v <= SEED_MAX:
-        raise argparse.ArgumentTypeError(f"a seed must be an integer in 0..{SEED_MAX}, got {v}")
+    v = _parse(text, int, "an integer")
+    _check(0 <= v <= SEED_MAX, f"a seed must be an integer in 0..{SEED_MAX}, got {v}")
     return v
