@@ -11,7 +11,9 @@ two ranks' samples). The two ranks are picked by their medians, out of k (k - 1)
 pairs: a plain 95% interval of the picked pair excludes 1.0 far more often than 5% when all ranks
 are alike (21 of 100 simulated 8-rank runs, ``tests/test_report_ranks.py``), so the interval is at the
 Bonferroni level ``bench.stats.bonferroni(k (k - 1) / 2)`` (99.82% for 8 ranks), which holds for
-every pair at once and so for the one picked. Runs of one (dataset, mode) pool per rank, like the main tables pool runs. A
+every pair at once and so for the one picked. The samples are the ranks' epochs, not their
+repeats (unlike the speedups, ``bench.stats.unit_ratio_ci``): the question is which rank lagged
+in this run, whose epochs are the population, and every rank is one process for the whole run. Runs of one (dataset, mode) pool per rank, like the main tables pool runs. A
 (dataset, mode) with fewer than two ranks gets no table.
 """
 
