@@ -284,6 +284,9 @@ def test_report_has_dense_vs_expand_table_and_time_to_accuracy(tiny, tmp_path):
     rep = build_report(out, tmp_path / "rep")
     text = (rep / "README.md").read_text()
     assert "## Training method: dense vs expand" in text
+    section = text.split("## Training method: dense vs expand")[1]
+    assert "No CPU-s columns: every run here had warm-up epochs" in section  # not two columns of dashes
+    assert "| CPU-s (median) |" not in section
     line = next(ln for ln in text.splitlines() if ln.startswith("| synthetic16 | raw | expand |"))
     assert "x [" in line or "no difference detected [" in line  # the speedup carries its interval
     dense_line = next(ln for ln in text.splitlines() if ln.startswith("| synthetic16 | raw | dense |"))

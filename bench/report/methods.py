@@ -298,7 +298,14 @@ def section(doc: Any, x: Any) -> None:
             "epochs. Accuracy: Wilson interval; expand against dense by an exact McNemar test on the same "
             "test images, one trained model per method (repeats share the seed: they repeat the timing). These runs (`--eval-every-epoch`) are kept out of the pipeline tables above.")
     doc.add()
-    doc.table(fmt_comparison(comparison(x.rows, x.predictions)), index=False)
+    comp = comparison(x.rows, x.predictions)
+    table = fmt_comparison(comp)
+    if len(comp) and comp["cpu_s"].isna().all():  # every run had warm-up epochs: CPU-s is not measured
+        table = table.drop(columns=["CPU-s (median)", "CPU-s ratio [95% CI]"])
+        doc.add("No CPU-s columns: every run here had warm-up epochs, whose CPU time is not measured, "
+                "and a schedule's warm-up is part of its cost (`--warmup 0` measures it all).")
+        doc.add()
+    doc.table(table, index=False)
     st = stages(x.rows)
     if len(st):
         doc.add("Per stage (medians over repeats):")
