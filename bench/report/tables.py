@@ -41,6 +41,8 @@ def fmt_num(x: float, digits: int = 3) -> str:
         return f"{x:,.0f}"
     if ax >= 100:
         return f"{x:.0f}"
+    if 0 < ax < 1e-3:  # positional, never 8.85e-05
+        return np.format_float_positional(x, precision=digits, fractional=False, trim="-")
     return f"{x:.{digits}g}"
 
 
