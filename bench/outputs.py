@@ -222,6 +222,11 @@ def _tree_size(p: Path) -> int:
     return sum(len(dirs) + len(files) for _, dirs, files in os.walk(p))
 
 
+# files a desktop's file browser drops into any folder it shows: not the user's work, and it writes
+# them again, so a replace may delete them
+OS_FILES = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
+
+
 def _is_own_temp(name: str) -> bool:
     return f".{TEMP_TAG}" in name and name.endswith(TEMP_SUFFIXES)
 
@@ -236,7 +241,8 @@ def foreign_entries(folder: Path, kind: str) -> list[str]:
     k = kind_of(kind)
     m = _json(folder / MARKER)
     wrote = m.get("entries") if isinstance(m, dict) else None
-    names = sorted(c.name for c in folder.iterdir() if c.name != MARKER and not _is_own_temp(c.name))
+    names = sorted(c.name for c in folder.iterdir()
+                   if c.name != MARKER and not _is_own_temp(c.name) and c.name not in OS_FILES)
     if isinstance(wrote, dict):
         foreign = []
         for n in names:

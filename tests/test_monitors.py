@@ -165,3 +165,12 @@ def test_other_cores_busy_sees_a_process_outside_the_tree(tmp_path):
     assert res.cores_busy < 0.2
     assert res.other_cores_busy is not None and res.other_cores_busy > 0.5, res.other_cores_busy
     assert ("other_cores_busy", res.other_cores_busy, "cores") in res.metrics()
+
+
+def test_other_cores_busy_needs_half_a_second():
+    mon = Monitor("cpu", period_s=0.05).start()
+    mon.mark()
+    time.sleep(0.05)
+    res = mon.stop()
+    assert res.other_cores_busy is None
+    assert any(m == "other_cores_busy" and "too short" in why for m, _, why in res.unavailable)

@@ -71,3 +71,53 @@ def test_inr_runs_of_two_stores_are_two_pipelines(tmp_path):
     _run(one, "i8", "inr", "loader", [0.02, 0.021, 0.019], store="/x/a.inr")
     _run(one, "i8t", "inr", "train", [1.0, 1.0, 1.0], store="/x/a.inr")
     assert set(load(one).rows["pipeline"]) == {"inr"}  # one store: the name stays
+
+
+def _status_row(rows, cell: str, pipeline: str, status: str, reason: str = ""):
+    """A sweep cell's status row (as bench.sweep.layout writes it): no settings, its cell's id."""
+    import pandas as pd
+
+    r = {c: pd.NA for c in rows.columns}
+    r.update({"run_id": f"sweep:{cell}", "pipeline": pipeline, "dataset": "syn", "mode": "loader",
+              "metric": "cell_s", "value": 1.0, "unit": "s", "status": status, "reason": reason,
+              "cfg.sweep.cell": cell})
+    return pd.concat([rows, pd.DataFrame([r])], ignore_index=True)
+
+
+def test_a_sweep_cells_status_rows_follow_its_runs_or_every_split(tmp_path):
+    """No ghost 'syn' dataset: a cell's status row takes its runs' label; a skipped cell, which has
+    no runs, shows its reason under every label."""
+    out = tmp_path / "results"
+    _run(out, "a", "raw", "loader", [0.2, 0.21, 0.19], batch_size=256, **{"sweep": {"cell": "raw-256"}})
+    _run(out, "b", "raw", "loader", [0.006, 0.0059, 0.0061], **{"sweep": {"cell": "raw-64"}})
+    rows = R.read_results(out)
+    rows = _status_row(rows, "raw-256", "raw", "ok")
+    rows = _status_row(rows, "dali-64", "dali", "skip", "DALI needs a GPU")
+    split, _ = ST.by_settings(rows, {})
+    assert "syn" not in set(split["dataset"])
+    assert set(split.loc[split["run_id"] == "sweep:raw-256", "dataset"]) == {"syn [batch_size=256]"}
+    skip = split[split["run_id"] == "sweep:dali-64"]
+    assert sorted(skip["dataset"]) == ["syn [batch_size=256]", "syn [batch_size=64]"]
+
+
+def test_stores_sharing_a_stem_are_told_apart_by_their_folder():
+    assert ST._store_labels(["/x/encode-8bit/s.inr", "/x/encode-16bit/s.inr"]) == {
+        "/x/encode-8bit/s.inr": "encode-8bit/s", "/x/encode-16bit/s.inr": "encode-16bit/s"}
+    assert ST._store_labels(["/x/a/8bit.inr", "/x/b/16bit.inr"]) == {"/x/a/8bit.inr": "8bit", "/x/b/16bit.inr": "16bit"}
+
+
+def test_older_batch_size_name_and_data_path_split(tmp_path):
+    """An older run's cfg.batch_size is today's cfg.pipe.batch_size; two prepared folders of one
+    name are two datasets; a data-parallel run's timeout is no setting."""
+    import pandas as pd
+
+    out = tmp_path / "results"
+    _run(out, "new", "raw", "loader", [0.006, 0.0059, 0.0061], batch_size=4, data="/d/ds")
+    _run(out, "other", "raw", "loader", [0.006, 0.0059, 0.0061], batch_size=4, data="/e/ds",
+         dist={"timeout_s": 60})
+    rows = R.read_results(out)
+    old = rows[rows["run_id"] == "new"].copy()
+    old["run_id"], old["cfg.batch_size"], old["cfg.pipe.batch_size"] = "old", 8, pd.NA
+    rows = pd.concat([rows, old], ignore_index=True)
+    split = ST.splitting(rows)
+    assert split == {"syn": ["cfg.data", "cfg.pipe.batch_size"]}

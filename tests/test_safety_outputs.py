@@ -372,6 +372,7 @@ def test_a_replace_never_deletes_what_the_user_added(world, capsys, command):
     assert_one_line_error(rc, err, f"{w}/out", "holds my_notes.md", "which inr-bench did not write")
     assert snapshot(world, dirs=True) == before
     (world / "out" / "my_notes.md").unlink()  # once it is moved out, the replace goes ahead
+    (world / "out" / ".DS_Store").write_bytes(b"\0")  # a file browser's, not the user's work
     rc, _, err = run_cli(capsys, *argv)
     assert rc == 0, err
 

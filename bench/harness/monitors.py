@@ -18,7 +18,8 @@ What is measured, and how:
   counters (``psutil.cpu_times(percpu=True)``: all but idle and iowait) at ``start``/``mark`` and
   at ``stop``; ``other_cores_busy`` = (their busy seconds - the tree's CPU seconds, monitor
   included) / wall seconds: cores kept busy by processes outside the run over the measured
-  region. Another job on a shared machine shows here, and the report warns where it is high. In
+  region (at least ``OTHER_MIN_WALL_S``, 0.5 s: the counters tick every 10 ms). Another job on a
+  shared machine shows here, and the report warns where it is high. In
   a data-parallel run the sibling ranks count as other load, so the aggregate rows leave it out.
 - NVML (``nvidia-ml-py``), when the run is on CUDA and a driver exists: device memory used
   (device level: DALI/nvJPEG pools and other processes count) and GPU utilization. Without a
@@ -174,6 +175,11 @@ def _system_busy_seconds() -> float | None:
         return total
     except (OSError, AttributeError, RuntimeError):
         return None
+
+
+# the system's and the tree's CPU counters tick every 10 ms (USER_HZ 100): over a shorter region their
+# difference is mostly rounding, and a quiet machine read > 0.25 cores in a quarter of 50 ms regions
+OTHER_MIN_WALL_S = 0.5
 
 
 def other_busy(system_busy_s: float, tree_cpu_s: float, wall_s: float) -> float:
@@ -359,11 +365,14 @@ class Monitor:
             monitor_cpu_seconds=self._own_cpu - self._own_cpu0,
             pss_peak_bytes=self._pss_peak,
         )
-        if self._sys0 is not None and sys_end is not None and res.wall_s > 0:
+        if self._sys0 is None or sys_end is None:
+            res.unavailable.append(("other_cores_busy", "cores", "no per-CPU counters here (psutil.cpu_times)"))
+        elif res.wall_s < OTHER_MIN_WALL_S:
+            res.unavailable.append(("other_cores_busy", "cores", f"measured region {res.wall_s:.2f} s, under "
+                                    f"{OTHER_MIN_WALL_S} s: too short to tell other load from the counters' ticks"))
+        else:
             res.other_cores_busy = other_busy(sys_end - self._sys0, res.cpu_seconds + res.monitor_cpu_seconds,
                                               res.wall_s)
-        else:
-            res.unavailable.append(("other_cores_busy", "cores", "no per-CPU counters here (psutil.cpu_times)"))
         if self._pss_peak is None:
             res.unavailable.append(("host_pss_peak_bytes", "bytes", "no /proc/PID/smaps_rollup here (Linux only)"))
         nv = self._nvml

@@ -349,8 +349,9 @@ def _other_load(doc: _Doc, rows: pd.DataFrame) -> None:
         return
     doc.add("## Other load on the machine")
     doc.add()
+    groups = f"{len(t)} pipeline x mode combination{'s' if len(t) != 1 else ''}"
     doc.add(f"**Warning: other processes kept more than {T.OTHER_LOAD_WARN} cores busy during "
-            f"{int(t['repeats_over'].sum())} repeats of {len(t)} runs below;** their epoch times may be "
+            f"{int(t['repeats_over'].sum())} repeats, in the {groups} below;** their epoch times may be "
             "slower than on a quiet machine. `other cores busy`: busy seconds of the CPUs the run "
             "could use (the system's counters) minus the run's own CPU seconds, per wall second of "
             "the measured region; median and largest over the repeats. img/CPU-s is less affected.")

@@ -28,12 +28,16 @@ from typing import Any
 CFG = "cfg."
 STORE = "cfg.store"
 IGNORED = frozenset({
-    "cfg.pipeline", "cfg.data", "cfg.store", "cfg.mode", "cfg.epochs", "cfg.repeats", "cfg.warmup",
+    "cfg.pipeline", "cfg.store", "cfg.mode", "cfg.epochs", "cfg.repeats", "cfg.warmup",
     "cfg.min_seconds", "cfg.monitor_period_s", "cfg.pss_period_s", "cfg.pipe.seed",
     "cfg.method", "cfg.expand", "cfg.eval_every_epoch", "cfg.pipe.allow_unverified_store",
     "cfg.pipe.world_size", "cfg.pipe.rank",
 })
-IGNORED_PREFIXES = ("cfg.sweep.", "cfg.expand.")  # the sweep cell that ran it; the expand schedule
+# the sweep cell that ran it; the expand schedule; a data-parallel run's shape (hosts, timeout)
+IGNORED_PREFIXES = ("cfg.sweep.", "cfg.expand.", "cfg.dist.")
+# older results' names of a setting -> today's (the rows of one run hold one of them)
+ALIASES = {"cfg.batch_size": "cfg.pipe.batch_size", "cfg.device": "cfg.pipe.device"}
+SWEEP_CELL = "cfg.sweep.cell"
 _SHORT_PREFIXES = ("cfg.pipe.augment.", "cfg.pipe.", "cfg.train.", "cfg.")
 
 
@@ -48,7 +52,19 @@ def short(key: str) -> str:
 def setting_keys(rows: Any) -> list[str]:
     """The ``cfg.*`` columns that are settings (not ``IGNORED``), in column order."""
     return [c for c in rows.columns
-            if c.startswith(CFG) and c not in IGNORED and not c.startswith(IGNORED_PREFIXES)]
+            if c.startswith(CFG) and c not in IGNORED and c not in ALIASES and not c.startswith(IGNORED_PREFIXES)]
+
+
+def _with_aliases(rows: Any) -> Any:
+    """``rows`` with an older name's values moved under today's (``ALIASES``) where today's is missing."""
+    old = [a for a in ALIASES if a in rows.columns]
+    if not old:
+        return rows
+    rows = rows.copy()
+    for a in old:
+        new = ALIASES[a]
+        rows[new] = rows[a] if new not in rows.columns else rows[new].where(rows[new].notna(), rows[a])
+    return rows
 
 
 def _fmt(v: Any) -> str:
@@ -64,6 +80,7 @@ def _per_run(rows: Any, keys: list[str]) -> Any:
 
 def splitting(rows: Any) -> dict[str, list[str]]:
     """dataset -> the settings whose values differ between two runs of one mode (column order)."""
+    rows = _with_aliases(rows)
     keys = setting_keys(rows)
     if rows.empty or not keys or "run_id" not in rows.columns:
         return {}
@@ -76,29 +93,93 @@ def splitting(rows: Any) -> dict[str, list[str]]:
     return out
 
 
+def differing(a: Any, b: Any) -> list[str]:
+    """The settings whose values differ between the runs of ``a`` and those of ``b`` (two row
+    selections, e.g. a pipeline's replay and train runs: a cross-mode comparison needs them alike)."""
+    rows_a, rows_b = _with_aliases(a), _with_aliases(b)
+    keys = [k for k in setting_keys(rows_a) if k in rows_b.columns]
+    out = []
+    for k in keys:
+        va, vb = set(rows_a[k].dropna().astype(str)), set(rows_b[k].dropna().astype(str))
+        if va and vb and va != vb:
+            out.append(k)
+    return out
+
+
+def _relabel(rows: Any, here: Any, column: str, label_of: dict[str, str]) -> Any:
+    """Set ``column`` of the rows selected by ``here`` to their run's label (``label_of``: run id ->
+    label). Rows of a run without a label (a sweep cell's status rows, ``sweep:<cell>``, carry no
+    settings) take the label of the runs of their sweep cell; failing that they are copied under
+    every label, so a skip or error reason shows in each table instead of a table of its own."""
+    import pandas as pd
+
+    labels = sorted(set(label_of.values()))
+    by_cell: dict[str, set[str]] = {}
+    if SWEEP_CELL in rows.columns:
+        for run_id, cell in rows.loc[here & rows["run_id"].isin(label_of), ["run_id", SWEEP_CELL]].itertuples(index=False):
+            if isinstance(cell, str):
+                by_cell.setdefault(cell, set()).add(label_of[run_id])
+    mapped = rows["run_id"].map(label_of)
+    out = rows.copy()
+    take = here & mapped.notna()
+    out.loc[take, column] = mapped[take]
+    rest = here & mapped.isna()
+    extra = []
+    for idx in rows.index[rest]:
+        cell = rows.at[idx, SWEEP_CELL] if SWEEP_CELL in rows.columns else None
+        targets = sorted(by_cell.get(cell, ())) if isinstance(cell, str) else []
+        for i, label in enumerate(targets or labels):
+            if i == 0:
+                out.at[idx, column] = label
+            else:
+                row = rows.loc[[idx]].copy()
+                row[column] = label
+                extra.append(row)
+    return pd.concat([out, *extra], ignore_index=True) if extra else out
+
+
 def by_settings(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any, dict[str, dict[str, Any]]]:
     """Rows relabelled ``NAME [key=value, ...]`` where a dataset's runs differ in a setting within
-    a mode (``splitting``); ``manifests`` gains the same entries. Rows without a run id keep theirs."""
+    a mode (``splitting``); ``manifests`` gains the same entries. A sweep cell's status rows follow
+    their cell's runs (``_relabel``)."""
     split = splitting(rows)
     if not split:
         return rows, manifests
     import pandas as pd
 
-    rows, manifests = rows.copy(), dict(manifests)
+    manifests = dict(manifests)
+    aliased = _with_aliases(rows)
     for ds, keys in split.items():
-        runs = _per_run(rows[(rows["dataset"] == ds) & rows["run_id"].notna()], keys)
+        here = rows["dataset"] == ds
+        runs = _per_run(aliased[here & rows["run_id"].notna()], keys)
+        label_of = {}
         for run_id, r in runs.iterrows():
             parts = [f"{short(k)}={_fmt(r[k])}" for k in keys if not pd.isna(r[k])]
-            label = f"{ds} [{', '.join(parts)}]" if parts else ds
-            rows.loc[rows["run_id"] == run_id, "dataset"] = label
+            if parts:
+                label_of[str(run_id)] = f"{ds} [{', '.join(parts)}]"
+        for label in set(label_of.values()):
             if ds in manifests:
                 manifests[label] = manifests[ds]
+        rows = _relabel(rows, here, "dataset", label_of)
+        aliased = _with_aliases(rows)
     return rows, manifests
+
+
+def _store_labels(stores: list[str]) -> dict[str, str]:
+    """Each store path -> its shortest distinguishing label: the file stem, or with as many parent
+    folders as it takes (``encode-8bit/s``) when two stores share a stem."""
+    parts = {s: PurePath(s).with_suffix("").parts for s in stores}
+    for depth in range(1, max((len(v) for v in parts.values()), default=1) + 1):
+        label = {s: "/".join(v[-depth:]) for s, v in parts.items()}
+        if len(set(label.values())) == len(stores):
+            return label
+    return {s: s for s in stores}
 
 
 def by_store(rows: Any) -> Any:
     """Runs of one dataset x pipeline that read different stores (``cfg.store``: ``inr``), in any
-    modes, relabelled pipeline ``NAME [STEM]`` per store, so no table pools two stores."""
+    modes, relabelled pipeline ``NAME [STEM]`` per store (``_store_labels``), so no table pools two
+    stores. A sweep cell's status rows follow their cell's runs (``_relabel``)."""
     if STORE not in rows.columns or rows.empty:
         return rows
     has = rows[STORE].notna() & rows["run_id"].notna()
@@ -106,11 +187,10 @@ def by_store(rows: Any) -> Any:
         return rows
     n = rows[has].groupby(["dataset", "pipeline"])[STORE].nunique()
     mixed = n[n > 1]
-    if mixed.empty:
-        return rows
-    rows = rows.copy()
     for ds, p in mixed.index:
-        here = has & (rows["dataset"] == ds) & (rows["pipeline"] == p)
-        for store in rows.loc[here, STORE].unique():
-            rows.loc[here & (rows[STORE] == store), "pipeline"] = f"{p} [{PurePath(str(store)).stem}]"
+        here = (rows["dataset"] == ds) & (rows["pipeline"] == p)
+        stores = rows.loc[here & rows[STORE].notna() & rows["run_id"].notna(), ["run_id", STORE]]
+        names = _store_labels(sorted(stores[STORE].astype(str).unique()))
+        label_of = {str(r): f"{p} [{names[str(s)]}]" for r, s in stores.drop_duplicates("run_id").itertuples(index=False)}
+        rows = _relabel(rows, here, "pipeline", label_of)
     return rows
