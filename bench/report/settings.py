@@ -14,10 +14,12 @@ can hold the same pipeline at two batch sizes.
 - ``by_store``: ``inr`` runs of one dataset that read different stores (``cfg.store``, in any
   modes) become pipelines ``inr [STEM]`` (the store's file stem), one per store.
 
-Keys that describe the run rather than its epochs (which pipeline, the data path, how many
-epochs and repeats, seeds, monitor periods, the training-method axis, world size, the sweep cell: ``IGNORED``,
-``IGNORED_PREFIXES``)
-never split. ``bench.report.load`` applies both after ``by_world_size``.
+Keys that describe the run rather than its epochs (which pipeline, how many epochs and repeats,
+seeds, monitor periods, the training-method axis, world size and the data-parallel shape, the
+sweep cell: ``IGNORED``, ``IGNORED_PREFIXES``) never split; the prepared folder's path does (two
+folders of one name are two datasets). A sweep cell's status rows carry no settings: they follow
+their cell's runs (``_relabel``). A value left at its default (``None``, empty in the CSV) cannot be
+told from a setting missing in older results, so it splits nothing. ``bench.report.load`` applies both after ``by_world_size``.
 """
 
 from __future__ import annotations
