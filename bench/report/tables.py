@@ -244,7 +244,7 @@ def flagged_train(rows: pd.DataFrame, checks: pd.DataFrame | None = None) -> set
 
 
 def speedups(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per dataset x mode x pipeline x baseline: ratio, its bootstrap interval lo/hi,
+    """One row per dataset x mode x pipeline x baseline: ratio and its interval lo/hi (``epoch_ratio``: repeats as units),
     ``detected`` (the interval excludes 1.0) and ``flagged`` (train epochs of the pipeline or the
     baseline failed a sanity check: not a result)."""
     st = stats(rows, N.EPOCH_S)
