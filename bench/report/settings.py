@@ -150,10 +150,10 @@ def by_settings(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any, d
     import pandas as pd
 
     manifests = dict(manifests)
-    aliased = _with_aliases(rows)
+    rows = _with_aliases(rows)  # older names' values under today's, kept in the rows
     for ds, keys in split.items():
         here = rows["dataset"] == ds
-        runs = _per_run(aliased[here & rows["run_id"].notna()], keys)
+        runs = _per_run(rows[here & rows["run_id"].notna()], keys)
         label_of = {}
         for run_id, r in runs.iterrows():
             parts = [f"{short(k)}={_fmt(r[k])}" for k in keys if not pd.isna(r[k])]
@@ -163,7 +163,6 @@ def by_settings(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any, d
             if ds in manifests:
                 manifests[label] = manifests[ds]
         rows = _relabel(rows, here, "dataset", label_of)
-        aliased = _with_aliases(rows)
     return rows, manifests
 
 
