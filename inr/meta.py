@@ -35,10 +35,12 @@ import torch
 
 from bench.errors import InputError
 from inr.engine import SirenEngine, from_theta, to_theta
+from inr.meta_work import NoCheckpoints
 from inr.siren import SirenArch, Weights, coord_grid, init_weights
 
 FORMAT = "inr-bench meta-init v1"
 TRAIN_SPLIT = "train"
+NO_CHECKPOINTS = NoCheckpoints()
 
 
 @dataclass(frozen=True)
@@ -92,15 +94,27 @@ def _cpu_threads(device: torch.device, n: int = 1):
 
 
 def meta_train(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig = MetaConfig(),
-               device: str | torch.device = "cpu", progress=None) -> tuple[Weights, dict]:
+               device: str | torch.device = "cpu", progress=None, work: NoCheckpoints = NO_CHECKPOINTS,
+               candidate: int = 0) -> tuple[Weights, dict]:
     """Reptile on uint8 ``[N, H, W, 3]`` *training* images -> (init weights ``[(W [1,in,out], b [1,1,out])]``, info).
 
-    Deterministic for a given seed and device (on the CPU it runs on one thread).
+    Deterministic for a given seed and device (on the CPU it runs on one thread). ``work``
+    (``inr.meta_work.MetaWork``): continue from the state of ``candidate`` kept there, and keep it every
+    ``work.every_s`` seconds: the weights are those of an uninterrupted run, bit for bit on the CPU.
     """
     dev = torch.device(device)
     n, h, w, _ = images.shape
     rng = np.random.default_rng(cfg.seed)
     theta = [T.to(dev) for T in to_theta(init_weights(arch, 1, seed=cfg.seed, device=dev))]
+    first, spent = 0, 0.0
+    st = work.state(candidate)
+    if st is not None:  # everything an outer step draws from: the init so far and the generators
+        first, spent = int(st["step"]), float(st["seconds"])
+        theta = [T.to(dev) for T in st["theta"]]
+        rng.bit_generator.state = st["numpy"]
+        torch.set_rng_state(st["torch"])
+        if dev.type == "cuda" and st.get("cuda") is not None:
+            torch.cuda.set_rng_state(st["cuda"], dev)
     coords = coord_grid(h, w, device=dev)
     P = h * w
     Ps = min(P, cfg.pixels)
@@ -109,8 +123,14 @@ def meta_train(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig =
     eng = SirenEngine(arch, coords_s, B)
     inner_lr = cfg.inner_lr or lr
     t0 = time.perf_counter()
+
+    def state(step: int) -> dict:
+        return {"step": step, "theta": [T.cpu() for T in theta], "numpy": rng.bit_generator.state,
+                "torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None,
+                "seconds": spent + time.perf_counter() - t0}
+
     with torch.no_grad(), _cpu_threads(dev):
-        for step in range(cfg.outer_steps):
+        for step in range(first, cfg.outer_steps):
             idx = np.sort(rng.choice(n, B, replace=False))
             tg = torch.from_numpy(np.asarray(images[idx], dtype=np.uint8).reshape(B, P, 3)).to(dev)
             if Ps < P:
@@ -130,19 +150,28 @@ def meta_train(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig =
                 T.add_(A.mean(dim=0, keepdim=True).sub_(T), alpha=eps)
             if progress is not None:
                 progress(step + 1)
-    seconds = time.perf_counter() - t0
+            work.step_done(candidate, step + 1, lambda s=step + 1: state(s))
+    seconds = spent + time.perf_counter() - t0
     info = {"method": "reptile", "config": asdict(cfg), "inner_lr_used": inner_lr, "seconds": seconds,
             "image_iterations": cfg.outer_steps * B * cfg.inner_steps, "pixels_per_step": Ps}
     return [(W.cpu(), b.cpu()) for W, b in from_theta(theta)], info
 
 
 def meta_init_dataset(ds, arch: SirenArch, lr: float, cfg: MetaConfig = MetaConfig(), split: str = TRAIN_SPLIT,
-                      device: str | torch.device = "cpu", progress=None, iterations: int = 0) -> tuple[Weights, dict]:
+                      device: str | torch.device = "cpu", progress=None, iterations: int = 0,
+                      work: str | Path | None = None, on_resume=None) -> tuple[Weights, dict]:
     """``meta_train`` on a seeded subset of ``cfg.images`` images of the prepared dataset's *train* split
     (``select_init`` when ``cfg.candidates > 1``: its validation fits run ``iterations``, the preset's).
 
     Touches no other split (asserted): the record names the split, the count and the chosen indices' hash.
+
+    ``work``: a work folder (``inr.meta_work``; ``meta-init`` passes ``work_path(OUT)``) where the run keeps
+    its checkpoints and a rerun of the same job resumes from them (``on_resume(line)`` is told where);
+    another job's folder is refused (``InputError``). The caller removes it once the init file is written
+    (``inr.meta_work.remove_work``). The weights are the uninterrupted run's, bit for bit on the CPU.
     """
+    from inr.meta_work import meta_job, open_work
+
     if cfg.candidates > 1 and iterations < 1:
         raise ValueError("choosing among candidate inits needs the fit's iterations")
     assert split == TRAIN_SPLIT, f"meta-init trains on the train split only, not {split!r}"
@@ -153,18 +182,38 @@ def meta_init_dataset(ds, arch: SirenArch, lr: float, cfg: MetaConfig = MetaConf
     k = min(cfg.images, n_all)
     idx = np.sort(np.random.default_rng(cfg.seed + 7919).choice(n_all, k, replace=False))
     imgs = np.asarray(s.images[idx])
-    if cfg.candidates > 1:
-        weights, info = select_init(imgs, arch, lr, cfg, iterations, device, progress)
-    else:
-        weights, info = meta_train(imgs, arch, lr, cfg, device, progress)
-    info.update(split=TRAIN_SPLIT, num_images=int(k), split_count=int(n_all),
-                indices_sha256=hashlib.sha256(idx.astype(np.int64).tobytes()).hexdigest(),
-                dataset=str(ds.root), image_size=[int(x) for x in s.images.shape[1:3]])
+    record = dict(split=TRAIN_SPLIT, num_images=int(k), split_count=int(n_all),
+                  indices_sha256=hashlib.sha256(idx.astype(np.int64).tobytes()).hexdigest())
+    with contextlib.ExitStack() as stack:
+        ckpt = NO_CHECKPOINTS
+        if work is not None:
+            job = meta_job(cfg, arch, lr, iterations if cfg.candidates > 1 else 0, torch.device(device), imgs, record)
+            ckpt = stack.enter_context(open_work(Path(work), job))
+            where = ckpt.resume_point(cfg.candidates, cfg.outer_steps)
+            if where is not None and on_resume is not None:
+                on_resume(f"meta-init: resuming {where} (work folder {work})")
+        if cfg.candidates > 1:
+            weights, info = select_init(imgs, arch, lr, cfg, iterations, device, progress, ckpt)
+        else:
+            weights, info = _train_candidate(imgs, arch, lr, cfg, device, progress, ckpt, 0)
+    info.update(record, dataset=str(ds.root), image_size=[int(x) for x in s.images.shape[1:3]])
+    return weights, info
+
+
+def _train_candidate(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig, device, progress,
+                     work: NoCheckpoints, j: int) -> tuple[Weights, dict]:
+    """Candidate ``j``'s ``meta_train`` (``cfg`` carries its seed), or its weights kept in ``work``."""
+    done = work.trained(j)
+    if done is not None:
+        return done
+    weights, info = meta_train(images, arch, lr, cfg, device, progress, work, j)
+    work.save_trained(j, weights, info)
     return weights, info
 
 
 def select_init(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig, iterations: int,
-                device: str | torch.device = "cpu", progress=None) -> tuple[Weights, dict]:
+                device: str | torch.device = "cpu", progress=None,
+                work: NoCheckpoints = NO_CHECKPOINTS) -> tuple[Weights, dict]:
     """Best of ``cfg.candidates`` Reptile inits, chosen on held-aside *training* images.
 
     ``images``: uint8 ``[N, H, W, 3]`` training images. ``cfg.validation`` of them (seeded) are set aside;
@@ -175,6 +224,10 @@ def select_init(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig,
     The seed draws a different init every time; choosing on validation images turns that spread into a
     better init at the cost of the candidates' training and fits. Returns (weights, info), info listing
     every candidate's validation saving. Deterministic for a given seed and device.
+
+    ``work`` (``inr.meta_work.MetaWork``): the random-init curves, each candidate's state, weights and
+    validation result are kept there, and what is found there is not computed again. ``seconds`` counts
+    the compute of every run that contributed (not the time lost to a kill).
     """
     from dataclasses import replace
 
@@ -184,20 +237,32 @@ def select_init(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig,
         raise InputError(f"choosing among {cfg.candidates} candidate inits needs at least 2 train images, got {n}")
     val = np.sort(np.random.default_rng(cfg.seed + 104729).choice(n, v, replace=False))
     rest = np.setdiff1d(np.arange(n), val)
-    t0 = time.perf_counter()
-    target = fit_curve(images[val], arch, iterations, lr, seed=cfg.seed, device=device, per_image=True)
+    kept = work.target()
+    if kept is None:
+        t0 = time.perf_counter()
+        target = fit_curve(images[val], arch, iterations, lr, seed=cfg.seed, device=device, per_image=True)
+        seconds = time.perf_counter() - t0
+        work.save_target(target, seconds)
+    else:
+        target, seconds = kept["curve"].numpy(), float(kept["seconds"])
     rows, best = [], None
     for j in range(cfg.candidates):
         c = replace(cfg, seed=cfg.seed + j, candidates=1)
-        w, info = meta_train(images[rest], arch, lr, c, device, progress)
-        pi = per_image_saving(target, fit_curve(images[val], arch, iterations, lr, start=w, device=device,
-                                                per_image=True))
-        rows.append({"seed": c.seed, "validation_saving": pi["geomean"], "never": pi["never"],
-                     "seconds": info["seconds"]})
-        if best is None or pi["geomean"] > best[0]:
-            best = (pi["geomean"], w, info)
+        w, info = _train_candidate(images[rest], arch, lr, c, device, progress, work, j)
+        row = work.validated(j)
+        if row is None:
+            t0 = time.perf_counter()
+            pi = per_image_saving(target, fit_curve(images[val], arch, iterations, lr, start=w, device=device,
+                                                    per_image=True))
+            row = {"seed": c.seed, "validation_saving": float(pi["geomean"]), "never": int(pi["never"]),
+                   "seconds": info["seconds"], "validation_seconds": time.perf_counter() - t0}
+            work.save_validated(j, row)
+        seconds += row["seconds"] + row["validation_seconds"]
+        rows.append({k: row[k] for k in ("seed", "validation_saving", "never", "seconds")})
+        if best is None or row["validation_saving"] > best[0]:
+            best = (row["validation_saving"], w, info)
     _, weights, info = best
-    info = {**info, "config": asdict(cfg), "seconds": time.perf_counter() - t0,
+    info = {**info, "config": asdict(cfg), "seconds": seconds,
             "image_iterations": cfg.candidates * info["image_iterations"] + (cfg.candidates + 1) * v * iterations,
             "selection": {"candidates": rows, "chosen_seed": info["config"]["seed"], "validation_images": int(v),
                           "iterations": int(iterations), "meta_train_images": int(len(rest))}}

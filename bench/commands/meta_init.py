@@ -2,6 +2,13 @@
 
 Trains on a seeded subset of the *train* split only; `inrbench encode --init init.pt` starts every
 image from it (``inr.meta``).
+
+Resumable: the run keeps its checkpoints (each candidate's Reptile state every 30 s, its finished
+weights, its validation result) in ``.<OUT name>.inrbench-meta-init.work`` beside ``--out``
+(``inr.meta_work``). A rerun with the same options and train images says where it resumes and
+writes the init file an uninterrupted run writes (the same weights, bit for bit on the CPU); a
+rerun with other settings is refused while that folder exists. The folder is removed once the init
+file is written.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=positive_int, help="override the preset's sine layers (as encode --layers)")
     p.add_argument("--hidden", type=positive_int, help="override the preset's hidden width (as encode --hidden)")
     p.add_argument("--w0", type=positive_float, help="override the preset's w0 (as encode --w0)")
-    p.add_argument("--out", required=True, help="the init file to write (an existing one needs --overwrite)")
+    p.add_argument("--out", required=True, help="the init file to write (an existing one needs --overwrite); a killed "
+                                                 "run resumes from .NAME.inrbench-meta-init.work beside it")
     p.add_argument("--overwrite", action="store_true", help="replace an existing init file written by meta-init")
     p.add_argument("--images", type=positive_int, default=1024, help="train images in the seeded subset (default 1024)")
     p.add_argument("--outer-steps", type=positive_int, default=300, help="Reptile outer steps (default 300)")
@@ -51,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from bench.outputs import claim
     from inr.fit import preset
     from inr.meta import MetaConfig, meta_init_dataset, save_init
+    from inr.meta_work import remove_work, work_path
 
     args.device = resolve_device(args.device)
     if args.threads:
@@ -67,10 +76,13 @@ def run(args: argparse.Namespace) -> int:
     with claim(args.out, "meta-init", inputs={"prepared dataset": args.prepared},
                mode="replace" if args.overwrite else "new") as out:
         ds = open_prepared(args.prepared)
+        work = work_path(out)
         weights, info = meta_init_dataset(ds, fit_cfg.arch, fit_cfg.lr, mcfg, device=args.device,
-                                          iterations=fit_cfg.iterations)
+                                          iterations=fit_cfg.iterations, work=work,
+                                          on_resume=lambda line: print(line, flush=True))
         info["preset"] = args.preset
         sha = save_init(out, fit_cfg.arch, weights, info)
+        remove_work(work)  # meta-init's own: the init file now holds what it kept
     sel = info.get("selection")
     if sel:
         for c in sel["candidates"]:

@@ -67,6 +67,8 @@ def _flag(name: str) -> str:
 
 # encode's resumable work folder beside its store (inr.encode.WORK_SUFFIX; not imported: that imports torch)
 ENCODE_WORK_SUFFIX = ".work"
+# meta-init's, hidden beside its init file: ".<name>" + this (inr.meta_work.work_path; not imported either)
+META_INIT_WORK_SUFFIX = ".inrbench-meta-init.work"
 # where bench and command cells write inside their folder (bench.sweep.layout.cell_rows reads both)
 RESULTS_SUBDIR = "results"
 OUT_SUBDIR = "out"
@@ -332,7 +334,8 @@ class EncodeCell(DistributedCell):
 class MetaInitCell(Cell):
     """``inrbench meta-init DATA --preset P [--outer-steps N] [--images N] [--candidates K] --out CELL/init.pt``
     (a learned initialization from DATA's train split; encode cells name it with ``init``; ``candidates``:
-    train K Reptile seeds and keep the one that saves most on train images set aside)."""
+    train K Reptile seeds and keep the one that saves most on train images set aside). An interrupted
+    cell resumes from the command's checkpoints (``resume_state``: ``CELL/.init.pt.inrbench-meta-init.work``)."""
 
     kind: ClassVar[str] = "meta-init"
     REF_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
@@ -352,6 +355,10 @@ class MetaInitCell(Cell):
         for f in ("preset", "outer_steps", "images", "candidates", "device"):
             _opt(argv, f, getattr(self, f))
         return argv + ["--out", str(self.output(ctx))] + extra_argv(self.args)
+
+    def resume_state(self, ctx: Context) -> tuple[Path, ...]:
+        out = self.output(ctx)  # meta-init's checkpoints (inr.meta_work.work_path)
+        return (out.with_name(f".{out.name}{META_INIT_WORK_SUFFIX}"),)
 
     def labels(self) -> dict[str, str]:
         return {"pipeline": "inr", "dataset": "", "mode": "meta-init"}
