@@ -24,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("source", metavar="SOURCE", help="dataset source (see `inrbench datasets`)")
     p.add_argument("--root", help="folder holding the dataset (not for built-in photos/synthetic)")
-    p.add_argument("--out", required=True, help="output folder (written atomically)")
+    p.add_argument("--out", required=True, help="output folder (written atomically; an interrupted read of image "
+                                                "files resumes from .OUT.inrbench-prepare.work beside it)")
     p.add_argument("--size", type=_size, help="output side S, images are S x S (default: the source's); `native`: every "
                                   "image keeps its own size (photos; for `inrbench compare`)")
     p.add_argument("--max-side", type=int, help="with --size native: downscale (aspect kept) an image whose long "
@@ -61,7 +62,10 @@ def run(args: argparse.Namespace) -> int:
         resize_policy=args.resize_policy, per_class=args.per_class, num_classes=args.num_classes,
         val_fraction=args.val_fraction, workers=args.workers, max_pixels=args.max_pixels, max_side=args.max_side,
     )
-    out = prepare_config(cfg, args.out, overwrite=args.overwrite, progress=True)
+    from tqdm import tqdm
+
+    # tqdm.write: a line printed while a progress bar is drawn (stdout) does not break the bar
+    out = prepare_config(cfg, args.out, overwrite=args.overwrite, progress=True, log=tqdm.write)
     wall = time.perf_counter() - t0
     ds = open_prepared(out)
     if ds.native:

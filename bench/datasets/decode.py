@@ -13,6 +13,9 @@ guard (``Image.MAX_IMAGE_PIXELS``), so there is one limit and its message names 
 elsewhere in the process PIL's ``DecompressionBombWarning`` is raised as an error, and
 ``read_image`` turns either PIL bomb signal into an ``InputError``: it never reaches the
 user raw.
+
+Files are decoded chunk after chunk (``bench.datasets.resume``); within ``prepare`` each
+finished chunk is committed to the work folder, so an interrupted decode resumes there.
 """
 
 from __future__ import annotations
@@ -33,15 +36,19 @@ from bench.datasets.budget import ByteBudget
 from bench.datasets.config import DEFAULT_MAX_PIXELS
 from bench.datasets.prepared import SplitData
 from bench.datasets.resize import NATIVE_POLICY, native_image, resize_image
+from bench.datasets.resume import Chunk, Decoding, chunk_length, chunk_ranges, file_fingerprint
 from bench.datasets.splitting import limit_indices
 from bench.errors import InputError
 
 if TYPE_CHECKING:
     from bench.datasets.config import PrepareConfig
+    from bench.datasets.resume import SplitWork
 
 # Splits bigger than this are decoded into a memory-mapped scratch file, not RAM
 # (mini-ImageNet at 224 x 224 is 9 GB of pixels).
 MEMMAP_BYTES = 1 << 30
+
+STOP_ENV = "INRBENCH_TEST_PREPARE_STOP"  # test hook (``_StopHook``)
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".ppm", ".tif", ".tiff")
 
@@ -158,50 +165,118 @@ def decode_files(
     max_pixels: int = DEFAULT_MAX_PIXELS,
     budget_bytes: int = DECODE_BUDGET_BYTES,
     max_side: int | None = None,
+    work: SplitWork | None = None,
 ) -> Decoded:
     """Decode ``paths`` in order (``Decoded``); with ``fail`` the first unreadable file raises.
 
     Splits over ``MEMMAP_BYTES`` are held in a memory-mapped file under ``scratch`` (native
     sizes: a list in memory, for compression studies of tens to hundreds of images). An image
     over ``max_pixels`` is unreadable; threads share ``budget_bytes`` of decode memory.
+
+    Files are decoded in chunks (``bench.datasets.resume.chunk_length``). ``work``: the chunks
+    already committed there are restored instead of decoded (the images live in its memmap, not
+    under ``scratch``), and each newly finished chunk is committed there.
     """
     n = len(paths)
     native = policy == NATIVE_POLICY
-    out: np.ndarray | list = [None] * n if native else allocate((n, size, size, 3), scratch)
-    own = np.zeros((n, 2), dtype=np.int64)  # each file's (H, W) from its header
-    ok = np.zeros(n, dtype=bool)
-    skipped: list[dict[str, str]] = []
+    shape = None if native else (n, size, size, 3)
+    if work is not None:
+        st = work.open(paths, shape)
+    else:
+        st = Decoding(images=[] if shape is None else allocate(shape, scratch), length=chunk_length(size))
+    if progress is not None and st.chunks:
+        progress(st.done(n))
     budget = ByteBudget(budget_bytes)
+
+    def read(p: Path) -> tuple[np.ndarray, tuple[int, int]]:
+        return _read(p, size, policy, max_pixels, budget, max_side)
+
+    stop = _StopHook.from_env()
+    with header_check_only(), ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
+        for c, (s, e) in enumerate(chunk_ranges(n, st.length)):
+            if c < st.chunks:
+                continue
+            files = file_fingerprint(paths[s:e], work.work.root) if work is not None else None
+            ch = _decode_chunk(pool, paths, s, e, st, read, on_error, progress, stop)
+            ch.files = files
+            st.add(ch)
+            if work is not None:
+                work.commit(c, ch, st)
+    kept = np.asarray(st.kept, dtype=np.int64)
+    if native:
+        images = list(st.images)
+        downscaled = [{"file": str(paths[i]), "from": list(own), "to": list(im.shape[:2])}
+                      for i, own, im in zip(st.kept, st.own, images, strict=True) if tuple(im.shape[:2]) != tuple(own)]
+        return Decoded(images, kept, st.skipped, downscaled)
+    return Decoded(st.images[: st.rows], kept, st.skipped, [])
+
+
+def _decode_chunk(pool: ThreadPoolExecutor, paths: Sequence[Path], s: int, e: int, st: Decoding, read,
+                  on_error: str, progress: Callable[[int], None] | None, stop: _StopHook) -> Chunk:
+    """Decode files ``[s, e)``. Fixed sizes land in ``st.images`` rows ``st.rows ..``, compacted
+    (``st.rows <= s``, so the chunk's window fits and rows already finished are never touched)."""
+    native = isinstance(st.images, list)
+    base = st.rows
+    got: list = [None] * (e - s)
+    own = np.zeros((e - s, 2), dtype=np.int64)  # each file's (H, W) from its header
 
     def one(i: int) -> InputError | None:
         try:
-            out[i], own[i] = _read(paths[i], size, policy, max_pixels, budget, max_side)
-        except InputError as e:
-            return e
-        ok[i] = True
+            im, own[i - s] = read(paths[i])
+        except InputError as err:
+            return err
+        if native:
+            got[i - s] = im
+        else:
+            st.images[base + i - s] = im
         return None
 
-    workers = workers or min(8, os.cpu_count() or 1)
-    with header_check_only(), ThreadPoolExecutor(max_workers=workers) as pool:
-        for i, err in enumerate(pool.map(one, range(n))):
-            if err is not None:
-                if on_error == "fail":
-                    pool.shutdown(wait=True, cancel_futures=True)
-                    raise err
-                msg = str(err).removeprefix(f"{paths[i]}: ")
-                skipped.append({"file": str(paths[i]), "error": msg})
-            if progress is not None:
-                progress(1)
-    kept = np.flatnonzero(ok).astype(np.int64)
-    if native:
-        images = [out[i] for i in kept]
-        downscaled = [{"file": str(paths[i]), "from": own[i].tolist(), "to": list(im.shape[:2])}
-                      for i, im in zip(kept, images, strict=True) if tuple(im.shape[:2]) != tuple(own[i])]
-        return Decoded(images, kept, skipped, downscaled)
-    for j, i in enumerate(kept):  # compact in place (rows only move down): no second copy
-        if j != i:
-            out[j] = out[i]
-    return Decoded(out[: kept.size], kept, skipped, [])
+    kept: list[int] = []
+    skipped: list[dict[str, str]] = []
+    for i, err in zip(range(s, e), pool.map(one, range(s, e)), strict=True):
+        if err is None:
+            kept.append(i)
+        elif on_error == "fail":
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise err
+        else:
+            skipped.append({"file": str(paths[i]), "error": str(err).removeprefix(f"{paths[i]}: ")})
+        if progress is not None:
+            progress(1)
+        stop.count()
+    if not native:
+        for j, i in enumerate(kept):  # compact in place (rows only move down): no second copy
+            if j != i - s:
+                st.images[base + j] = st.images[base + i - s]
+    return Chunk(s, e, kept, skipped, [own[i - s].tolist() for i in kept],
+                 [got[i - s] for i in kept] if native else None)
+
+
+class _StopHook:
+    """Test hook: ``INRBENCH_TEST_PREPARE_STOP=N`` interrupts a split's decode (``KeyboardInterrupt``,
+    as Ctrl-C does) once this process has decoded N of its images; ``N:kill`` kills the process
+    outright (SIGKILL, as an OOM killer does). Read in this one place; tests only."""
+
+    def __init__(self, after: int | None, kill: bool):
+        self.after, self.kill, self.seen = after, kill, 0
+
+    @classmethod
+    def from_env(cls) -> _StopHook:
+        want = os.environ.get(STOP_ENV, "").strip()
+        if not want:
+            return cls(None, False)
+        n, _, how = want.partition(":")
+        return cls(int(n), how == "kill")
+
+    def count(self) -> None:
+        self.seen += 1
+        if self.after is None or self.seen != self.after:
+            return
+        if self.kill:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise KeyboardInterrupt(f"injected stop after {self.after} images ({STOP_ENV})")
 
 
 def allocate(shape: tuple[int, ...], scratch: Path | None) -> np.ndarray:
@@ -231,11 +306,13 @@ def split_from_files(
     split_index: int,
     progress: Callable[[int], None] | None = None,
     scratch: Path | None = None,
+    work: SplitWork | None = None,
 ) -> SplitRead:
     """``--limit`` subset, decode, drop skipped files -> ``SplitRead``.
 
     cfg: a resolved ``PrepareConfig`` (size and resize policy set; ``--size native`` keeps each
-    image's own size, capped by ``--max-side``). ids are paths relative to ``root``.
+    image's own size, capped by ``--max-side``). ids are paths relative to ``root``. work: this
+    split in ``prepare``'s work folder (``bench.datasets.resume``): the decode resumes there.
     """
 
     labels = np.asarray(labels, dtype=np.int64)
@@ -244,7 +321,7 @@ def split_from_files(
     policy = NATIVE_POLICY if cfg.native else cfg.resize_policy
     size = None if cfg.native else cfg.size
     d = decode_files(chosen, size, policy, cfg.on_error, cfg.workers, progress, scratch, cfg.max_pixels,
-                     max_side=cfg.max_side)
+                     max_side=cfg.max_side, work=work)
     ids = [_rel(chosen[i], root) for i in d.kept]
     down = [{**r, "file": _rel(Path(r["file"]), root)} for r in d.downscaled]
     return SplitRead(SplitData(images=d.images, labels=labels[sel][d.kept], ids=ids), d.skipped, down)

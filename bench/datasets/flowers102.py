@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,6 +23,9 @@ from bench.datasets.decode import native_meta, split_from_files
 from bench.datasets.paths import ReadOnce, list_dir
 from bench.datasets.sources import Loaded, Source, register_source
 from bench.errors import InputError
+
+if TYPE_CHECKING:
+    from bench.datasets.resume import PrepareWork
 
 SPLIT_KEYS = (("train", "trnid"), ("val", "valid"), ("test", "tstid"))
 
@@ -74,10 +78,12 @@ class Flowers102(Source):
     description = "Oxford 102 Flowers: jpg/image_NNNNN.jpg + imagelabels.mat + setid.mat (train/val/test)"
     needs_root = True
     default_size = 224
+    resumable = True  # bench.datasets.resume
     supports_native = True  # --size native (bench.datasets.decode)
 
     def load(
-        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
+        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None,
+        work: PrepareWork | None = None,
     ) -> Loaded:
         root = Path(cfg.root)
         jpg = root / "jpg"
@@ -92,9 +98,9 @@ class Flowers102(Source):
         if labels.min() < 1 or labels.max() > len(CLASS_NAMES):
             raise InputError(f"labels must be 1..{len(CLASS_NAMES)}, found {labels.min()}..{labels.max()}", labels_path)
         num_classes = int(labels.max())
-        splits, skipped, counts, downscaled = {}, [], {}, []
+        splits, skipped, counts, downscaled, parts = {}, [], {}, [], {}
         tree = ReadOnce(root)
-        for k, (split, key) in enumerate(SPLIT_KEYS):
+        for split, key in SPLIT_KEYS:  # every split checked before any is decoded
             ids = _vector(setid, key, setid_path)
             if ids.min() < 1 or ids.max() > labels.size:
                 raise InputError(f"{key!r} has image ids outside 1..{labels.size}", setid_path)
@@ -104,7 +110,10 @@ class Flowers102(Source):
                     raise InputError(f"image listed in setid.mat ({key}) is missing", p)
                 tree.inside(p)
             counts[split] = int(ids.size)
-            r = split_from_files(paths, labels[ids - 1] - 1, cfg, root, k, progress, scratch)
+            parts[split] = (paths, labels[ids - 1] - 1)
+        for k, (split, (paths, split_labels)) in enumerate(parts.items()):
+            r = split_from_files(paths, split_labels, cfg, root, k, progress, scratch,
+                                 None if work is None else work.split(k, split))
             splits[split] = r.split
             skipped += r.skipped
             downscaled += r.downscaled

@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,6 +41,9 @@ from bench.datasets.paths import ReadOnce, list_dir, list_tree
 from bench.datasets.sources import Loaded, Source, register_source
 from bench.datasets.splitting import ratio_split
 from bench.errors import InputError
+
+if TYPE_CHECKING:
+    from bench.datasets.resume import PrepareWork
 
 DEFAULT_VAL_FRACTION = 0.2
 HELD_OUT = ("val", "test")
@@ -92,10 +96,12 @@ class ImageFolder(Source):
                    "or a flat folder of images (one class)")
     needs_root = True
     default_size = 224
+    resumable = True  # bench.datasets.resume
     supports_native = True  # --size native
 
     def load(
-        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
+        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None,
+        work: PrepareWork | None = None,
     ) -> Loaded:
         root = Path(cfg.root)
         once = ReadOnce(root)
@@ -123,7 +129,8 @@ class ImageFolder(Source):
                 rule = f"seeded per-class ratio: val_fraction {frac}, seed {cfg.seed}"
         splits, skipped, downscaled = {}, [], []
         for k, (name, (paths, labels)) in enumerate(parts.items()):
-            r = split_from_files(paths, labels, cfg, root, k, progress, scratch)
+            r = split_from_files(paths, labels, cfg, root, k, progress, scratch,
+                                 None if work is None else work.split(k, name))
             splits[name] = r.split
             skipped += r.skipped
             downscaled += r.downscaled

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +26,9 @@ from bench.datasets.paths import cannot_read, inside_root
 from bench.datasets.sources import Loaded, Source, register_source
 from bench.datasets.splitting import ratio_split
 from bench.errors import InputError
+
+if TYPE_CHECKING:
+    from bench.datasets.resume import PrepareWork
 
 CSVS = ("train.csv", "val.csv", "test.csv")
 DEFAULT_VAL_FRACTION = 12 / 54
@@ -56,10 +60,12 @@ class MiniImageNet(Source):
     description = "mini-ImageNet: images/ + train/val/test.csv (filename,label); all classes pooled, per-class seeded split"
     needs_root = True
     default_size = 224
+    resumable = True  # bench.datasets.resume
     supports_native = True  # --size native (bench.datasets.decode)
 
     def load(
-        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
+        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None,
+        work: PrepareWork | None = None,
     ) -> Loaded:
         root = Path(cfg.root)
         images = root / "images"
@@ -85,7 +91,8 @@ class MiniImageNet(Source):
         tr, va = ratio_split(labels, frac, cfg.seed)
         splits, skipped, downscaled = {}, [], []
         for k, (name, idx) in enumerate((("train", tr), ("val", va))):
-            r = split_from_files([paths[i] for i in idx], labels[idx], cfg, root, k, progress, scratch)
+            r = split_from_files([paths[i] for i in idx], labels[idx], cfg, root, k, progress, scratch,
+                                 None if work is None else work.split(k, name))
             splits[name] = r.split
             skipped += r.skipped
             downscaled += r.downscaled

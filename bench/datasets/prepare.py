@@ -6,18 +6,29 @@
 
 The folder layout is ``bench.datasets.prepared`` (``open_prepared(path)`` reads it). The
 write is atomic: an interrupted run leaves no output folder.
+
+What survives an interrupted run is the decoding of a source that reads image files
+(imagefolder, flowers102, mini-imagenet: ``Source.resumable``): finished chunks of decoded
+images are committed to a hidden work folder beside ``OUT`` (``.OUT.inrbench-prepare.work``,
+``bench.datasets.resume``), and a rerun with the same settings and unchanged source files
+decodes only the rest (printing one ``prepare: resuming ...`` line per split); other settings
+are refused, never mixed in. The work folder goes once ``OUT`` is written. Sources that
+decode no files (photos, synthetic, cifar10, which reads its pickles in seconds) start over.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from bench.datasets.config import RESIZE_POLICIES, PrepareConfig
 from bench.datasets.prepared import write_prepared
 from bench.datasets.resize import resample_info
+from bench.datasets.resume import PrepareWork, prepare_work
 from bench.datasets.sources import get_source, native_source_names
 from bench.errors import InputError
 from bench.outputs import claim, make_temp_dir
@@ -63,13 +74,15 @@ def _check_native(cfg: PrepareConfig, src) -> None:
                          "--max-side caps the long side)")
 
 
-def prepare_config(cfg: PrepareConfig, out: str | Path, overwrite: bool = False, progress: bool = False) -> Path:
+def prepare_config(cfg: PrepareConfig, out: str | Path, overwrite: bool = False, progress: bool = False,
+                   log: Callable[[str], None] | None = None) -> Path:
     """Run one prepare described by ``cfg`` into ``out``; returns ``out``.
 
     ``out`` is claimed before any work (``bench.outputs.claim``): it must not overlap
     ``--root``, and an existing folder is replaced only with ``overwrite`` and only when it is
     a prepared dataset this project wrote. A killed run's scratch and partial folders beside
-    ``out`` are removed by the next run.
+    ``out`` are removed by the next run; its work folder (resumable sources) is resumed
+    (``bench.datasets.resume``). log: gets the one-line notes (``prepare: resuming ...``).
     """
     cfg = resolve(cfg)
     src = get_source(cfg.source)
@@ -77,16 +90,19 @@ def prepare_config(cfg: PrepareConfig, out: str | Path, overwrite: bool = False,
                mode="replace" if overwrite else "new") as out:
         scratch = make_temp_dir(out, ".scratch")
         try:
-            _load_and_write(src, cfg, out, scratch, overwrite, progress)
+            with prepare_work(out, cfg, log) if src.resumable else nullcontext() as work:
+                _load_and_write(src, cfg, out, scratch, work, overwrite, progress)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     return out
 
 
-def _load_and_write(src, cfg: PrepareConfig, out: Path, scratch: Path, overwrite: bool, progress: bool) -> Path:
+def _load_and_write(src, cfg: PrepareConfig, out: Path, scratch: Path, work: PrepareWork | None, overwrite: bool,
+                    progress: bool) -> Path:
     bar = _bar(progress, f"{cfg.source}: read")
     try:
-        loaded = src.load(cfg, progress=bar.update if bar is not None else None, scratch=scratch)
+        more = {"work": work} if work is not None else {}
+        loaded = src.load(cfg, progress=bar.update if bar is not None else None, scratch=scratch, **more)
     finally:
         if bar is not None:
             bar.close()

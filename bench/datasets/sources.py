@@ -11,11 +11,14 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from bench.datasets.config import PrepareConfig
 from bench.datasets.prepared import SplitData
 from bench.errors import InputError
+
+if TYPE_CHECKING:
+    from bench.datasets.resume import PrepareWork
 
 # Modules that define sources, imported on first use (keeps ``inrbench --help`` fast).
 _MODULES = (
@@ -60,14 +63,19 @@ class Source:
     default_resize_policy: ClassVar[str] = "shorter-side-center-crop"
     #: ``--size native`` keeps every image at its own size (sources reading files of varied sizes).
     supports_native: ClassVar[bool] = False
+    #: decodes image files, resumably: ``load`` takes ``work`` (``bench.datasets.resume``). The
+    #: others (generated images, CIFAR's pickles) are quick to read again and start over.
+    resumable: ClassVar[bool] = False
 
     def load(
-        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
+        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None,
+        work: PrepareWork | None = None,
     ) -> Loaded:
         """Read (or generate) every split.
 
         progress: called with ``n`` as ``n`` more images are done. scratch: a folder on the
-        output's disk where big splits may be held as memory-mapped ``.npy`` files.
+        output's disk where big splits may be held as memory-mapped ``.npy`` files. work: the
+        work folder a ``resumable`` source keeps decoded chunks in (passed to those only).
         """
         raise NotImplementedError
 
