@@ -5,9 +5,10 @@
   (``scipy.stats.bootstrap``, BCa; percentile when BCa is degenerate).
   ``bonferroni(m)``: the per-comparison confidence that keeps ``m`` intervals at 95% together,
   for a ratio picked after looking (the slowest / fastest of k ranks, ``bench.report.ranks``).
-- ``unit_ratio_ci(base_units, other_units)``: the same ratio when each repeat is one unit (its
-  median epoch): ratio of geometric means with Welch's t interval on the logs. The report's
-  speedups use it: epochs of one repeat are not independent samples.
+- ``unit_ratio_ci(base_units, other_units)``: the same ratio when each process (one run, all its
+  repeats) is one unit (its median epoch): ratio of geometric means with Welch's t interval on
+  the logs. The report's speedups use it: epochs, and repeats, of one process are not
+  independent samples.
 - ``wilson(k, n)``: the Wilson score interval of a proportion
   (``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``).
 - ``mcnemar(a_correct, b_correct)``: exact McNemar test on paired predictions (the same test
@@ -106,17 +107,20 @@ def ratio_ci(base: Sequence[float], other: Sequence[float], seed: int = SEED,
 
 def unit_ratio_ci(base_units: Sequence[Sequence[float]], other_units: Sequence[Sequence[float]],
                   confidence: float = CONFIDENCE) -> Interval:
-    """Ratio of epoch times when the independent unit is the repeat, not the epoch.
+    """Ratio of epoch times when the independent unit is the process, not the epoch or the repeat.
 
-    Epochs of one repeat (one process, one build) share that repeat's conditions (machine load,
-    memory layout, clocks), so between repeats times vary more than within one, and an interval
-    over pooled epochs is too narrow. Here each unit (a repeat of a run) counts once, as its median
-    epoch time: value = exp(mean log median(base unit) - mean log median(other unit)), the ratio
-    of geometric means, with Welch's t interval on those logs (``scipy.stats.ttest_ind``,
-    ``equal_var=False``). Simulated with 3 repeats of 3 epochs a side and 8% between-repeat noise,
-    it excluded 1.0 in 5 of 200 equal pairs where the pooled-epoch bootstrap did in 34
-    (``tests/test_stats.py``). Needs >= 2 units a side for an interval; with fewer: the value, no
-    interval (``n`` = the smaller number of units)."""
+    Epochs and repeats of one process (one ``bench`` run) share its conditions (machine load,
+    memory layout, clocks, the interpreter's and the libraries' state), so between processes times
+    vary more than within one, and an interval over pooled epochs, or over one process's repeats,
+    is too narrow. Measured with the demo's loader settings (6 processes x 3 repeats,
+    ``docs/measurement.md``): the process means of raw and torch-jpeg spread 2.3-2.6x more than
+    their repeats predict (one-way ANOVA p < 0.01). Here each unit (a process) counts once, as its median epoch time:
+    value = exp(mean log median(base unit) - mean log median(other unit)), the ratio of geometric
+    means, with Welch's t interval on those logs (``scipy.stats.ttest_ind``, ``equal_var=False``).
+    Simulated with 3 units of 3 epochs a side and 8% between-unit noise, it excluded 1.0 in 5 of
+    200 equal pairs where the pooled-epoch bootstrap did in 34 (``tests/test_stats.py``). Needs
+    >= 2 units a side for an interval; with fewer: the value, no interval (``n`` = the smaller
+    number of units)."""
     from scipy import stats
 
     meds = []

@@ -23,9 +23,21 @@ def _ident(cid: str) -> dict:
 
 
 def _run(out, pipeline: str, mode: str, epochs: list[list[float]], correct: np.ndarray | None = None,
-         code: str = "A") -> None:
-    """One bench run: ``epochs[r]`` = repeat r's epoch times; train runs get accuracy + predictions."""
-    rows = R.RunRows(f"run-{pipeline}-{mode}", pipeline, "syn", mode, {"pipe": {"device": "cpu"}})
+         code: str = "A", processes: bool = True) -> None:
+    """Bench runs of ``epochs[r]`` = repeat r's epoch times; train runs get accuracy + predictions.
+
+    processes: each repeat in a run of its own (``run-P-M-r``, repeat 0: one process each, as the
+    sweeps run them); False: one run ``run-P-M`` holding every repeat (one process)."""
+    if processes:
+        for r, times in enumerate(epochs):
+            _one_run(out, f"run-{pipeline}-{mode}-{r}", pipeline, mode, [times], correct, code)
+    else:
+        _one_run(out, f"run-{pipeline}-{mode}", pipeline, mode, epochs, correct, code)
+
+
+def _one_run(out, run_id: str, pipeline: str, mode: str, epochs: list[list[float]], correct: np.ndarray | None,
+             code: str) -> None:
+    rows = R.RunRows(run_id, pipeline, "syn", mode, {"pipe": {"device": "cpu"}})
     for r, times in enumerate(epochs):
         for e, t in enumerate(times):
             rows.add("epoch_s", t, "s", repeat=r, epoch=e + 1)
@@ -166,9 +178,9 @@ def test_code_versions_shown_and_mixed_versions_warned(folder):
     _, _, text = folder
     env = parse_tables(text)["Environment"]
     versions = env[1]
-    assert set(versions["runs"].astype(int)) == {11, 1}  # 12 runs, torch-jpeg train under code B
+    assert set(versions["runs"].astype(int)) == {33, 3}  # 36 runs, torch-jpeg train's 3 under code B
     assert any("commit-B (clean)" in v for v in versions["code version; libraries"])
-    assert "run-torch-jpeg-train" in versions["ids"].tolist()
+    assert any("run-torch-jpeg-train-0" in ids for ids in versions["ids"].tolist())
     assert "**Warning: these results come from 2 different code/library versions.**" in text
 
 
@@ -337,12 +349,40 @@ def test_replay_and_train_at_different_settings_are_not_compared(tmp_path):
     the replay check says it does not apply instead of flagging a measurement problem."""
     out = tmp_path / "results"
     for mode, center, batch in (("replay", 3.0, 1), ("train", 1.0, 8)):
-        rows = R.RunRows(f"run-raw-{mode}", "raw", "syn", mode, {"pipe": {"device": "cpu", "batch_size": batch}})
-        for r in range(3):
+        for r in range(3):  # three processes a side: the ratio has an interval
+            rows = R.RunRows(f"run-raw-{mode}-{r}", "raw", "syn", mode,
+                             {"pipe": {"device": "cpu", "batch_size": batch}})
             for e, t in enumerate([center, center * 1.01, center * 0.99]):
-                rows.add("epoch_s", t, "s", repeat=r, epoch=e + 1)
-        R.write_run(out, rows)
+                rows.add("epoch_s", t * (1 + 0.01 * r), "s", repeat=0, epoch=e + 1)
+            R.write_run(out, rows)
     checks = T.sanity_checks(R.read_results(out)).set_index(["pipeline", "check"])
     row = checks.loc[("raw", "train faster than replay (replay / train)")]
     assert row["lo"] > 2.5 and not row["flagged"]
     assert row["note"] == "not applicable: replay and train ran at different settings (batch_size)"
+
+
+def test_repeats_of_one_process_are_one_unit(tmp_path):
+    """Three repeats in one process give a ratio and no interval: they share the process's state,
+    so they are not independent units. A second process a side gives the interval, over the two
+    processes' median epochs (each over all its repeats), not over the six repeats."""
+    rng = np.random.default_rng(3)
+    out = tmp_path / "results"
+    for p, t in (("raw", 0.01), ("torch-jpeg", 0.05)):
+        _run(out, p, "loader", _noisy(rng, t), processes=False)
+    rows = R.read_results(out)
+    assert [len(T.unit_samples(rows, N_EPOCH, "syn", p, "loader")) for p in ("raw", "torch-jpeg")] == [1, 1]
+    iv = T.epoch_ratio(rows, "syn", ("torch-jpeg", "loader"), ("raw", "loader"))
+    assert 4.5 < iv.value < 5.5 and not iv.ok
+    row = T.speedups(rows).query("pipeline == 'raw' and baseline == 'torch-jpeg'").iloc[0]
+    assert T.fmt_speedup(row) == f"{iv.value:.2f}x (one process: no interval, not a result)"
+
+    for p, t in (("raw", 0.011), ("torch-jpeg", 0.05)):  # a second process each, run later
+        rows_p = _noisy(rng, t)
+        _one_run(out, f"run-{p}-loader-again", p, "loader", rows_p, None, "A")
+    rows = R.read_results(out)
+    units = [T.unit_samples(rows, N_EPOCH, "syn", p, "loader") for p in ("torch-jpeg", "raw")]
+    assert [len(u) for u in units] == [2, 2] and all(len(a) == 12 for u in units for a in u)
+    iv = T.epoch_ratio(rows, "syn", ("torch-jpeg", "loader"), ("raw", "loader"))
+    meds = [np.log([np.median(a) for a in u]) for u in units]
+    assert iv.value == pytest.approx(float(np.exp(meds[0].mean() - meds[1].mean())))
+    assert iv.ok and iv.n == 2 and iv.lo < iv.value < iv.hi

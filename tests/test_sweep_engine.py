@@ -266,3 +266,53 @@ def test_cli_bad_sweep_names(tmp_path, capsys):
     assert "unknown sweep 'no-such-sweep'; built-in: " in err and "Traceback" not in err
     assert cli_main(["sweep", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml: no such sweep file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["demo", "paper"])
+def test_builtin_sweeps_time_every_comparison_in_several_processes(name):
+    """The report's speedups count each process (bench run) once: a pipeline timed in one process
+    gets no interval. Every timed (pipeline, mode, method) of the built-in sweeps runs in at least
+    two cells of identical settings, and those cells are interleaved with the others."""
+    import collections
+    import dataclasses
+
+    cfg = load_sweep(name, device="cpu")
+    bench = [c for c in cfg.cells if c.kind == "bench"]
+    groups = collections.defaultdict(list)
+    for i, c in enumerate(bench):
+        key = {f.name: getattr(c, f.name) for f in dataclasses.fields(c) if f.name != "id"}
+        groups[repr(sorted(key.items(), key=lambda kv: kv[0]))].append(i)
+    assert groups and all(len(ix) >= 2 for ix in groups.values()), \
+        [bench[ix[0]].id for ix in groups.values() if len(ix) < 2]
+    # interleaved: another cell runs between two processes of the same thing
+    assert all(all(b - a > 1 for a, b in zip(ix, ix[1:], strict=False)) for ix in groups.values())
+    expand = [dict(c.args) for c in bench if "-expand-" in c.id]
+    assert expand and all(a["method"] == "expand" and a["schedule"] for a in expand)
+    assert all("method" not in dict(c.args) for c in bench if "-dense-" in c.id)
+
+
+def test_matrix_dict_item_may_carry_a_label_for_the_id(tmp_path):
+    """A dict item's key that is no field of the kind but names the id (``{label}``) only names
+    the combination; an unknown key the id does not name is still refused."""
+    p = tmp_path / "s.yaml"
+    p.write_text(textwrap.dedent("""
+        cells:
+          - {kind: prepare, id: p, source: photos}
+          - kind: bench
+            id: "m-{label}-{process}"
+            data: p
+            pipeline: raw
+            mode: train
+            matrix:
+              process: [1, 2]
+              method:
+                - {label: dense}
+                - {label: expand, args: {method: expand}}
+    """))
+    ids = {c.id: c for c in load_sweep(str(p)).cells}
+    assert list(ids) == ["p", "m-dense-1", "m-expand-1", "m-dense-2", "m-expand-2"]
+    assert dict(ids["m-expand-2"].args) == {"method": "expand"} and not ids["m-dense-1"].args
+    text = p.read_text().replace('id: "m-{label}-{process}"', 'id: "m-{pipeline}-{process}"')
+    p.write_text(text.replace("{label: expand,", "{label: expand, pipeline: dali,"))
+    with pytest.raises(InputError, match=r"unknown fields \['label'\]"):
+        load_sweep(str(p))

@@ -5,7 +5,9 @@ Prepares a built-in set (``photos`` at ``--per-class`` crops per photo, or ``syn
 runs ``inrbench bench --mode train`` (the harness, ``run_bench``) ``--repeats`` times per
 method, alternating the order each repeat so load from other jobs on a shared machine falls on
 both. Prints the "dense vs expand" table of the report (``bench.report.methods``): total training
-time per repeat with the 95% bootstrap interval of the speedup, FLOPs per image relative to
+time per repeat with the 95% interval of the speedup (each repeat is a run of its own, built
+afresh and interleaved with the other method's, so each counts once as a unit; they share this
+one Python process), FLOPs per image relative to
 dense, test accuracy with Wilson intervals and McNemar against dense, and the per-stage rows.
 The goal it checks (issue 15): speedup >= 1.3x at no more than 1 point lower test accuracy.
 """

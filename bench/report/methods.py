@@ -5,9 +5,10 @@ report sections compare pipelines and read only dense runs (``dense_inputs``); t
 each pipeline's expand runs with its dense runs on the same dataset:
 
 - total training time per repeat = every scheduled epoch's time (warm-up epochs included: an
-  expand schedule counts them), compared as ``median(dense) / median(expand)`` with the 95%
-  bootstrap interval of ``bench.stats.ratio_ci`` (> 1: expand trains faster; needs >= 2 repeats
-  of each);
+  expand schedule counts them), compared with processes as the units, as the pipeline speedups
+  are (``bench.stats.unit_ratio_ci``: each run's median total counts once; ratio of geometric
+  means, Welch's 95% t interval; > 1: expand trains faster; needs >= 2 processes of each, one
+  gives the ratio and no interval);
 - test accuracy with its Wilson interval and an exact McNemar test of expand against dense on
   the same test images, of each method's first trained model (first run, first repeat: repeats
   share the seed, they repeat the timing, not the training's randomness);
@@ -153,12 +154,10 @@ def pairs(rows: pd.DataFrame) -> list[tuple[str, str]]:
     return out
 
 
-def _ratio(base: np.ndarray, other: np.ndarray) -> S.Interval:
-    """``ratio_ci``; with a single sample on either side, the point ratio without an interval."""
-    iv = S.ratio_ci(base, other)
-    if not np.isfinite(iv.value) and len(base) and len(other) and np.median(other) > 0:
-        return S.Interval(float(np.median(base) / np.median(other)), np.nan, np.nan, 1)
-    return iv
+def _by_run(d: pd.DataFrame, value: str) -> list[np.ndarray]:
+    """``value`` per repeat, one array per run (process): the units ``unit_ratio_ci`` counts once."""
+    d = d.dropna(subset=[value])
+    return [g[value].to_numpy(float) for _, g in d.groupby("run_id", sort=True)]
 
 
 def comparison(rows: pd.DataFrame, predictions: pd.DataFrame | None) -> pd.DataFrame:
@@ -169,27 +168,29 @@ def comparison(rows: pd.DataFrame, predictions: pd.DataFrame | None) -> pd.DataF
     recs = []
     for ds, p in pairs(rows):
         e = ep[(ep["dataset"] == ds) & (ep["pipeline"] == p)]
-        totals = {m: g.groupby(["run_id", "repeat"])["seconds"].sum().to_numpy() for m, g in e.groupby("method")}
+        totals = {m: _by_run(g.groupby(["run_id", "repeat"])["seconds"].sum().reset_index(), "seconds")
+                  for m, g in e.groupby("method")}
         flops = {m: g["model_flops_per_image"].mean() if "model_flops_per_image" in g else np.nan
                  for m, g in e.groupby("method")}
         c = cpu[(cpu["dataset"] == ds) & (cpu["pipeline"] == p)]
-        cpus = {m: g["cpu_s"].dropna().to_numpy() for m, g in c.groupby("method")}
+        cpus = {m: _by_run(g, "cpu_s") for m, g in c.groupby("method")}
         a = acc[(acc["dataset"] == ds) & (acc["pipeline"] == p)]
         dense_run = sorted(a.loc[a["method"] == "dense", "run_id"].unique())
         for m in sorted(set(e["method"]) | set(a["method"]), key=lambda v: (v != "dense", v)):
-            t = totals.get(m, np.array([]))
+            t = totals.get(m, [])
             g = a[a["method"] == m]
             if len(g):  # repeats share the seed (timing repeats): one trained model per method
                 first = g.sort_values(["run_id", "repeat"]).iloc[0]
                 g = g[(g["run_id"] == first["run_id"]) & (g["repeat"] == first["repeat"])]
-            r: dict[str, Any] = {"dataset": ds, "pipeline": p, "method": m, "repeats": len(t),
-                                 "total_s": float(np.median(t)) if len(t) else np.nan}
-            iv = _ratio(totals.get("dense", np.array([])), t) if m != "dense" else S.NAN
+            flat = np.concatenate(t) if t else np.array([])
+            r: dict[str, Any] = {"dataset": ds, "pipeline": p, "method": m, "repeats": len(flat), "processes": len(t),
+                                 "total_s": float(np.median(flat)) if len(flat) else np.nan}
+            iv = S.unit_ratio_ci(totals.get("dense", []), t) if m != "dense" else S.NAN
             r.update(speedup=iv.value, lo=iv.lo, hi=iv.hi)
-            cs = cpus.get(m, np.array([]))
-            civ = _ratio(cpus.get("dense", np.array([])), cs) if m != "dense" else S.NAN
-            r.update(cpu_s=float(np.median(cs)) if len(cs) else np.nan, cpu_ratio=civ.value, cpu_lo=civ.lo,
-                     cpu_hi=civ.hi)
+            cs = cpus.get(m, [])
+            civ = S.unit_ratio_ci(cpus.get("dense", []), cs) if m != "dense" else S.NAN
+            r.update(cpu_s=float(np.median(np.concatenate(cs))) if cs else np.nan, cpu_ratio=civ.value,
+                     cpu_lo=civ.lo, cpu_hi=civ.hi)
             r["flops_rel"] = flops.get(m, np.nan) / flops.get("dense", np.nan)
             if len(g) and g["n"].notna().all():
                 k, n = int(np.round(g["value"] * g["n"]).sum()), int(g["n"].sum())
@@ -210,11 +211,11 @@ def fmt_comparison(c: pd.DataFrame) -> pd.DataFrame:
         elif pd.notna(r["lo"]):
             sp = S.fmt_ratio(S.Interval(r["speedup"], r["lo"], r["hi"]))
         else:
-            sp = f"{fmt_num(r['speedup'])}x (no interval: 1 repeat)" if pd.notna(r["speedup"]) else "—"
+            sp = f"{fmt_num(r['speedup'])}x (no interval: 1 process)" if pd.notna(r["speedup"]) else "—"
         if r["method"] == "dense" or pd.isna(r["cpu_ratio"]):
             cpu_sp = "—" if r["method"] != "dense" else "(baseline)"
         elif pd.isna(r["cpu_lo"]):
-            cpu_sp = f"{fmt_num(r['cpu_ratio'])}x (no interval: 1 repeat)"
+            cpu_sp = f"{fmt_num(r['cpu_ratio'])}x (no interval: 1 process)"
         else:
             cpu_sp = S.fmt_ratio(S.Interval(r["cpu_ratio"], r["cpu_lo"], r["cpu_hi"]))
         acc = (f"{100 * r['acc']:.1f} [{100 * r['acc_lo']:.1f}-{100 * r['acc_hi']:.1f}]"
@@ -226,7 +227,8 @@ def fmt_comparison(c: pd.DataFrame) -> pd.DataFrame:
                     "total train s (median)": fmt_num(r["total_s"]), "speedup vs dense [95% CI]": sp,
                     "CPU-s (median)": fmt_num(r["cpu_s"]), "CPU-s ratio [95% CI]": cpu_sp,
                     "FLOPs/image vs dense": f"{r['flops_rel']:.2f}x" if pd.notna(r["flops_rel"]) else "—",
-                    "test acc % [95% CI]": acc, "vs dense (McNemar)": vs, "repeats": int(r["repeats"])})
+                    "test acc % [95% CI]": acc, "vs dense (McNemar)": vs,
+                    "processes x repeats": f"{int(r['processes'])} ({int(r['repeats'])} repeats)"})
     return pd.DataFrame(out)
 
 
@@ -291,8 +293,9 @@ def section(doc: Any, x: Any) -> None:
     doc.add("Network expansion (`--method expand`) trains a sub-network (fewer channels and blocks) and grows "
             "it into the dense backbone on a schedule; `dense` trains the backbone as built, on the same "
             "pipeline, data and epochs. Total training time: every scheduled epoch (warm-up included), per "
-            "repeat; speedup = median(dense) / median(expand) with its 95% bootstrap interval (> 1: expand is "
-            "faster). CPU-s: CPU seconds of the process tree over the measured epochs (all of them only "
+            "repeat; speedup = dense / expand with processes as units, as the pipeline speedups (each run's median "
+            "total counts once; ratio of geometric means, Welch's 95% t interval; > 1: expand is faster; one "
+            "process a side: no interval, not a result). CPU-s: CPU seconds of the process tree over the measured epochs (all of them only "
             "without warm-up epochs; per-epoch evaluations included), robust to other jobs on a shared "
             "machine, compared the same way. FLOPs: forward FLOPs per image counted by `torch.utils.flop_counter`, averaged over the "
             "epochs. Accuracy: Wilson interval; expand against dense by an exact McNemar test on the same "

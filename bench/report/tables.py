@@ -3,10 +3,11 @@
 Statistics are over the raw ok samples (repeats x epochs): median and IQR. A table cell with
 no ok sample shows the run's status and reason (``skip: ...`` / ``error: ...``), never a 0.
 Speedup of pipeline P over baseline B is the epoch time of B / that of P (> 1: P is faster) with
-repeats as the units (``bench.stats.unit_ratio_ci``: each repeat's median epoch counts once; ratio
-of geometric means, Welch's 95% t interval on the logs): epochs of one repeat share its process
-and its machine state, so they are not independent samples. An interval that holds 1.0 reads "no
-difference detected"; with one repeat on a side there is no interval and no result. Sanity checks
+processes as the units (``bench.stats.unit_ratio_ci``: each run's median epoch, over all its
+repeats, counts once; ratio of geometric means, Welch's 95% t interval on the logs): epochs and
+repeats of one process share its machine and library state, so they are not independent samples.
+An interval that holds 1.0 reads "no difference detected"; with one process on a side there is no
+interval and no result (the sweeps run timing cells in interleaved processes). Sanity checks
 use the same ratio. Accuracy: Wilson interval of the correct share of one repeat's test images; pipelines compared by
 an exact McNemar test on their per-image predictions. Sanity checks (``sanity_checks``): a
 pipeline whose train epochs are faster than ``raw``'s, or faster than its own replay epochs,
@@ -131,7 +132,7 @@ def pivot_metric(rows: pd.DataFrame, metric_names: tuple[str, ...], fmt=fmt_num,
 SPEEDUP_MODES = ("loader", "train")  # replay times the model alone: a speedup there is noise
 SPEEDUP_COLUMNS = ["dataset", "mode", "pipeline", "baseline", "ratio", "lo", "hi", "detected", "flagged"]
 MEASUREMENT_PROBLEM = "measurement problem (see Sanity checks)"
-ONE_REPEAT = "one repeat: no interval, not a result"
+ONE_PROCESS = "one process: no interval, not a result"
 
 
 def samples(rows: pd.DataFrame, metric_names: tuple[str, ...], dataset: str, pipeline: str, mode: str,
@@ -152,8 +153,8 @@ CEILING_MARGIN = 0.05  # raw is a ceiling where it is shown to train within 5% o
 
 def unit_samples(rows: pd.DataFrame, metric_names: tuple[str, ...], dataset: str, pipeline: str,
                  mode: str) -> list[np.ndarray]:
-    """The steady-state samples of one combination, one array per unit (run x repeat), the unit
-    ``bench.stats.unit_ratio_ci`` counts once."""
+    """The steady-state samples of one combination, one array per unit (a run: one process, all
+    its repeats), the unit ``bench.stats.unit_ratio_ci`` counts once."""
     m = N.first_present(rows["metric"].dropna().unique(), metric_names)
     if m is None:
         return []
@@ -161,12 +162,11 @@ def unit_samples(rows: pd.DataFrame, metric_names: tuple[str, ...], dataset: str
              & (rows["pipeline"] == pipeline) & (rows["mode"] == mode)]
     if d["epoch"].notna().any():
         d = d[d["epoch"].notna()]
-    unit = d["run_id"].astype(str) + "\0" + d["repeat"].astype(str)
-    return [g.to_numpy(float) for _, g in d["value"].groupby(unit, sort=True)]
+    return [g.to_numpy(float) for _, g in d["value"].groupby(d["run_id"].astype(str), sort=True)]
 
 
 def epoch_ratio(rows: pd.DataFrame, dataset: str, ref: tuple[str, str], other: tuple[str, str]) -> S.Interval:
-    """Epoch time of ``ref`` = (pipeline, mode) / that of ``other``, repeats as units."""
+    """Epoch time of ``ref`` = (pipeline, mode) / that of ``other``, processes (runs) as units."""
     return S.unit_ratio_ci(unit_samples(rows, N.EPOCH_S, dataset, *ref), unit_samples(rows, N.EPOCH_S, dataset, *other))
 
 
@@ -244,7 +244,7 @@ def flagged_train(rows: pd.DataFrame, checks: pd.DataFrame | None = None) -> set
 
 
 def speedups(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per dataset x mode x pipeline x baseline: ratio and its interval lo/hi (``epoch_ratio``: repeats as units),
+    """One row per dataset x mode x pipeline x baseline: ratio and its interval lo/hi (``epoch_ratio``: processes as units),
     ``detected`` (the interval excludes 1.0) and ``flagged`` (train epochs of the pipeline or the
     baseline failed a sanity check: not a result)."""
     st = stats(rows, N.EPOCH_S)
@@ -275,7 +275,7 @@ def fmt_speedup(h) -> str:
         return "1.00x (baseline)"
     iv = S.Interval(h["ratio"], h["lo"], h["hi"])
     if not iv.ok and math.isfinite(h["ratio"]):
-        return f"{h['ratio']:.2f}x ({ONE_REPEAT})"
+        return f"{h['ratio']:.2f}x ({ONE_PROCESS})"
     return S.fmt_ratio(iv)
 
 

@@ -177,7 +177,9 @@ def _expand(raw: dict, defaults: dict, known: set[str], path: Path, where: str) 
     """One cell mapping with an optional ``matrix`` -> one field mapping per combination.
 
     A scalar matrix key that is not a field of the kind only names the combination (usable in
-    the ``id`` template) and is dropped afterwards.
+    the ``id`` template) and is dropped afterwards; so is a key of a dict item that is not a
+    field and that the ``id`` template names (``{label: expand, args: {...}}`` with
+    ``id: "method-{label}"``). Any other unknown key is left for validation to refuse.
     """
     base = {**defaults, **{k: v for k, v in raw.items() if k not in ("kind", "matrix")}}
     if isinstance(defaults.get("args"), dict) and isinstance(raw.get("args"), dict):
@@ -197,6 +199,7 @@ def _expand(raw: dict, defaults: dict, known: set[str], path: Path, where: str) 
                 f[key] = item
         if "id" not in f:
             raise InputError(f"{where}: missing 'id'", path)
+        template = str(f["id"])
         try:
             f["id"] = str(f["id"]).format(**f)
         except (KeyError, IndexError, ValueError) as e:
@@ -204,6 +207,10 @@ def _expand(raw: dict, defaults: dict, known: set[str], path: Path, where: str) 
         for key, item in zip(matrix, combo, strict=True):
             if not isinstance(item, dict) and key not in known:
                 del f[key]
+            elif isinstance(item, dict):
+                for k in item:
+                    if k not in known and "{" + k + "}" in template:
+                        f.pop(k, None)
         out.append(f)
     return out
 
