@@ -292,7 +292,7 @@ def test_report_has_dense_vs_expand_table_and_time_to_accuracy(tiny, tmp_path):
     line = next(ln for ln in text.splitlines() if ln.startswith("| synthetic16 | raw | expand |"))
     assert "x [" in line or "no difference detected [" in line  # the speedup carries its interval
     dense_line = next(ln for ln in text.splitlines() if ln.startswith("| synthetic16 | raw | dense |"))
-    assert dense_line.rstrip().endswith("| 2 (2 repeats) |"), dense_line  # the pair's dense runs, not the plain one
+    assert dense_line.rstrip().endswith("| 2 x 1 |"), dense_line  # the pair's dense runs, not the plain one
     assert "vs dense" in text and (rep / "time_to_accuracy_synthetic16.png").is_file()
     # the pipeline sections see only the plain dense run (1 repeat), not the pairs' runs
     acc_line = next(ln for ln in text.split("## Accuracy")[1].splitlines() if ln.startswith("| synthetic16 | raw"))

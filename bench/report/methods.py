@@ -183,7 +183,9 @@ def comparison(rows: pd.DataFrame, predictions: pd.DataFrame | None) -> pd.DataF
                 first = g.sort_values(["run_id", "repeat"]).iloc[0]
                 g = g[(g["run_id"] == first["run_id"]) & (g["repeat"] == first["repeat"])]
             flat = np.concatenate(t) if t else np.array([])
+            each = sorted({len(a) for a in t})
             r: dict[str, Any] = {"dataset": ds, "pipeline": p, "method": m, "repeats": len(flat), "processes": len(t),
+                                 "repeats_each": each[0] if len(each) == 1 else np.nan,
                                  "total_s": float(np.median(flat)) if len(flat) else np.nan}
             iv = S.unit_ratio_ci(totals.get("dense", []), t) if m != "dense" else S.NAN
             r.update(speedup=iv.value, lo=iv.lo, hi=iv.hi)
@@ -228,7 +230,9 @@ def fmt_comparison(c: pd.DataFrame) -> pd.DataFrame:
                     "CPU-s (median)": fmt_num(r["cpu_s"]), "CPU-s ratio [95% CI]": cpu_sp,
                     "FLOPs/image vs dense": f"{r['flops_rel']:.2f}x" if pd.notna(r["flops_rel"]) else "—",
                     "test acc % [95% CI]": acc, "vs dense (McNemar)": vs,
-                    "processes x repeats": f"{int(r['processes'])} ({int(r['repeats'])} repeats)"})
+                    "processes x repeats": (f"{int(r['processes'])} x {int(r['repeats_each'])}"
+                                            if pd.notna(r["repeats_each"])
+                                            else f"{int(r['processes'])} ({int(r['repeats'])} repeats in all)")})
     return pd.DataFrame(out)
 
 
