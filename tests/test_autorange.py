@@ -129,3 +129,20 @@ def test_failed_run_writes_no_predictions(data, tmp_path, monkeypatch):
     monkeypatch.setattr("bench.train.evaluate.evaluate", boom)
     o = run_bench(_cfg(data, "train", repeats=1), tmp_path, clock=_fake_clock())
     assert o.status == "error" and not (o.run_dir / R.PREDICTIONS_FILE).exists()
+
+
+def test_threads_left_to_torch_are_recorded_as_used(data, tmp_path):
+    """``--threads`` left out is saved as the count torch ran with, not None: the report then
+    tells a run at torch's default from one at an explicit other count (never pooled)."""
+    prev = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        run_bench(_cfg(data, "loader", repeats=1), tmp_path / "a", clock=_fake_clock())
+        run_bench(_cfg(data, "loader", repeats=1, torch_threads=1), tmp_path / "a", clock=_fake_clock())
+    finally:
+        torch.set_num_threads(prev)
+    df = R.read_results(tmp_path / "a")
+    assert sorted(df.groupby("run_id")["cfg.torch_threads"].first().tolist()) == [1, 2]
+    from bench.report.load import load
+
+    assert set(load(tmp_path / "a").rows["dataset"]) == {"tiny8 [torch_threads=1]", "tiny8 [torch_threads=2]"}

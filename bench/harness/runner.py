@@ -155,6 +155,10 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
     an empty folder or a new path, never overlapping ``cfg.data`` or ``cfg.store``.
     Data parallel (``cfg.dist``): every rank calls this; rank 0 writes; all return its outcome.
     """
+    if cfg.torch_threads is None:  # record what "torch's default" was: the report tells 2 from 1
+        import torch
+
+        cfg = dataclasses.replace(cfg, torch_threads=torch.get_num_threads())
     sync = _sync_for(cfg)
     out, run_id = _start(cfg, out, sync)
     rows = results.RunRows(run_id, cfg.pipeline, cfg.dataset, cfg.mode, cfg.to_dict(),

@@ -18,8 +18,9 @@ Keys that describe the run rather than its epochs (which pipeline, how many epoc
 seeds, monitor periods, the training-method axis, world size and the data-parallel shape, the
 sweep cell: ``IGNORED``, ``IGNORED_PREFIXES``) never split; the prepared folder's path does (two
 folders of one name are two datasets). A sweep cell's status rows carry no settings: they follow
-their cell's runs (``_relabel``). A value left at its default (``None``, empty in the CSV) cannot be
-told from a setting missing in older results, so it splits nothing. ``bench.report.load`` applies both after ``by_world_size``.
+their cell's runs (``_relabel``). A missing value (empty in the CSV: a setting older results did not
+record) splits nothing. ``bench`` records every setting's value as used: ``--threads`` left out is
+saved as the count torch ran with (``bench.harness.runner.run_bench``), not as ``None``. ``bench.report.load`` applies both after ``by_world_size``.
 """
 
 from __future__ import annotations
