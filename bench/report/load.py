@@ -72,7 +72,7 @@ def load(results_dir: str | Path) -> ReportInputs:
         return _load_sweep(root)
     from bench import results as R
 
-    every, _ = by_world_size(R.read_results(root), {})
+    every, _ = by_world_size(with_time_to_first_batch(R.read_results(root)), {})
     every, _ = settings.by_settings(settings.by_store(every), {})
     rows, rank_rows = split_ranks(every)
     env = _read_json(next(iter(sorted(root.glob("runs/*/env.json"))), None))
@@ -157,7 +157,7 @@ def _load_sweep(root: Path) -> ReportInputs:
         size = tuple(m["image_size"]) if m and "image_size" in m else None
         compares.append(CompareResult(cell=c["id"], dataset=ds, folder=folder,
                                       summary=pd.read_csv(folder / "summary.csv"), image_size=size))
-    every, manifests = by_world_size(every, manifests)
+    every, manifests = by_world_size(with_time_to_first_batch(every), manifests)
     every, manifests = settings.by_settings(settings.by_store(every), manifests)
     rows, rank_rows = split_ranks(every)
     ok_dirs = [d for d, m in finished if m.get("status") == "ok"]
@@ -184,6 +184,29 @@ def split_ranks(rows: Any) -> tuple[Any, Any]:
 
 
 WORLD_SIZE = "cfg.pipe.world_size"
+
+
+def with_time_to_first_batch(rows: Any) -> Any:
+    """``rows`` plus a ``time_to_first_batch_s`` row = ``build_s + ttfb_s`` for each repeat (run, rank,
+    repeat) that measured both but predates that row (the runner writes exactly this sum since it
+    has the row), so a folder mixing older and newer runs shows one time to first batch for all."""
+    import pandas as pd
+
+    metrics = set(rows["metric"].dropna().unique()) if len(rows) else set()
+    if not {"build_s", "ttfb_s"} <= metrics:
+        return rows
+    key = ["run_id", "rank", "repeat"] if "rank" in rows else ["run_id", "repeat"]
+    ok = rows[(rows["status"] == "ok") & rows["repeat"].notna()]
+    have = ok[ok["metric"] == "time_to_first_batch_s"][key].drop_duplicates()
+    parts = [ok[ok["metric"] == m].drop_duplicates(key) for m in ("ttfb_s", "build_s")]
+    both = parts[0].merge(parts[1][[*key, "value"]], on=key, suffixes=("", "_build"), how="inner")
+    if len(have):
+        both = both.merge(have, on=key, how="left", indicator=True)
+        both = both[both["_merge"] == "left_only"].drop(columns="_merge")
+    if both.empty:
+        return rows
+    derived = both.assign(metric="time_to_first_batch_s", value=both["value"] + both["value_build"])
+    return pd.concat([rows, derived.drop(columns="value_build")[rows.columns]], ignore_index=True)
 
 
 def by_world_size(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any, dict[str, dict[str, Any]]]:
