@@ -233,3 +233,60 @@ def test_killed_process_resumes(tmp_path):
     ds = open_prepared(tmp_path / "out")
     assert sum(ds.manifest["splits"][n]["count"] for n in ds.splits) == 24
     assert np.asarray(ds.split("train").images).shape == (18, 16, 16, 3)
+
+
+def test_a_stop_in_a_later_split_resumes_there(run, reads, monkeypatch, tmp_path):
+    """The hook counts over the splits in turn (it used to restart at every split, so a stop could never
+    land past the first): stopped inside val, the rerun restores all of train and val's first chunk."""
+    write_imagefolder(tmp_path / "src", per_class=8, split=True)  # train 24, val 12
+    assert _prepare(run, "imagefolder", tmp_path / "src", tmp_path / "whole")[0] == 0
+    total = len(reads)
+    _stopped(run, monkeypatch, 24 + CHUNK + 1, "imagefolder", tmp_path / "src", tmp_path / "out")
+    assert (_work(tmp_path / "out") / "split1.chunk00000.json").is_file()
+    reads.clear()
+    rc, stdout, err = _prepare(run, "imagefolder", tmp_path / "src", tmp_path / "out")
+    assert rc == 0, err
+    assert "resuming train, 24 of 24" in stdout and f"resuming val, {CHUNK} of 12" in stdout
+    assert len(reads) == total - 24 - CHUNK
+    _same(tmp_path / "whole", tmp_path / "out")
+
+
+def test_prepare_cells_keep_the_work_folder_prepare_resumes_from(tmp_path):
+    from bench.sweep.cells import PrepareCell
+
+    class Ctx:
+        def cell_dir(self, cell_id):
+            return tmp_path / cell_id
+
+    cell = PrepareCell(id="prep", source="imagefolder", name="ds")
+    assert cell.resume_state(Ctx()) == (resume.work_path(cell.output(Ctx())),)
+
+
+def test_a_killed_sweep_prepare_cell_resumes_from_its_work_folder(tmp_path, monkeypatch):
+    """The sweep used to clear the killed cell's folder, work folder included: the rerun decoded it all again."""
+    import yaml
+    from PIL import Image
+
+    from bench.sweep import runner
+    from bench.sweep.runner import run_sweep
+    from bench.sweep.spec import load_sweep
+
+    ident = runner.code_identity()
+    monkeypatch.setattr(runner, "code_identity", lambda: ident)
+    src = tmp_path / "src"  # a flat folder (one class), one chunk and a bit (the cell's process keeps 1024)
+    src.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(resume.CHUNK_IMAGES + 6):
+        Image.fromarray(rng.integers(0, 255, (6, 6, 3), dtype=np.uint8)).save(src / f"{i:05d}.png")
+    doc = {"name": "ps", "report": False, "device": "cpu", "cells": [
+        {"kind": "prepare", "id": "prep", "source": "imagefolder", "name": "ds", "root": str(src), "size": 8}]}
+    y = tmp_path / "ps.yaml"
+    y.write_text(yaml.safe_dump(doc))
+    cell = tmp_path / "run" / "cells" / "prep"
+    monkeypatch.setenv(STOP, f"{resume.CHUNK_IMAGES + 2}:kill")
+    assert run_sweep(load_sweep(str(y)), tmp_path / "run", progress=False).status == {"prep": "error"}
+    assert (_work(cell / "ds") / "split0.chunk00000.json").is_file()
+    monkeypatch.delenv(STOP)
+    assert run_sweep(load_sweep(str(y)), tmp_path / "run", progress=False).status == {"prep": "ok"}
+    assert f"prepare: resuming train, {resume.CHUNK_IMAGES:,} of " in (cell / "stdout.log").read_text()
+    assert not _work(cell / "ds").exists()

@@ -191,7 +191,8 @@ def decode_files(
     def read(p: Path) -> tuple[np.ndarray, tuple[int, int]]:
         return _read(p, size, policy, max_pixels, budget, max_side)
 
-    stop = _StopHook.from_env()
+    # one count for the whole prepare (every split in turn), so a stop can land in any split
+    stop = _StopHook.from_env() if work is None else work.work.shared.setdefault(STOP_ENV, _StopHook.from_env())
     with header_check_only(), ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
         for c, (s, e) in enumerate(chunk_ranges(n, st.length)):
             if c < st.chunks:
@@ -253,9 +254,11 @@ def _decode_chunk(pool: ThreadPoolExecutor, paths: Sequence[Path], s: int, e: in
 
 
 class _StopHook:
-    """Test hook: ``INRBENCH_TEST_PREPARE_STOP=N`` interrupts a split's decode (``KeyboardInterrupt``,
-    as Ctrl-C does) once this process has decoded N of its images; ``N:kill`` kills the process
-    outright (SIGKILL, as an OOM killer does). Read in this one place; tests only."""
+    """Test hook: ``INRBENCH_TEST_PREPARE_STOP=N`` interrupts the decode (``KeyboardInterrupt``, as
+    Ctrl-C does) once N images were decoded, counted over the splits in turn within one ``prepare``
+    (``PrepareWork.shared``; images restored from the work folder are not counted), so the stop can
+    land in any split; ``N:kill`` kills the process outright (SIGKILL, as an OOM killer does). Read
+    in this one place; tests only."""
 
     def __init__(self, after: int | None, kill: bool):
         self.after, self.kill, self.seen = after, kill, 0

@@ -206,6 +206,7 @@ class PrepareWork:
     folder: Path
     root: Path
     log: Callable[[str], None] | None = None
+    shared: dict = field(default_factory=dict, compare=False)  # state the splits' decodes share (test hook)
 
     def split(self, index: int, name: str) -> SplitWork:
         return SplitWork(self, index, name)

@@ -69,6 +69,8 @@ def _flag(name: str) -> str:
 ENCODE_WORK_SUFFIX = ".work"
 # meta-init's, hidden beside its init file: ".<name>" + this (inr.meta_work.work_path; not imported either)
 META_INIT_WORK_SUFFIX = ".inrbench-meta-init.work"
+# prepare's, hidden beside its output folder: ".<name>" + this (bench.datasets.resume.work_path)
+PREPARE_WORK_SUFFIX = ".inrbench-prepare.work"
 # where bench and command cells write inside their folder (bench.sweep.layout.cell_rows reads both)
 RESULTS_SUBDIR = "results"
 OUT_SUBDIR = "out"
@@ -171,7 +173,8 @@ class PrepareCell(Cell):
     """``inrbench prepare SOURCE [--root DATA_ROOT/root] --out CELL/name``.
 
     name: the prepared folder's name (the ``dataset`` label in every result row).
-    root: relative paths are taken under ``--data-root``.
+    root: relative paths are taken under ``--data-root``. An interrupted cell resumes the decode of
+    image files from the command's work folder (``resume_state``: ``CELL/.name.inrbench-prepare.work``).
     """
 
     kind: ClassVar[str] = "prepare"
@@ -201,6 +204,10 @@ class PrepareCell(Cell):
         _opt(argv, "limit", self.limit)
         _opt(argv, "jpeg_quality", self.jpeg_quality)
         return argv + extra_argv(self.args)
+
+    def resume_state(self, ctx: Context) -> tuple[Path, ...]:
+        out = self.output(ctx)  # prepare's decoded chunks (bench.datasets.resume.work_path)
+        return (out.with_name(f".{out.name}{PREPARE_WORK_SUFFIX}"),)
 
     def labels(self) -> dict[str, str]:
         return {"pipeline": "", "dataset": self.name or self.id, "mode": "prepare"}
