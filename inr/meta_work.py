@@ -222,10 +222,15 @@ def open_work(folder: Path, job: dict, every_s: float | None = None) -> Iterator
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise InputError("exists and is not a meta-init work folder; refusing to use or remove it", folder)
     doc = {"kind": WORK_KIND, "written_by": "inr-bench", "schema_version": WORK_SCHEMA, "job": job}
-    created = not folder.exists() or not any(folder.iterdir())
+    from bench.datasets.resume import marker_temps
+
+    # a folder holding only a killed first write of work.json (its temp file) is still a new one
+    created = not folder.exists() or {p.name for p in folder.iterdir()} <= {p.name for p in marker_temps(folder)}
     old = None if created else _marker(folder)
     if created:
         folder.mkdir(parents=True, exist_ok=True)
+        for p in marker_temps(folder):
+            p.unlink()
         atomic_write_json(folder / WORK_JSON, doc)
     elif old is None:
         raise InputError("exists and is not a meta-init work folder (no work.json of inrbench meta-init); "

@@ -207,3 +207,14 @@ def test_a_stop_after_any_outer_step_resumes_to_the_same_weights(data, tmp_path,
                              f"(work folder {work})"]
             assert all(torch.equal(x, y) for (W1, b1), (W2, b2) in zip(got, ref, strict=True)
                        for x, y in ((W1, W2), (b1, b2)))
+
+
+def test_a_work_folder_killed_before_its_first_work_json_is_still_new(data, tmp_path, capsys):
+    """Killed between the folder's mkdir and work.json's rename, it holds only that write's temp file:
+    it used to be refused as foreign by every later run; it is the run's own, new folder."""
+    out = tmp_path / "init.pt"
+    work_path(out).mkdir()
+    (work_path(out) / ".work.json.inrbench-k2j4x9ab.tmp").write_text('{"kind": "meta')
+    rc, _, err = run_cli(capsys, "meta-init", data, *TINY, "--out", out)
+    assert rc == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["init.pt"]

@@ -290,3 +290,15 @@ def test_a_killed_sweep_prepare_cell_resumes_from_its_work_folder(tmp_path, monk
     assert run_sweep(load_sweep(str(y)), tmp_path / "run", progress=False).status == {"prep": "ok"}
     assert f"prepare: resuming train, {resume.CHUNK_IMAGES:,} of " in (cell / "stdout.log").read_text()
     assert not _work(cell / "ds").exists()
+
+
+def test_a_work_folder_killed_before_its_first_work_json_is_still_new(run, reads, tmp_path):
+    """Killed between the folder's mkdir and work.json's rename, it holds only that write's temp file:
+    it used to be refused as foreign by every later run; it is the run's own, new folder."""
+    write_imagefolder(tmp_path / "src", per_class=3)
+    work = _work(tmp_path / "out")
+    work.mkdir()
+    (work / ".work.json.inrbench-k2j4x9ab.tmp").write_text('{"kind": "prep')
+    rc, _, err = _prepare(run, "imagefolder", tmp_path / "src", tmp_path / "out")
+    assert rc == 0, err
+    assert not work.exists() and open_prepared(tmp_path / "out").splits

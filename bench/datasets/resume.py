@@ -174,13 +174,22 @@ def _differ(a: dict, b: dict) -> list[str]:
     return out
 
 
+def marker_temps(folder: Path) -> list[Path]:
+    """Temp files of a killed first write of ``folder``'s ``work.json`` (``bench.atomic``: ``.work.json.inrbench-*.tmp``)."""
+    return [p for p in folder.iterdir() if p.name.startswith(f".{WORK_JSON}.{TEMP_TAG}") and p.name.endswith(".tmp")
+            and p.is_file() and not p.is_symlink()]
+
+
 def _open(folder: Path, fp: dict) -> None:
     """Create the work folder, or check that an existing one holds chunks of these very settings."""
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise InputError("exists and is not a prepare work folder; refusing to use or remove it", folder)
     if not folder.exists():
         folder.mkdir()
-    elif any(folder.iterdir()):
+    elif {p.name for p in folder.iterdir()} <= {p.name for p in marker_temps(folder)}:
+        for p in marker_temps(folder):  # killed between mkdir and work.json's rename: the folder is still new
+            p.unlink()
+    else:
         old = _json(folder / WORK_JSON)
         if not isinstance(old, dict) or old.get("kind") != WORK_KIND:
             raise InputError("exists and is not a prepare work folder (no work.json of inrbench prepare); "
