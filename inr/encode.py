@@ -235,7 +235,8 @@ def _check_work(work: Path, job: dict) -> None:
     old = {**old, "source": {k: v for k, v in old.get("source", {}).items() if k != "prepared"}}
     if old != job:
         diff = sorted(_diff_keys(old, job))
-        raise InputError(f"holds shards of an encode with other settings ({', '.join(diff[:6])} differ); "
+        raise InputError(f"holds shards of an encode with other settings ({', '.join(diff[:6])} "
+                         f"{'differs' if len(diff) == 1 else 'differ'}); "
                          "delete it to start over, or rerun with those settings to resume", work)
 
 

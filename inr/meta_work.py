@@ -240,7 +240,7 @@ def open_work(folder: Path, job: dict, every_s: float | None = None) -> Iterator
         if was != {"schema_version": WORK_SCHEMA, "job": job}:
             diff = sorted(_diff_keys(was, {"schema_version": WORK_SCHEMA, "job": job}))
             raise InputError(f"holds the checkpoints of a meta-init with other settings ({', '.join(diff[:6])} "
-                             "differ); delete it to start over, or rerun with those settings to resume", folder)
+                             f"{'differs' if len(diff) == 1 else 'differ'}); delete it to start over, or rerun with those settings to resume", folder)
         for c in folder.iterdir():  # a killed writer's temp file (the --out lock is held: none is live)
             if _is_own_temp(c.name) and c.is_file():
                 c.unlink()

@@ -67,7 +67,7 @@ def test_resume_refuses_a_work_folder_of_another_config(tmp_path):
             raise Killed  # shard 0 is on disk
     with pytest.raises(Killed):
         encode_split(imgs, labels, small_cfg(), out, progress=killer)
-    with pytest.raises(InputError, match=r"other settings \(encode.qat_iterations differ\)"):
+    with pytest.raises(InputError, match=r"other settings \(encode.qat_iterations differs\)"):
         encode_split(imgs, labels, small_cfg(qat_iterations=3), out)
 
 

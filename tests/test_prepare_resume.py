@@ -131,7 +131,7 @@ def test_other_settings_or_changed_files_are_refused_not_mixed(run, reads, monke
 
     reads.clear()
     rc, _, err = run("prepare", "imagefolder", "--root", tmp_path / "src", "--out", tmp_path / "out", "--size", 24)
-    assert_one_line_error(rc, err, str(work), "other settings", "config.size differ", "delete it to start over")
+    assert_one_line_error(rc, err, str(work), "other settings", "config.size differs", "delete it to start over")
     assert reads == [] and snapshot(tmp_path) == before  # nothing decoded, nothing removed
 
     # a file of a committed chunk changed since (here its mtime): refused, naming it

@@ -110,31 +110,31 @@ def test_geometric_mean_ci_of_known_savings():
     assert abs(one.lo - 5.0) < 1e-9 and one.lo == one.hi and not geometric_mean_ci([]).ok
 
 
-def _repeats(rng, k: int, m: int, between: float, within: float, scale: float = 1.0) -> list[np.ndarray]:
-    """k repeats of m epoch times: each repeat has its own level (lognormal, sd ``between``)."""
+def _processes(rng, k: int, m: int, between: float, within: float, scale: float = 1.0) -> list[np.ndarray]:
+    """k processes of m epoch times: each process has its own level (lognormal, sd ``between``)."""
     return [scale * np.exp(rng.normal(0, between) + rng.normal(0, within, m)) for _ in range(k)]
 
 
-def test_unit_ratio_counts_each_repeat_once():
-    """Equal pipelines, 3 repeats of 3 epochs each, repeats 8% apart (as processes on a shared
-    VM): the pooled-epoch bootstrap calls a difference far more often than 5%; the repeat-level
-    Welch interval does not, and still finds a 1.3x difference most of the time."""
+def test_unit_ratio_counts_each_process_once():
+    """Equal pipelines, 3 processes of 3 epochs each, processes 8% apart (as on a shared VM): the
+    pooled-epoch bootstrap calls a difference far more often than 5%; the process-level Welch
+    interval does not, and still finds a 1.3x difference most of the time."""
     rng = np.random.default_rng(0)
     pooled = units = 0
     for _ in range(200):
-        a, b = _repeats(rng, 3, 3, 0.08, 0.02), _repeats(rng, 3, 3, 0.08, 0.02)
+        a, b = _processes(rng, 3, 3, 0.08, 0.02), _processes(rng, 3, 3, 0.08, 0.02)
         pooled += S.ratio_ci(np.concatenate(a), np.concatenate(b)).excludes(1.0)
         units += S.unit_ratio_ci(a, b).excludes(1.0)
     assert pooled >= 25  # 34 of 200 with this seed
     assert units <= 12  # 5 of 200 with this seed
-    found = sum(S.unit_ratio_ci(_repeats(rng, 3, 3, 0.08, 0.02, 1.3), _repeats(rng, 3, 3, 0.08, 0.02)).lo > 1.0
+    found = sum(S.unit_ratio_ci(_processes(rng, 3, 3, 0.08, 0.02, 1.3), _processes(rng, 3, 3, 0.08, 0.02)).lo > 1.0
                 for _ in range(100))
     assert found >= 55  # 71 of 100 with this seed
 
 
-def test_unit_ratio_value_and_one_repeat():
+def test_unit_ratio_value_and_one_process():
     a, b = [np.array([2.0, 2.2, 1.8]), np.array([4.0])], [np.array([1.0, 1.0]), np.array([2.0, 2.0])]
-    iv = S.unit_ratio_ci(a, b)  # repeat medians 2, 4 against 1, 2: geometric means 2.83 / 1.41
+    iv = S.unit_ratio_ci(a, b)  # process medians 2, 4 against 1, 2: geometric means 2.83 / 1.41
     assert iv.value == pytest.approx(2.0) and iv.n == 2 and iv.lo < 2.0 < iv.hi
     same = S.unit_ratio_ci([np.array([2.0, 2.0])] * 2, [np.array([1.0])] * 3)  # no spread: the point
     assert (same.value, same.lo, same.hi) == pytest.approx((2.0, 2.0, 2.0))
@@ -142,4 +142,4 @@ def test_unit_ratio_value_and_one_repeat():
     assert one.value == pytest.approx(2.05 / np.sqrt(2)) and not one.ok and one.n == 1
     assert S.fmt_ratio(one) == "—"
     wide = S.unit_ratio_ci([np.array([2.0]), np.array([2.4])], [np.array([1.0]), np.array([1.2])])
-    assert wide.lo < 2.0 < wide.hi  # two repeats a side: Welch's t with ~2 degrees of freedom
+    assert wide.lo < 2.0 < wide.hi  # two processes a side: Welch's t with ~2 degrees of freedom

@@ -292,8 +292,8 @@ def test_builtin_sweeps_time_every_comparison_in_several_processes(name):
 
 
 def test_matrix_dict_item_may_carry_a_label_for_the_id(tmp_path):
-    """A dict item's key that is no field of the kind but names the id (``{label}``) only names
-    the combination; an unknown key the id does not name is still refused."""
+    """A dict item's reserved ``label`` only names the combination (the id template uses it); any
+    other unknown key is refused, even when the id names it: a typo'd field never drops silently."""
     p = tmp_path / "s.yaml"
     p.write_text(textwrap.dedent("""
         cells:
@@ -312,7 +312,8 @@ def test_matrix_dict_item_may_carry_a_label_for_the_id(tmp_path):
     ids = {c.id: c for c in load_sweep(str(p)).cells}
     assert list(ids) == ["p", "m-dense-1", "m-expand-1", "m-dense-2", "m-expand-2"]
     assert dict(ids["m-expand-2"].args) == {"method": "expand"} and not ids["m-dense-1"].args
-    text = p.read_text().replace('id: "m-{label}-{process}"', 'id: "m-{pipeline}-{process}"')
-    p.write_text(text.replace("{label: expand,", "{label: expand, pipeline: dali,"))
-    with pytest.raises(InputError, match=r"unknown fields \['label'\]"):
+    text = p.read_text().replace('id: "m-{label}-{process}"', 'id: "m-{label}-{process}-e{epoch}"')
+    p.write_text(text.replace("{label: expand,", "{label: expand, epoch: 3,").replace("{label: dense}",
+                                                                                   "{label: dense, epoch: 3}"))
+    with pytest.raises(InputError, match=r"unknown fields \['epoch'\]"):  # a typo of epochs
         load_sweep(str(p))

@@ -201,7 +201,8 @@ def _open(folder: Path, fp: dict) -> None:
             was["config"]["on_error"] = "skip"
         diff = _differ(was, _compared(fp))
         if diff:
-            raise InputError(f"holds images decoded with other settings ({', '.join(diff[:6])} differ); "
+            raise InputError(f"holds images decoded with other settings ({', '.join(diff[:6])} "
+                             f"{'differs' if len(diff) == 1 else 'differ'}); "
                              "delete it to start over, or rerun with those settings to resume", folder)
         if not relaxed:
             return

@@ -67,7 +67,7 @@ def _grouped_bars(ax, table: pd.DataFrame, value: str, lo: str | None = None, hi
 
 
 def speedup_figure(sp: pd.DataFrame, dataset: str):
-    """Speedup bars per mode, one panel per baseline; error bars: the 95% interval over repeats.
+    """Speedup bars per mode, one panel per baseline; error bars: the 95% interval over processes (runs).
     Faded hatched bars: no difference detected (the interval holds 1.0); flagged train
     speedups (a failed sanity check) are not drawn."""
     d = sp[(sp["dataset"] == dataset) & ~sp["flagged"].astype(bool)].dropna(subset=["ratio", "lo", "hi"])

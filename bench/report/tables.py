@@ -207,7 +207,7 @@ def sanity_checks(rows: pd.DataFrame) -> pd.DataFrame:
                 raw_note = (f"not applicable: raw's replay and train ran at different settings "
                             f"({', '.join(diff)}): no proven ceiling")
             elif not own.ok:
-                raw_note = "not applicable: raw's replay / train interval needs 2 repeats of each"
+                raw_note = "not applicable: raw's replay / train interval needs 2 processes of each"
             elif own.lo >= 1.0 - CEILING_MARGIN:  # shown within the margin (even if measurably below 1)
                 raw_note, raw_bound = "", max(1.0, 1.0 / own.lo)
             elif own.hi < 1.0:
@@ -227,7 +227,7 @@ def sanity_checks(rows: pd.DataFrame) -> pd.DataFrame:
             for name, ref, note, bound in checks:
                 iv = epoch_ratio(rows, ds, ref, (p, "train"))
                 if not iv.ok and not note:
-                    note = "cannot be checked: needs 2 repeats of each"
+                    note = "cannot be checked: needs 2 processes of each"
                 if not note and ref[1] != "train":  # across modes: only alike settings compare
                     diff = _settings_differ(rows, ds, ref, (p, "train"))
                     if diff:

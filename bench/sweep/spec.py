@@ -49,6 +49,7 @@ from bench.sweep.cells import KINDS, Cell, DistributedCell, Rendezvous
 ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 DEVICES = ("cpu", "cuda")
 TOP_KEYS = {"name", "description", "device", "report", "defaults", "cells"}
+LABEL = "label"  # a matrix dict item's key that only names the item (in the id template)
 
 
 @dataclass(frozen=True)
@@ -177,9 +178,11 @@ def _expand(raw: dict, defaults: dict, known: set[str], path: Path, where: str) 
     """One cell mapping with an optional ``matrix`` -> one field mapping per combination.
 
     A scalar matrix key that is not a field of the kind only names the combination (usable in
-    the ``id`` template) and is dropped afterwards; so is a key of a dict item that is not a
-    field and that the ``id`` template names (``{label: expand, args: {...}}`` with
-    ``id: "method-{label}"``). Any other unknown key is left for validation to refuse.
+    the ``id`` template) and is dropped afterwards; so is a dict item's ``label`` (``LABEL``), a
+    reserved key that only names the item (``{label: expand, args: {...}}`` with
+    ``id: "method-{label}"``) where the kind has no field of that name. Any other unknown key of a
+    dict item is refused by validation, even when the id names it (a typo'd field never drops
+    silently).
     """
     base = {**defaults, **{k: v for k, v in raw.items() if k not in ("kind", "matrix")}}
     if isinstance(defaults.get("args"), dict) and isinstance(raw.get("args"), dict):
@@ -199,7 +202,6 @@ def _expand(raw: dict, defaults: dict, known: set[str], path: Path, where: str) 
                 f[key] = item
         if "id" not in f:
             raise InputError(f"{where}: missing 'id'", path)
-        template = str(f["id"])
         try:
             f["id"] = str(f["id"]).format(**f)
         except (KeyError, IndexError, ValueError) as e:
@@ -207,10 +209,8 @@ def _expand(raw: dict, defaults: dict, known: set[str], path: Path, where: str) 
         for key, item in zip(matrix, combo, strict=True):
             if not isinstance(item, dict) and key not in known:
                 del f[key]
-            elif isinstance(item, dict):
-                for k in item:
-                    if k not in known and "{" + k + "}" in template:
-                        f.pop(k, None)
+            elif isinstance(item, dict) and LABEL in item and LABEL not in known:
+                f.pop(LABEL, None)
         out.append(f)
     return out
 
