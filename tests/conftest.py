@@ -35,3 +35,25 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def run(monkeypatch, capsys, request):
+    """``run(*argv) -> (exit code, stdout, stderr)`` via ``bench.cli.main``.
+
+    A module that defines ``MINE`` (command name -> module) registers only those commands, so
+    its tests do not depend on commands it does not test; the dispatcher and its error handling
+    are real. A module's own ``run`` fixture takes precedence over this one.
+    """
+    from bench import cli
+
+    mine = getattr(request.module, "MINE", None)
+    if mine is not None:
+        monkeypatch.setattr(cli, "COMMANDS", mine)
+
+    def _run(*argv):
+        rc = cli.main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    return _run

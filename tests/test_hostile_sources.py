@@ -19,7 +19,6 @@ from cli_helpers import snapshot
 from fixtures_datasets import png_claiming, write_flowers102, write_imagefolder, write_miniimagenet
 from PIL import Image
 
-from bench import cli
 from bench.datasets.prepared import read_source_ids
 
 MINE = {"prepare": "bench.commands.prepare"}
@@ -142,17 +141,6 @@ REFUSED = [
     ("folder-named-jpg", folder_named_jpg, "is a folder, not an image file"),
 ]
 
-
-@pytest.fixture
-def run(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "COMMANDS", MINE)
-
-    def _run(*argv):
-        rc = cli.main([str(a) for a in argv])
-        out, err = capsys.readouterr()
-        return rc, out, err
-
-    return _run
 
 
 @pytest.mark.parametrize("build,expect", [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])

@@ -22,27 +22,10 @@ from fixtures_datasets import (
     write_miniimagenet,
 )
 
-from bench import cli
 from bench.datasets.prepared import read_source_ids
 
 MINE = {"datasets": "bench.commands.datasets", "prepare": "bench.commands.prepare"}
 
-
-@pytest.fixture
-def run(monkeypatch, capsys):
-    """``run(*argv) -> (exit code, stdout, stderr)`` via ``bench.cli.main``.
-
-    Only this module's commands are registered, so the test does not depend on commands
-    other engineers are still building; the dispatcher and its error handling are real.
-    """
-    monkeypatch.setattr(cli, "COMMANDS", MINE)
-
-    def _run(*argv):
-        rc = cli.main([str(a) for a in argv])
-        out, err = capsys.readouterr()
-        return rc, out, err
-
-    return _run
 
 
 def test_datasets_lists_every_source(run):

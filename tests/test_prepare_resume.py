@@ -20,7 +20,6 @@ from fixtures_datasets import truncate, write_flowers102, write_imagefolder, wri
 
 import bench.datasets.decode as decode
 import bench.datasets.resume as resume
-from bench import cli
 from bench.datasets.prepared import open_prepared
 
 MINE = {"datasets": "bench.commands.datasets", "prepare": "bench.commands.prepare"}
@@ -28,18 +27,6 @@ STOP = decode.STOP_ENV
 CHUNK = 4
 WRITERS = {"imagefolder": write_imagefolder, "flowers102": write_flowers102, "mini-imagenet": write_miniimagenet}
 
-
-@pytest.fixture
-def run(monkeypatch, capsys):
-    """``run(*argv) -> (exit code, stdout, stderr)`` via ``bench.cli.main`` (this module's commands only)."""
-    monkeypatch.setattr(cli, "COMMANDS", MINE)
-
-    def _run(*argv):
-        rc = cli.main([str(a) for a in argv])
-        out, err = capsys.readouterr()
-        return rc, out, err
-
-    return _run
 
 
 @pytest.fixture
