@@ -16,6 +16,10 @@
   binomial p-value of ``b`` among ``b + c`` at 1/2 (``scipy.stats.binomtest``).
 - ``paired_diff_ci(x, y)``: mean of the per-item differences ``x - y`` with a seeded bootstrap
   interval (BCa), e.g. per-image PSNR of INR minus matched JPEG.
+- ``mean_ci(x)``: mean with Student's t interval (``scipy.stats.ttest_1samp``), for a few
+  independent units, e.g. test accuracy over training seeds.
+- ``paired_mean_diff_ci(x, y)``: mean of ``x - y`` over a few paired units with the paired t
+  interval (``scipy.stats.ttest_rel``), e.g. two pipelines' accuracies paired by training seed.
 
 An ``Interval`` ``excludes(v)`` only when ``v`` lies outside ``[lo, hi]``: a difference whose
 interval contains the null value (1.0 for a ratio, 0 for a difference) is "no difference detected".
@@ -199,6 +203,46 @@ def paired_diff_ci(x: Sequence[float], y: Sequence[float], seed: int = SEED,
     return Interval(value, lo, hi, int(d.size))
 
 
+def _t_interval(d: np.ndarray, confidence: float) -> Interval:
+    """Mean of ``d`` with the one-sample t interval; the point without spread, no interval below 2."""
+    from scipy import stats
+
+    value = float(d.mean())
+    if d.size < 2:
+        return Interval(value, math.nan, math.nan, int(d.size))
+    if np.ptp(d) == 0:  # no spread at all: the t interval shrinks to the point
+        return Interval(value, value, value, int(d.size))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # near-identical values: scipy warns, the interval stands
+        ci = stats.ttest_1samp(d, 0.0).confidence_interval(confidence)
+    return Interval(value, float(ci.low), float(ci.high), int(d.size))
+
+
+def mean_ci(x: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """Mean of a few independent units (e.g. one accuracy per training seed) with Student's t
+    interval (``scipy.stats.ttest_1samp(x).confidence_interval()``). Non-finite values are dropped;
+    one unit: the value, no interval; no spread: the point as its interval."""
+    a = _clean(x)
+    if a.size == 0:
+        return NAN
+    return _t_interval(a, confidence)
+
+
+def paired_mean_diff_ci(x: Sequence[float], y: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """Mean of ``x - y`` over a few paired units (e.g. two pipelines' accuracies at the same training
+    seeds) with the paired t interval (``scipy.stats.ttest_rel(x, y).confidence_interval()``): the
+    units, not items within them, are the samples. Pairs with a non-finite side are dropped; one
+    pair: the value, no interval; a constant difference: the point as its interval."""
+    a, b = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
+    if a.shape != b.shape:
+        raise ValueError(f"paired samples differ in length: {a.size} vs {b.size}")
+    d = a - b
+    d = d[np.isfinite(d)]
+    if d.size == 0:
+        return NAN
+    return _t_interval(d, confidence)
+
+
 def geometric_mean_ci(x: Sequence[float], seed: int = SEED, n_resamples: int = N_RESAMPLES,
                       confidence: float = CONFIDENCE) -> Interval:
     """Geometric mean of positive ratios (e.g. per-image savings) with a bootstrap interval over items."""
@@ -220,3 +264,12 @@ def fmt_ratio(iv: Interval) -> str:
         return "—"
     span = f"[{iv.lo:.2f}-{iv.hi:.2f}]"
     return f"{iv.value:.2f}x {span}" if iv.excludes(1.0) else f"{NO_DIFFERENCE} {span}"
+
+
+def fmt_diff(iv: Interval, scale: float = 100.0, unit: str = "points") -> str:
+    """``-1.2 points [-3.0-0.6]``, or ``no difference detected [-3.0-0.6]`` when the interval holds 0
+    (values times ``scale``: a difference of shares in percentage points)."""
+    if not iv.ok:
+        return "—"
+    span = f"[{scale * iv.lo:.1f}-{scale * iv.hi:.1f}]"
+    return f"{scale * iv.value:+.1f} {unit} {span}" if iv.excludes(0.0) else f"{NO_DIFFERENCE} {span}"

@@ -36,8 +36,9 @@ def _run(out, pipeline: str, mode: str, epochs: list[list[float]], correct: np.n
 
 
 def _one_run(out, run_id: str, pipeline: str, mode: str, epochs: list[list[float]], correct: np.ndarray | None,
-             code: str) -> None:
-    rows = R.RunRows(run_id, pipeline, "syn", mode, {"pipe": {"device": "cpu"}})
+             code: str, seed: int | None = None) -> None:
+    pipe = {"device": "cpu"} if seed is None else {"device": "cpu", "seed": seed}
+    rows = R.RunRows(run_id, pipeline, "syn", mode, {"pipe": pipe})
     for r, times in enumerate(epochs):
         for e, t in enumerate(times):
             rows.add("epoch_s", t, "s", repeat=r, epoch=e + 1)
@@ -409,3 +410,121 @@ def test_time_to_first_batch_of_older_runs_is_build_plus_first_batch(tmp_path):
     assert t.loc["dali", "loader"] == "0.31 (IQR 0.05)"
     rows = load(out).rows
     assert len(rows[rows["metric"] == "time_to_first_batch_s"]) == 4  # nothing counted twice
+
+
+ACC_SECTION = "Accuracy (test split, original pixels, evaluation transform)"
+# test accuracy per training seed 1, 2, 3 (in 40ths: N_TEST images): torch-jpeg a constant 10
+# points below raw, inr equal to raw, dali different at every seed, torch-nvjpeg one seed only
+SEED_ACC = {
+    "raw": [0.9, 0.825, 0.75],
+    "torch-jpeg": [0.8, 0.725, 0.65],
+    "inr": [0.9, 0.825, 0.75],
+    "dali": [0.875, 0.85, 0.7],
+    "torch-nvjpeg": [0.8],
+}
+
+
+def _correct(acc: float) -> np.ndarray:
+    k = round(acc * N_TEST)
+    assert k == acc * N_TEST  # a share of the test images
+    return np.arange(N_TEST) >= N_TEST - k
+
+
+@pytest.fixture(scope="module")
+def seed_folder(tmp_path_factory):
+    """Train runs at seeds 1..3 (``SEED_ACC``), interleaved seed by seed as the sweeps run them,
+    plus a second, later run of raw at seed 1 with another accuracy: the seed counts once."""
+    rng = np.random.default_rng(5)
+    base = tmp_path_factory.mktemp("seeds")
+    out = base / "results"
+    for i in range(3):
+        for p, accs in SEED_ACC.items():
+            if i < len(accs):
+                _one_run(out, f"2024T00{i}-{p}-train", p, "train", _noisy(rng, 1.0)[:1], _correct(accs[i]),
+                         "A", seed=i + 1)
+    _one_run(out, "2024T009-raw-train", "raw", "train", _noisy(rng, 1.0)[:1], _correct(0.5), "A", seed=1)
+    rep = base / "report"
+    build_report(out, rep)
+    return out, rep, (rep / "README.md").read_text()
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def test_accuracy_over_seeds_matches_scipy(seed_folder):
+    from scipy import stats
+
+    out, _, text = seed_folder
+    acc = parse_tables(text)[ACC_SECTION][0].set_index("pipeline")
+    for p in ("raw", "torch-jpeg", "dali", "inr"):
+        x = np.array(SEED_ACC[p])
+        ci = stats.ttest_1samp(x, 0).confidence_interval()
+        assert acc.loc[p, "over seeds % [95% CI]"] == f"{_pct(x.mean())} [{_pct(ci.low)}-{_pct(ci.high)}]"
+        assert int(acc.loc[p, "seeds"]) == 3
+    # raw's second run at seed 1 (50%) counts once: seed 1 is its first run (90%)
+    per_seed = T.seed_accuracy(R.read_results(out))
+    raw = per_seed[per_seed["pipeline"] == "raw"]
+    assert raw["seed"].tolist() == [1, 2, 3] and raw["acc"].tolist() == pytest.approx(SEED_ACC["raw"])
+    assert raw["run_id"].iloc[0] == "2024T000-raw-train"
+    # dali vs raw and vs torch-jpeg: the paired t interval on the per-seed differences
+    for ref in ("raw", "torch-jpeg"):
+        x, y = np.array(SEED_ACC["dali"]), np.array(SEED_ACC[ref])
+        ci = stats.ttest_rel(x, y).confidence_interval()
+        iv = T.seed_diff(per_seed, "syn", "dali", ref)
+        assert iv.value == pytest.approx((x - y).mean()) and (iv.lo, iv.hi) == pytest.approx((ci.low, ci.high))
+        span = f"[{_pct(ci.low)}-{_pct(ci.high)}]"
+        want = (f"{100 * (x - y).mean():+.1f} points {span}" if ci.low > 0 or ci.high < 0
+                else f"{S.NO_DIFFERENCE} {span}")
+        assert acc.loc["dali", f"vs {ref} (seeds)"] == want
+
+
+def test_seed_differences_detected_or_not(seed_folder):
+    _, _, text = seed_folder
+    acc = parse_tables(text)[ACC_SECTION][0].set_index("pipeline")
+    # a constant 10 points at every seed: detected, the interval is the point
+    assert acc.loc["torch-jpeg", "vs raw (seeds)"] == "-10.0 points [-10.0--10.0]"
+    assert acc.loc["raw", "vs torch-jpeg (seeds)"] == "+10.0 points [10.0-10.0]"
+    # the same accuracy at every seed: no difference
+    assert acc.loc["inr", "vs raw (seeds)"] == f"{S.NO_DIFFERENCE} [0.0-0.0]"
+    assert acc.loc["raw", "vs raw (seeds)"] == "—"
+    # one seed: no mean over seeds, no paired comparison; the per-model columns stay
+    assert acc.loc["torch-nvjpeg", "over seeds % [95% CI]"] == "—"
+    assert acc.loc["torch-nvjpeg", "vs raw (seeds)"] == "—" and int(acc.loc["torch-nvjpeg", "seeds"]) == 1
+    assert acc.loc["torch-nvjpeg", "correct"] == "32/40"
+    assert "fewer than 2 (common) seeds" in text
+
+
+def test_per_model_columns_are_one_seeds_models(seed_folder):
+    """Wilson and McNemar speak of the models of one seed (the lowest every pipeline has: 1), not
+    of a pool of seeds: raw's two seed-1 runs (90% and 50%) are its per-model accuracy's runs."""
+    _, _, text = seed_folder
+    acc = parse_tables(text)[ACC_SECTION][0].set_index("pipeline")
+    assert set(acc["seed"].astype(int)) == {1}
+    assert acc.loc["torch-jpeg", "correct"] == "32/40" and int(acc.loc["torch-jpeg", "repeats"]) == 1
+    assert acc.loc["raw", "correct"] == "28/40" and int(acc.loc["raw", "repeats"]) == 2  # (36 + 20) / 2
+    # McNemar of seed 1's first runs: raw 36/40 vs torch-jpeg 32/40, 4 images only raw gets right
+    assert acc.loc["torch-jpeg", "vs raw"] == f"{S.NO_DIFFERENCE} (p={2 / 2**4:.2g})"
+
+
+def test_seeds_split_no_timing(seed_folder):
+    """Runs at different seeds are processes of one setting: the train speedups count all 3 (4 for
+    raw) runs, not one per seed."""
+    out, _, _ = seed_folder
+    rows = load(out).rows
+    assert len(T.unit_samples(rows, N_EPOCH, "syn", "torch-jpeg", "train")) == 3
+    assert len(T.unit_samples(rows, N_EPOCH, "syn", "raw", "train")) == 4
+    assert T.epoch_ratio(rows, "syn", ("raw", "train"), ("torch-jpeg", "train")).ok
+    assert set(rows["dataset"]) == {"syn"}
+
+
+def test_accuracy_of_one_seed_shows_no_seed_columns(folder):
+    """Runs without a recorded seed (older results) are seed 0: one seed each, so the table keeps
+    its per-model columns only and says why there is no interval over seeds."""
+    out, _, text = folder
+    acc = parse_tables(text)[ACC_SECTION][0]
+    assert not any("seeds" in c for c in acc.columns) and "seed" not in acc.columns
+    assert "trained from one seed" in text
+    per_seed = T.seed_accuracy(R.read_results(out))
+    assert set(per_seed["seed"]) == {0} and per_seed.groupby("pipeline").size().eq(1).all()
+    assert not T.seed_diff(per_seed, "syn", "inr", "raw").ok

@@ -143,3 +143,44 @@ def test_unit_ratio_value_and_one_process():
     assert S.fmt_ratio(one) == "—"
     wide = S.unit_ratio_ci([np.array([2.0]), np.array([2.4])], [np.array([1.0]), np.array([1.2])])
     assert wide.lo < 2.0 < wide.hi  # two processes a side: Welch's t with ~2 degrees of freedom
+
+
+def test_mean_ci_is_students_t_interval():
+    from scipy import stats
+
+    x = [0.9, 0.825, 0.75]  # e.g. one test accuracy per training seed
+    iv = S.mean_ci(x)
+    ci = stats.ttest_1samp(x, 0).confidence_interval()
+    assert iv.value == pytest.approx(0.825) and (iv.lo, iv.hi) == pytest.approx((ci.low, ci.high)) and iv.n == 3
+    one = S.mean_ci([0.8, float("nan")])  # one unit: the value, no interval
+    assert one.value == 0.8 and not one.ok and one.n == 1
+    assert S.mean_ci([0.7, 0.7]) == S.Interval(0.7, 0.7, 0.7, 2)  # no spread: the point
+    assert not S.mean_ci([]).ok
+
+
+def test_paired_mean_diff_ci_is_the_paired_t_interval():
+    from scipy import stats
+
+    rng = np.random.default_rng(7)
+    hits = 0
+    for _ in range(TRIALS):  # 4 seeds; a seed-level effect shared by both sides, +0.02 between them
+        seed_effect = rng.normal(0.8, 0.05, 4)
+        x = seed_effect + 0.02 + rng.normal(0, 0.01, 4)
+        y = seed_effect + rng.normal(0, 0.01, 4)
+        iv = S.paired_mean_diff_ci(x, y)
+        ci = stats.ttest_rel(x, y).confidence_interval()
+        assert (iv.lo, iv.hi) == pytest.approx((ci.low, ci.high))
+        hits += iv.lo <= 0.02 <= iv.hi
+    assert COVERAGE_BAND[0] <= hits / TRIALS <= COVERAGE_BAND[1], hits
+    const = S.paired_mean_diff_ci([0.9, 0.8, 0.7], [0.8, 0.7, 0.6])  # a constant difference: the point
+    assert const.value == pytest.approx(0.1) and const.hi - const.lo < 1e-9 and const.excludes(0.0)
+    assert not S.paired_mean_diff_ci([0.9], [0.8]).ok  # one pair: no interval
+    with pytest.raises(ValueError, match="differ in length"):
+        S.paired_mean_diff_ci([1.0, 2.0], [1.0])
+
+
+def test_fmt_diff_in_points():
+    assert S.fmt_diff(S.Interval(-0.012, -0.03, 0.006)) == f"{S.NO_DIFFERENCE} [-3.0-0.6]"
+    assert S.fmt_diff(S.Interval(-0.012, -0.03, -0.001)) == "-1.2 points [-3.0--0.1]"
+    assert S.fmt_diff(S.Interval(0.1, 0.1, 0.1)) == "+10.0 points [10.0-10.0]"
+    assert S.fmt_diff(S.Interval(0.1, math.nan, math.nan)) == "—"

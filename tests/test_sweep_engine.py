@@ -272,15 +272,20 @@ def test_cli_bad_sweep_names(tmp_path, capsys):
 def test_builtin_sweeps_time_every_comparison_in_several_processes(name):
     """The report's speedups count each process (bench run) once: a pipeline timed in one process
     gets no interval. Every timed (pipeline, mode, method) of the built-in sweeps runs in at least
-    two cells of identical settings, and those cells are interleaved with the others."""
+    two cells of identical settings, and those cells are interleaved with the others. The training
+    seed is no timed setting (``cfg.pipe.seed`` splits no comparison: ``bench.report.settings.IGNORED``),
+    so cells that differ only in ``seed`` are processes of the same thing."""
     import collections
     import dataclasses
 
+    from bench.report.settings import IGNORED
+
+    assert "cfg.pipe.seed" in IGNORED
     cfg = load_sweep(name, device="cpu")
     bench = [c for c in cfg.cells if c.kind == "bench"]
     groups = collections.defaultdict(list)
     for i, c in enumerate(bench):
-        key = {f.name: getattr(c, f.name) for f in dataclasses.fields(c) if f.name != "id"}
+        key = {f.name: getattr(c, f.name) for f in dataclasses.fields(c) if f.name not in ("id", "seed")}
         groups[repr(sorted(key.items(), key=lambda kv: kv[0]))].append(i)
     assert groups and all(len(ix) >= 2 for ix in groups.values()), \
         [bench[ix[0]].id for ix in groups.values() if len(ix) < 2]
@@ -289,6 +294,48 @@ def test_builtin_sweeps_time_every_comparison_in_several_processes(name):
     expand = [dict(c.args) for c in bench if "-expand-" in c.id]
     assert expand and all(a["method"] == "expand" and a["schedule"] for a in expand)
     assert all("method" not in dict(c.args) for c in bench if "-dense-" in c.id)
+
+
+@pytest.mark.parametrize("name, n_seeds", [("demo", 3), ("paper", 2)])
+def test_builtin_train_cells_sample_training_seeds(name, n_seeds):
+    """Every pipeline's train cells run at seeds 1..n (``--seed k``), interleaved seed by seed, and
+    differ in nothing but the seed (and the id): at seed k every pipeline trains from the same
+    permutation, augmentation and initial weights, so the report pairs their accuracies by seed.
+    The loader/replay and method cells keep bench's default seed."""
+    import collections
+    import dataclasses
+
+    from bench.sweep.runner import SweepContext
+
+    cfg = load_sweep(name, device="cpu")
+    train = [c for c in cfg.cells if c.kind == "bench" and c.id.startswith("train-")]
+    assert train
+    groups = collections.defaultdict(list)
+    for c in train:
+        key = {f.name: getattr(c, f.name) for f in dataclasses.fields(c) if f.name not in ("id", "seed")}
+        groups[repr(sorted(key.items()))].append(c)
+        assert c.id.endswith(f"-{c.seed}") and c.mode == "train"
+    for cells in groups.values():
+        assert [c.seed for c in cells] == list(range(1, n_seeds + 1)), [c.id for c in cells]
+    # every pipeline of a dataset at every seed, seed by seed (the seed key first, then the feed)
+    for ds in {c.data for c in train}:
+        seeds = [c.seed for c in train if c.data == ds]
+        assert seeds == sorted(seeds) and len(seeds) == n_seeds * len(set(c.pipeline for c in train if c.data == ds))
+    ctx = SweepContext(out=Path("runs") / name, data_root=None, cells={c.id: c for c in cfg.cells})
+    argv = train[0].argv(ctx)
+    assert argv[argv.index("--seed") + 1] == "1"
+    assert all(c.seed is None for c in cfg.cells if c.kind == "bench" and not c.id.startswith("train-"))
+    # unset, a seed stays out of the cell's hash (cells without one keep theirs)
+    other = next(c for c in cfg.cells if c.kind == "bench" and c.seed is None)
+    assert "seed" not in other.identity() and train[0].identity()["seed"] == 1
+
+
+def test_bench_cell_refuses_a_seed_out_of_range():
+    from bench.sweep.cells import BenchCell
+
+    with pytest.raises(ValueError, match="seed"):
+        BenchCell(id="b", pipeline="raw", data="p", seed=-1)
+    assert BenchCell(id="b", pipeline="raw", data="p", seed=0).seed == 0
 
 
 def test_matrix_dict_item_may_carry_a_label_for_the_id(tmp_path):

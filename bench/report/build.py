@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from bench import envinfo
+from bench import stats as S
 from bench.atomic import atomic_dir
 from bench.report import figures as F
 from bench.report import markdown as md
@@ -142,7 +143,8 @@ def _headline(doc: _Doc, x: ReportInputs) -> None:
     doc.add("## Headline")
     doc.add()
     doc.add("Medians; speedups with their 95% interval over processes (*no difference detected* when it "
-            "holds 1.0), test accuracy with its 95% Wilson interval; details, spreads and reasons for "
+            "holds 1.0), test accuracy of one trained model with its 95% Wilson interval (over training "
+            "seeds: the accuracy section); details, spreads and reasons for "
             "missing cells in the sections below. bytes/image: what the pipeline keeps per image (raw "
             "pixels, JPEG files, INR store). img/CPU-s (CPU runs): training images per CPU-second of the "
             "process tree, robust to other load on the machine.")
@@ -506,14 +508,33 @@ def _accuracy(doc: _Doc, x: ReportInputs) -> None:
     acc = acc.copy()
     acc["bytes_per_image"] = [_bytes_per_image(x, r["dataset"], r["pipeline"], store_of.get((r["dataset"], r["pipeline"])))
                               for _, r in acc.iterrows()]
+    per_seed = T.seed_accuracy(rows)
+    over = T.accuracy_over_seeds(per_seed)
+    seeds = T.run_seeds(rows)
+    by_seed = bool((over["seeds"] >= 2).any())  # the over-seeds columns, where any pipeline has 2 seeds
     doc.add("## Accuracy (test split, original pixels, evaluation transform)")
     doc.add()
-    doc.add("Mean accuracy over repeats, with the 95% Wilson interval of that share of one repeat's "
-            "test images (repeats score the same images from the same seed: pooled, each image would "
-            "count once per repeat). `vs raw` / `vs torch-jpeg`: exact McNemar test on the per-image "
-            "predictions of the first repeat, on the same test images; a pipeline is "
-            "called better or worse only when p < 0.05. It compares the trained models, not training "
-            "runs: seed-to-seed variation needs repeats.")
+    doc.add("Per trained model: the accuracy of one model per pipeline (the runs of the lowest training "
+            f"seed all of the dataset's pipelines have{', `seed`' if by_seed else ''}; the mean over its "
+            "repeats), with the 95% "
+            "Wilson interval of that share of one repeat's test images (repeats score the same images "
+            "from the same seed: pooled, each image would count once per repeat). `vs raw` / "
+            "`vs torch-jpeg`: exact McNemar test on the per-image predictions of the two pipelines' "
+            "models of the same seed (first run, first repeat), on the same test images; a pipeline is "
+            "called better or worse only when p < 0.05. These compare the trained models, not "
+            "training: another seed (data order, augmentation, initial weights) gives other models.")
+    doc.add()
+    if by_seed:
+        doc.add("Over seeds: each training seed counts once (its first run's first repeat; runs that "
+                "recorded no seed count as seed 0). `over seeds`: mean accuracy over the pipeline's "
+                "seeds with Student's t 95% interval. `vs raw (seeds)` / `vs torch-jpeg (seeds)`: mean "
+                "of the per-seed differences in percentage points over the seeds both pipelines have "
+                "(at seed k both saw the same data order, augmentation and initial weights), with the "
+                "paired t 95% interval: *no difference detected* when it holds 0. — : fewer than 2 "
+                "(common) seeds, no interval and no result.")
+    else:
+        doc.add("Every pipeline here trained from one seed: no interval over training randomness "
+                "(sweeps give each train cell its own `seed` for that; 2 or more per pipeline).")
     doc.add()
     out = []
     for ds, (pipes, modes) in T.combos(rows).items():
@@ -532,8 +553,15 @@ def _accuracy(doc: _Doc, x: ReportInputs) -> None:
                     if ref == p or ref_hit.empty:
                         r[f"vs {ref}"] = "—"
                         continue
-                    r[f"vs {ref}"] = T.fmt_mcnemar(T.mcnemar_vs(x.predictions, ds, p, ref))
+                    r[f"vs {ref}"] = T.fmt_mcnemar(T.mcnemar_vs(x.predictions, ds, p, ref, seeds))
                 r["repeats"] = int(h["repeats"])
+                if by_seed:
+                    r["seed"] = int(h["seed"])
+                    o = over[(over["dataset"] == ds) & (over["pipeline"] == p)]
+                    r["seeds"] = int(o.iloc[0]["seeds"]) if len(o) else 0
+                    r["over seeds % [95% CI]"] = T.fmt_over_seeds(o.iloc[0]) if len(o) else "—"
+                    for ref in T.ACC_REFERENCES:
+                        r[f"vs {ref} (seeds)"] = "—" if ref == p else S.fmt_diff(T.seed_diff(per_seed, ds, p, ref))
             else:
                 r["test accuracy % [95% CI]"] = T.status_of(rows, ds, p, "train")
             out.append(r)

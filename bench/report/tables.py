@@ -8,8 +8,15 @@ repeats, counts once; ratio of geometric means, Welch's 95% t interval on the lo
 repeats of one process share its machine and library state, so they are not independent samples.
 An interval that holds 1.0 reads "no difference detected"; with one process on a side there is no
 interval and no result (the sweeps run timing cells in interleaved processes). Sanity checks
-use the same ratio. Accuracy: Wilson interval of the correct share of one repeat's test images; pipelines compared by
-an exact McNemar test on their per-image predictions. Sanity checks (``sanity_checks``): a
+use the same ratio. Accuracy, per trained model: Wilson interval of the correct share of one
+repeat's test images, and an exact McNemar test between two pipelines' models of the same seed on
+their per-image predictions (how sure we are about these models). Accuracy over training
+randomness (``seed_accuracy``, ``accuracy_over_seeds``, ``seed_diff``): each training seed
+(``cfg.pipe.seed``; unrecorded: ``NO_SEED``) counts once, as its first run's first repeat; the
+mean over seeds with Student's t interval, and pipelines compared paired by seed (at seed k both
+saw the same permutation, augmentation and initial weights) with the paired t interval on the
+per-seed differences: an interval that holds 0 reads "no difference detected"; with fewer than 2
+(common) seeds there is no interval and no result. Sanity checks (``sanity_checks``): a
 pipeline whose train epochs are faster than ``raw``'s, or faster than its own replay epochs,
 beyond the interval, is a measurement problem: its train speedups are not shown as results.
 """
@@ -368,7 +375,7 @@ def compare_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 ACC_REFERENCES = ("raw", "torch-jpeg")  # accuracy is compared against the original pixels and the baseline
-ACC_COLUMNS = ["dataset", "pipeline", "k", "n", "acc", "lo", "hi", "repeats"]
+ACC_COLUMNS = ["dataset", "pipeline", "k", "n", "acc", "lo", "hi", "repeats", "seed"]
 
 
 OTHER_LOAD_WARN = 0.25  # cores busy outside the run, per repeat, above which the report warns
@@ -388,31 +395,75 @@ def other_load(rows: pd.DataFrame) -> pd.DataFrame:
     return out[out["repeats_over"] > 0][cols].reset_index(drop=True)
 
 
-def accuracy(rows: pd.DataFrame) -> pd.DataFrame:
-    """Train-mode test accuracy per dataset x pipeline: the mean over repeats (``test_acc`` weighted
-    by ``test_images``) as a share ``k`` of *one* repeat's ``n`` test images, with its Wilson
-    interval (``acc`` = k / n, so the table's share and its count agree): every repeat scores the same test images, and repeats share the training
-    seed, so pooling them would count each image several times and narrow the interval by
-    sqrt(repeats). Results without ``test_images`` keep the median accuracy and no interval (NaN)."""
+SEED = "cfg.pipe.seed"  # bench's --seed: shuffling, augmentation and model init
+NO_SEED = 0  # the seed of a run that did not record one (older results; bench's default)
+SEED_COLUMNS = ["dataset", "pipeline", "seed", "run_id", "acc"]
+OVER_SEEDS_COLUMNS = ["dataset", "pipeline", "seeds", "acc", "lo", "hi"]
+
+
+def run_seeds(rows: pd.DataFrame) -> dict[str, int]:
+    """run_id -> its training seed (``cfg.pipe.seed``); ``NO_SEED`` where a run recorded none."""
+    runs = pd.unique(rows["run_id"].dropna())
+    if SEED not in rows:
+        return {str(r): NO_SEED for r in runs}
+    s = pd.to_numeric(rows.groupby("run_id", sort=False)[SEED].first(), errors="coerce")
+    return {str(r): int(s[r]) if r in s.index and pd.notna(s[r]) else NO_SEED for r in runs}
+
+
+def _train_acc(rows: pd.DataFrame) -> pd.DataFrame:
+    """ok train-mode accuracy rows: dataset, pipeline, run_id, repeat, value, seed."""
     m = N.first_present(rows["metric"].dropna().unique(), N.ACCURACY)
     if m is None:
+        return pd.DataFrame(columns=["dataset", "pipeline", "run_id", "repeat", "value", "seed"])
+    ok = rows[(rows["status"] == "ok") & (rows["mode"] == "train") & (rows["metric"] == m)]
+    a = ok[["dataset", "pipeline", "run_id", "repeat", "value"]].copy()
+    a["seed"] = a["run_id"].map(run_seeds(rows)).astype("Int64")
+    return a
+
+
+def model_seeds(a: pd.DataFrame) -> dict[tuple[str, str], int]:
+    """(dataset, pipeline) -> the seed of the model the per-model columns show: the lowest seed every
+    trained pipeline of the dataset has (so Wilson intervals and McNemar tests speak of the same
+    seed's models), a pipeline's own lowest where it lacks that one. ``a``: ``_train_acc`` rows."""
+    out = {}
+    for ds, g in a.groupby("dataset"):
+        per_pipe = {p: set(int(s) for s in gp["seed"]) for p, gp in g.groupby("pipeline")}
+        common = set.intersection(*per_pipe.values())
+        for p, seeds in per_pipe.items():
+            out[(ds, p)] = min(common) if common else min(seeds)
+    return out
+
+
+def accuracy(rows: pd.DataFrame) -> pd.DataFrame:
+    """Train-mode test accuracy of *one* trained model per dataset x pipeline (the runs of its
+    ``model_seeds`` seed): the mean over those runs' repeats (``test_acc`` weighted by
+    ``test_images``) as a share ``k`` of *one* repeat's ``n`` test images, with its Wilson
+    interval (``acc`` = k / n, so the table's share and its count agree): every repeat scores the
+    same test images, and repeats share the training seed, so pooling them would count each image
+    several times and narrow the interval by sqrt(repeats). Other seeds' models are other samples
+    of training: ``accuracy_over_seeds``. Results without ``test_images`` keep the median accuracy
+    and no interval (NaN)."""
+    a = _train_acc(rows)
+    if a.empty:
         return pd.DataFrame(columns=ACC_COLUMNS)
     ok = rows[(rows["status"] == "ok") & (rows["mode"] == "train")]
-    a = ok[ok["metric"] == m][["dataset", "pipeline", "run_id", "repeat", "value"]]
     n = ok[ok["metric"].isin(N.TEST_IMAGES)][["run_id", "repeat", "value"]].rename(columns={"value": "n"})
     a = a.merge(n, on=["run_id", "repeat"], how="left")
+    seed_of = model_seeds(a)
     out = []
     for (ds, p), g in a.groupby(["dataset", "pipeline"]):
+        seed = seed_of[(ds, p)]
+        g = g[g["seed"] == seed]
         if g["n"].notna().all():
             acc = float((g["value"] * g["n"]).sum() / g["n"].sum())
             n1 = int(g["n"].min())
             k = int(round(acc * n1))
             iv = S.wilson(k, n1)
             out.append({"dataset": ds, "pipeline": p, "k": k, "n": n1, "acc": iv.value, "lo": iv.lo,
-                        "hi": iv.hi, "repeats": len(g)})
+                        "hi": iv.hi, "repeats": len(g), "seed": seed})
         else:
             out.append({"dataset": ds, "pipeline": p, "k": np.nan, "n": np.nan, "acc": g["value"].median(),
-                        "lo": np.nan, "hi": np.nan, "repeats": len(g)})
+                        "lo": np.nan, "hi": np.nan, "repeats": len(g), "seed": seed})
     return pd.DataFrame(out, columns=ACC_COLUMNS)
 
 
@@ -423,18 +474,77 @@ def fmt_accuracy(h) -> str:
     return f"{100 * h['acc']:.1f} [{100 * h['lo']:.1f}-{100 * h['hi']:.1f}]"
 
 
-def mcnemar_vs(predictions: pd.DataFrame | None, dataset: str, pipeline: str, reference: str) -> S.McNemar | None:
+def seed_accuracy(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per dataset x pipeline x training seed: the test accuracy of that seed's first run
+    (run ids sort by start time), first repeat. Repeats, and further runs of one seed, train the
+    same model (the same permutation, augmentation and initial weights), so each seed counts
+    once; a run without a recorded seed is seed ``NO_SEED``."""
+    a = _train_acc(rows)
+    if a.empty:
+        return pd.DataFrame(columns=SEED_COLUMNS)
+    a = a.sort_values(["run_id", "repeat"], kind="stable")
+    a = a.groupby(["dataset", "pipeline", "run_id"], sort=False).head(1)  # each run's first repeat
+    a = a.groupby(["dataset", "pipeline", "seed"], sort=True).head(1)  # each seed's first run
+    a = a.rename(columns={"value": "acc"}).sort_values(["dataset", "pipeline", "seed"])
+    return a[SEED_COLUMNS].reset_index(drop=True)
+
+
+def accuracy_over_seeds(per_seed: pd.DataFrame) -> pd.DataFrame:
+    """Per dataset x pipeline (``per_seed``: ``seed_accuracy``): the mean test accuracy over its
+    seeds with Student's t 95% interval (``bench.stats.mean_ci``), ``seeds`` = how many; with one
+    seed, NaN bounds (no interval)."""
+    out = []
+    for (ds, p), g in per_seed.groupby(["dataset", "pipeline"]):
+        iv = S.mean_ci(g["acc"].astype(float))
+        out.append({"dataset": ds, "pipeline": p, "seeds": len(g), "acc": iv.value, "lo": iv.lo, "hi": iv.hi})
+    return pd.DataFrame(out, columns=OVER_SEEDS_COLUMNS)
+
+
+def seed_diff(per_seed: pd.DataFrame, dataset: str, pipeline: str, reference: str) -> S.Interval:
+    """Accuracy of ``pipeline`` minus ``reference`` (shares), paired by training seed over the seeds
+    both have (at seed k both saw the same permutation, augmentation and initial weights): the
+    mean difference with the paired t interval (``bench.stats.paired_mean_diff_ci``); NaN
+    bounds with fewer than 2 common seeds (``n`` = common seeds)."""
+    d = per_seed[per_seed["dataset"] == dataset]
+    x = d[d["pipeline"] == pipeline].set_index("seed")["acc"]
+    y = d[d["pipeline"] == reference].set_index("seed")["acc"]
+    common = sorted(set(x.index) & set(y.index))
+    if not common:
+        return S.NAN
+    return S.paired_mean_diff_ci(x[common].astype(float), y[common].astype(float))
+
+
+def fmt_over_seeds(h) -> str:
+    """``91.2 [88.0-94.4]`` (%, t interval over seeds), or ``—`` with fewer than 2 seeds."""
+    iv = S.Interval(h["acc"], h["lo"], h["hi"])
+    if not iv.ok:
+        return "—"
+    return f"{100 * iv.value:.1f} [{100 * iv.lo:.1f}-{100 * iv.hi:.1f}]"
+
+
+def mcnemar_vs(predictions: pd.DataFrame | None, dataset: str, pipeline: str, reference: str,
+               seeds: dict[str, int] | None = None) -> S.McNemar | None:
     """Exact McNemar test of ``pipeline`` against ``reference`` on the same test images (paired by
-    image; each pipeline's first run, first repeat: repeats score the same images with a model
-    trained from the same seed, so pooling them would count each image once per repeat), or
-    ``None`` without predictions for both."""
+    image; one model each: the first run, first repeat: repeats score the same images with a
+    model trained from the same seed, so pooling them would count each image once per repeat), or
+    ``None`` without predictions for both. ``seeds`` (``run_seeds``: run_id -> seed): both models
+    come from the lowest training seed the two pipelines share (the first run at that seed),
+    where they share one."""
     if predictions is None or predictions.empty:
         return None
-    sel = []
+    sides = []
     for p in (pipeline, reference):
         d = predictions[(predictions["dataset"] == dataset) & (predictions["pipeline"] == p)]
         if d.empty:
             return None
+        sides.append(d)
+    if seeds is not None:
+        run_seed = [d["run_id"].astype(str).map(lambda r: seeds.get(r, NO_SEED)) for d in sides]
+        common = set(run_seed[0]) & set(run_seed[1])
+        if common:
+            sides = [d[rs == min(common)] for d, rs in zip(sides, run_seed, strict=True)]
+    sel = []
+    for d in sides:
         d = d[d["run_id"] == sorted(d["run_id"].unique())[0]]
         sel.append(d[d["repeat"] == d["repeat"].min()])
     m = sel[0].merge(sel[1], on="image", suffixes=("_a", "_b"))

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from bench.argtypes import SEED_MAX
+
 
 @dataclass(frozen=True)
 class Rendezvous:
@@ -400,7 +402,13 @@ class CompareCell(Cell):
 
 @dataclass(frozen=True)
 class BenchCell(DistributedCell):
-    """``inrbench bench --pipeline P --data DATA [--store S] --mode M ... --out CELL/results``."""
+    """``inrbench bench --pipeline P --data DATA [--store S] --mode M ... --out CELL/results``.
+
+    seed: ``--seed`` (shuffling, augmentation and model init; bench's default when unset). Train
+      cells at several seeds sample the training's randomness: the report's accuracy over seeds
+      pairs pipelines by seed (at seed k every pipeline trains from the same permutation,
+      augmentation and initial weights). Left out of the hash when unset.
+    """
 
     kind: ClassVar[str] = "bench"
     REF_FIELDS: ClassVar[tuple[str, ...]] = ("data", "store")
@@ -417,6 +425,7 @@ class BenchCell(DistributedCell):
     workers: int | None = None
     device: str | None = None
     backbone: str | None = None
+    seed: int | None = None
 
     def output(self, ctx: Context) -> Path:
         # a results folder of its own: the cell folder also holds the runner's logs
@@ -426,16 +435,24 @@ class BenchCell(DistributedCell):
         super().__post_init__()
         if self.mode not in self.MODES:
             raise ValueError(f"mode must be one of {'|'.join(self.MODES)}, got {self.mode!r}")
+        if self.seed is not None and not 0 <= self.seed <= SEED_MAX:
+            raise ValueError(f"seed must be an integer in 0..{SEED_MAX}, got {self.seed}")
 
     def argv(self, ctx: Context) -> list[str]:
         argv = ["bench", "--pipeline", self.pipeline, "--data", str(ctx.output(self.data))]
         if self.store is not None:
             argv += ["--store", str(ctx.output(self.store))]
         argv += ["--mode", self.mode]
-        for f in ("epochs", "warmup", "repeats", "batch_size", "workers", "device", "backbone"):
+        for f in ("epochs", "warmup", "repeats", "batch_size", "workers", "device", "backbone", "seed"):
             _opt(argv, f, getattr(self, f))
         argv += ["--out", str(self.output(ctx))]
         return argv + extra_argv(self.args)
+
+    def identity(self) -> dict[str, Any]:
+        d = super().identity()
+        if d["seed"] is None:  # left out at its default: cells without one keep the hash they had
+            del d["seed"]
+        return d
 
     def labels(self) -> dict[str, str]:
         return {"pipeline": self.pipeline, "dataset": "", "mode": self.mode}
