@@ -39,6 +39,7 @@ def test_without_cuda_exits_2_with_one_line_and_writes_nothing(tmp_path):
     assert not (tmp_path / "gc").exists()
 
 
+@pytest.mark.slow
 def test_cpu_plumbing_runs_the_selected_steps_and_reports_every_step(tmp_path):
     out = tmp_path / "gc"
     r = _script(str(out), "--cpu", "--steps", "setup,cpu-vs-device,sync-debug,bench-smoke", "--pipelines", "raw")

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 
 from bench.report.markdown import parse_tables
@@ -48,6 +49,7 @@ def _frozen_code(tmp_path: Path) -> Path:
     return code
 
 
+@pytest.mark.slow
 def test_tiny_synthetic_sweep_end_to_end(tmp_path):
     y = tmp_path / "tiny.yaml"
     y.write_text(yaml.safe_dump(SWEEP))
