@@ -527,7 +527,7 @@ def _accuracy(doc: _Doc, x: ReportInputs) -> None:
     if by_seed:
         doc.add("Over seeds: each training seed counts once (its first run's first repeat; runs that "
                 "recorded no seed count as seed 0). `over seeds`: mean accuracy over the pipeline's "
-                "seeds with Student's t 95% interval. `vs raw (seeds)` / `vs torch-jpeg (seeds)`: mean "
+                "seeds with Student's t 95% interval (clipped to 0-100). `vs raw (seeds)` / `vs torch-jpeg (seeds)`: mean "
                 "of the per-seed differences in percentage points over the seeds both pipelines have "
                 "(at seed k both saw the same data order, augmentation and initial weights), with the "
                 "paired t 95% interval: *no difference detected* when it holds 0. — : fewer than 2 "

@@ -515,11 +515,12 @@ def seed_diff(per_seed: pd.DataFrame, dataset: str, pipeline: str, reference: st
 
 
 def fmt_over_seeds(h) -> str:
-    """``91.2 [88.0-94.4]`` (%, t interval over seeds), or ``—`` with fewer than 2 seeds."""
+    """``91.2 [88.0-94.4]`` (%, t interval over seeds, clipped to 0-100: an accuracy cannot leave
+    it, while a t interval over 2-3 seeds near 100% does), or ``—`` with fewer than 2 seeds."""
     iv = S.Interval(h["acc"], h["lo"], h["hi"])
     if not iv.ok:
         return "—"
-    return f"{100 * iv.value:.1f} [{100 * iv.lo:.1f}-{100 * iv.hi:.1f}]"
+    return f"{100 * iv.value:.1f} [{100 * max(iv.lo, 0.0):.1f}-{100 * min(iv.hi, 1.0):.1f}]"
 
 
 def mcnemar_vs(predictions: pd.DataFrame | None, dataset: str, pipeline: str, reference: str,
