@@ -81,4 +81,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"prepared {ds.manifest['source']} -> {out}")
     print(f"  splits: {counts}; {ds.num_classes} classes; {size_text}; resize {ds.manifest['resize_policy']}")
     print(f"  size on disk: {nbytes / 1e6:.1f} MB; skipped: {skipped}; wall time: {wall:.1f} s")
+    oriented = ds.manifest.get("source_meta", {}).get("exif_orientation", {}).get("files", 0)
+    if oriented:
+        print(f"  note: {oriented:,} images carry an EXIF orientation (to be shown rotated or mirrored); their "
+              "pixels are stored as they lie in the file, not rotated, as torchvision's ImageFolder reads them "
+              "(listed in manifest.json, source_meta.exif_orientation)")
     return 0

@@ -16,6 +16,12 @@ user raw.
 
 Files are decoded chunk after chunk (``bench.datasets.resume``); within ``prepare`` each
 finished chunk is committed to the work folder, so an interrupted decode resumes there.
+
+EXIF orientation is *not* applied: pixels are stored as they lie in the file, as torchvision's
+``ImageFolder`` (PIL's ``Image.open``) and the published results on these datasets read them.
+Files whose EXIF says they should be displayed rotated or mirrored (orientation tag not 1) are
+counted and listed in the manifest (``orientation_meta``), so a tree of phone photos does not
+turn sideways unnoticed.
 """
 
 from __future__ import annotations
@@ -100,10 +106,14 @@ def read_image(
     return _read(path, size, policy, max_pixels, budget, max_side)[0]
 
 
+ORIENTATION_TAG = 0x0112  # EXIF Orientation: 1 = as stored; 2-8 = mirror and/or rotate to display
+
+
 def _read(
     path: Path, size: int | None, policy: str, max_pixels: int, budget: ByteBudget | None, max_side: int | None
-) -> tuple[np.ndarray, tuple[int, int]]:
-    """``read_image`` plus the file's own ``(H, W)`` (from its header)."""
+) -> tuple[np.ndarray, tuple[int, int], int]:
+    """``read_image`` plus the file's own ``(H, W)`` (from its header) and its EXIF orientation
+    (1 where it has none or an unreadable one; never applied)."""
     if not path.is_file():  # a dangling symlink, a folder or a FIFO named like an image: never opened
         raise InputError(_not_a_file(path), path)
     try:
@@ -113,15 +123,25 @@ def _read(
                 raise InputError(f"image is {w}x{h} ({w * h:,} pixels), over the --max-pixels limit {max_pixels:,}", path)
             with budget.hold(decode_bytes(w, h, img.mode)) if budget is not None else nullcontext():
                 img.load()  # decode fully now: a truncated file fails here, not later
+                orientation = _orientation(img)
                 if policy == NATIVE_POLICY:
-                    return native_image(img, max_side), (h, w)
-                return resize_image(img, size, policy), (h, w)
+                    return native_image(img, max_side), (h, w), orientation
+                return resize_image(img, size, policy), (h, w), orientation
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise InputError(f"refused as a decompression bomb ({_first_line(e)})", path) from None
     except MemoryError:
         raise InputError("out of memory decoding the image (lower --max-pixels or --workers)", path) from None
     except (OSError, SyntaxError, ValueError) as e:
         raise InputError(f"cannot read image ({_first_line(e)})", path) from None
+
+
+def _orientation(img: Image.Image) -> int:
+    """The EXIF orientation tag of an opened image; 1 (as stored) without one or when it is unreadable."""
+    try:
+        v = int(img.getexif().get(ORIENTATION_TAG, 1))
+    except Exception:  # a malformed EXIF block: the pixels decoded, the tag is just not known
+        return 1
+    return v if 1 <= v <= 8 else 1
 
 
 def _first_line(e: BaseException) -> str:
@@ -145,13 +165,15 @@ class Decoded(NamedTuple):
     images: uint8 ``[M, S, S, 3]`` of the readable files (policy ``native``: a list of M uint8
     ``[H_i, W_i, 3]``); kept: int64 ``[M]``, their indices into ``paths``; skipped: ``{"file",
     "error"}`` per unreadable file (empty unless ``on_error == "skip"``); downscaled: ``{"file",
-    "from": [H, W], "to": [H', W']}`` per kept image reduced by ``max_side`` (native only).
+    "from": [H, W], "to": [H', W']}`` per kept image reduced by ``max_side`` (native only);
+    oriented: indices into ``paths`` of kept files whose EXIF orientation is not 1 (not applied).
     """
 
     images: np.ndarray | list[np.ndarray]
     kept: np.ndarray
     skipped: list[dict[str, str]]
     downscaled: list[dict]
+    oriented: list[int]
 
 
 def decode_files(
@@ -188,7 +210,7 @@ def decode_files(
         progress(st.done(n))
     budget = ByteBudget(budget_bytes)
 
-    def read(p: Path) -> tuple[np.ndarray, tuple[int, int]]:
+    def read(p: Path) -> tuple[np.ndarray, tuple[int, int], int]:
         return _read(p, size, policy, max_pixels, budget, max_side)
 
     # one count for the whole prepare (every split in turn), so a stop can land in any split
@@ -208,8 +230,8 @@ def decode_files(
         images = list(st.images)
         downscaled = [{"file": str(paths[i]), "from": list(own), "to": list(im.shape[:2])}
                       for i, own, im in zip(st.kept, st.own, images, strict=True) if tuple(im.shape[:2]) != tuple(own)]
-        return Decoded(images, kept, st.skipped, downscaled)
-    return Decoded(st.images[: st.rows], kept, st.skipped, [])
+        return Decoded(images, kept, st.skipped, downscaled, list(st.oriented))
+    return Decoded(st.images[: st.rows], kept, st.skipped, [], list(st.oriented))
 
 
 def _decode_chunk(pool: ThreadPoolExecutor, paths: Sequence[Path], s: int, e: int, st: Decoding, read,
@@ -220,10 +242,11 @@ def _decode_chunk(pool: ThreadPoolExecutor, paths: Sequence[Path], s: int, e: in
     base = st.rows
     got: list = [None] * (e - s)
     own = np.zeros((e - s, 2), dtype=np.int64)  # each file's (H, W) from its header
+    orient = np.ones(e - s, dtype=np.int64)  # each file's EXIF orientation (1: as stored)
 
     def one(i: int) -> InputError | None:
         try:
-            im, own[i - s] = read(paths[i])
+            im, own[i - s], orient[i - s] = read(paths[i])
         except InputError as err:
             return err
         if native:
@@ -250,7 +273,8 @@ def _decode_chunk(pool: ThreadPoolExecutor, paths: Sequence[Path], s: int, e: in
             if j != i - s:
                 st.images[base + j] = st.images[base + i - s]
     return Chunk(s, e, kept, skipped, [own[i - s].tolist() for i in kept],
-                 [got[i - s] for i in kept] if native else None)
+                 [got[i - s] for i in kept] if native else None,
+                 oriented=[i for i in kept if orient[i - s] != 1])
 
 
 class _StopHook:
@@ -293,12 +317,13 @@ def allocate(shape: tuple[int, ...], scratch: Path | None) -> np.ndarray:
 
 
 class SplitRead(NamedTuple):
-    """What ``split_from_files`` returns: the split, the skipped files and (native) the downscaled ones
-    (as in ``Decoded``, ids relative to the root)."""
+    """What ``split_from_files`` returns: the split, the skipped files, (native) the downscaled ones
+    and the kept files with an EXIF orientation (as in ``Decoded``, ids relative to the root)."""
 
     split: SplitData
     skipped: list[dict[str, str]]
     downscaled: list[dict]
+    oriented: list[str]
 
 
 def split_from_files(
@@ -327,7 +352,19 @@ def split_from_files(
                      max_side=cfg.max_side, work=work)
     ids = [_rel(chosen[i], root) for i in d.kept]
     down = [{**r, "file": _rel(Path(r["file"]), root)} for r in d.downscaled]
-    return SplitRead(SplitData(images=d.images, labels=labels[sel][d.kept], ids=ids), d.skipped, down)
+    oriented = [_rel(chosen[i], root) for i in d.oriented]
+    return SplitRead(SplitData(images=d.images, labels=labels[sel][d.kept], ids=ids), d.skipped, down, oriented)
+
+
+ORIENTATION_EXAMPLES = 20  # files listed in the manifest (all are counted)
+
+
+def orientation_meta(oriented: list[str]) -> dict:
+    """Manifest ``source_meta`` field: how many kept files carry an EXIF orientation other than 1
+    (meant to be displayed rotated or mirrored), and the first few; the pixels are stored as they
+    lie in the file, not rotated (as torchvision's ``ImageFolder`` reads them)."""
+    return {"exif_orientation": {"applied": False, "files": len(oriented),
+                                 "examples": oriented[:ORIENTATION_EXAMPLES]}}
 
 
 def native_meta(cfg: PrepareConfig, downscaled: list[dict]) -> dict:

@@ -16,7 +16,8 @@ source files decodes only the rest. Layout::
     split<k>.chunk<c>.json    committed chunk c (written last, atomically: the commit): its
                               range [start, end) of the split's files, each file's [path relative
                               to --root, size, mtime_ns] (stat before decoding), the kept
-                              indices, the ``--on-error skip`` records; --size native: each kept
+                              indices, the ``--on-error skip`` records, the kept files with an
+                              EXIF orientation other than 1 (``oriented``); --size native: each kept
                               image's [H, W] and its file's own [H, W]
     split<k>.chunk<c>.npy     --size native only: the chunk's kept images, flat uint8
 
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from bench.datasets.config import PrepareConfig
 
 WORK_KIND = "prepare-work"
-WORK_SCHEMA = 1
+WORK_SCHEMA = 2  # 2: chunk records list the files with an EXIF orientation
 WORK_JSON = "work.json"
 CHUNK_IMAGES = 1024  # images per committed chunk (fewer for big sides: ``CHUNK_BYTES``)
 CHUNK_BYTES = 256 << 20  # pixels per chunk at most (a 4096 x 4096 prepare commits every 5 images)
@@ -82,7 +83,8 @@ class Chunk:
 
     kept: indices (into the split's files) of the readable ones; skipped: ``{"file", "error"}``
     per unreadable one; own: each kept file's own ``[H, W]``; images: (native) the kept uint8
-    ``[H_i, W_i, 3]`` (fixed sizes live in ``Decoding.images``); files: the fingerprint of its files.
+    ``[H_i, W_i, 3]`` (fixed sizes live in ``Decoding.images``); files: the fingerprint of its files;
+    oriented: indices of kept files with an EXIF orientation other than 1 (recorded, not applied).
     """
 
     start: int
@@ -92,6 +94,7 @@ class Chunk:
     own: list[list[int]]
     images: list[np.ndarray] | None = None
     files: list | None = None
+    oriented: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -109,12 +112,14 @@ class Decoding:
     kept: list[int] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
     own: list[list[int]] = field(default_factory=list)
+    oriented: list[int] = field(default_factory=list)
 
     def add(self, ch: Chunk) -> None:
         """Account for a chunk whose fixed-size images are already in rows ``rows ..``."""
         self.kept += ch.kept
         self.skipped += ch.skipped
         self.own += ch.own
+        self.oriented += ch.oriented
         if isinstance(self.images, list):
             self.images += ch.images or []
         self.rows += len(ch.kept)
@@ -288,7 +293,7 @@ class SplitWork:
                                  "size or mtime changed since); delete it to start over, or restore the file to "
                                  "resume", self.work.folder)
             st.add(Chunk(s, e, r["kept"], r["skipped"], r.get("own", []),
-                         self._native_images(c, r) if shape is None else None))
+                         self._native_images(c, r) if shape is None else None, oriented=r["oriented"]))
         for stale in self.work.folder.glob(f"split{self.index}.chunk*"):  # past the restored prefix: redone
             if int(stale.name.split(".")[1].removeprefix("chunk")) >= len(chunks):
                 stale.unlink()
@@ -347,7 +352,7 @@ class SplitWork:
     def commit(self, c: int, ch: Chunk, st: Decoding) -> None:
         """Make chunk ``c`` (already added to ``st``) durable: its pixels first, then its record."""
         rec: dict[str, Any] = {"start": ch.start, "end": ch.end, "files": ch.files, "kept": ch.kept,
-                               "skipped": ch.skipped}
+                               "skipped": ch.skipped, "oriented": ch.oriented}
         if isinstance(st.images, list):
             ims = ch.images or []
             rec.update(own=ch.own, sizes=[list(im.shape[:2]) for im in ims])
