@@ -54,6 +54,7 @@ WORK_KIND = "meta-init-work"
 WORK_SCHEMA = 1
 WORK_JSON = "work.json"
 CHECKPOINT_EVERY_S = 30.0
+STATE_KEYS = frozenset({"step", "theta", "numpy", "torch", "cuda", "seconds"})  # what a resume reads from a state
 TARGET = "validation_random.pt"
 
 
@@ -164,7 +165,8 @@ class MetaWork(NoCheckpoints):
 
     def state(self, j: int) -> dict | None:
         self._last = time.monotonic()  # a candidate (re)starts: the next checkpoint is every_s from now
-        return self._load(self._path(j, "state.pt"))
+        d = self._load(self._path(j, "state.pt"))
+        return d if d is not None and STATE_KEYS <= set(d) else None  # incomplete: the candidate restarts
 
     def step_done(self, j: int, step: int, state: Callable[[], dict]) -> None:
         if time.monotonic() - self._last >= self.every_s:
@@ -172,7 +174,8 @@ class MetaWork(NoCheckpoints):
         _injected_failure(f"{j + 1}:{step}")
 
     def target(self) -> dict | None:
-        return self._load(self.folder / TARGET)
+        d = self._load(self.folder / TARGET)
+        return d if d is not None and {"curve", "seconds"} <= set(d) else None
 
     def save_target(self, curve: np.ndarray, seconds: float) -> None:
         self._save(self.folder / TARGET, {"curve": torch.from_numpy(np.ascontiguousarray(curve)), "seconds": seconds})
@@ -192,12 +195,12 @@ class MetaWork(NoCheckpoints):
         """Where a rerun picks up (``candidate 2 of 4 at outer step 150 of 300``), or None: nothing kept yet."""
         if not [p for p in self.folder.iterdir() if p.name != WORK_JSON]:
             return None
-        for j in range(candidates):
-            if not self._path(j, "trained.pt").is_file():
+        for j in range(candidates):  # what loads, as the run will load it (a damaged file is redone)
+            if self.trained(j) is None:
                 st = self.state(j)
                 step = int(st["step"]) if st is not None else 0
                 return f"candidate {j + 1} of {candidates} at outer step {step} of {outer_steps}"
-            if candidates > 1 and not self._path(j, "validation.json").is_file():
+            if candidates > 1 and self.validated(j) is None:
                 return f"candidate {j + 1} of {candidates} at its validation fit"
         return f"candidate {candidates} of {candidates}, all trained" + (" and validated" if candidates > 1 else "")
 

@@ -218,3 +218,24 @@ def test_a_work_folder_killed_before_its_first_work_json_is_still_new(data, tmp_
     rc, _, err = run_cli(capsys, "meta-init", data, *TINY, "--out", out)
     assert rc == 0, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["init.pt"]
+
+
+def test_damaged_checkpoints_are_redone_and_the_resume_line_says_so(data, tmp_path, tmp_path_factory, capsys,
+                                                                    monkeypatch, every_step):
+    """A truncated finished candidate and a state without its generator keys (a damaged disk, a
+    hand-edited file): the resume line names the candidate that is really redone, nothing raises,
+    and the weights are still the uninterrupted run's."""
+    ref = _reference(data, tmp_path_factory, capsys, 2)
+    out = tmp_path / "init.pt"
+    argv = ("meta-init", data, *TINY, "--candidates", 2, "--out", out)
+    monkeypatch.setenv("INRBENCH_TEST_META_KILL", "2:2")
+    assert run_cli(capsys, *argv)[0] == 130
+    monkeypatch.delenv("INRBENCH_TEST_META_KILL")
+    work = work_path(out)
+    trained = work / "candidate_0.trained.pt"
+    trained.write_bytes(trained.read_bytes()[:40])  # truncated
+    torch.save({"step": 2, "theta": []}, work / "candidate_1.state.pt")  # keys missing
+    rc, stdout, err = run_cli(capsys, *argv)
+    assert rc == 0, err
+    assert stdout.splitlines()[0] == f"meta-init: resuming candidate 1 of 2 at outer step 0 of 4 (work folder {work})"
+    assert _same(out, ref)
