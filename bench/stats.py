@@ -204,14 +204,16 @@ def paired_diff_ci(x: Sequence[float], y: Sequence[float], seed: int = SEED,
 
 
 def _t_interval(d: np.ndarray, confidence: float) -> Interval:
-    """Mean of ``d`` with the one-sample t interval; the point without spread, no interval below 2."""
+    """Mean of ``d`` with the one-sample t interval; no interval below 2 units, nor without spread:
+    2-3 equal units (likely for accuracies, which move in steps of one test image) are no evidence
+    that the spread is 0, and a zero-width interval would read as certainty."""
     from scipy import stats
 
     value = float(d.mean())
     if d.size < 2:
         return Interval(value, math.nan, math.nan, int(d.size))
-    if np.ptp(d) == 0:  # no spread at all: the t interval shrinks to the point
-        return Interval(value, value, value, int(d.size))
+    if np.ptp(d) <= 1e-9 * max(1.0, float(np.abs(d).max())):  # no spread (up to float rounding): a point
+        return Interval(value, math.nan, math.nan, int(d.size))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # near-identical values: scipy warns, the interval stands
         ci = stats.ttest_1samp(d, 0.0).confidence_interval(confidence)
@@ -221,7 +223,7 @@ def _t_interval(d: np.ndarray, confidence: float) -> Interval:
 def mean_ci(x: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
     """Mean of a few independent units (e.g. one accuracy per training seed) with Student's t
     interval (``scipy.stats.ttest_1samp(x).confidence_interval()``). Non-finite values are dropped;
-    one unit: the value, no interval; no spread: the point as its interval."""
+    one unit, or no spread: the value, no interval (``n`` says how many units)."""
     a = _clean(x)
     if a.size == 0:
         return NAN
@@ -232,7 +234,7 @@ def paired_mean_diff_ci(x: Sequence[float], y: Sequence[float], confidence: floa
     """Mean of ``x - y`` over a few paired units (e.g. two pipelines' accuracies at the same training
     seeds) with the paired t interval (``scipy.stats.ttest_rel(x, y).confidence_interval()``): the
     units, not items within them, are the samples. Pairs with a non-finite side are dropped; one
-    pair: the value, no interval; a constant difference: the point as its interval."""
+    pair, or a constant difference: the value, no interval (``n`` says how many pairs)."""
     a, b = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
     if a.shape != b.shape:
         raise ValueError(f"paired samples differ in length: {a.size} vs {b.size}")
@@ -267,9 +269,12 @@ def fmt_ratio(iv: Interval) -> str:
 
 
 def fmt_diff(iv: Interval, scale: float = 100.0, unit: str = "points") -> str:
-    """``-1.2 points [-3.0-0.6]``, or ``no difference detected [-3.0-0.6]`` when the interval holds 0
-    (values times ``scale``: a difference of shares in percentage points)."""
+    """``-1.2 points [-3.0, -0.1]``, or ``no difference detected [-3.0, 0.6]`` when the interval
+    holds 0 (values times ``scale``: a difference of shares in percentage points); ``n`` >= 2
+    units without an interval (no spread): the value, said to be no result; fewer: ``—``."""
     if not iv.ok:
+        if iv.n >= 2 and math.isfinite(iv.value):
+            return f"{scale * iv.value:+.1f} {unit}, the same in all {iv.n} (no spread: no interval, not a result)"
         return "—"
-    span = f"[{scale * iv.lo:.1f}-{scale * iv.hi:.1f}]"
+    span = f"[{scale * iv.lo:.1f}, {scale * iv.hi:.1f}]"
     return f"{scale * iv.value:+.1f} {unit} {span}" if iv.excludes(0.0) else f"{NO_DIFFERENCE} {span}"

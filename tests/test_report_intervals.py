@@ -36,9 +36,11 @@ def _run(out, pipeline: str, mode: str, epochs: list[list[float]], correct: np.n
 
 
 def _one_run(out, run_id: str, pipeline: str, mode: str, epochs: list[list[float]], correct: np.ndarray | None,
-             code: str, seed: int | None = None) -> None:
+             code: str, seed: int | None = None, schedule: tuple[int, int] | None = None) -> None:
+    """schedule: (warm-up, measured) epochs recorded as the run's ``cfg.warmup`` / ``cfg.epochs``."""
     pipe = {"device": "cpu"} if seed is None else {"device": "cpu", "seed": seed}
-    rows = R.RunRows(run_id, pipeline, "syn", mode, {"pipe": pipe})
+    cfg = {"pipe": pipe} if schedule is None else {"pipe": pipe, "warmup": schedule[0], "epochs": schedule[1]}
+    rows = R.RunRows(run_id, pipeline, "syn", mode, cfg)
     for r, times in enumerate(epochs):
         for e, t in enumerate(times):
             rows.add("epoch_s", t, "s", repeat=r, epoch=e + 1)
@@ -475,7 +477,7 @@ def test_accuracy_over_seeds_matches_scipy(seed_folder):
         ci = stats.ttest_rel(x, y).confidence_interval()
         iv = T.seed_diff(per_seed, "syn", "dali", ref)
         assert iv.value == pytest.approx((x - y).mean()) and (iv.lo, iv.hi) == pytest.approx((ci.low, ci.high))
-        span = f"[{_pct(ci.low)}-{_pct(ci.high)}]"
+        span = f"[{_pct(ci.low)}, {_pct(ci.high)}]"
         want = (f"{100 * (x - y).mean():+.1f} points {span}" if ci.low > 0 or ci.high < 0
                 else f"{S.NO_DIFFERENCE} {span}")
         assert acc.loc["dali", f"vs {ref} (seeds)"] == want
@@ -484,11 +486,13 @@ def test_accuracy_over_seeds_matches_scipy(seed_folder):
 def test_seed_differences_detected_or_not(seed_folder):
     _, _, text = seed_folder
     acc = parse_tables(text)[ACC_SECTION][0].set_index("pipeline")
-    # a constant 10 points at every seed: detected, the interval is the point
-    assert acc.loc["torch-jpeg", "vs raw (seeds)"] == "-10.0 points [-10.0--10.0]"
-    assert acc.loc["raw", "vs torch-jpeg (seeds)"] == "+10.0 points [10.0-10.0]"
-    # the same accuracy at every seed: no difference
-    assert acc.loc["inr", "vs raw (seeds)"] == f"{S.NO_DIFFERENCE} [0.0-0.0]"
+    # a constant 10 points at every seed: three alike are no proof of zero spread: said, no result
+    assert acc.loc["torch-jpeg", "vs raw (seeds)"] == "-10.0 points, the same in all 3 (no spread: no interval, not a result)"
+    assert acc.loc["raw", "vs torch-jpeg (seeds)"] == "+10.0 points, the same in all 3 (no spread: no interval, not a result)"
+    # the same accuracy at every seed: the same, said so, no interval
+    assert acc.loc["inr", "vs raw (seeds)"] == "+0.0 points, the same in all 3 (no spread: no interval, not a result)"
+    # a difference that varies by seed is detected where its interval excludes 0
+    assert acc.loc["dali", "vs raw (seeds)"].startswith(S.NO_DIFFERENCE)
     assert acc.loc["raw", "vs raw (seeds)"] == "—"
     # one seed: no mean over seeds, no paired comparison; the per-model columns stay
     assert acc.loc["torch-nvjpeg", "over seeds % [95% CI]"] == "—"
@@ -498,13 +502,13 @@ def test_seed_differences_detected_or_not(seed_folder):
 
 
 def test_per_model_columns_are_one_seeds_models(seed_folder):
-    """Wilson and McNemar speak of the models of one seed (the lowest every pipeline has: 1), not
-    of a pool of seeds: raw's two seed-1 runs (90% and 50%) are its per-model accuracy's runs."""
+    """Wilson and McNemar speak of one model per pipeline: the first run of the lowest seed every
+    pipeline has (1), not a pool: raw's two seed-1 runs (90%, then 50%): its first, 36/40."""
     _, _, text = seed_folder
     acc = parse_tables(text)[ACC_SECTION][0].set_index("pipeline")
     assert set(acc["seed"].astype(int)) == {1}
     assert acc.loc["torch-jpeg", "correct"] == "32/40" and int(acc.loc["torch-jpeg", "repeats"]) == 1
-    assert acc.loc["raw", "correct"] == "28/40" and int(acc.loc["raw", "repeats"]) == 2  # (36 + 20) / 2
+    assert acc.loc["raw", "correct"] == "36/40" and int(acc.loc["raw", "repeats"]) == 1
     # McNemar of seed 1's first runs: raw 36/40 vs torch-jpeg 32/40, 4 images only raw gets right
     assert acc.loc["torch-jpeg", "vs raw"] == f"{S.NO_DIFFERENCE} (p={2 / 2**4:.2g})"
 
@@ -530,3 +534,37 @@ def test_accuracy_of_one_seed_shows_no_seed_columns(folder):
     per_seed = T.seed_accuracy(R.read_results(out))
     assert set(per_seed["seed"]) == {0} and per_seed.groupby("pipeline").size().eq(1).all()
     assert not T.seed_diff(per_seed, "syn", "inr", "raw").ok
+
+
+def test_mcnemar_compares_the_models_the_row_shows(tmp_path):
+    """inr failed at seed 1, so the per-model columns show seed 2 for every pipeline; McNemar must
+    compare those seed-2 models (alike: no difference), not the seed-1 ones raw and torch-jpeg
+    share (40/40 against 20/40, which would read 'worse')."""
+    rng = np.random.default_rng(5)
+    out = tmp_path / "results"
+    acc = {("raw", 1): 1.0, ("torch-jpeg", 1): 0.5, ("raw", 2): 0.9, ("torch-jpeg", 2): 0.9, ("inr", 2): 0.9}
+    for (p, seed), a in acc.items():
+        _one_run(out, f"2024T00{seed}-{p}-train", p, "train", _noisy(rng, 1.0)[:1], _correct(a), "A", seed=seed)
+    build_report(out, tmp_path / "rep")
+    t = parse_tables((tmp_path / "rep" / "README.md").read_text())[ACC_SECTION][0].set_index("pipeline")
+    assert set(t["seed"].astype(int)) == {2}
+    assert t.loc["torch-jpeg", "correct"] == "36/40" and t.loc["torch-jpeg", "vs raw"] == f"{S.NO_DIFFERENCE} (p=1)"
+
+
+def test_models_of_another_schedule_stay_out_of_the_accuracy_table(tmp_path):
+    """raw trained once for 1+2 epochs (seed 1) and at seeds 1-2 for 1+29: the short run is no sample
+    of the 30-epoch accuracy; it is left out, and the section says so."""
+    rng = np.random.default_rng(6)
+    out = tmp_path / "results"
+    _one_run(out, "2024T000-raw-train", "raw", "train", _noisy(rng, 1.0)[:1], _correct(0.5), "A", seed=1,
+             schedule=(1, 2))
+    for seed, a in ((1, 0.9), (2, 0.875)):
+        for p in ("raw", "torch-jpeg"):
+            _one_run(out, f"2024T00{seed}-{p}-long", p, "train", _noisy(rng, 1.0)[:1], _correct(a), "A",
+                     seed=seed, schedule=(1, 29))
+    build_report(out, tmp_path / "rep")
+    text = (tmp_path / "rep" / "README.md").read_text()
+    t = parse_tables(text)[ACC_SECTION][0].set_index("pipeline")
+    assert t.loc["raw", "correct"] == "36/40" and t.loc["raw", "vs torch-jpeg"] == f"{S.NO_DIFFERENCE} (p=1)"
+    assert t.loc["raw", "over seeds % [95% CI]"].startswith("88.8 [")  # (90 + 87.5) / 2, the short run out
+    assert "train runs of another schedule are left out of this table (1 run of 1+2 epochs)" in text

@@ -154,7 +154,8 @@ def test_mean_ci_is_students_t_interval():
     assert iv.value == pytest.approx(0.825) and (iv.lo, iv.hi) == pytest.approx((ci.low, ci.high)) and iv.n == 3
     one = S.mean_ci([0.8, float("nan")])  # one unit: the value, no interval
     assert one.value == 0.8 and not one.ok and one.n == 1
-    assert S.mean_ci([0.7, 0.7]) == S.Interval(0.7, 0.7, 0.7, 2)  # no spread: the point
+    flat = S.mean_ci([0.7, 0.7])  # no spread: no interval (two equal accuracies prove no zero spread)
+    assert flat.value == 0.7 and not flat.ok and flat.n == 2
     assert not S.mean_ci([]).ok
 
 
@@ -172,15 +173,16 @@ def test_paired_mean_diff_ci_is_the_paired_t_interval():
         assert (iv.lo, iv.hi) == pytest.approx((ci.low, ci.high))
         hits += iv.lo <= 0.02 <= iv.hi
     assert COVERAGE_BAND[0] <= hits / TRIALS <= COVERAGE_BAND[1], hits
-    const = S.paired_mean_diff_ci([0.9, 0.8, 0.7], [0.8, 0.7, 0.6])  # a constant difference: the point
-    assert const.value == pytest.approx(0.1) and const.hi - const.lo < 1e-9 and const.excludes(0.0)
+    const = S.paired_mean_diff_ci([0.9, 0.8, 0.7], [0.8, 0.7, 0.6])  # a constant difference: no interval
+    assert const.value == pytest.approx(0.1) and not const.ok and const.n == 3 and not const.excludes(0.0)
     assert not S.paired_mean_diff_ci([0.9], [0.8]).ok  # one pair: no interval
     with pytest.raises(ValueError, match="differ in length"):
         S.paired_mean_diff_ci([1.0, 2.0], [1.0])
 
 
 def test_fmt_diff_in_points():
-    assert S.fmt_diff(S.Interval(-0.012, -0.03, 0.006)) == f"{S.NO_DIFFERENCE} [-3.0-0.6]"
-    assert S.fmt_diff(S.Interval(-0.012, -0.03, -0.001)) == "-1.2 points [-3.0--0.1]"
-    assert S.fmt_diff(S.Interval(0.1, 0.1, 0.1)) == "+10.0 points [10.0-10.0]"
-    assert S.fmt_diff(S.Interval(0.1, math.nan, math.nan)) == "—"
+    assert S.fmt_diff(S.Interval(-0.012, -0.03, 0.006)) == f"{S.NO_DIFFERENCE} [-3.0, 0.6]"
+    assert S.fmt_diff(S.Interval(-0.012, -0.03, -0.001)) == "-1.2 points [-3.0, -0.1]"
+    assert S.fmt_diff(S.Interval(0.1, math.nan, math.nan)) == "—"  # one unit
+    assert (S.fmt_diff(S.Interval(0.1, math.nan, math.nan, 3))  # three alike: said, not a result
+            == "+10.0 points, the same in all 3 (no spread: no interval, not a result)")

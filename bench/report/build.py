@@ -94,9 +94,10 @@ def _write(doc: _Doc, x: ReportInputs) -> None:
             "over all its repeats, counts once: ratio of geometric means with Welch's 95% t interval on "
             "the logs, `1.21x [0.97-1.48]`; epochs and repeats of one process share its state and are "
             "not independent): an interval that holds 1.0 reads *no difference detected*, and one "
-            "process gives no interval and no result. Accuracies carry a 95% Wilson interval over one repeat's test images, "
-            "and two pipelines' accuracies are compared by an exact McNemar test on the same test "
-            "images. Orderings that cannot be true (a pipeline training faster than `raw` or than its "
+            "process gives no interval and no result. A trained model's accuracy carries a 95% Wilson "
+            "interval over its test images, and two pipelines' models are compared by an exact McNemar "
+            "test on the same test images; where pipelines trained from several seeds, the accuracy "
+            "over seeds carries Student's t interval and pipelines are compared paired by seed. Orderings that cannot be true (a pipeline training faster than `raw` or than its "
             "own replay, beyond the interval) are flagged under *Sanity checks* instead of being "
             "reported. Cells without a measurement show their "
             "status (`skip`/`error`) and reason; they are never counted as zeros.")
@@ -335,7 +336,7 @@ def _speedup(doc: _Doc, rows: pd.DataFrame) -> None:
             "epoch (one process, all its repeats), with Welch's 95% t interval on their logs; *no "
             "difference detected*: the interval holds 1.0; with one process on a side, the ratio alone, "
             "not a result (run a pipeline in two or more processes: `bench` again with the same "
-            "`--out`, or a sweep's `process:` matrix). Error bars in the figures are those intervals; faded hatched bars "
+            "`--out`, or a sweep's `process:` or `seed:` matrix). Error bars in the figures are those intervals; faded hatched bars "
             "are differences the intervals do not support; train speedups that failed a sanity check "
             "are left out.")
     doc.add()
@@ -510,7 +511,6 @@ def _accuracy(doc: _Doc, x: ReportInputs) -> None:
                               for _, r in acc.iterrows()]
     per_seed = T.seed_accuracy(rows)
     over = T.accuracy_over_seeds(per_seed)
-    seeds = T.run_seeds(rows)
     by_seed = bool((over["seeds"] >= 2).any())  # the over-seeds columns, where any pipeline has 2 seeds
     doc.add("## Accuracy (test split, original pixels, evaluation transform)")
     doc.add()
@@ -524,12 +524,18 @@ def _accuracy(doc: _Doc, x: ReportInputs) -> None:
             "called better or worse only when p < 0.05. These compare the trained models, not "
             "training: another seed (data order, augmentation, initial weights) gives other models.")
     doc.add()
+    for ds, left in T.dropped_schedules(rows).items():
+        what = ", ".join(f"{n} run{'s' if n > 1 else ''} of {sc}" for sc, n in left.items())
+        doc.add(f"**{ds}: train runs of another schedule are left out of this table ({what}):** models "
+                "trained for other numbers of epochs are not samples of one accuracy.")
+        doc.add()
     if by_seed:
         doc.add("Over seeds: each training seed counts once (its first run's first repeat; runs that "
                 "recorded no seed count as seed 0). `over seeds`: mean accuracy over the pipeline's "
                 "seeds with Student's t 95% interval (clipped to 0-100). `vs raw (seeds)` / `vs torch-jpeg (seeds)`: mean "
                 "of the per-seed differences in percentage points over the seeds both pipelines have "
-                "(at seed k both saw the same data order, augmentation and initial weights), with the "
+                "(at seed k both start from the same initial weights and, DALI aside, see the same data "
+                "order), with the "
                 "paired t 95% interval: *no difference detected* when it holds 0. — : fewer than 2 "
                 "(common) seeds, no interval and no result.")
     else:
@@ -552,8 +558,11 @@ def _accuracy(doc: _Doc, x: ReportInputs) -> None:
                     ref_hit = acc[(acc["dataset"] == ds) & (acc["pipeline"] == ref)]
                     if ref == p or ref_hit.empty:
                         r[f"vs {ref}"] = "—"
-                        continue
-                    r[f"vs {ref}"] = T.fmt_mcnemar(T.mcnemar_vs(x.predictions, ds, p, ref, seeds))
+                    elif int(ref_hit.iloc[0]["seed"]) != int(h["seed"]):  # the shown models: one seed or none
+                        r[f"vs {ref}"] = "— (models of different seeds)"
+                    else:
+                        r[f"vs {ref}"] = T.fmt_mcnemar(T.mcnemar_runs(x.predictions, h["run_id"],
+                                                                      ref_hit.iloc[0]["run_id"]))
                 r["repeats"] = int(h["repeats"])
                 if by_seed:
                     r["seed"] = int(h["seed"])

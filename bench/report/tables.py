@@ -14,7 +14,8 @@ their per-image predictions (how sure we are about these models). Accuracy over 
 randomness (``seed_accuracy``, ``accuracy_over_seeds``, ``seed_diff``): each training seed
 (``cfg.pipe.seed``; unrecorded: ``NO_SEED``) counts once, as its first run's first repeat; the
 mean over seeds with Student's t interval, and pipelines compared paired by seed (at seed k both
-saw the same permutation, augmentation and initial weights) with the paired t interval on the
+start from the same initial weights and, DALI aside, see the same data order; each draws its
+augmentation from the same distribution with its own generator) with the paired t interval on the
 per-seed differences: an interval that holds 0 reads "no difference detected"; with fewer than 2
 (common) seeds there is no interval and no result. Sanity checks (``sanity_checks``): a
 pipeline whose train epochs are faster than ``raw``'s, or faster than its own replay epochs,
@@ -375,7 +376,7 @@ def compare_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 ACC_REFERENCES = ("raw", "torch-jpeg")  # accuracy is compared against the original pixels and the baseline
-ACC_COLUMNS = ["dataset", "pipeline", "k", "n", "acc", "lo", "hi", "repeats", "seed"]
+ACC_COLUMNS = ["dataset", "pipeline", "k", "n", "acc", "lo", "hi", "repeats", "seed", "run_id"]
 
 
 OTHER_LOAD_WARN = 0.25  # cores busy outside the run, per repeat, above which the report warns
@@ -418,7 +419,57 @@ def _train_acc(rows: pd.DataFrame) -> pd.DataFrame:
     ok = rows[(rows["status"] == "ok") & (rows["mode"] == "train") & (rows["metric"] == m)]
     a = ok[["dataset", "pipeline", "run_id", "repeat", "value"]].copy()
     a["seed"] = a["run_id"].map(run_seeds(rows)).astype("Int64")
-    return a
+    return _one_schedule(a, rows)
+
+
+SCHEDULE = ("cfg.warmup", "cfg.epochs")  # a train run's length: not a timing setting, but accuracy's
+
+
+def schedules(rows: pd.DataFrame) -> dict[str, str]:
+    """run_id -> its training schedule, ``"W+E epochs"`` (warm-up + measured); ``""`` where not recorded."""
+    cols = [c for c in SCHEDULE if c in rows]
+    if len(cols) < len(SCHEDULE):
+        return {}
+    first = rows.groupby("run_id", sort=False)[cols].first()
+    return {str(r): (f"{int(w)}+{int(e)} epochs" if pd.notna(w) and pd.notna(e) else "")
+            for r, (w, e) in first.iterrows()}
+
+
+def _one_schedule(a: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """``a`` (accuracy rows) with, per dataset, only the runs of one training schedule: models trained
+    for different numbers of epochs are not samples of one accuracy. The kept schedule is the one most
+    runs used (ties: the longest); ``dropped_schedules`` says what was left out."""
+    sched = schedules(rows)
+    if not sched or a.empty:
+        return a
+    a = a.assign(schedule=a["run_id"].astype(str).map(sched).fillna(""))
+    keep = []
+    for _, g in a.groupby("dataset"):
+        runs = g.drop_duplicates("run_id")["schedule"].value_counts()
+        if len(runs) > 1:
+            def length(sc: str) -> int:
+                return sum(int(v) for v in sc.split()[0].split("+")) if sc else 0
+            best = max(runs.index, key=lambda sc: (runs[sc], length(sc)))
+            g = g[g["schedule"] == best]
+        keep.append(g)
+    return pd.concat(keep).drop(columns="schedule")
+
+
+def dropped_schedules(rows: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """dataset -> {schedule: train runs} of the schedules ``_one_schedule`` leaves out of the accuracy
+    tables (empty when every train run of a dataset had one schedule)."""
+    m = N.first_present(rows["metric"].dropna().unique(), N.ACCURACY)
+    if m is None:
+        return {}
+    ok = rows[(rows["status"] == "ok") & (rows["mode"] == "train") & (rows["metric"] == m)]
+    sched = schedules(rows)
+    kept = set(_train_acc(rows)["run_id"].astype(str))
+    out: dict[str, dict[str, int]] = {}
+    for ds, g in ok.drop_duplicates("run_id").groupby("dataset"):
+        left = [sched.get(str(r), "") for r in g["run_id"].astype(str) if str(r) not in kept]
+        if left:
+            out[str(ds)] = {sc or "unrecorded": left.count(sc) for sc in dict.fromkeys(left)}
+    return out
 
 
 def model_seeds(a: pd.DataFrame) -> dict[tuple[str, str], int]:
@@ -435,9 +486,9 @@ def model_seeds(a: pd.DataFrame) -> dict[tuple[str, str], int]:
 
 
 def accuracy(rows: pd.DataFrame) -> pd.DataFrame:
-    """Train-mode test accuracy of *one* trained model per dataset x pipeline (the runs of its
-    ``model_seeds`` seed): the mean over those runs' repeats (``test_acc`` weighted by
-    ``test_images``) as a share ``k`` of *one* repeat's ``n`` test images, with its Wilson
+    """Train-mode test accuracy of *one* trained model per dataset x pipeline (the first run of its
+    ``model_seeds`` seed, ``run_id``: the model McNemar compares too): the mean over that run's repeats
+    (``test_acc`` weighted by ``test_images``) as a share ``k`` of *one* repeat's ``n`` test images, with its Wilson
     interval (``acc`` = k / n, so the table's share and its count agree): every repeat scores the
     same test images, and repeats share the training seed, so pooling them would count each image
     several times and narrow the interval by sqrt(repeats). Other seeds' models are other samples
@@ -454,16 +505,18 @@ def accuracy(rows: pd.DataFrame) -> pd.DataFrame:
     for (ds, p), g in a.groupby(["dataset", "pipeline"]):
         seed = seed_of[(ds, p)]
         g = g[g["seed"] == seed]
+        run = sorted(g["run_id"].astype(str).unique())[0]  # run ids sort by start time
+        g = g[g["run_id"].astype(str) == run]
         if g["n"].notna().all():
             acc = float((g["value"] * g["n"]).sum() / g["n"].sum())
             n1 = int(g["n"].min())
             k = int(round(acc * n1))
             iv = S.wilson(k, n1)
             out.append({"dataset": ds, "pipeline": p, "k": k, "n": n1, "acc": iv.value, "lo": iv.lo,
-                        "hi": iv.hi, "repeats": len(g), "seed": seed})
+                        "hi": iv.hi, "repeats": len(g), "seed": seed, "run_id": run})
         else:
             out.append({"dataset": ds, "pipeline": p, "k": np.nan, "n": np.nan, "acc": g["value"].median(),
-                        "lo": np.nan, "hi": np.nan, "repeats": len(g), "seed": seed})
+                        "lo": np.nan, "hi": np.nan, "repeats": len(g), "seed": seed, "run_id": run})
     return pd.DataFrame(out, columns=ACC_COLUMNS)
 
 
@@ -477,7 +530,8 @@ def fmt_accuracy(h) -> str:
 def seed_accuracy(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per dataset x pipeline x training seed: the test accuracy of that seed's first run
     (run ids sort by start time), first repeat. Repeats, and further runs of one seed, train the
-    same model (the same permutation, augmentation and initial weights), so each seed counts
+    same model (the same data order, augmentation draws and initial weights; on a GPU up to
+    nondeterministic kernels), so each seed counts
     once; a run without a recorded seed is seed ``NO_SEED``."""
     a = _train_acc(rows)
     if a.empty:
@@ -502,7 +556,8 @@ def accuracy_over_seeds(per_seed: pd.DataFrame) -> pd.DataFrame:
 
 def seed_diff(per_seed: pd.DataFrame, dataset: str, pipeline: str, reference: str) -> S.Interval:
     """Accuracy of ``pipeline`` minus ``reference`` (shares), paired by training seed over the seeds
-    both have (at seed k both saw the same permutation, augmentation and initial weights): the
+    both have (at seed k both start from the same initial weights and, DALI aside, the same data
+    order): the
     mean difference with the paired t interval (``bench.stats.paired_mean_diff_ci``); NaN
     bounds with fewer than 2 common seeds (``n`` = common seeds)."""
     d = per_seed[per_seed["dataset"] == dataset]
@@ -518,9 +573,26 @@ def fmt_over_seeds(h) -> str:
     """``91.2 [88.0-94.4]`` (%, t interval over seeds, clipped to 0-100: an accuracy cannot leave
     it, while a t interval over 2-3 seeds near 100% does), or ``—`` with fewer than 2 seeds."""
     iv = S.Interval(h["acc"], h["lo"], h["hi"])
-    if not iv.ok:
-        return "—"
+    if not iv.ok:  # one seed, or all seeds alike (no spread: no interval)
+        return f"{100 * iv.value:.1f}, the same at all {int(h['seeds'])} seeds (no interval)" if h["seeds"] >= 2 else "—"
     return f"{100 * iv.value:.1f} [{100 * max(iv.lo, 0.0):.1f}-{100 * min(iv.hi, 1.0):.1f}]"
+
+
+def mcnemar_runs(predictions: pd.DataFrame | None, run_a: str, run_b: str) -> S.McNemar | None:
+    """Exact McNemar test of run ``run_a``'s model against ``run_b``'s (each its first repeat) on the
+    same test images, paired by image; ``None`` without predictions for both or on other images."""
+    if predictions is None or predictions.empty:
+        return None
+    sel = []
+    for r in (run_a, run_b):
+        d = predictions[predictions["run_id"].astype(str) == str(r)]
+        if d.empty:
+            return None
+        sel.append(d[d["repeat"] == d["repeat"].min()])
+    m = sel[0].merge(sel[1], on="image", suffixes=("_a", "_b"))
+    if m.empty or len(m) != len(sel[0]) or (m["label_a"] != m["label_b"]).any():
+        return None
+    return S.mcnemar(m["prediction_a"] == m["label_a"], m["prediction_b"] == m["label_b"])
 
 
 def mcnemar_vs(predictions: pd.DataFrame | None, dataset: str, pipeline: str, reference: str,

@@ -406,8 +406,8 @@ class BenchCell(DistributedCell):
 
     seed: ``--seed`` (shuffling, augmentation and model init; bench's default when unset). Train
       cells at several seeds sample the training's randomness: the report's accuracy over seeds
-      pairs pipelines by seed (at seed k every pipeline trains from the same permutation,
-      augmentation and initial weights). Left out of the hash when unset.
+      pairs pipelines by seed (at seed k every pipeline trains from the same initial weights and,
+      DALI aside, the same data order). Left out of the hash when unset.
     """
 
     kind: ClassVar[str] = "bench"
