@@ -189,11 +189,7 @@ def _mean(d: np.ndarray, axis: int = -1) -> np.ndarray:
 def paired_diff_ci(x: Sequence[float], y: Sequence[float], seed: int = SEED,
                    n_resamples: int = N_RESAMPLES, confidence: float = CONFIDENCE) -> Interval:
     """Mean of ``x - y`` over paired items with a bootstrap interval (pairs resampled together)."""
-    a, b = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
-    if a.shape != b.shape:
-        raise ValueError(f"paired samples differ in length: {a.size} vs {b.size}")
-    d = a - b
-    d = d[np.isfinite(d)]
+    d = _paired_differences(x, y)
     if d.size == 0:
         return NAN
     value = float(d.mean())
@@ -235,14 +231,17 @@ def paired_mean_diff_ci(x: Sequence[float], y: Sequence[float], confidence: floa
     seeds) with the paired t interval (``scipy.stats.ttest_rel(x, y).confidence_interval()``): the
     units, not items within them, are the samples. Pairs with a non-finite side are dropped; one
     pair, or a constant difference: the value, no interval (``n`` says how many pairs)."""
+    d = _paired_differences(x, y)
+    return NAN if d.size == 0 else _t_interval(d, confidence)
+
+
+def _paired_differences(x: Sequence[float], y: Sequence[float]) -> np.ndarray:
+    """``x - y`` of equal-length samples, pairs with a non-finite side dropped."""
     a, b = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
     if a.shape != b.shape:
         raise ValueError(f"paired samples differ in length: {a.size} vs {b.size}")
     d = a - b
-    d = d[np.isfinite(d)]
-    if d.size == 0:
-        return NAN
-    return _t_interval(d, confidence)
+    return d[np.isfinite(d)]
 
 
 def geometric_mean_ci(x: Sequence[float], seed: int = SEED, n_resamples: int = N_RESAMPLES,
