@@ -170,11 +170,12 @@ def test_accuracy_wilson_and_mcnemar(folder):
 def test_mcnemar_needs_the_same_test_images(folder):
     out, _, _ = folder
     x = load(out)
-    assert T.mcnemar_vs(x.predictions, "syn", "inr", "raw").p_value == 1.0
+    inr, raw = "run-inr-train-0", "run-raw-train-0"
+    assert T.mcnemar_runs(x.predictions, inr, raw).p_value == 1.0
     bad = x.predictions.copy()
     bad.loc[bad["pipeline"] == "inr", "label"] += 1  # another test set
-    assert T.mcnemar_vs(bad, "syn", "inr", "raw") is None
-    assert T.mcnemar_vs(x.predictions, "syn", "inr", "nope") is None
+    assert T.mcnemar_runs(bad, inr, raw) is None
+    assert T.mcnemar_runs(x.predictions, inr, "nope") is None
 
 
 def test_code_versions_shown_and_mixed_versions_warned(folder):

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from bench import stats as S
-from bench.report.tables import fmt_num
+from bench.report.tables import fmt_num, mcnemar_runs
 
 METHOD_COL = "cfg.method"
 
@@ -132,17 +132,6 @@ def _accuracy_k_n(rows: pd.DataFrame) -> pd.DataFrame:
     return a.merge(n, on=["run_id", "repeat"], how="left")
 
 
-def _mcnemar(preds: pd.DataFrame | None, run_a: str, run_b: str) -> S.McNemar | None:
-    if preds is None or preds.empty:
-        return None
-    a, b = preds[preds["run_id"] == run_a], preds[preds["run_id"] == run_b]
-    a, b = a[a["repeat"] == a["repeat"].min()], b[b["repeat"] == b["repeat"].min()]
-    m = a.merge(b, on=["repeat", "image"], suffixes=("_a", "_b"))
-    if m.empty or (m["label_a"] != m["label_b"]).any():
-        return None
-    return S.mcnemar(m["prediction_a"] == m["label_a"], m["prediction_b"] == m["label_b"])
-
-
 def pairs(rows: pd.DataFrame) -> list[tuple[str, str]]:
     """(dataset, pipeline) with train runs of dense and of at least one other method."""
     d = _train_ok(rows)
@@ -199,7 +188,7 @@ def comparison(rows: pd.DataFrame, predictions: pd.DataFrame | None) -> pd.DataF
                 w = S.wilson(k, n)
                 r.update(k=k, n=n, acc=w.value, acc_lo=w.lo, acc_hi=w.hi)
             mine = sorted(g["run_id"].unique())
-            r["mcnemar"] = (_mcnemar(predictions, mine[0], dense_run[0]) if m != "dense" and mine and dense_run
+            r["mcnemar"] = (mcnemar_runs(predictions, mine[0], dense_run[0]) if m != "dense" and mine and dense_run
                             else None)
             recs.append(r)
     return pd.DataFrame(recs)

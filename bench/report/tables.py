@@ -435,6 +435,11 @@ def schedules(rows: pd.DataFrame) -> dict[str, str]:
             for r, (w, e) in first.iterrows()}
 
 
+def _schedule_length(schedule: str) -> int:
+    """Epochs in all of a ``schedules`` entry (``"1+29 epochs"`` -> 30); 0 when not recorded."""
+    return sum(int(v) for v in schedule.split()[0].split("+")) if schedule else 0
+
+
 def _one_schedule(a: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
     """``a`` (accuracy rows) with, per dataset, only the runs of one training schedule: models trained
     for different numbers of epochs are not samples of one accuracy. The kept schedule is the one most
@@ -447,9 +452,7 @@ def _one_schedule(a: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
     for _, g in a.groupby("dataset"):
         runs = g.drop_duplicates("run_id")["schedule"].value_counts()
         if len(runs) > 1:
-            def length(sc: str) -> int:
-                return sum(int(v) for v in sc.split()[0].split("+")) if sc else 0
-            best = max(runs.index, key=lambda sc: (runs[sc], length(sc)))
+            best = max(runs.index, key=lambda sc: (runs[sc], _schedule_length(sc)))
             g = g[g["schedule"] == best]
         keep.append(g)
     return pd.concat(keep).drop(columns="schedule")
@@ -591,37 +594,6 @@ def mcnemar_runs(predictions: pd.DataFrame | None, run_a: str, run_b: str) -> S.
         sel.append(d[d["repeat"] == d["repeat"].min()])
     m = sel[0].merge(sel[1], on="image", suffixes=("_a", "_b"))
     if m.empty or len(m) != len(sel[0]) or (m["label_a"] != m["label_b"]).any():
-        return None
-    return S.mcnemar(m["prediction_a"] == m["label_a"], m["prediction_b"] == m["label_b"])
-
-
-def mcnemar_vs(predictions: pd.DataFrame | None, dataset: str, pipeline: str, reference: str,
-               seeds: dict[str, int] | None = None) -> S.McNemar | None:
-    """Exact McNemar test of ``pipeline`` against ``reference`` on the same test images (paired by
-    image; one model each: the first run, first repeat: repeats score the same images with a
-    model trained from the same seed, so pooling them would count each image once per repeat), or
-    ``None`` without predictions for both. ``seeds`` (``run_seeds``: run_id -> seed): both models
-    come from the lowest training seed the two pipelines share (the first run at that seed),
-    where they share one."""
-    if predictions is None or predictions.empty:
-        return None
-    sides = []
-    for p in (pipeline, reference):
-        d = predictions[(predictions["dataset"] == dataset) & (predictions["pipeline"] == p)]
-        if d.empty:
-            return None
-        sides.append(d)
-    if seeds is not None:
-        run_seed = [d["run_id"].astype(str).map(lambda r: seeds.get(r, NO_SEED)) for d in sides]
-        common = set(run_seed[0]) & set(run_seed[1])
-        if common:
-            sides = [d[rs == min(common)] for d, rs in zip(sides, run_seed, strict=True)]
-    sel = []
-    for d in sides:
-        d = d[d["run_id"] == sorted(d["run_id"].unique())[0]]
-        sel.append(d[d["repeat"] == d["repeat"].min()])
-    m = sel[0].merge(sel[1], on="image", suffixes=("_a", "_b"))
-    if m.empty or (m["label_a"] != m["label_b"]).any():  # not the same test images
         return None
     return S.mcnemar(m["prediction_a"] == m["label_a"], m["prediction_b"] == m["label_b"])
 
