@@ -90,3 +90,27 @@ def atomic_dir(final: str | Path, kind: str | None = None, overwrite: bool = Fal
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def create_marked_dir(folder: str | Path, marker: str, doc: Any) -> bool:
+    """Create ``folder`` holding ``marker`` (JSON ``doc``) in one step: both are written in a temp folder
+    beside it, which is then renamed into place. Returns False, creating nothing, when ``folder`` exists.
+
+    A work folder made this way exists only with its marker, so a folder at that name without one
+    (even an empty one) was made by someone else and is never used or removed. A killed call leaves only
+    its own temp folder (``bench.outputs.remove_stale_temps(folder)`` removes it). Call it under the
+    output's lock: ``os.replace`` onto a folder made between the check and the rename would take its
+    place if that folder were empty.
+    """
+    folder = Path(folder)
+    outputs.remove_stale_temps(folder)
+    if folder.exists() or folder.is_symlink():
+        return False
+    tmp = outputs.make_temp_dir(folder, ".partial")
+    try:
+        atomic_write_json(tmp / marker, doc)
+        os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return True

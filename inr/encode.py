@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.atomic import atomic_write_json
+from bench.atomic import create_marked_dir
 from bench.datasets.prepared import sha256_array
 from bench.errors import InputError
 from inr import store
@@ -194,20 +194,16 @@ def _job(cfg: EncodeConfig, source: dict | None, n: int, h: int, w: int) -> dict
 
 def _open_work(work: Path, job: dict) -> bool:
     """Create the work folder, or check that an existing one holds shards of this very job.
-    Returns True when this call created it (or found it empty): nothing in it to resume."""
-    cfg_path = work / "config.json"
+    Returns True when this call created it: nothing in it to resume. The folder appears with its
+    ``config.json`` in one rename (``bench.atomic.create_marked_dir``), so a folder at that name
+    without one, even an empty one, is someone else's: refused, never used or removed."""
     if work.is_symlink() or (work.exists() and not work.is_dir()):
         raise InputError("exists and is not an encode work folder; refusing to use or remove it", work)
-    if work.exists():
-        names = {p.name for p in work.iterdir()}
-        if not names:  # killed between mkdir and writing config.json: nothing to keep
-            atomic_write_json(cfg_path, job)
-            return True
-        _check_work(work, job)
-        return False
-    work.mkdir(parents=True)
-    atomic_write_json(cfg_path, job)
-    return True
+    work.parent.mkdir(parents=True, exist_ok=True)
+    if create_marked_dir(work, "config.json", job):
+        return True
+    _check_work(work, job)
+    return False
 
 
 @contextlib.contextmanager

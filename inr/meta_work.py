@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.atomic import atomic_open, atomic_write_json
+from bench.atomic import atomic_open, atomic_write_json, create_marked_dir
 from bench.errors import InputError
 from bench.outputs import TEMP_TAG
 
@@ -225,20 +225,13 @@ def open_work(folder: Path, job: dict, every_s: float | None = None) -> Iterator
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise InputError("exists and is not a meta-init work folder; refusing to use or remove it", folder)
     doc = {"kind": WORK_KIND, "written_by": "inr-bench", "schema_version": WORK_SCHEMA, "job": job}
-    from bench.datasets.resume import marker_temps
-
-    # a folder holding only a killed first write of work.json (its temp file) is still a new one
-    created = not folder.exists() or {p.name for p in folder.iterdir()} <= {p.name for p in marker_temps(folder)}
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    created = create_marked_dir(folder, WORK_JSON, doc)  # the folder and its work.json appear together
     old = None if created else _marker(folder)
-    if created:
-        folder.mkdir(parents=True, exist_ok=True)
-        for p in marker_temps(folder):
-            p.unlink()
-        atomic_write_json(folder / WORK_JSON, doc)
-    elif old is None:
+    if not created and old is None:
         raise InputError("exists and is not a meta-init work folder (no work.json of inrbench meta-init); "
                          "refusing to use or remove it", folder)
-    else:
+    elif not created:
         was = {"schema_version": old.get("schema_version"), "job": old.get("job")}
         if was != {"schema_version": WORK_SCHEMA, "job": job}:
             diff = sorted(_diff_keys(was, {"schema_version": WORK_SCHEMA, "job": job}))

@@ -11,6 +11,7 @@ import pytest
 import torch
 import yaml
 
+from bench import outputs
 from bench.datasets.prepare import prepare_dataset
 from inr import meta_work
 from inr.meta import load_init
@@ -209,12 +210,18 @@ def test_a_stop_after_any_outer_step_resumes_to_the_same_weights(data, tmp_path,
                        for x, y in ((W1, W2), (b1, b2)))
 
 
-def test_a_work_folder_killed_before_its_first_work_json_is_still_new(data, tmp_path, capsys):
-    """Killed between the folder's mkdir and work.json's rename, it holds only that write's temp file:
-    it used to be refused as foreign by every later run; it is the run's own, new folder."""
+def test_a_killed_creation_leaves_only_its_temp_folder_and_an_empty_folder_is_not_ours(data, tmp_path, capsys):
+    """The work folder appears with its work.json in one rename: a killed creation leaves only its own
+    temp folder, which the next run removes; an empty folder someone made at that name is refused and kept."""
     out = tmp_path / "init.pt"
     work_path(out).mkdir()
-    (work_path(out) / ".work.json.inrbench-k2j4x9ab.tmp").write_text('{"kind": "meta')
+    rc, _, err = run_cli(capsys, "meta-init", data, *TINY, "--out", out)
+    assert rc == 2 and str(work_path(out)) in err and "not a meta-init work folder" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [work_path(out).name]
+    work_path(out).rmdir()
+    killed = tmp_path / (outputs.temp_name(work_path(out), ".partial") + "k2j4x9ab.partial")
+    killed.mkdir()
+    (killed / "work.json").write_text('{"kind": "meta')
     rc, _, err = run_cli(capsys, "meta-init", data, *TINY, "--out", out)
     assert rc == 0, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["init.pt"]

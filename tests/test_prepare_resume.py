@@ -20,6 +20,7 @@ from fixtures_datasets import truncate, write_flowers102, write_imagefolder, wri
 
 import bench.datasets.decode as decode
 import bench.datasets.resume as resume
+from bench import outputs
 from bench.datasets.prepared import open_prepared
 
 MINE = {"datasets": "bench.commands.datasets", "prepare": "bench.commands.prepare"}
@@ -279,13 +280,21 @@ def test_a_killed_sweep_prepare_cell_resumes_from_its_work_folder(tmp_path, monk
     assert not _work(cell / "ds").exists()
 
 
-def test_a_work_folder_killed_before_its_first_work_json_is_still_new(run, reads, tmp_path):
-    """Killed between the folder's mkdir and work.json's rename, it holds only that write's temp file:
-    it used to be refused as foreign by every later run; it is the run's own, new folder."""
+def test_a_killed_creation_leaves_only_its_temp_folder_and_an_empty_folder_is_not_ours(run, reads, tmp_path):
+    """The work folder appears with its work.json in one rename: a run killed while creating it leaves
+    only its own temp folder, which the next run removes; an empty folder someone made at the work
+    folder's name is not the run's (it used to be taken and then removed), so it is refused and kept."""
     write_imagefolder(tmp_path / "src", per_class=3)
     work = _work(tmp_path / "out")
     work.mkdir()
-    (work / ".work.json.inrbench-k2j4x9ab.tmp").write_text('{"kind": "prep')
+    before = snapshot(tmp_path, dirs=True)
+    rc, _, err = _prepare(run, "imagefolder", tmp_path / "src", tmp_path / "out")
+    assert_one_line_error(rc, err, str(work), "not a prepare work folder", "refusing to use or remove it")
+    assert snapshot(tmp_path, dirs=True) == before and work.is_dir() and reads == []
+    work.rmdir()
+    killed = tmp_path / (outputs.temp_name(work, ".partial") + "k2j4x9ab.partial")
+    killed.mkdir()
+    (killed / "work.json").write_text('{"kind": "prep')
     rc, _, err = _prepare(run, "imagefolder", tmp_path / "src", tmp_path / "out")
     assert rc == 0, err
-    assert not work.exists() and open_prepared(tmp_path / "out").splits
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "src"] and open_prepared(tmp_path / "out").splits

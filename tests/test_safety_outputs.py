@@ -292,10 +292,14 @@ def test_work_folder_of_the_same_encode_resumes_from_another_path(world, capsys,
         assert torch.equal(a.codes, b.codes)  # resumed == uninterrupted, shard for shard
 
 
-def test_foreign_work_folder_is_not_used_or_removed(world, capsys):
+@pytest.mark.parametrize("empty", [False, True], ids=["with-a-file", "empty"])
+def test_foreign_work_folder_is_not_used_or_removed(world, capsys, empty):
+    """An empty folder too: the work folder appears with its config.json in one rename, so an empty one
+    at that name was made by someone else (it used to be taken, then removed after the merge)."""
     work = world / "f.inr.work"
     work.mkdir()
-    (work / "data.csv").write_text("precious\n")
+    if not empty:
+        (work / "data.csv").write_text("precious\n")
     before = snapshot(world, dirs=True)
     rc, _, err = run_cli(capsys, "encode", f"{world}/data", "--out", f"{world}/f.inr", *ENCODE)
     assert_one_line_error(rc, err, "f.inr.work", "not an encode work folder")

@@ -27,8 +27,9 @@ naming the folder, as ``encode`` refuses a work folder of other settings; so is 
 chunk whose files changed since (other size, mtime or name). Nothing decoded under other
 settings or from other bytes is ever reused. One change is accepted: ``--on-error fail`` ->
 ``skip`` (a run stopped by an unreadable file, rerun to skip it), since chunks committed under
-``fail`` hold no skipped file; ``work.json`` then says ``skip``, so the reverse is refused. A folder at that name without ``work.json`` of
-``prepare`` is refused and never removed. The folder is removed once the prepared folder is
+``fail`` hold no skipped file; ``work.json`` then says ``skip``, so the reverse is refused. The folder is created with its
+``work.json`` in one rename (``bench.atomic.create_marked_dir``), so a folder at that name without
+``work.json`` of ``prepare``, even an empty one, is someone else's: refused and never removed. The folder is removed once the prepared folder is
 written, and when a run fails before committing any chunk (nothing in it to resume).
 """
 
@@ -45,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bench.atomic import atomic_open, atomic_write_json
+from bench.atomic import atomic_open, atomic_write_json, create_marked_dir
 from bench.errors import InputError
 from bench.outputs import TEMP_TAG
 
@@ -179,39 +180,28 @@ def _differ(a: dict, b: dict) -> list[str]:
     return out
 
 
-def marker_temps(folder: Path) -> list[Path]:
-    """Temp files of a killed first write of ``folder``'s ``work.json`` (``bench.atomic``: ``.work.json.inrbench-*.tmp``)."""
-    return [p for p in folder.iterdir() if p.name.startswith(f".{WORK_JSON}.{TEMP_TAG}") and p.name.endswith(".tmp")
-            and p.is_file() and not p.is_symlink()]
-
-
 def _open(folder: Path, fp: dict) -> None:
     """Create the work folder, or check that an existing one holds chunks of these very settings."""
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise InputError("exists and is not a prepare work folder; refusing to use or remove it", folder)
-    if not folder.exists():
-        folder.mkdir()
-    elif {p.name for p in folder.iterdir()} <= {p.name for p in marker_temps(folder)}:
-        for p in marker_temps(folder):  # killed between mkdir and work.json's rename: the folder is still new
-            p.unlink()
-    else:
-        old = _json(folder / WORK_JSON)
-        if not isinstance(old, dict) or old.get("kind") != WORK_KIND:
-            raise InputError("exists and is not a prepare work folder (no work.json of inrbench prepare); "
-                             "refusing to use or remove it", folder)
-        was = _compared(old)
-        # chunks decoded with --on-error fail hold no skipped file: they are what `skip` decodes too
-        relaxed = was["config"].get("on_error") == "fail" and fp["config"].get("on_error") == "skip"
-        if relaxed:
-            was["config"]["on_error"] = "skip"
-        diff = _differ(was, _compared(fp))
-        if diff:
-            raise InputError(f"holds images decoded with other settings ({', '.join(diff[:6])} "
-                             f"{'differs' if len(diff) == 1 else 'differ'}); "
-                             "delete it to start over, or rerun with those settings to resume", folder)
-        if not relaxed:
-            return
-    atomic_write_json(folder / WORK_JSON, fp)  # new, empty (killed between mkdir and this), or now `skip`
+    if create_marked_dir(folder, WORK_JSON, fp):  # the folder and its work.json appear together
+        return
+    old = _json(folder / WORK_JSON)
+    if not isinstance(old, dict) or old.get("kind") != WORK_KIND:
+        raise InputError("exists and is not a prepare work folder (no work.json of inrbench prepare); "
+                         "refusing to use or remove it", folder)
+    was = _compared(old)
+    # chunks decoded with --on-error fail hold no skipped file: they are what `skip` decodes too
+    relaxed = was["config"].get("on_error") == "fail" and fp["config"].get("on_error") == "skip"
+    if relaxed:
+        was["config"]["on_error"] = "skip"
+    diff = _differ(was, _compared(fp))
+    if diff:
+        raise InputError(f"holds images decoded with other settings ({', '.join(diff[:6])} "
+                         f"{'differs' if len(diff) == 1 else 'differ'}); "
+                         "delete it to start over, or rerun with those settings to resume", folder)
+    if relaxed:
+        atomic_write_json(folder / WORK_JSON, fp)  # now `skip`: the reverse is refused
 
 
 @dataclass(frozen=True)
