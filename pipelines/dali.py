@@ -189,16 +189,18 @@ def _first_undecodable(paths: tuple[Path, ...], budget_s: float = SCAN_SECONDS) 
     return None
 
 
-def decode_error(e: Exception, paths: tuple[Path, ...], folder: Path) -> InputError | None:
-    """A DALI decoder failure as one-line bad input naming the file; None for any other error."""
+def decode_error(e: Exception, paths: tuple[Path, ...], budget_s: float = SCAN_SECONDS) -> InputError | None:
+    """A DALI decoder failure as one-line bad input naming the file PIL cannot decode either; None
+    for any other error, and for a decoder failure when every file scanned decodes: on a GPU the
+    decoder also fails for reasons that are not the data's (a driver too old for nvImageCodec, a
+    library of another CUDA, the hardware decoder failing to start, device memory), and those must
+    stay errors of the run (exit 1, an error row), not be blamed on the user's files (exit 2)."""
     msg = " ".join(str(e).split())
     if "decoders.image" not in msg and "nvImageCodec" not in msg:
         return None
     cause = msg.split("encountered:", 1)[-1].replace("Current pipeline object is no longer valid.", "").strip()
-    bad = _first_undecodable(paths)
-    if bad is not None:
-        return InputError(f"cannot decode JPEG (DALI: {cause})", bad)
-    return InputError(f"a JPEG in this folder cannot be decoded (DALI: {cause})", folder)
+    bad = _first_undecodable(paths, budget_s)
+    return None if bad is None else InputError(f"cannot decode JPEG (DALI: {cause})", bad)
 
 
 @register("dali")
@@ -231,7 +233,7 @@ class DaliPipeline(Pipeline):
             seed=rank_seed(config.seed, config.rank, config.world_size),
             prefetch_queue_depth=PREFETCH_DEPTH,
         )
-        self._paths, self._folder = split.jpeg_paths, split.root / "jpeg"
+        self._paths = split.jpeg_paths
         # PARTIAL in both cases: ``drop_last`` is applied in ``__iter__`` (see the module docstring).
         policy = LastBatchPolicy.PARTIAL
         # Only uneven shards can leave a rank an empty last batch (module docstring).
@@ -247,7 +249,7 @@ class DaliPipeline(Pipeline):
 
     def _reraise(self, e: RuntimeError):
         """A decode failure is bad input (one line naming the file); anything else propagates."""
-        err = decode_error(e, self._paths, self._folder)
+        err = decode_error(e, self._paths)
         self.close()
         if err is not None:
             raise err from None
@@ -291,8 +293,21 @@ class DaliPipeline(Pipeline):
         self._in_epoch = False
 
     def close(self) -> None:
+        """Drop the pipeline and hand DALI's pooled memory back (DALI keeps freed device and pinned
+        memory in its own pools, outside torch's allocator, until asked: the next pipeline built in
+        this process, and its memory figures, would otherwise start with it still held)."""
+        if getattr(self, "iterator", None) is None and getattr(self, "pipe", None) is None:
+            return
         self.iterator = None
         self.pipe = None
+        import gc
+
+        gc.collect()  # the pipeline's C++ object (and its buffers) goes with its last reference
+        try:
+            from nvidia.dali.backend import ReleaseUnusedMemory
+        except ImportError:  # an older DALI: its pools stay, as before
+            return
+        ReleaseUnusedMemory()
 
     def resident_bytes(self) -> dict[str, int]:
         """DALI's pools are not visible here (use NVML); nothing dataset-sized is held."""

@@ -32,6 +32,25 @@ from pipelines.crops import (
 from pipelines.shard import config_epoch, held_samples, num_batches
 
 
+LOAD_CHUNK_BYTES = 256 << 20  # host memory one step of ``load_nchw`` holds
+
+
+def load_nchw(images: np.ndarray, rows: np.ndarray | None, device: torch.device) -> torch.Tensor:
+    """uint8 ``[M, 3, H, W]`` on ``device`` from the prepared ``[N, H, W, 3]`` memmap (``rows``: which,
+    in order; None: all ``N``), copied a chunk of ``LOAD_CHUNK_BYTES`` at a time and transposed by
+    ``copy_`` on the device: the host never holds more than one chunk (a whole-split copy and its
+    transposed copy would hold twice the split, 18 GB for Mini-ImageNet at 224 px)."""
+    n = images.shape[0] if rows is None else len(rows)
+    h, w = images.shape[1:3]
+    out = torch.empty((n, 3, h, w), dtype=torch.uint8, device=device)
+    step = max(1, LOAD_CHUNK_BYTES // max(1, h * w * 3))
+    for s in range(0, n, step):
+        part = images[s:s + step] if rows is None else images[rows[s:s + step]]
+        chunk = torch.from_numpy(np.array(part, dtype=np.uint8))  # out of the memmap (read-only)
+        out[s:s + chunk.shape[0]].copy_(chunk.to(device).permute(0, 3, 1, 2))
+    return out
+
+
 @register("raw")
 class RawPipeline(Pipeline):
     """Holds ``images`` uint8 ``[M, 3, H, W]`` and ``labels`` int64 ``[M]`` on ``config.device``: the held
@@ -43,11 +62,8 @@ class RawPipeline(Pipeline):
         self.device = torch.device(config.device)
         self.n = len(split)
         held = held_samples(self.n, config).numpy()
-        if config.resident == "all":
-            pixels = torch.from_numpy(np.array(split.images))  # copy out of the memmap
-        else:
-            pixels = torch.from_numpy(np.asarray(split.images[held]))  # reads only the shard's rows
-        self.images: torch.Tensor | None = pixels.permute(0, 3, 1, 2).contiguous().to(self.device)
+        rows = None if config.resident == "all" else held  # "shard": reads only the shard's rows
+        self.images: torch.Tensor | None = load_nchw(split.images, rows, self.device)
         self.labels: torch.Tensor | None = torch.from_numpy(np.asarray(split.labels)[held]).to(self.device)
         self.height, self.width = split.image_size
         self.epoch = 0

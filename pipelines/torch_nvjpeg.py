@@ -1,7 +1,12 @@
 """``torch-nvjpeg``: JPEG bytes resident in host memory, decoded in batches by TorchCodec (or torchvision.io).
 
 What many users pick today instead of DALI: the split's JPEG files are read once at build into
-uint8 tensors (pinned when the device is CUDA, so the decoder's host->device copies are DMA);
+one host buffer, a 1-D uint8 view per file (``read_jpegs``). Not pinned: the decoders take the
+bitstreams as CPU tensors and nvJPEG stages them through pinned buffers of its own, so pinning
+ours would buy no DMA; it would cost a ``cudaHostAlloc`` per file in the first build (the caching
+host allocator serves later builds from its cache: build times differing between repeats) and up
+to 2x the bytes (it rounds every block up to a power of two), which ``resident_bytes`` would not
+see;
 each batch is one ``decode_jpeg(list_of_tensors, mode="RGB", device=config.device)`` call:
 ``torchcodec.decoders.decode_jpeg`` when TorchCodec can be imported, else
 ``torchvision.io.decode_jpeg`` (the same call; torchvision 0.29 deprecates it in favour of
@@ -106,9 +111,10 @@ def jpeg_size(data: bytes | memoryview) -> tuple[int, int] | None:
     return None
 
 
-def read_jpegs(paths: tuple[Path, ...], size: tuple[int, int], pin: bool) -> list[torch.Tensor]:
-    """Each file as a 1-D uint8 tensor (pinned when ``pin``); every frame header must be ``size``."""
-    out = []
+def read_jpegs(paths: tuple[Path, ...], size: tuple[int, int]) -> list[torch.Tensor]:
+    """Each file as a 1-D uint8 view of one contiguous host buffer (their bytes, nothing more: the
+    resident figure is exact); every frame header must be ``size``."""
+    files = []
     for p in paths:
         try:
             raw = p.read_bytes()
@@ -121,8 +127,17 @@ def read_jpegs(paths: tuple[Path, ...], size: tuple[int, int], pin: bool) -> lis
             raise InputError(f"JPEG is {got[0]}x{got[1]}, the prepared split is {size[0]}x{size[1]}", p)
         if raw.rstrip(b"\0")[-2:] != b"\xff\xd9":  # libjpeg would pad a truncated scan with grey, silently
             raise InputError("truncated JPEG (no end-of-image marker)", p)
-        t = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-        out.append(t.pin_memory() if pin else t)
+        files.append(raw)
+    whole = bytearray(sum(map(len, files)))
+    view, out, at = memoryview(whole), [], 0
+    for raw in files:
+        view[at:at + len(raw)] = raw
+        at += len(raw)
+    buf = torch.frombuffer(whole, dtype=torch.uint8) if whole else torch.empty(0, dtype=torch.uint8)
+    at = 0
+    for raw in files:
+        out.append(buf[at:at + len(raw)])
+        at += len(raw)
     return out
 
 
@@ -198,7 +213,7 @@ class TorchNvjpegPipeline(Pipeline):
         self.n = len(split)
         held = held_samples(self.n, config).tolist()
         self.paths = tuple(split.jpeg_paths[i] for i in held)  # position k: sample held[k]
-        self.jpegs: list[torch.Tensor] | None = read_jpegs(self.paths, split.image_size, pin=self.cuda)
+        self.jpegs: list[torch.Tensor] | None = read_jpegs(self.paths, split.image_size)
         if self.cuda:  # a decoder built without nvJPEG raises on the first CUDA decode: say so now
             try:
                 self.decoder.decode(self.jpegs[:1], mode="RGB", device=self.device)
@@ -261,7 +276,7 @@ class TorchNvjpegPipeline(Pipeline):
         self.labels = None
 
     def resident_bytes(self) -> dict[str, int]:
-        """``host``: the JPEG files' bytes (pinned on CUDA); ``device``: the labels on ``config.device``."""
+        """``host``: the JPEG files' bytes (one buffer); ``device``: the labels on ``config.device``."""
         host = sum(t.numel() for t in self.jpegs) if self.jpegs is not None else 0
         device = self.labels.numel() * self.labels.element_size() if self.labels is not None else 0
         return {"device": device, "host": host}

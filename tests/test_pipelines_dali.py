@@ -30,3 +30,35 @@ def test_hw_decoder_options_only_on_the_mixed_backend():
     assert decoder_options(gpu=True, hw_jpeg=True, height=224, width=200) == {
         "hw_decoder_load": HW_DECODER_LOAD, "preallocate_width_hint": 200, "preallocate_height_hint": 224,
     }
+
+
+def _jpegs(folder, n=3):
+    import numpy as np
+    from PIL import Image
+
+    folder.mkdir()
+    paths = []
+    for i in range(n):
+        p = folder / f"{i:03d}.jpg"
+        Image.fromarray(np.full((8, 8, 3), 40 * i, np.uint8)).save(p, quality=90)
+        paths.append(p)
+    return tuple(paths)
+
+
+DECODER_FAILURE = ("Critical error in pipeline: Error in MIXED operator `nvidia.dali.fn.decoders.image`, which "
+                   "was used in the pipeline definition with the following traceback: ... encountered: "
+                   "nvImageCodec failure: '#4'. Current pipeline object is no longer valid.")
+
+
+def test_a_decoder_failure_is_bad_input_only_when_a_file_really_is_bad(tmp_path):
+    """A damaged file is named (exit 2); when every file decodes, the failure is the decoder's own
+    (a driver, a library of another CUDA, device memory) and stays an error of the run, not the data's."""
+    from pipelines.dali import decode_error
+
+    paths = _jpegs(tmp_path / "jpeg")
+    assert decode_error(RuntimeError(DECODER_FAILURE), paths) is None
+    assert decode_error(RuntimeError("CUDA error: out of memory"), paths) is None  # not a decoder message
+    paths[1].write_bytes(paths[1].read_bytes()[:40])  # truncated inside the headers
+    err = decode_error(RuntimeError(DECODER_FAILURE), paths)
+    assert err is not None and err.path == paths[1]
+    assert "cannot decode JPEG (DALI: nvImageCodec failure: '#4'.)" in str(err)

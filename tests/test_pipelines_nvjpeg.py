@@ -169,6 +169,19 @@ def test_resident_bytes_are_the_jpeg_files(photos):
     assert held["device"] == len(split) * 8  # int64 labels
 
 
+def test_the_jpeg_files_are_views_of_one_buffer(photos):
+    """One host buffer, a view per file holding exactly its bytes: the resident figure is the memory
+    held (no per-file allocations, no pinned blocks rounded up to powers of two)."""
+    from pipelines.torch_nvjpeg import read_jpegs
+
+    split = photos.split("train")
+    views = read_jpegs(split.jpeg_paths[:5], split.image_size)
+    base = views[0].untyped_storage().data_ptr()
+    assert all(v.untyped_storage().data_ptr() == base and v.is_contiguous() and not v.is_pinned() for v in views)
+    assert views[0].untyped_storage().nbytes() == sum(f.stat().st_size for f in split.jpeg_paths[:5])
+    assert all(bytes(v.numpy()) == f.read_bytes() for v, f in zip(views, split.jpeg_paths[:5], strict=True))
+
+
 def test_jpeg_size_reads_frame_headers():
     from PIL import Image
 

@@ -354,3 +354,19 @@ def test_store_select_is_the_images_weights(tmp_path):
         assert sub.labels.tolist() == idx.tolist() and sub.resident_bytes() < stored.resident_bytes()
         for (w1, b1), (w2, b2) in zip(sub.weights(torch.arange(5)), stored.weights(idx), strict=True):
             assert torch.equal(w1, w2) and torch.equal(b1, b2)
+
+
+@pytest.mark.parametrize("rows", [None, [5, 0, 3, 3, 9]], ids=["all", "rows"])
+def test_raw_loads_the_split_chunk_by_chunk_as_one_transposed_copy(monkeypatch, rows):
+    """``raw`` moves the prepared NHWC pixels to NCHW a chunk at a time (the host never holds the
+    whole split twice): the same tensor as one whole-split permute, chunk edges included."""
+    import numpy as np
+    import torch
+
+    import pipelines.raw as raw
+
+    images = np.random.default_rng(0).integers(0, 256, (10, 4, 6, 3), dtype=np.uint8)
+    monkeypatch.setattr(raw, "LOAD_CHUNK_BYTES", 3 * 4 * 6 * 3)  # 3 images a chunk: 4 chunks for 10
+    got = raw.load_nchw(images, None if rows is None else np.array(rows), torch.device("cpu"))
+    want = torch.from_numpy(images if rows is None else images[rows]).permute(0, 3, 1, 2).contiguous()
+    assert got.is_contiguous() and got.dtype == torch.uint8 and torch.equal(got, want)
