@@ -218,7 +218,11 @@ def cpu_info() -> dict[str, Any]:
 
 
 def gpu_info() -> dict[str, Any]:
-    """GPU facts from NVML. No driver (``nvmlInit`` raises) means "no GPU", recorded with the reason."""
+    """GPU facts from NVML. No driver (``nvmlInit`` raises) means "no GPU", recorded with the reason.
+
+    Each field is read on its own: one that NVML refuses (a MIG slice, an old driver) is ``None`` with
+    its error under ``errors``, so writing ``env.json`` never fails a finished run.
+    """
     try:
         import pynvml
     except ImportError as e:
@@ -227,27 +231,49 @@ def gpu_info() -> dict[str, Any]:
         pynvml.nvmlInit()
     except pynvml.NVMLError as e:
         return {"available": False, "reason": f"NVML init failed (no driver): {e}"}
+
+    def read(errors: dict[str, str], name: str, fn: Any, *args: Any) -> Any:
+        try:
+            v = fn(*args)
+        except pynvml.NVMLError as e:
+            errors[name] = str(e)
+            return None
+        return v.decode() if isinstance(v, bytes) else v
+
     try:
+        errors: dict[str, str] = {}
+        count = read(errors, "count", pynvml.nvmlDeviceGetCount)
         devices = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            name = pynvml.nvmlDeviceGetName(h)
-            devices.append({
-                "index": i,
-                "name": name.decode() if isinstance(name, bytes) else name,
-                "memory_total_bytes": int(mem.total),
-                "sm_clock_max_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
-                "mem_clock_max_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM),
-            })
-        drv = pynvml.nvmlSystemGetDriverVersion()
-        return {
+        for i in range(count or 0):
+            dev_errors: dict[str, str] = {}
+            h = read(dev_errors, "handle", pynvml.nvmlDeviceGetHandleByIndex, i)
+            dev: dict[str, Any] = {"index": i}
+            if h is not None:
+                mem = read(dev_errors, "memory_total_bytes", pynvml.nvmlDeviceGetMemoryInfo, h)
+                dev.update({
+                    "name": read(dev_errors, "name", pynvml.nvmlDeviceGetName, h),
+                    "memory_total_bytes": int(mem.total) if mem is not None else None,
+                    "sm_clock_max_mhz": read(dev_errors, "sm_clock_max_mhz", pynvml.nvmlDeviceGetMaxClockInfo, h,
+                                             pynvml.NVML_CLOCK_SM),
+                    "mem_clock_max_mhz": read(dev_errors, "mem_clock_max_mhz", pynvml.nvmlDeviceGetMaxClockInfo, h,
+                                              pynvml.NVML_CLOCK_MEM),
+                })
+            if dev_errors:
+                dev["errors"] = dev_errors
+            devices.append(dev)
+        out = {
             "available": True,
-            "driver": drv.decode() if isinstance(drv, bytes) else drv,
+            "driver": read(errors, "driver", pynvml.nvmlSystemGetDriverVersion),
             "devices": devices,
         }
+        if errors:
+            out["errors"] = errors
+        return out
     finally:
-        pynvml.nvmlShutdown()
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
 
 
 def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:

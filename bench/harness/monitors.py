@@ -22,8 +22,11 @@ What is measured, and how:
   shared machine shows here, and the report warns where it is high. In
   a data-parallel run the sibling ranks count as other load, so the aggregate rows leave it out.
 - NVML (``nvidia-ml-py``), when the run is on CUDA and a driver exists: device memory used
-  (device level: DALI/nvJPEG pools and other processes count) and GPU utilization. Without a
-  driver ``nvmlInit`` raises; those metrics are then *absent* with the reason, never zeros.
+  (device level: DALI/nvJPEG pools and other processes count) and GPU utilization, read apart.
+  Without a driver ``nvmlInit`` raises; those metrics are then *absent* with the reason, never
+  zeros. On a MIG slice NVML reads its memory but not its utilization: ``gpu_util_mean_pct`` is
+  absent (NVML's "Not Supported"), the memory metrics are kept. The GPU is found by its UUID; with
+  ``CUDA_VISIBLE_DEVICES`` set and no UUID match the NVML metrics are absent (``_Nvml``).
 - torch's CUDA allocator: peak allocated/reserved since ``start``/``mark`` (``reset_peak_memory_stats``).
 - Idle baseline: NVML "used" at ``start`` (the runner starts the monitor *before* the pipeline is
   built, after ``empty_cache``): the CUDA context, other processes. ``gpu_mem_over_idle_peak_bytes``
@@ -110,11 +113,22 @@ def _tree_cpu_rss(root: Any) -> tuple[float, int, int]:
 
 
 class _Nvml:
-    """A handle on one GPU through NVML, or ``reason`` why there is none."""
+    """A handle on one GPU through NVML, or ``reason`` why there is none.
+
+    The device is found by its UUID (torch's, tried as given and with NVML's ``GPU-``/``MIG-``
+    prefixes: a MIG slice is its own NVML device). NVML's indexes ignore ``CUDA_VISIBLE_DEVICES``,
+    so when that is set and no UUID matches, there is no handle (an index could be another GPU).
+    Memory and utilization are read apart: on a MIG slice NVML does not support utilization, and
+    memory is still read (``errors`` keeps each field's last NVML error).
+    """
+
+    FIELDS = ("memory", "utilization")
 
     def __init__(self, device: str):
         self.handle: Any = None
         self.reason: str | None = None
+        self.key: str | None = None  # which device (its UUID, or its NVML index), for the idle baseline
+        self.errors: dict[str, str] = {}
         self._pynvml: Any = None
         import torch
 
@@ -134,20 +148,40 @@ class _Nvml:
             return
         self._pynvml = pynvml
         idx = dev.index if dev.index is not None else torch.cuda.current_device()
-        try:  # CUDA_VISIBLE_DEVICES may renumber devices: match by UUID first
+        uuid = None
+        try:
             uuid = str(torch.cuda.get_device_properties(idx).uuid)
-            self.handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
         except Exception:
+            pass
+        for u in _uuid_candidates(uuid):
             try:
-                self.handle = pynvml.nvmlDeviceGetHandleByIndex(idx)
-            except pynvml.NVMLError as e:
-                self.reason = f"NVML has no handle for cuda:{idx}: {e}"
-                self.close()
+                self.handle, self.key = pynvml.nvmlDeviceGetHandleByUUID(u), u
+                return
+            except pynvml.NVMLError:
+                pass
+        if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+            self.reason = (f"NVML has no device with the UUID of cuda:{idx} ({uuid}), and CUDA_VISIBLE_DEVICES is "
+                           f"set: NVML's index {idx} may be another GPU")
+            self.close()
+            return
+        try:
+            self.handle, self.key = pynvml.nvmlDeviceGetHandleByIndex(idx), f"index:{idx}"
+        except pynvml.NVMLError as e:
+            self.reason = f"NVML has no handle for cuda:{idx}: {e}"
+            self.close()
 
-    def sample(self) -> tuple[int, int]:
-        """(memory used bytes, GPU utilization %)."""
+    def sample(self) -> tuple[int | None, int | None]:
+        """(memory used bytes, GPU utilization %), each None when NVML refuses it (``errors`` says why)."""
         p = self._pynvml
-        return int(p.nvmlDeviceGetMemoryInfo(self.handle).used), int(p.nvmlDeviceGetUtilizationRates(self.handle).gpu)
+        reads = (lambda h: p.nvmlDeviceGetMemoryInfo(h).used, lambda h: p.nvmlDeviceGetUtilizationRates(h).gpu)
+        out: list[int | None] = []
+        for name, read in zip(self.FIELDS, reads, strict=True):
+            try:
+                out.append(int(read(self.handle)))
+            except p.NVMLError as e:
+                self.errors[name] = str(e)
+                out.append(None)
+        return out[0], out[1]
 
     def close(self) -> None:
         if self._pynvml is not None:
@@ -157,6 +191,14 @@ class _Nvml:
                 pass
             self._pynvml = None
             self.handle = None
+
+
+def _uuid_candidates(uuid: str | None) -> list[str]:
+    """The NVML spellings of torch's device UUID: as given, then ``GPU-``/``MIG-`` prefixed."""
+    if not uuid:
+        return []
+    bare = uuid[4:] if uuid.startswith(("GPU-", "MIG-")) else uuid
+    return list(dict.fromkeys((uuid, f"GPU-{bare}", f"MIG-{bare}")))
 
 
 def _system_busy_seconds() -> float | None:
@@ -257,8 +299,8 @@ class Monitor:
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         self._samples: list[tuple[float, float, int, int | None, int | None]] = []
-        self._nvml_start = self._nvml.sample() if self._nvml.handle is not None else None
-        self._nvml_idle = self._nvml_start
+        self._nvml_start = self._nvml.sample() if self._nvml.handle is not None else (None, None)
+        self._nvml_idle = self._nvml_start[0]
         self._lock = threading.Lock()
         self._own_cpu0 = 0.0
         self._t0 = time.perf_counter()
@@ -292,7 +334,7 @@ class Monitor:
             cpu, rss, _ = _tree_cpu_rss(self._proc)
             cpu -= self._own_cpu
             self._samples = []
-            self._nvml_start = self._nvml.sample() if self._nvml is not None and self._nvml.handle is not None else None
+            self._nvml_start = self._nvml.sample() if self._nvml is not None and self._nvml.handle is not None else (None, None)
             self._t0 = now
             self._own_cpu0 = self._own_cpu
             self._cpu0 = cpu
@@ -380,18 +422,20 @@ class Monitor:
         if nv.handle is not None:
             used = [s[3] for s in self._samples if s[3] is not None]
             util = [s[4] for s in self._samples if s[4] is not None]
-            if self._nvml_start is not None:
+            if self._nvml_start[0] is not None:
                 res.nvml["gpu_mem_used_start_bytes"] = float(self._nvml_start[0])
                 used.append(self._nvml_start[0])
             if used:
                 res.nvml["gpu_mem_used_peak_bytes"] = float(max(used))
                 if self._nvml_idle is not None:
-                    res.nvml["gpu_mem_idle_bytes"] = float(self._nvml_idle[0])
-                    res.nvml["gpu_mem_over_idle_peak_bytes"] = float(max(used) - self._nvml_idle[0])
+                    res.nvml["gpu_mem_idle_bytes"] = float(self._nvml_idle)
+                    res.nvml["gpu_mem_over_idle_peak_bytes"] = float(max(used) - self._nvml_idle)
             if util:
                 res.nvml["gpu_util_mean_pct"] = float(sum(util) / len(util))
-            res.unavailable += [(m, u, "every NVML sample failed") for m, u in NVML_METRICS
-                                if m not in res.nvml]
+            for m, u in NVML_METRICS:
+                if m not in res.nvml:
+                    err = nv.errors.get("utilization" if m == "gpu_util_mean_pct" else "memory")
+                    res.unavailable.append((m, u, f"every NVML sample failed: {err}" if err else "every NVML sample failed"))
         else:
             res.unavailable += [(m, u, nv.reason or "NVML unavailable") for m, u in NVML_METRICS]
         nv.close()
