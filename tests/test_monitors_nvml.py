@@ -35,7 +35,7 @@ class FakeNvml:
         monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: None)
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(uuid=TORCH_UUID))
         monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # no synchronize: NVML is the subject
-        monkeypatch.setattr(monitors, "_IDLE", {}, raising=False)
+        monkeypatch.setattr(monitors, "_IDLE", {})  # a fresh process: no idle baseline yet
 
     def nvmlDeviceGetHandleByUUID(self, uuid):
         if uuid not in self.uuids:
@@ -101,6 +101,20 @@ def test_mig_slice_keeps_memory_and_drops_utilization_with_the_reason(monkeypatc
     assert "Not Supported" in reasons["gpu_util_mean_pct"]
     assert not {m for m, _ in NVML_METRICS if m != "gpu_util_mean_pct"} & set(reasons)
     assert len(res.samples) >= 3 and all(s[3] is not None and s[4] is None for s in res.samples)
+
+
+def test_idle_baseline_is_the_processs_first_start_kept_for_every_repeat(monkeypatch):
+    """Repeat 1 starts after repeat 0's pipeline closed, with 512 MiB still held by a library
+    (``empty_cache`` cannot return it): its baseline is still repeat 0's, so the kept memory counts."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    fake = FakeNvml(monkeypatch, [f"GPU-{TORCH_UUID}"])
+    first = {m: v for m, v, _ in _run_monitor().metrics()}
+    fake.used += 512 * 2**20
+    second = {m: v for m, v, _ in _run_monitor().metrics()}
+    assert second["gpu_mem_idle_bytes"] == first["gpu_mem_idle_bytes"]
+    assert second["gpu_mem_used_start_bytes"] - first["gpu_mem_idle_bytes"] >= 512 * 2**20
+    assert second["gpu_mem_over_idle_peak_bytes"] == second["gpu_mem_used_peak_bytes"] - first["gpu_mem_idle_bytes"]
+    assert second["gpu_mem_over_idle_peak_bytes"] > 512 * 2**20
 
 
 def test_no_uuid_match_under_cuda_visible_devices_is_unavailable_not_index(monkeypatch):

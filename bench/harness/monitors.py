@@ -28,10 +28,14 @@ What is measured, and how:
   absent (NVML's "Not Supported"), the memory metrics are kept. The GPU is found by its UUID; with
   ``CUDA_VISIBLE_DEVICES`` set and no UUID match the NVML metrics are absent (``_Nvml``).
 - torch's CUDA allocator: peak allocated/reserved since ``start``/``mark`` (``reset_peak_memory_stats``).
-- Idle baseline: NVML "used" at ``start`` (the runner starts the monitor *before* the pipeline is
-  built, after ``empty_cache``): the CUDA context, other processes. ``gpu_mem_over_idle_peak_bytes``
-  = NVML peak over the measured region minus that baseline: what the run itself held, DALI/nvJPEG
-  pools included, beside torch's allocator peak (which sees only torch's own blocks).
+- Idle baseline: NVML "used" at the *first* ``start`` on that GPU in this process (the runner
+  starts the monitor *before* the pipeline is built, after ``empty_cache``): the CUDA context,
+  other processes. It is kept for every later ``start`` (``_IDLE``): memory that libraries keep
+  after a pipeline is closed (DALI's pool, nvJPEG decoders, cuBLAS workspaces; ``empty_cache``
+  returns only torch's) would otherwise move into the next repeat's baseline and make its figure
+  too low. ``gpu_mem_over_idle_peak_bytes`` = NVML peak over the measured region minus that
+  baseline: what the run itself held, DALI/nvJPEG pools included, beside torch's allocator peak
+  (which sees only torch's own blocks).
 
 In a data-parallel run every rank runs its own monitors: the process tree of that rank (torchrun
 starts the ranks as siblings, so no rank counts another's CPU or memory) and that rank's GPU
@@ -61,6 +65,8 @@ NVML_METRICS = (("gpu_mem_used_peak_bytes", "bytes"), ("gpu_mem_used_start_bytes
                 ("gpu_util_mean_pct", "%"), ("gpu_mem_idle_bytes", "bytes"),
                 ("gpu_mem_over_idle_peak_bytes", "bytes"))
 TORCH_METRICS = (("torch_peak_allocated_bytes", "bytes"), ("torch_peak_reserved_bytes", "bytes"))
+# NVML "used" at this process's first ``Monitor.start`` on each GPU (``_Nvml.key``): the idle baseline
+_IDLE: dict[str, int] = {}
 
 
 def _tree(root: Any) -> list[Any]:
@@ -301,6 +307,8 @@ class Monitor:
         self._samples: list[tuple[float, float, int, int | None, int | None]] = []
         self._nvml_start = self._nvml.sample() if self._nvml.handle is not None else (None, None)
         self._nvml_idle = self._nvml_start[0]
+        if self._nvml_idle is not None and self._nvml.key is not None:
+            self._nvml_idle = _IDLE.setdefault(self._nvml.key, self._nvml_idle)
         self._lock = threading.Lock()
         self._own_cpu0 = 0.0
         self._t0 = time.perf_counter()
@@ -320,7 +328,7 @@ class Monitor:
         """Begin the measured region now (cheap: one CPU/RSS reading, no thread or NVML start).
 
         Samples, peaks (CPU busy, RSS, PSS, NVML used, torch's allocator) restart here; the idle
-        baseline from ``start`` is kept.
+        baseline is kept.
         """
         import torch
 

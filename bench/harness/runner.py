@@ -10,8 +10,9 @@ Per repeat (every repeat builds a fresh pipeline and, for replay/train, a fresh 
    ``time_to_first_batch_s`` = ``build_s + ttfb_s`` per repeat: THE time to first batch, the
    same for every adapter whatever it does in its constructor (harness work between the two,
    e.g. building the model, is not counted). Before the build: ``empty_cache`` and a peak reset
-   (on CUDA), then the monitors start (their NVML idle baseline is taken before the pipeline
-   exists, and starting them never overlaps a pipeline working ahead); the measured region is
+   (on CUDA), then the monitors start (starting them never overlaps a pipeline working ahead;
+   their NVML idle baseline is taken once per process, at the first repeat's start before any
+   pipeline exists, and kept for every repeat: ``bench.harness.monitors``); the measured region is
    only *marked* when the measured epochs begin (``Monitor.mark``: one CPU reading).
 3. ``warmup`` epochs (``warmup_epoch_s``, ``warmup_images_per_s``), not monitored.
 4. measured epochs inside the monitors: ``epochs`` of them, then more (like ``timeit``'s
