@@ -265,3 +265,22 @@ def test_every_registered_pipeline_runs_through_the_harness(name, data, tmp_path
     assert out.exit_code == EXIT_OK, df.iloc[0].reason
     assert _ok(df, "images").value.tolist() == [N_TRAIN]
     assert _ok(df, "pipeline_batches").value.tolist() == [3]
+
+
+def test_cleanup_failing_after_a_sticky_cuda_error_keeps_the_error_row(data, tmp_path, monkeypatch, capsys):
+    """After a sticky CUDA error the cleanup's ``empty_cache`` raises the same error again: the run
+    still writes its one error row, with the run's own reason, not the cleanup's."""
+    from bench.harness import runner
+
+    def sticky(device):  # the device is broken once the pipeline has failed
+        if CountingFake.decoded >= 7:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(runner, "_free_device_memory", sticky)
+    CountingFake.fail_after = 7
+    out = run_bench(_cfg(data, "loader"), tmp_path)
+    assert out.exit_code == EXIT_ERROR and out.status == "error"
+    df = R.read_results(tmp_path)
+    assert df.metric.tolist() == ["run"] and df.status.tolist() == ["error"]
+    assert "decoder exploded" in df.iloc[0].reason
+    assert "illegal memory access" in capsys.readouterr().err  # said, not lost

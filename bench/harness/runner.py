@@ -199,7 +199,7 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
             traceback.print_exc(file=sys.stderr)
     finally:
         _set_threads(threads)
-        _free_device_memory(cfg.pipe.device)
+        _cleanup_device_memory(cfg.pipe.device)
     if not sync.distributed:
         results.write_env(Path(out) / results.RUNS_DIR / rows.run_id)
         run_dir = results.write_run(out, rows)
@@ -330,6 +330,17 @@ def _free_device_memory(device: str) -> None:
         gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
+
+
+def _cleanup_device_memory(device: str) -> None:
+    """``_free_device_memory`` on a way out: after a sticky CUDA error (a device-side assert, an
+    illegal address) ``empty_cache`` raises that error again; here it neither replaces the run's
+    own error nor keeps its rows from being written (one line on stderr instead)."""
+    try:
+        _free_device_memory(device)
+    except Exception as e:
+        print(f"inrbench: warning: freeing device memory after the run failed: {results.exception_reason(e)}",
+              file=sys.stderr)
 
 
 def _repeat(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: DeviceClock,
