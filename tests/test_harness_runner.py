@@ -284,3 +284,67 @@ def test_cleanup_failing_after_a_sticky_cuda_error_keeps_the_error_row(data, tmp
     assert df.metric.tolist() == ["run"] and df.status.tolist() == ["error"]
     assert "decoder exploded" in df.iloc[0].reason
     assert "illegal memory access" in capsys.readouterr().err  # said, not lost
+
+
+class _OnDevice:
+    """Stands for a parameter tensor on a GPU: ``clone`` stays on the GPU, ``to("cpu")`` copies it off."""
+
+    device = torch.device("cuda", 0)
+
+    def __init__(self, value):
+        self.value = value
+
+    def detach(self):
+        return self
+
+    def clone(self):
+        return _OnDevice(self.value.clone())
+
+    def to(self, device, *args, copy=False, **kw):
+        return self.value.clone() if torch.device(device).type == "cpu" else _OnDevice(self.value.clone())
+
+    def cpu(self):
+        return self.value.clone()
+
+
+class _DeviceModelTrainer:
+    """A trainer whose model is on a (faked) GPU; each step adds 1 to its one weight."""
+
+    def __init__(self):
+        from types import SimpleNamespace
+
+        self.w = torch.zeros(2)
+        self.restored = None
+        self.model = SimpleNamespace(state_dict=lambda: {"w": _OnDevice(self.w)}, load_state_dict=self._load)
+
+    def _load(self, state):
+        self.restored = state
+
+    def step(self, batch):
+        self.w += 1
+
+    def epoch_metrics(self):
+        return []
+
+    def end_epoch(self):
+        return 0.0
+
+
+def test_autorange_keeps_the_scheduled_model_on_the_cpu(data):
+    """Past the schedule (autorange), the model's state is kept on the CPU, not as a second copy in
+    device memory inside the measured region, and the model is restored from that copy."""
+    from bench.harness import runner
+    from bench.harness.replay import CountingSource
+    from bench.harness.timing import DeviceClock
+
+    ticks = iter(range(0, 10**13, 10**8))  # 0.1 s per clock read: ~0.8 s per epoch
+    cfg = _cfg(data, "train", epochs=1, warmup=0, repeats=1, min_seconds=3.0)
+    counted = CountingSource([Batch(images=torch.zeros(BS, 3, 8, 8), labels=torch.zeros(BS, dtype=torch.long))] * 3)
+    trainer = _DeviceModelTrainer()
+    rows = R.RunRows("run", cfg.pipeline, "tiny8", cfg.mode, cfg.to_dict())
+    runner._measure(cfg, counted, counted, trainer.step, trainer, DeviceClock(now_ns=lambda: next(ticks)), rows, 0)
+    epochs = next(r["value"] for r in rows._rows if r["metric"] == "measured_epochs")
+    assert epochs > 1 and trainer.w[0] == 3 * epochs  # the autorange trained on
+    (w,) = trainer.restored.values()
+    assert isinstance(w, torch.Tensor) and w.device.type == "cpu"
+    assert torch.equal(w, torch.full((2,), 3.0))  # the state after the one scheduled epoch (3 steps)

@@ -432,7 +432,9 @@ def _measure(cfg: BenchConfig, source: Any, counted: CountingSource, step: Any, 
              clock: DeviceClock, rows: results.RunRows, r: int, mon: Monitor | None = None,
              data: Any = None, sync: Sync | None = None) -> None:
     """The measured epochs (``epochs``, then autorange to ``min_seconds``), inside the monitors;
-    then the monitors' rows. A trained model is restored to its state after the scheduled epochs.
+    then the monitors' rows. A trained model is restored to its state after the scheduled epochs,
+    copied to the CPU between epochs: a device copy would sit in the measured memory peak of only
+    the pipelines fast enough to autorange.
     Data parallel: each epoch starts at a sync point, which also hands every rank the slowest
     rank's measured seconds, so the autorange stops every rank after the same epoch."""
     sync = sync or Sync()
@@ -448,7 +450,7 @@ def _measure(cfg: BenchConfig, source: Any, counted: CountingSource, step: Any, 
             if not (n < cfg.epochs or (slowest_s < cfg.min_seconds and n < AUTORANGE_MAX_EPOCHS)):
                 break
             if n == cfg.epochs and cfg.mode == "train":  # past the schedule: timing only
-                scheduled = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+                scheduled = {k: v.detach().to("cpu", copy=True) for k, v in trainer.model.state_dict().items()}
             e = cfg.warmup + n
             drawn = counted.drawn
             t = _epoch(cfg, source, step, clock, rows, r, e)
