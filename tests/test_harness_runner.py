@@ -17,6 +17,7 @@ from fixtures_datasets import write_tiny_prepared
 
 import pipelines.base as base
 from bench import results as R
+from bench.harness.ranks import Sync, _Point
 from bench.harness.runner import EXIT_ERROR, EXIT_OK, EXIT_OOM, BenchConfig, run_bench
 from pipelines.base import Augment, Batch, Pipeline, PipelineConfig, Unavailable
 
@@ -348,3 +349,74 @@ def test_autorange_keeps_the_scheduled_model_on_the_cpu(data):
     (w,) = trainer.restored.values()
     assert isinstance(w, torch.Tensor) and w.device.type == "cpu"
     assert torch.equal(w, torch.full((2,), 3.0))  # the state after the one scheduled epoch (3 steps)
+
+
+class _Left(BaseException):
+    """Raised by the test's stand-in for ``os._exit``: the rank left."""
+
+
+class _TwoRanks(Sync):
+    """Rank 0 of a two-rank group, in this one process: the peer meets every sync point with the same
+    value; ``sent`` records what this rank gathered (a ``RankResult`` is the final gather, the one
+    that would meet an NCCL peer's all-reduce)."""
+
+    def __init__(self):
+        super().__init__(0, 2)
+        self.sent = []
+
+    def _gather(self, obj):
+        self.sent.append(obj)
+        return [obj, obj] if isinstance(obj, _Point) else [obj, None]
+
+    def announce(self, outcome):
+        return outcome
+
+
+@pytest.mark.parametrize("backend, mode, leaves", [("nccl", "train", True), ("gloo", "train", False),
+                                                   ("nccl", "loader", False)])
+def test_rank_failing_mid_epoch_on_nccl_with_ddp_leaves_without_the_final_gather(
+        data, tmp_path, monkeypatch, backend, mode, leaves):
+    """Rank 0 of two runs out of memory in the middle of a measured epoch. With a DDP model on NCCL
+    its peer may be inside the gradient all-reduce: it records its exit status for ``--nproc`` and
+    leaves (os._exit) without gathering. gloo, or no DDP model (loader: the peer can only be at the
+    next sync point), keeps the final gather and rank 0's error row."""
+    import dataclasses
+
+    from bench import dist
+    from bench.harness import runner
+    from bench.harness.ranks import DistConfig, RankResult
+
+    sync = _TwoRanks()
+    monkeypatch.setattr(runner, "_sync_for", lambda cfg: sync)
+    monkeypatch.setattr(dist, "broadcast_object", lambda obj: obj)
+    plain = runner._trainer  # DDP needs a process group: the same trainer without it
+    monkeypatch.setattr(runner, "_trainer", lambda cfg, data, steps: plain(
+        dataclasses.replace(cfg, dist=None, pipe=dataclasses.replace(cfg.pipe, world_size=1)), data, steps))
+
+    def leave(code):
+        raise _Left(code)
+
+    monkeypatch.setattr(runner, "_exit", leave)
+    status = tmp_path / "status"
+    status.mkdir()
+    monkeypatch.setenv(dist.STATUS_DIR_ENV, str(status))
+    CountingFake.fail_after = 5  # warm-up's 3 batches, 2 of the first measured epoch, then the failure
+    CountingFake.fail_with = torch.OutOfMemoryError
+    pipe = PipelineConfig(batch_size=BS, augment=Augment(crop="center", size=8, flip=False), workers=0, world_size=2)
+    cfg = _cfg(data, mode, repeats=1, pipe=pipe, dist=DistConfig(
+        world_size=2, backend=backend, nnodes=1, local_world_size=2, hosts=("h", "h"), local_ranks=(0, 1),
+        timeout_s=60.0))
+    out_dir = tmp_path / "res"
+    if leaves:
+        with pytest.raises(_Left) as left:
+            run_bench(cfg, out_dir)
+        assert left.value.args == (EXIT_OOM,)
+        assert (status / "rank0").read_text() == str(EXIT_OOM)  # --nproc exits 3, as one process would
+        assert not any(isinstance(s, RankResult) for s in sync.sent)  # no gather after the failure
+        assert not list(out_dir.glob("runs/*/rows.csv"))  # --nproc's launcher writes the error row
+    else:
+        out = run_bench(cfg, out_dir)
+        assert out.exit_code == EXIT_OOM and out.status == "error"
+        assert isinstance(sync.sent[-1], RankResult) and not list(status.iterdir())
+        df = R.read_results(out_dir)
+        assert df.metric.tolist() == ["run"] and df.reason.item().startswith("rank 0: out of memory")

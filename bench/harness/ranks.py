@@ -20,8 +20,12 @@ sync value; the other ranks are at their next sync point, see a finished peer th
 lost. Every rank then ends in ``Sync.finish`` (the final gather, skipped by the ranks that already
 saw the results at a point), rank 0 merges and writes, and ``Sync.announce`` hands rank 0's
 outcome to every rank (so no process exits, and no launcher tears the job down, before the rows
-are written). A rank failing *inside* a DDP collective (mid-epoch in train mode) leaves its peers
-in that collective: the process group's timeout (``--dist-timeout``) ends it with an error on them;
+are written). A rank failing between sync points while a DDP model exists (``Sync.ddp``: mid-epoch
+in replay/train mode) may leave its peers inside DDP's own collectives (the gradient all-reduce).
+On NCCL, which pairs collectives by order, its final gather would meet that all-reduce and hang
+until ``--dist-timeout``: such a rank records its exit status and leaves at once instead
+(``runner._leave_if_peers_may_wait``), as a killed rank does. On gloo it sends its result as above,
+and its peers' collective ends with the group's timeout (``--dist-timeout``) and an error on them;
 a gather that fails marks the group broken and rank 0 writes what it has, the ranks it could not
 hear from as "rank R: no result (...)". A rank killed outright (a signal, ``os._exit``) is
 torchrun's to handle: it stops the whole job, so no rank writes the run; ``inrbench bench --nproc``
@@ -141,6 +145,7 @@ class Sync:
         self.rank, self.world_size = rank, world_size
         self.results: list[Any] | None = None  # what the final gather brought, once known
         self.broken: str | None = None  # why the group can no longer be used
+        self.ddp = False  # a DDP model exists: between points, peers may be inside its collectives
 
     @property
     def distributed(self) -> bool:

@@ -43,7 +43,8 @@ rank's rows and writes one run: per-rank rows and aggregate rows (``bench.harnes
 points, failures, aggregation rules). ``INRBENCH_TEST_FAIL_RANK=R`` (a test hook, read in one
 place: ``_injected_failure``) makes rank R raise just before repeat 0's first measured epoch
 (``R:kill``: SIGKILL itself; torchrun then stops every rank, and ``inrbench bench --nproc``
-writes the run's one error row, since no rank could).
+writes the run's one error row, since no rank could). On NCCL a rank that fails while its DDP
+model exists (mid-epoch in replay/train) leaves the same way (``_leave_if_peers_may_wait``).
 
 Outcomes: ``Unavailable`` (from the adapter, or ``--device cuda`` on a machine without CUDA)
 -> one skip row, exit 0. Out of memory -> one error row, exit 3. Epochs that load more images
@@ -78,6 +79,7 @@ from pipelines.base import PipelineConfig, Unavailable
 EXIT_OK, EXIT_ERROR, EXIT_INPUT, EXIT_OOM = 0, 1, 2, 3
 AUTORANGE_MAX_EPOCHS = 10_000  # per repeat: a bound on the autorange whatever min_seconds says
 RUN_ID_ENV = "INRBENCH_RUN_ID"  # set by ``inrbench bench --nproc`` for the ranks it launches
+_exit = os._exit  # how a rank leaves at once (``_leave_if_peers_may_wait``; tests replace it)
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,7 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
     except InputError as e:
         rows.error(f"bad input: {e}")
         code, input_error = EXIT_INPUT, e
+        _leave_if_peers_may_wait(cfg, sync, code)
     except Exception as e:  # a crash or an OOM in this run: an error row, never partial rows
         code = EXIT_OOM if _is_oom(e) else EXIT_ERROR
         rows.error(f"{'out of memory: ' if code == EXIT_OOM else ''}{results.exception_reason(e)}")
@@ -197,6 +200,7 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
             print(f"inrbench: error: out of memory: {results.exception_reason(e)}", file=sys.stderr)
         else:
             traceback.print_exc(file=sys.stderr)
+        _leave_if_peers_may_wait(cfg, sync, code)
     finally:
         _set_threads(threads)
         _cleanup_device_memory(cfg.pipe.device)
@@ -240,6 +244,36 @@ def _start(cfg: BenchConfig, out: str | Path, sync: Sync) -> tuple[Path, str]:
     if claimed is None:
         raise InputError(run_id or "results folder refused on rank 0")
     return Path(claimed), str(run_id)
+
+
+def _leave_if_peers_may_wait(cfg: BenchConfig, sync: Sync, code: int) -> None:
+    """On NCCL, a rank that failed between sync points while a DDP model exists (``Sync.ddp``)
+    leaves at once (``os._exit(code)``) instead of joining the final gather.
+
+    Its peers may be inside DDP's gradient all-reduce; NCCL pairs collectives by order, so the
+    gather would meet that all-reduce and hang (or exchange garbage) until ``--dist-timeout``
+    (1800 s by default). As for a rank killed outright, torchrun then stops the others and
+    ``inrbench bench --nproc`` writes the run's one error row, with this rank's exit class (its
+    status in ``bench.dist.STATUS_DIR_ENV``'s folder; its reason is on its stderr). gloo keeps the
+    gather, and so does every failure at a sync point or before the model exists: every rank is
+    then in the same collective.
+    """
+    if not (sync.distributed and sync.ddp and sync.broken is None and cfg.dist is not None
+            and cfg.dist.backend == "nccl"):
+        return
+    from bench import dist
+
+    status_dir = os.environ.get(dist.STATUS_DIR_ENV)
+    if status_dir:
+        try:
+            (Path(status_dir) / f"rank{sync.rank}").write_text(str(code))
+        except OSError:
+            pass
+    print(f"inrbench: rank {sync.rank}: failed while DDP's collectives may be in flight on NCCL: leaving "
+          "now so that torchrun stops the other ranks (no rank writes this run's rows)", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _exit(code)
 
 
 def _finish_distributed(cfg: BenchConfig, out: Path, rows: results.RunRows, code: int,
@@ -377,6 +411,7 @@ def _repeat_body(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clo
         trainer = None
         if cfg.mode != "loader":
             sync.point()  # DDP's constructor is a collective
+            sync.ddp = True  # until the repeat's evaluation is done
             trainer = _trainer(cfg, data, steps_per_epoch)
         step = trainer.step if trainer is not None else _no_step
         for e in range(cfg.warmup):
@@ -390,6 +425,7 @@ def _repeat_body(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clo
         if cfg.mode == "train":
             sync.point()  # evaluation all-reduces
             _add_eval(cfg, data, trainer, clock, rows, r)
+        sync.ddp = False
     finally:
         pipe.close()
 
