@@ -73,6 +73,26 @@ def cuda_mismatch(versions: dict[str, Any]) -> str | None:
             f"torch's CUDA major (nvidia-dali-cuda{major[0]}0; README, 'Installing on a GPU machine')")
 
 
+def dali_stack_mismatch(names: list[str] | None = None) -> str | None:
+    """A warning when the installed DALI wheels and their nvImageCodec / nvCOMP libraries are of
+    different CUDA majors (``names``: installed distribution names; default: this environment's),
+    else None. Both CUDA builds of each install into the same folders, so DALI's GPU decoder may
+    load the other build's library; ``pip check`` shows it, nothing at import time does."""
+    import re
+
+    if names is None:
+        names = [d.metadata["Name"] or "" for d in md.distributions()]
+    names = sorted({n.lower().replace("_", "-") for n in names})
+    dali = {m.group(1) for n in names if (m := re.fullmatch(r"nvidia-dali-cuda(\d+)0", n))}
+    libs = {n: m.group(1) for n in names if (m := re.fullmatch(r"nvidia-(?:nvimgcodec|libnvcomp)-cu(\d+)", n))}
+    other = sorted(n for n, major in libs.items() if major not in dali)
+    if not dali or (len(dali) == 1 and not other):
+        return None
+    found = ", ".join([f"nvidia-dali-cuda{m}0" for m in sorted(dali)] + other)
+    return (f"DALI's CUDA builds are mixed ({found}): they share folders, so its GPU decoder may load another "
+            "CUDA's library; uninstall all but one CUDA major's (README, 'Installing on a GPU machine')")
+
+
 def torch_nvjpeg_decoder() -> dict[str, Any]:
     """Which library ``torch-nvjpeg`` decodes with here: ``pipelines.torch_nvjpeg.jpeg_decoder().info()``
     (TorchCodec, or torchvision.io with the reason TorchCodec is not used), or neither, with the reason."""
@@ -178,7 +198,7 @@ def _dali_cuda() -> str | None:
     DALI keeps it only as ``__cuda_version__ = int('12.9.86'.replace('.', ''))`` (dots lost), so
     the string is read from that line; failing that, the major from the distribution name
     (``nvidia-dali-cuda130`` -> ``"13"``). Differs in major from torch's ``cuda_runtime`` when the
-    installed DALI wheel (default CUDA 13, ``.[cuda12]``) does not match the torch build
+    installed DALI wheel (default CUDA 13; README for CUDA 12) does not match the torch build
     (``cuda_mismatch``).
     """
     import re
@@ -318,5 +338,5 @@ def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
         "gpu": gpu_info(),
         "distributed": dict(distributed) if distributed else {"world_size": 1},
     }
-    info["warnings"] = [w for w in (cuda_mismatch(info["versions"]),) if w]
+    info["warnings"] = [w for w in (cuda_mismatch(info["versions"]), dali_stack_mismatch()) if w]
     return info

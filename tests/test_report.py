@@ -274,3 +274,22 @@ def test_number_formats_never_print_exponents_or_an_iqr_of_one_sample():
     assert T.fmt_median_iqr(3.0, 0.0, n=1) == "3 (one sample)"
     assert T.fmt_median_iqr(3.0, 0.25, n=3) == "3 (IQR 0.25)"
     assert T.fmt_num(8.85e-05) == "0.0000885" and T.fmt_num(0.0123) == "0.0123" and T.fmt_num(0.0) == "0"
+
+
+@pytest.mark.parametrize(("names", "warned"), [
+    (["nvidia-dali-cuda130", "nvidia-nvimgcodec-cu13", "nvidia-libnvcomp-cu13"], None),
+    (["nvidia-dali-cuda120", "nvidia_nvimgcodec_cu12", "nvidia-libnvcomp-cu12", "nvidia-nvjpeg-cu12"], None),
+    (["torch", "numpy"], None),  # no DALI: nothing to say
+    (["nvidia-dali-cuda130", "nvidia-nvimgcodec-cu12", "nvidia-libnvcomp-cu12"],
+     "nvidia-dali-cuda130, nvidia-libnvcomp-cu12, nvidia-nvimgcodec-cu12"),  # this project's own venv once
+    (["nvidia-dali-cuda120", "nvidia-dali-cuda130", "nvidia-nvimgcodec-cu12", "nvidia-nvimgcodec-cu13"],
+     "nvidia-dali-cuda120, nvidia-dali-cuda130"),  # the old cuda12 extra: both stacks
+])
+def test_a_mixed_dali_cuda_stack_is_a_warning(names, warned):
+    from bench import envinfo
+
+    got = envinfo.dali_stack_mismatch(names)
+    if warned is None:
+        assert got is None
+    else:
+        assert got is not None and f"DALI's CUDA builds are mixed ({warned}" in got and "README" in got
