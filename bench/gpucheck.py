@@ -33,7 +33,6 @@ import subprocess
 import sys
 import time
 import traceback
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,17 +74,27 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO) + (os.pathsep + pp if pp else "")}
 
 
-def _run(argv: list[str], timeout: float, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run a command in its own process group; on timeout kill the group and raise one line."""
-    p = subprocess.Popen(argv, cwd=cwd or REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, start_new_session=True)
+class TimedOut(RuntimeError):
+    """A command ran past its cap (``timeout_s``) and was killed (with everything it started)."""
+
+    def __init__(self, message: str, timeout_s: float):
+        super().__init__(message)
+        self.timeout_s = timeout_s
+
+
+def _run(argv: list[str], timeout: float, cwd: Path | None = None,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run a command in its own process group (``env``: extra variables); on timeout kill the group and
+    raise ``TimedOut`` (one line)."""
+    p = subprocess.Popen(argv, cwd=cwd or REPO, env={**_env(), **(env or {})}, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = p.communicate(timeout=max(timeout, 1.0))
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
         p.communicate()
-        raise RuntimeError(f"timed out after {timeout:.0f} s: {' '.join(argv[2:6])} ...") from None
+        raise TimedOut(f"timed out after {timeout:.0f} s: {' '.join(argv[2:6])} ...", timeout) from None
     return subprocess.CompletedProcess(argv, p.returncode, out, err)
 
 
@@ -188,42 +197,58 @@ def step_setup(ctx: dict[str, Any]) -> dict[str, Any]:
     return {"train_images": len(data.split("train")), "store_psnr_db": round(float(load(work / "syn32.inr").psnr.mean()), 2)}
 
 
-def _junit(path: Path, select: Callable[[str], bool] | None = None) -> dict[str, Any]:
-    """Counts and the failures of a pytest ``--junitxml`` file (only the tests ``select`` keeps)."""
-    root = ET.parse(path).getroot()
-    cases = root.iter("testcase")
-    out: dict[str, Any] = {"passed": 0, "failed": 0, "skipped": 0, "failures": [], "skip_reason": ""}
-    for c in cases:
-        name = f"{c.get('classname', '').rsplit('.', 1)[-1]}::{c.get('name')}"
-        if select is not None and not select(name):
-            continue
-        bad = c.find("failure") if c.find("failure") is not None else c.find("error")
-        skip = c.find("skipped")
-        if bad is not None:
-            out["failed"] += 1
-            out["failures"].append(f"{name}: {last_line(bad.get('message') or bad.text or '')}")
-        elif skip is not None:
-            out["skipped"] += 1
-            out["skip_reason"] = out["skip_reason"] or last_line(skip.get("message") or "")
-        else:
-            out["passed"] += 1
-    return out
-
-
 def _pytest(ctx: dict[str, Any], name: str, args: list[str], cap: float) -> dict[str, Any]:
-    xml = Path(ctx["work"]) / f"{name}.xml"
-    r = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *args],
-             _remaining(ctx, cap))
-    if not xml.is_file():
+    """``pytest ARGS`` in a subprocess capped at ``cap`` s, each test's outcome streamed to ``work/NAME.jsonl``
+    (``bench.pytest_log``) as it finishes: a pytest killed by the cap still reports the tests it finished,
+    the one it was running and how many it never reached."""
+    from bench import pytest_log
+
+    log = Path(ctx["work"]) / f"{name}.jsonl"
+    log.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "bench.pytest_log", *args]
+    try:
+        r = _run(argv, _remaining(ctx, cap), env={pytest_log.ENV: str(log)})
+    except TimedOut as e:
+        res = pytest_log.read_log(log)
+        raise StepFailed(f"pytest timed out after {e.timeout_s:.0f} s, {_progress(res)}", _figures(res)) from None
+    res = pytest_log.read_log(log)
+    if res["collected"] is None and not res["failed"]:
         raise RuntimeError(f"pytest exit {r.returncode}: {last_line(r.stdout) or last_line(r.stderr)}")
-    return _outcome(_junit(xml), r.returncode, last_line(r.stdout))
+    return _outcome(res, r.returncode, last_line(r.stdout))
+
+
+def _progress(res: dict[str, Any]) -> str:
+    """How far a pytest got, in words (for a run cut short)."""
+    from bench.pytest_log import short
+
+    if res["collected"] is None:
+        return "killed while collecting: no test started"
+    at = f"while running {short(res['running'])}" if res["running"] else "between tests"
+    return (f"{at}; before it {res['passed']} passed, {res['failed']} failed, {res['skipped']} skipped; "
+            f"{len(res['not_reached'])} not reached")
+
+
+def _figures(res: dict[str, Any]) -> dict[str, Any]:
+    from bench.pytest_log import short
+
+    figures: dict[str, Any] = {k: res[k] for k in ("passed", "failed", "skipped")}
+    if res["failures"]:
+        figures["failures"] = res["failures"][:10]
+    if res["running"]:
+        figures["running"] = short(res["running"])
+    if res["not_reached"]:
+        figures["not_reached"] = len(res["not_reached"])
+        figures["not_reached_tests"] = [short(n) for n in res["not_reached"][:10]]
+    return figures
 
 
 def _outcome(res: dict[str, Any], returncode: int = 0, tail: str = "") -> dict[str, Any]:
-    figures = {k: res[k] for k in ("passed", "failed", "skipped")}
+    """A finished pytest's (or its log's selected tests') step result: fail on a failed test or a bad exit
+    (a crash names the test it was running), skip when nothing passed."""
+    figures = _figures(res)
     if res["failed"] or returncode not in (0, 5):
-        figures["failures"] = res["failures"][:10]
-        raise StepFailed(res["failures"][0] if res["failures"] else f"pytest exit {returncode}: {tail}", figures)
+        crash = f" ({_progress(res)})" if res["running"] else ""
+        raise StepFailed(res["failures"][0] if res["failures"] else f"pytest exit {returncode}{crash}: {tail}", figures)
     if res["passed"] == 0:
         raise Skip(f"{res['skipped']} collected, all skipped: {res['skip_reason'] or 'none collected'}")
     return figures
@@ -374,15 +399,17 @@ def step_dali_crops(ctx: dict[str, Any]) -> dict[str, Any]:
     k = "(dali and (distribution or uniform or per_image)) or agree_across"
     if ctx["device"] == "cpu":  # DALI's CPU decode: its own statistics (tests/test_pipelines.py), no cross-adapter test
         return _pytest(ctx, "dali-crops", ["tests/test_pipelines.py", "-k", "dali and (distribution or uniform or per_image)"], 150)
-    ran = Path(ctx["work"]) / "pytest-gpu.xml"
+    ran = Path(ctx["work"]) / "pytest-gpu.jsonl"
     if ran.is_file():  # the gpu tests ran them already (tests/test_pipelines_gpu.py): read their outcomes
 
         def select(n: str) -> bool:
             return "test_pipelines_gpu" in n and (("dali" in n and any(w in n for w in ("distribution", "uniform",
                                                                                         "per_image"))) or "agree_across" in n)
 
-        res = _junit(ran, select)
-        if res["passed"] + res["failed"]:
+        from bench.pytest_log import read_log
+
+        res = read_log(ran, select)
+        if res["passed"] + res["failed"] and not res["not_reached"] and not res["running"]:
             return {"from": "pytest-gpu", **_outcome(res)}
     return _pytest(ctx, "dali-crops", ["tests/test_pipelines_gpu.py", "-m", "gpu", "-k", k], 150)
 
@@ -422,27 +449,49 @@ def _numbers(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def step_perf_decode(ctx: dict[str, Any]) -> dict[str, Any]:
-    help_text = inrbench(["perf", "decode", "--help"], _remaining(ctx, 30)).stdout
-    dev = ["--device", ctx["device"]] if "--device" in help_text else []
-    r = _checked(inrbench(["perf", "decode", "--json", "--sizes", "32", "224", "--seconds", "0.1", "--repeats", "2",
-                           "--no-compile", *dev], _remaining(ctx, 120)), "perf decode")
-    doc = _json_doc(r.stdout)
-    fig: dict[str, Any] = {"device": ctx["device"] if dev else "cpu (perf decode has no --device)"}
+    # no torch.compile variants: their cold-cache builds (two dtypes, two sizes) do not fit the step's cap
+    r = _checked(inrbench(["perf", "decode", "--json", "--device", ctx["device"], "--sizes", "32", "224",
+                           "--seconds", "0.1", "--repeats", "2", "--no-compile"], _remaining(ctx, 120)), "perf decode")
+    return decode_figures(_json_doc(r.stdout), ctx["device"])
+
+
+def decode_figures(doc: dict[str, Any], device: str) -> dict[str, Any]:
+    """Key figures of ``perf decode --json``: per size the best INR row (img/s, % of the device's matmul
+    peak, its variant), the best JPEG row (img/s, its method) and INR/JPEG; rows skipped, with the reason.
+
+    On CUDA a skipped JPEG row fails the step (the GPU decoders the ``torch-nvjpeg`` and ``dali`` adapters
+    use must run on a GPU machine); on the CPU it is noted. No INR row with % of peak: a failure.
+    """
+    if doc.get("device", "cpu") != device:
+        raise AssertionError(f"perf decode measured on {doc.get('device', 'cpu')!r}, not {device!r}")
+    fig: dict[str, Any] = {"device": doc.get("device", "cpu")}
     fig.update({f"matmul_peak_gflops.{k}": round(v, 1) for k, v in doc.get("matmul_peak_gflops", {}).items()})
     rows = doc.get("rows", [])
+    skipped: list[str] = []
     for size in sorted({r.get("size") for r in rows if r.get("size") is not None}):
         at = [r for r in rows if r.get("size") == size]
+        if str(size) in doc.get("inr_batch", {}):
+            fig[f"{size}px.inr_batch"] = doc["inr_batch"][str(size)]  # on CUDA every row's batch
         inr_rows = [r for r in at if "pct_peak" in r]
         jpeg_rows = [r for r in at if "pct_peak" not in r and isinstance(r.get("rate"), dict)]
+        skipped += [f"{size}px {r['method']}: {r['skipped']}" for r in at if "skipped" in r]
         if inr_rows:
             best = max(inr_rows, key=lambda r: r["rate"]["median"])
             fig[f"{size}px.inr_img_per_s"] = round(best["rate"]["median"], 1)
             fig[f"{size}px.inr_pct_peak"] = round(best["pct_peak"], 2)
+            fig[f"{size}px.inr_variant"] = best["variant"]
         if jpeg_rows:
-            best = max(jpeg_rows, key=lambda r: r["rate"]["median"])
-            fig[f"{size}px.jpeg_img_per_s"] = round(best["rate"]["median"], 1)
+            top = max(jpeg_rows, key=lambda r: r["rate"]["median"])
+            fig[f"{size}px.jpeg_img_per_s"] = round(top["rate"]["median"], 1)
+            fig[f"{size}px.jpeg_method"] = top["method"]
+        if inr_rows and jpeg_rows:
+            fig[f"{size}px.inr_over_jpeg"] = round(best["rate"]["median"] / top["rate"]["median"], 2)
+    if skipped:
+        fig["skipped"] = skipped
     if not any(k.endswith("inr_pct_peak") for k in fig):
-        raise AssertionError("perf decode printed no INR row with % of peak")
+        raise StepFailed("perf decode printed no INR row with % of peak", fig)
+    if skipped and device != "cpu":
+        raise StepFailed(f"a JPEG decoder could not run on {device}: {skipped[0]}", fig)
     return fig
 
 
@@ -542,7 +591,9 @@ STEPS: tuple[Step, ...] = (
     Step("setup", "`inrbench prepare synthetic` (32x32) and `inrbench encode` of it (CPU) succeed: the inputs "
          "of the other steps", 150, step_setup, needs_setup=False),
     Step("pytest-gpu", "`pytest -m gpu` (a subprocess): every gpu-marked test passes; on a CPU they are "
-         "collected and skipped (status skip)", 200, step_pytest_gpu, needs_setup=False),
+         "collected and skipped (status skip). Outcomes stream to work/pytest-gpu.jsonl as tests finish: cut "
+         "short by the cap, the step still reports them, the test running and those not reached", 200,
+         step_pytest_gpu, needs_setup=False),
     Step("cpu-vs-device", "every registered pipeline, centre crop, no flip, no shuffle: the same labels on cpu and "
          f"the device and images within {PSNR_MIN_DB:.0f} dB PSNR (max abs difference reported); on a CPU, two CPU "
          "runs (determinism)", 90, step_cpu_vs_device),
@@ -559,8 +610,10 @@ STEPS: tuple[Step, ...] = (
     Step("perf-encode", "`inrbench perf encode --device D --json --step both --estimate cifar10` (5x13, 32 px) runs; "
          "img-it/s of the eager and compiled fit step, batched/loop ratio, TFLOP/s / % of peak, and the projected "
          "minutes of the whole CIFAR-10 encode (goal: under 15 on an H200)", 150, step_perf_encode, needs_setup=False),
-    Step("perf-decode", "`inrbench perf decode --json` runs and gives INR decode img/s with % of the matmul peak "
-         "(32 and 224 px)", 120, step_perf_decode, needs_setup=False),
+    Step("perf-decode", "`inrbench perf decode --device D --json --no-compile` (32 and 224 px) runs: the best INR "
+         "decode img/s with % of the device's matmul peak, the best JPEG decoder's img/s (on CUDA: TorchCodec "
+         "nvJPEG batched and DALI mixed, same batch; both must run) and INR/JPEG", 120, step_perf_decode,
+         needs_setup=False),
     Step("encode-qat", f"encode with prune 0.15 + 8-bit + QAT on the device within {QAT_TOL_DB} dB mean PSNR of "
          "the same encode on the CPU (16 images)", 150, step_encode_qat),
     Step("sweep-mini", "the `paper` sweep in miniature (synthetic 32 and 224; prepare, encode, compare, bench "

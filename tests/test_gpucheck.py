@@ -111,17 +111,58 @@ def test_mini_sweep_covers_every_cell_kind_and_every_pipeline(tmp_path):
     assert all(c.device == "cuda" for c in bench)
 
 
-def test_junit_counts_and_key_figures(tmp_path):
-    xml = tmp_path / "j.xml"
-    xml.write_text(
-        '<testsuites><testsuite><testcase classname="tests.test_a" name="ok"/>'
-        '<testcase classname="tests.test_a" name="bad"><failure message="AssertionError: x&#10;y differs">tb</failure></testcase>'
-        '<testcase classname="tests.test_a" name="sk"><skipped message="no CUDA device"/></testcase>'
-        "</testsuite></testsuites>")
-    j = gpucheck._junit(xml)
-    assert (j["passed"], j["failed"], j["skipped"]) == (1, 1, 1)
-    assert j["failures"] == ["test_a::bad: y differs"] and j["skip_reason"] == "no CUDA device"
+def test_key_figures():
     figs = gpucheck._numbers({"config": {}, "batched": {"image_iterations_per_s": 10.12345, "threads": 2,
                                                         "pct_peak": 3.0, "tflops": 1.5}, "speedup": 4})
     assert figs == {"batched.image_iterations_per_s": 10.123, "batched.pct_peak": 3.0, "batched.tflops": 1.5,
                     "speedup": 4.0}
+
+
+def _decode_doc(device: str, dali: dict) -> dict:
+    rate = lambda m: {"median": m, "best": m}  # noqa: E731
+    rows = [{"size": 224, "method": "torchcodec.decoders.decode_jpeg 0.17", "variant": f"{device}, batch of 256 per call",
+             "rate": rate(2000.0), "images_per_s": 2000.0},
+            {"size": 224, "method": "DALI decoders.image", "variant": "mixed, device_id=0", **dali},
+            {"size": 224, "method": "INR decode SIREN 10x32", "variant": "reference", "rate": rate(3000.0),
+             "pct_peak": 10.0, "gflops": 1.0},
+            {"size": 224, "method": "INR decode SIREN 10x32", "variant": "channels-first, whole batch, bf16",
+             "rate": rate(5000.0), "pct_peak": 1.234, "gflops": 2.0}]
+    return {"device": device, "threads": 1, "matmul_peak_gflops": {"fp32": 50000.04, "bf16": 700000.0},
+            "inr_batch": {"224": 256}, "rows": rows}
+
+
+def test_perf_decode_figures_compare_the_best_inr_and_jpeg_rows():
+    fig = gpucheck.decode_figures(_decode_doc("cuda", {"rate": {"median": 4000.0, "best": 4000.0}}), "cuda")
+    assert fig == {"device": "cuda", "matmul_peak_gflops.fp32": 50000.0, "matmul_peak_gflops.bf16": 700000.0,
+                   "224px.inr_batch": 256, "224px.inr_img_per_s": 5000.0, "224px.inr_pct_peak": 1.23,
+                   "224px.inr_variant": "channels-first, whole batch, bf16", "224px.jpeg_img_per_s": 4000.0,
+                   "224px.jpeg_method": "DALI decoders.image", "224px.inr_over_jpeg": 1.25}
+
+
+def test_perf_decode_figures_a_skipped_gpu_decoder_fails_on_cuda_only():
+    skipped = {"skipped": "DALI mixed decode cannot run on cuda: RuntimeError: nvImageCodec"}
+    with pytest.raises(gpucheck.StepFailed, match="a JPEG decoder could not run on cuda: 224px DALI") as e:
+        gpucheck.decode_figures(_decode_doc("cuda", skipped), "cuda")
+    assert e.value.figures["224px.inr_over_jpeg"] == 2.5 and len(e.value.figures["skipped"]) == 1
+    assert gpucheck.decode_figures(_decode_doc("cpu", skipped), "cpu")["skipped"] == [
+        "224px DALI decoders.image: DALI mixed decode cannot run on cuda: RuntimeError: nvImageCodec"]
+    with pytest.raises(AssertionError, match="measured on 'cpu', not 'cuda'"):
+        gpucheck.decode_figures(_decode_doc("cpu", skipped), "cuda")
+    no_inr = _decode_doc("cuda", {"rate": {"median": 1.0, "best": 1.0}})
+    no_inr["rows"] = no_inr["rows"][:2]
+    with pytest.raises(gpucheck.StepFailed, match="no INR row"):
+        gpucheck.decode_figures(no_inr, "cuda")
+
+
+@pytest.mark.slow
+def test_cpu_plumbing_perf_decode_passes_the_device_and_reports_the_figures(tmp_path):
+    out = tmp_path / "gc"
+    r = _script(str(out), "--cpu", "--steps", "perf-decode", timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    step = {s["name"]: s for s in _doc(out)["steps"]}["perf-decode"]
+    fig = step["figures"]
+    assert step["status"] == "ok" and fig["device"] == "cpu", step
+    for size, batch in ((32, 256), (224, 8)):
+        assert fig[f"{size}px.inr_batch"] == batch and fig[f"{size}px.inr_img_per_s"] > 0
+        assert fig[f"{size}px.jpeg_img_per_s"] > 0 and fig[f"{size}px.inr_over_jpeg"] > 0
+        assert 0 < fig[f"{size}px.inr_pct_peak"] and fig[f"{size}px.inr_variant"]

@@ -9,6 +9,16 @@ also give achieved GFLOP/s (2 * MACs of the linear layers; sines not counted) as
 of this machine's dense matmul rate in the same dtype, measured in the same run (``torch.mm``
 2048^3, fp32 and bf16),
 and their agreement with the reference decode (PSNR against ``inr.siren.forward``).
+
+``--device cuda[:N]`` measures the same on the GPU (the project's claim: decoding SIRENs on the GPU is
+faster than decoding JPEGs there): the matmul peak on the device (8192^3); the INR rows run
+``SirenDecoder`` as the ``inr`` adapter builds it on CUDA (whole batch, no chunks; compiled without the
+polynomial sine), weights, grid and crops on the device; the JPEG rows are the GPU decoders the
+adapters use: ``torch-nvjpeg``'s batched ``decode_jpeg(list, device=...)`` (nvJPEG) and DALI's ``mixed``
+decode (each skipped with the reason where it cannot run). Every call on CUDA ends in
+``torch.cuda.synchronize``, so each clock read is of finished work. Every row of a size decodes the same
+GPU-sized batch per call (``inr_batch``). The CPU JPEG rows (PIL, one image per call) are measured by
+``--device cpu`` only; its output is as before, with the device recorded.
 """
 
 from __future__ import annotations
@@ -34,8 +44,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=positive_int, default=1, help="CPU threads for every decoder (default 1: per core)")
     p.add_argument("--seconds", type=nonnegative_float, default=0.3, help="minimum time per repeat (default 0.3)")
     p.add_argument("--repeats", type=positive_int, default=5, help="repeats per row; the median is reported (default 5)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu): where the matmul peak, the INR "
+                   "decode and (on CUDA) the JPEG decoders run")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants (slow to build)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+
+
+def inr_batch(size: int, cuda: bool) -> int:
+    """Images per decode call at ``size``: every row of that size on CUDA, the INR rows on the CPU.
+
+    CPU: 256 at up to 64 px, 8 above (seconds of work per call on one core). CUDA: a batch that fills
+    the GPU and makes the per-call costs (one kernel per layer, the launch, the sync) small: 256 at
+    224 px, a usual ImageNet training batch (12.8 M pixels; the 10x32 SIREN's fp32 activations are
+    1.6 GB a layer); 4096 at 32 px (4.2 M pixels; 218 MB a layer at 5x13). A CIFAR-sized training batch
+    of 256 at 32 px is only 0.26 M pixels, mostly launch cost: not the decoder's throughput.
+    """
+    if cuda:
+        return 4096 if size <= 64 else 256
+    return 256 if size <= 64 else 8
+
+
+def synchronizer(device: Any) -> Callable[[], None]:
+    """``torch.cuda.synchronize`` of ``device`` on CUDA (before a clock read), nothing on the CPU."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return lambda: None
+    return lambda: torch.cuda.synchronize(dev)
 
 
 def rate(fn: Callable[[], int], seconds: float, repeats: int) -> dict[str, float]:
@@ -115,7 +151,7 @@ def jpeg_rows(size: int, root: Path, blobs: list[bytes], args: argparse.Namespac
     rows.append({"method": f"torchvision.io.decode_jpeg {torchvision.__version__}", "variant": "cpu, one image per call",
                  "rate": tv_rate})
     rows.append(torchcodec_row(tensors, args))
-    rows.append(dali_row(root, len(blobs), args))
+    rows.append(dali_row(root, len(blobs), args, size))
     return rows
 
 
@@ -139,77 +175,183 @@ def torchcodec_row(tensors: list[Any], args: argparse.Namespace) -> dict[str, An
     return row
 
 
-def dali_row(root: Path, n: int, args: argparse.Namespace) -> dict[str, Any]:
+def dali_row(root: Path, n: int, args: argparse.Namespace, size: int) -> dict[str, Any]:
+    """DALI ``decoders.image`` of the files under ``root``, ``n`` per call (the reader wraps around): on
+    the CPU (``device_id=None``), or ``mixed`` on a CUDA ``--device`` with the ``dali`` adapter's decoder
+    options (``pipelines.dali.decoder_options``: hardware-decoder load and ``size`` buffer hints)."""
+    import torch
+
+    dev = torch.device(args.device)
+    gpu = dev.type == "cuda"
+    device_id = (dev.index if dev.index is not None else torch.cuda.current_device()) if gpu else None
     row: dict[str, Any] = {"method": "DALI decoders.image", "variant": f"cpu, num_threads={args.threads}, readers.file"}
+    if gpu:
+        row["variant"] = f"mixed, device_id={device_id}, num_threads={args.threads}, readers.file, batch of {n} per call"
     try:
         from nvidia.dali import fn, pipeline_def, types
     except Exception as e:
         row["skipped"] = f"nvidia.dali cannot be imported: {e}"
         return row
+    kw: dict[str, Any] = {}
+    if gpu:
+        from pipelines.dali import decoder_options, hw_jpeg_decoder
 
-    @pipeline_def(batch_size=n, num_threads=args.threads, device_id=None, prefetch_queue_depth=1)
+        hw = hw_jpeg_decoder(torch.cuda.get_device_name(device_id), torch.cuda.get_device_capability(device_id))
+        kw = decoder_options(True, hw, size, size)
+        row["variant"] += f", hardware decoder {'expected' if hw else 'not expected'}"
+
+    @pipeline_def(batch_size=n, num_threads=args.threads, device_id=device_id, prefetch_queue_depth=1)
     def pipe():
         jpegs, _ = fn.readers.file(file_root=str(root), file_list=str(root / "file_list.txt"))
-        return fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+        return fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB, **kw)
 
-    p = pipe()
-    p.build()
+    sync = synchronizer(dev)
+    pipes: list[Any] = []  # the one pipeline, dropped (and on a GPU its pooled memory released) at the end
+    try:
+        pipes.append(pipe())
+        pipes[0].build()
+        # mixed: the decode runs on DALI's stream; the device-wide synchronize waits for it
+        row["rate"] = rate(lambda: (pipes[0].run(), sync(), n)[2], args.seconds, args.repeats)
+    except Exception as e:  # noqa: BLE001 - on a GPU: a DALI without CUDA, no nvImageCodec, an old driver
+        if not gpu:
+            raise
+        row["skipped"] = f"DALI mixed decode cannot run on {args.device}: {_one_line(e)}"
+    finally:
+        pipes.clear()
+        if gpu:
+            _release_dali_memory()
+    return row
+
+
+def _release_dali_memory() -> None:
+    """Hand DALI's pooled memory back once its pipeline is gone (as ``DaliPipeline.close``), so the rows
+    measured after it start without it."""
+    import gc
+
+    gc.collect()
+    try:
+        from nvidia.dali.backend import ReleaseUnusedMemory
+    except ImportError:  # an older DALI: its pools stay
+        return
+    ReleaseUnusedMemory()
+
+
+def _one_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"[:300]
+
+
+def gpu_jpeg_rows(size: int, root: Path, blobs: list[bytes], batch: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The GPU JPEG decoders, ``batch`` images per call (the files repeated): ``torch-nvjpeg``'s batched
+    ``decode_jpeg`` and DALI ``mixed``; a row that cannot run is skipped with the reason."""
+    import torch
+
+    tensors = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
+    data = [tensors[i % len(tensors)] for i in range(batch)]
+    return [nvjpeg_row(data, args), dali_row(root, batch, args, size)]
+
+
+def nvjpeg_row(data: list[Any], args: argparse.Namespace) -> dict[str, Any]:
+    """``decode_jpeg(list, mode="RGB", device=D)``, synchronized: the call ``torch-nvjpeg`` makes per batch."""
+    from pipelines import Unavailable
+    from pipelines.torch_nvjpeg import _reason, jpeg_decoder
+
+    row: dict[str, Any] = {"method": "decode_jpeg (torch-nvjpeg)", "variant": f"{args.device}, batch of {len(data)} per call"}
+    try:
+        dec = jpeg_decoder()
+    except Unavailable as e:
+        row["skipped"] = str(e)
+        return row
+    row["method"] = f"{dec.function} {dec.version}"
+    sync = synchronizer(args.device)
 
     def run() -> int:
-        p.run()
-        return n
+        dec.decode(data, mode="RGB", device=args.device)
+        sync()
+        return len(data)
 
-    row["rate"] = rate(run, args.seconds, args.repeats)
+    try:
+        row["rate"] = rate(run, args.seconds, args.repeats)
+    except Exception as e:  # noqa: BLE001 - a decoder built without nvJPEG, or none for this device
+        row["skipped"] = f"{dec.function} cannot decode on {args.device}: {type(e).__name__}: {_reason(e)}"[:400]
     return row
+
+
+def decoder_variants(size: int, device: Any, no_compile: bool) -> list[tuple[str, dict[str, Any]]]:
+    """``(label, SirenDecoder keyword arguments)`` of the measured decoders on ``device``.
+
+    CPU: the whole batch, L2-sized chunks (``cpu_chunk``), bf16, and compiled with the polynomial sine.
+    CUDA: as the ``inr`` adapter builds it there (``pipelines/inr.py``): no chunks (the whole batch in one
+    pass), ``torch.sin`` (the polynomial sine only pays on the CPU), eager or compiled, fp32 or bf16.
+    """
+    import torch
+
+    from pipelines.inr_decode import cpu_chunk
+
+    bf16 = torch.bfloat16
+    if torch.device(device).type == "cuda":
+        return [("channels-first [B,h,P], whole batch", {}),
+                ("channels-first, whole batch, bf16", dict(dtype=bf16))] + ([] if no_compile else [
+                ("torch.compile, whole batch", dict(compile=True)),
+                ("torch.compile, whole batch, bf16", dict(compile=True, dtype=bf16))])
+    auto_chunk = cpu_chunk(_arch(size), size)  # activations of a chunk stay in L2
+    return [
+        ("channels-first [B,h,P], whole batch", dict(chunk=inr_batch(size, False))),
+        (f"channels-first, chunks of {auto_chunk}", dict(chunk=auto_chunk)),
+        (f"channels-first, chunks of {auto_chunk}, bf16", dict(chunk=auto_chunk, dtype=bf16)),
+    ] + ([] if no_compile else [
+        (f"torch.compile, chunks of {auto_chunk}", dict(chunk=auto_chunk, compile=True)),
+        (f"torch.compile + polynomial sine, chunks of {auto_chunk}", dict(chunk=auto_chunk, compile=True, fast_sine=True)),
+        (f"torch.compile + polynomial sine, chunks of {auto_chunk}, bf16", dict(chunk=auto_chunk, compile=True, fast_sine=True, dtype=bf16)),
+    ])
+
+
+def _arch(size: int) -> Any:
+    from inr.siren import SirenArch
+
+    return SirenArch(*(SMALL_ARCH if size <= 64 else LARGE_ARCH))
 
 
 def inr_rows(size: int, args: argparse.Namespace, peaks: dict[str, float]) -> list[dict[str, Any]]:
     import torch
 
     from bench.metrics import mean_psnr, psnr_per_image, to_uint8
-    from inr.siren import SirenArch, coord_grid, forward, init_weights
-    from pipelines.inr_decode import SirenDecoder, cpu_chunk
+    from inr.siren import coord_grid, forward, init_weights
+    from pipelines.inr_decode import SirenDecoder
 
-    layers, hidden = SMALL_ARCH if size <= 64 else LARGE_ARCH
-    arch = SirenArch(layers, hidden)
-    batch = 256 if size <= 64 else 8
-    weights = init_weights(arch, batch, seed=0)
+    dev = torch.device(args.device)
+    sync = synchronizer(dev)
+    arch = _arch(size)
+    batch = inr_batch(size, dev.type == "cuda")
+    weights = init_weights(arch, batch, seed=0, device=dev)
     pixels = size * size
     flops = 2 * pixels * sum(i * o for i, o in arch.shapes)
-    coords = coord_grid(size, size)
-    theta = torch.tensor([[1.0, 0, 0], [0, 1.0, 0]]).expand(batch, 2, 3).contiguous()
+    coords = coord_grid(size, size, device=dev)
+    theta = torch.tensor([[1.0, 0, 0], [0, 1.0, 0]], device=dev).expand(batch, 2, 3).contiguous()
     ref = forward(weights, coords, arch).clamp(0, 1).view(batch, size, size, 3).permute(0, 3, 1, 2)
     ref8 = to_uint8(ref)
-    auto_chunk = cpu_chunk(arch, size)  # activations of a chunk stay in L2
+    del ref
 
-    variants: list[tuple[str, Callable[[], torch.Tensor]]] = [
-        ("inr.siren.forward (reference: [B,P,h] baddbmm, w0 folded, in-place sin_)", lambda: forward(weights, coords, arch)),
+    variants: list[tuple[str, Callable[[], torch.Tensor], str]] = [
+        ("inr.siren.forward (reference: [B,P,h] baddbmm, w0 folded, in-place sin_)", lambda: forward(weights, coords, arch), "fp32"),
     ]
-    for label, kw in [
-        ("channels-first [B,h,P], whole batch", dict(chunk=batch)),
-        (f"channels-first, chunks of {auto_chunk}", dict(chunk=auto_chunk)),
-        (f"channels-first, chunks of {auto_chunk}, bf16", dict(chunk=auto_chunk, dtype=torch.bfloat16)),
-    ] + ([] if args.no_compile else [
-        (f"torch.compile, chunks of {auto_chunk}", dict(chunk=auto_chunk, compile=True)),
-        (f"torch.compile + polynomial sine, chunks of {auto_chunk}", dict(chunk=auto_chunk, compile=True, fast_sine=True)),
-        (f"torch.compile + polynomial sine, chunks of {auto_chunk}, bf16", dict(chunk=auto_chunk, compile=True, fast_sine=True, dtype=torch.bfloat16)),
-    ]):
-        dec = SirenDecoder(arch, size, "cpu", **kw)
-        variants.append((label, lambda dec=dec: dec(weights, theta)))
-    dtypes = ["fp32"] + ["bf16" if "bf16" in label else "fp32" for label, _ in variants[1:]]
+    for label, kw in decoder_variants(size, dev, args.no_compile):
+        dec = SirenDecoder(arch, size, dev, **kw)
+        variants.append((label, lambda dec=dec: dec(weights, theta), "bf16" if kw.get("dtype") == torch.bfloat16 else "fp32"))
 
     rows = []
-    for (label, fn), dt in zip(variants, dtypes, strict=True):
+    for label, fn, dt in variants:
         t0 = time.perf_counter()
         out = fn()
+        sync()
         first_s = time.perf_counter() - t0
         if out.shape[-1] == 3:  # reference layout [B, P, 3]
             out = out.clamp(0, 1).view(batch, size, size, 3).permute(0, 3, 1, 2)
         psnr = mean_psnr(psnr_per_image(out.float(), ref8))
-        r = rate(lambda fn=fn: (fn(), batch)[1], args.seconds, args.repeats)
+        del out
+        r = rate(lambda fn=fn: (fn(), sync(), batch)[2], args.seconds, args.repeats)
         gflops = r["median"] * flops / 1e9
         rows.append({
-            "method": f"INR decode SIREN {layers}x{hidden}", "variant": label, "rate": r,
+            "method": f"INR decode SIREN {arch.layers}x{arch.hidden}", "variant": label, "rate": r,
             "gflops": gflops, "pct_peak": 100 * gflops / peaks[dt], "peak_dtype": dt,
             "psnr_vs_reference_db": psnr, "first_call_s": first_s,
         })
@@ -226,24 +368,39 @@ def _line(r: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bench.devices import resolve_device
+
+    args.device = resolve_device(args.device)  # a malformed or absent device: exit 2, one line
     import torch
 
     torch.set_num_threads(args.threads)
-    peaks = {"fp32": matmul_peak(args.seconds, args.repeats), "bf16": matmul_peak(args.seconds, args.repeats, torch.bfloat16)}
-    results: dict[str, Any] = {"threads": args.threads, "matmul_peak_gflops": peaks, "rows": []}
+    cuda = torch.device(args.device).type == "cuda"
+    peaks = {"fp32": matmul_peak(args.seconds, args.repeats, device=args.device),
+             "bf16": matmul_peak(args.seconds, args.repeats, torch.bfloat16, device=args.device)}
+    results: dict[str, Any] = {"device": args.device, "threads": args.threads, "matmul_peak_gflops": peaks,
+                               "inr_batch": {str(s): inr_batch(s, cuda) for s in args.sizes}, "rows": []}
     if not args.json:
-        print(f"threads: {args.threads}   dense matmul (torch.mm 2048^3): fp32 {peaks['fp32']:.1f} GFLOP/s, "
-              f"bf16 {peaks['bf16']:.1f} GFLOP/s (%peak of an INR row: against its own dtype)")
+        if cuda:
+            print(f"device: {args.device} ({torch.cuda.get_device_name(torch.device(args.device))})   dense matmul "
+                  f"(torch.mm 8192^3 on the device): fp32 {peaks['fp32']:.1f} GFLOP/s, bf16 {peaks['bf16']:.1f} GFLOP/s "
+                  "(%peak of an INR row: against its own dtype); every call synchronized")
+            print("batch per call (every row): " + ", ".join(f"{s} px: {b}" for s, b in results["inr_batch"].items()))
+        else:
+            print(f"threads: {args.threads}   dense matmul (torch.mm 2048^3): fp32 {peaks['fp32']:.1f} GFLOP/s, "
+                  f"bf16 {peaks['bf16']:.1f} GFLOP/s (%peak of an INR row: against its own dtype)")
         print("PSNR: INR variant vs the reference decode (8-bit, 100 = identical)")
         print(f"{'size':>4}  {'img/s':>9}  {'GFLOP/s':>7}  {'%peak':>5}  {'PSNR':>6}  method / variant", flush=True)
     with tempfile.TemporaryDirectory(prefix="inrbench-perf-decode-") as tmp:
         for size in args.sizes:
             root, blobs = photo_jpegs(size, Path(tmp))
-            for row in jpeg_rows(size, root, blobs, args) + inr_rows(size, args, peaks):
+            jpeg = (gpu_jpeg_rows(size, root, blobs, inr_batch(size, True), args) if cuda
+                    else jpeg_rows(size, root, blobs, args))
+            for row in jpeg + inr_rows(size, args, peaks):
                 row["size"] = size
                 if "rate" in row:
                     row["images_per_s"] = row["rate"]["median"]
-                    row["images_per_s_per_thread"] = row["rate"]["median"] / args.threads
+                    if not cuda:  # per CPU thread: a CPU figure only
+                        row["images_per_s_per_thread"] = row["rate"]["median"] / args.threads
                 results["rows"].append(row)
                 if not args.json:
                     print(_line(row), flush=True)
