@@ -587,6 +587,9 @@ def step_sweep(ctx: dict[str, Any]) -> dict[str, Any]:
     return fig
 
 
+# In order of what a short device lease must not miss: does everything run (the gpu tests, every pipeline on the
+# device, bench), then the figures the issues wait for (the fit step's and the INR decoder's speed on the GPU), then
+# the rest. Step caps add up to more than the budget: a slow first run skips the last steps, and says so.
 STEPS: tuple[Step, ...] = (
     Step("setup", "`inrbench prepare synthetic` (32x32) and `inrbench encode` of it (CPU) succeed: the inputs "
          "of the other steps", 150, step_setup, needs_setup=False),
@@ -602,17 +605,17 @@ STEPS: tuple[Step, ...] = (
          90, step_sync_debug),
     Step("bench-smoke", "`inrbench bench` loader, train and train --no-step-sync of every pipeline: exit 0, no "
          "skip/error row, GPU metrics (NVML peak, torch allocator peak) present on CUDA", 150, step_bench_smoke),
-    Step("compile", "every pipeline with compile=True: graphs compiled in epoch 1 (torch._dynamo counters), none "
-         "new in epochs 2-3 (no steady-state recompiles)", 120, step_compile),
-    Step("dali-crops", "DALI crop statistics (random-resized vs torchvision KS, random-pad uniform, per-image "
-         "crops, agreement across adapters): mixed decode on CUDA, CPU decode on a CPU", 150, step_dali_crops,
-         needs_setup=False),
     Step("perf-encode", "`inrbench perf encode --device D --json --step both --estimate cifar10` (5x13, 32 px) runs; "
          "img-it/s of the eager and compiled fit step, batched/loop ratio, TFLOP/s / % of peak, and the projected "
          "minutes of the whole CIFAR-10 encode (goal: under 15 on an H200)", 150, step_perf_encode, needs_setup=False),
     Step("perf-decode", "`inrbench perf decode --device D --json --no-compile` (32 and 224 px) runs: the best INR "
          "decode img/s with % of the device's matmul peak, the best JPEG decoder's img/s (on CUDA: TorchCodec "
          "nvJPEG batched and DALI mixed, same batch; both must run) and INR/JPEG", 120, step_perf_decode,
+         needs_setup=False),
+    Step("compile", "every pipeline with compile=True: graphs compiled in epoch 1 (torch._dynamo counters), none "
+         "new in epochs 2-3 (no steady-state recompiles)", 120, step_compile),
+    Step("dali-crops", "DALI crop statistics (random-resized vs torchvision KS, random-pad uniform, per-image "
+         "crops, agreement across adapters): mixed decode on CUDA, CPU decode on a CPU", 150, step_dali_crops,
          needs_setup=False),
     Step("encode-qat", f"encode with prune 0.15 + 8-bit + QAT on the device within {QAT_TOL_DB} dB mean PSNR of "
          "the same encode on the CPU (16 images)", 150, step_encode_qat),
