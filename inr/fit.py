@@ -339,7 +339,11 @@ def fused_iteration(masks, transform, eval_every: int) -> bool:
 
 
 def _optimize_chunk_fused(thetas, best, best_p, t01, eng, arch, iterations, lr, lr_min, threads, coords, targets):
-    """``_optimize_chunk`` with each iteration (step, keep-best, Adam) one compiled graph."""
+    """``_optimize_chunk`` with each iteration (step, keep-best, Adam) one compiled graph.
+
+    The schedule's factors go in as 0-d device tensors made by ``torch.full`` (a fill kernel taking the value as
+    an argument): ``torch.tensor(x, device=cuda)`` would copy from pageable host memory and wait for the
+    copy, a stream sync per iteration. Tensors, not Python floats, so the graph is not recompiled per value."""
     from inr.fast_step import ADAM_BETAS, compiled_iteration
 
     dev = t01.device
@@ -352,8 +356,8 @@ def _optimize_chunk_fused(thetas, best, best_p, t01, eng, arch, iterations, lr, 
         for it in range(iterations):
             lr_t = lr_min + 0.5 * (lr - lr_min) * (1.0 + math.cos(math.pi * it / iterations))
             t = it + 1
-            fn(thetas, m, v, best, best_p, eng.a0, t01, torch.tensor(lr_t / (1.0 - b1**t), device=dev),
-               torch.tensor(math.sqrt(1.0 - b2**t), device=dev))
+            fn(thetas, m, v, best, best_p, eng.a0, t01, torch.full((), lr_t / (1.0 - b1**t), dtype=torch.float32, device=dev),
+               torch.full((), math.sqrt(1.0 - b2**t), dtype=torch.float32, device=dev))
         # the weights after the last update are a candidate too (as in the eager loop's final evaluation)
         psnr = _psnr_from_rgb(eng.forward(thetas, need_grad=False), targets.permute(0, 2, 1).to(torch.float32))
         better = psnr > best_p
