@@ -254,6 +254,8 @@ def _optimize_chunk(
     dev = targets.device
     B = targets.shape[0]
     thetas = [T.to(dev, torch.float32) for T in to_theta([(W.detach(), b.detach()) for W, b in weights])]
+    if masks is not None:  # on the device once: ``transform`` gets them every iteration (no host copy there)
+        masks = [None if m is None else m.to(dev) for m in masks]
     mts = mask_theta(list(masks), arch.shapes, B, dev) if masks is not None else [None] * arch.num_linear
     for T, m in zip(thetas, mts, strict=True):
         if m is not None:

@@ -99,6 +99,136 @@ def test_quantization_error_is_at_most_half_a_step(bits, per_channel):
         assert torch.all(D[~keep] == 0)
 
 
+def _old_next_half(x: torch.Tensor, up: bool) -> torch.Tensor:
+    """``inr.quantize._next_half`` before its host copy was removed (the reference for the test below)."""
+    i = x.contiguous().view(torch.int16)
+    away = (x > 0) if up else (x < 0)
+    step = torch.where(away, i + 1, i - 1)
+    tiny = torch.tensor(0x0001 if up else -0x7FFF, dtype=torch.int16, device=x.device)
+    return torch.where(x == 0, tiny, step).view(torch.float16)
+
+
+def _old_scales(M, keep, bits, per_channel):
+    """``inr.quantize.scales`` before its host syncs were removed (``torch.tensor`` in ``_next_half``, and
+    ``bool(short.any())`` to stop widening early): the reference for the test below."""
+    big = torch.finfo(torch.float32).max
+    lo = torch.where(keep, M, torch.full_like(M, big))
+    hi = torch.where(keep, M, torch.full_like(M, -big))
+    if per_channel:
+        lo, hi = lo.amin(dim=1), hi.amax(dim=1)
+    else:
+        lo, hi = lo.flatten(1).amin(dim=1, keepdim=True), hi.flatten(1).amax(dim=1, keepdim=True)
+    lo = torch.where(lo > hi, torch.zeros_like(lo), lo)
+    hi = torch.maximum(hi, lo)
+    levels = float(2**bits - 1)
+    lo16 = lo.half()
+    lo16 = torch.where(lo16.float() > lo, _old_next_half(lo16, up=False), lo16)
+    step16 = ((hi - lo16.float()) / levels).half()
+    return lo16, _old_widen(lo16, step16, hi, levels)
+
+
+def _old_widen(lo16, step16, hi, levels):
+    for _ in range(4):
+        short = lo16.float() + step16.float() * levels < hi
+        if not bool(short.any()):
+            break
+        step16 = torch.where(short, _old_next_half(step16, up=True), step16)
+    return step16
+
+
+def _hard_matrices():
+    """``(M [N, R, C], keep)`` pairs: random at magnitudes from float16 subnormals to past its range, one sign
+    only, ranges narrow against their offset, zeros, constant columns, columns with nothing kept, a single
+    kept entry."""
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for scale in (1e-7, 3e-5, 1e-2, 1.0, 30.0, 3e4, 7e4):
+        M = torch.randn(5, 9, 6, generator=g) * scale
+        out += [(M, torch.ones(M.shape, dtype=torch.bool)), (M, torch.rand(M.shape, generator=g) > 0.4),
+                (M.abs(), torch.ones(M.shape, dtype=torch.bool)), (-M.abs() - scale, torch.ones(M.shape, dtype=torch.bool))]
+        narrow = scale * (1.0 + 1e-4 * torch.rand(64, 9, 6, generator=g)) * torch.randn(64, 1, 6, generator=g).sign()
+        out.append((narrow, torch.ones(narrow.shape, dtype=torch.bool)))
+    zeros = torch.zeros(3, 4, 5)
+    const = torch.full((3, 4, 5), 0.3).mul_(torch.tensor([1.0, -2.0, 0.0, 1e-6, 5e4]))
+    none = torch.zeros(3, 4, 5, dtype=torch.bool)
+    one = none.clone()
+    one[:, 2, 1] = True
+    full = ~none
+    out += [(zeros, full), (const, full), (torch.randn(3, 4, 5, generator=g), none), (torch.randn(3, 4, 5, generator=g), one)]
+    return out
+
+
+def test_next_half_needs_no_host_copy_and_is_unchanged_for_every_half():
+    from inr.quantize import _next_half
+
+    x = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.float16)  # all 65,536
+    for up in (True, False):
+        assert torch.equal(_next_half(x, up).view(torch.int16), _old_next_half(x, up).view(torch.int16)), up
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("bits", [4, 8, 12, 16])
+def test_scales_without_host_syncs_are_the_old_ones_bit_for_bit(bits, per_channel, monkeypatch):
+    """No ``bool(short.any())`` on a GPU: all four widening passes run there. Both ways (the CPU's early stop,
+    and the GPU's four passes, forced here) give the old float16 scales bit for bit."""
+    import inr.quantize as Q
+
+    widen, passes = Q._widen, []
+
+    def four_passes(lo16, step16, hi, levels, stop_early):
+        s, n = step16, 0  # count the passes where some entry is short
+        for _ in range(4):
+            short = lo16.float() + s.float() * levels < hi
+            n += bool(short.any())
+            s = torch.where(short, Q._next_half(s, up=True), s)
+        passes.append(n)
+        return widen(lo16, step16, hi, levels, stop_early=False)
+
+    for M, keep in _hard_matrices():
+        ref = _old_scales(M, keep, bits, per_channel)
+        got = Q.scales(M, keep, bits, per_channel)  # on the CPU: stops early
+        with monkeypatch.context() as m:
+            m.setattr(Q, "_widen", four_passes)
+            forced = Q.scales(M, keep, bits, per_channel)
+        for r, a, b in zip(ref, got, forced, strict=True):
+            assert torch.equal(r.view(torch.int16), a.view(torch.int16)) and torch.equal(r.view(torch.int16), b.view(torch.int16))
+    assert max(passes) >= 1  # the widening did change steps (one pass is all that real ranges need)
+
+
+def test_widening_passes_beyond_the_first_are_unchanged():
+    """Steps made 0-6 float16 ulps too small (real ranges need at most one): each of the four passes, and the
+    cap, on the CPU's early stop and on the GPU's four passes alike, as the old loop."""
+    from inr.quantize import _widen
+
+    g = torch.Generator().manual_seed(1)
+    for bits in (4, 8, 16):
+        levels = float(2**bits - 1)
+        lo16 = (torch.randn(400, 3, generator=g) * 10.0 ** torch.randint(-6, 4, (400, 1), generator=g)).half()
+        hi = lo16.float() + torch.rand(400, 3, generator=g) * 10.0 ** torch.randint(-7, 4, (400, 1), generator=g)
+        exact = ((hi - lo16.float()) / levels).half().view(torch.int16)
+        step16 = (exact - torch.randint(0, 7, exact.shape, generator=g, dtype=torch.int16)).clamp_(min=0).view(torch.float16)
+        ref = _old_widen(lo16, step16, hi, levels)
+        for stop_early in (True, False):
+            assert torch.equal(_widen(lo16, step16, hi, levels, stop_early).view(torch.int16), ref.view(torch.int16))
+        short_after = lo16.float() + ref.float() * levels < hi
+        assert short_after.any() and (ref != step16).any()  # the cap was reached somewhere, and passes ran
+
+
+def test_fake_quantize_is_unchanged_by_the_sync_removal(monkeypatch):
+    import inr.quantize as Q
+
+    arch = SirenArch(3, 9)
+    ws = [(W * (1 + 4 * li), b - 0.2 * li) for li, (W, b) in enumerate(init_weights(arch, 5, seed=4))]
+    ws[1] = (ws[1][0] * (torch.arange(9) % 3 != 0), ws[1][1])  # exact zeros
+    masks = [None] + magnitude_masks(ws[1:], 0.4)
+    cfg = QuantConfig((16, 6, 8, 12), per_channel=True)
+    got = Q.fake_quantize(ws, cfg, masks)
+    monkeypatch.setattr(Q, "scales", _old_scales)
+    ref = Q.fake_quantize(ws, cfg, masks)
+    for (W, b), (Wr, br) in zip(got, ref, strict=True):
+        assert torch.equal(W, Wr) and torch.equal(b, br)
+
+
 def test_parse_bits():
     assert parse_bits("8", 6) == (8,) * 6
     assert parse_bits("16:8:16", 6) == (16, 8, 8, 8, 8, 16)
