@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from inr.engine import SirenEngine
+from inr.engine import SirenEngine, first_layer_input
 from inr.siren import SirenArch
 
 STOP_CHECK_EVERY = 25
@@ -120,13 +120,15 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
     t01 = t255 / 255.0
     target = sh.stop_at[ix].clone()
     coords = coords.to(dev, torch.float32)
-    eng = SirenEngine(arch, coords, B)
+    a0 = first_layer_input(coords)
     sizes = drain_sizes(B, step)
-    fn = None
-    if step == "compiled":
+    fn = eng = None
+    if step == "compiled":  # no engine: the graph keeps its own activations (``inr.fit.fit_bytes_per_image``)
         from inr.fast_step import compiled_iteration
 
         fn = compiled_iteration(arch, B, P, dev, threads)
+    else:
+        eng = SirenEngine(arch, coords, B)
     b1, b2 = ADAM_BETAS
     passes = 0
 
@@ -144,7 +146,7 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
         while True:
             step_size, sqrt_bc2 = _adam_factors(it_dev, iterations, lr, lr_min)
             if fn is not None:  # step, keep-best and Adam in one graph
-                fn(thetas, m, v, best, best_p, eng.a0, t01, step_size, sqrt_bc2)
+                fn(thetas, m, v, best, best_p, a0, t01, step_size, sqrt_bc2)
             else:
                 rgb = eng.forward(thetas)
                 p = _psnr_from_rgb(rgb, t255, exact=False)
@@ -203,9 +205,10 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
             live[n_live:] = False
             img[n_live:] = -1
             B = size
-            eng = SirenEngine(arch, coords, B)
             if fn is not None:
                 fn = compiled_iteration(arch, B, P, dev, threads)
+            else:
+                eng = SirenEngine(arch, coords, B)
 
 
 def drain_sizes(chunk: int, step: str) -> list[int]:

@@ -42,6 +42,13 @@ def mask_theta(masks: list[torch.Tensor | None], shapes: list[tuple[int, int]], 
     return out
 
 
+def first_layer_input(coords: torch.Tensor) -> torch.Tensor:
+    """Coordinates ``[P, 2]`` -> ``a0 [3, P]`` float32 (the coordinates and a row of ones, for the bias):
+    the first layer's input, shared by every image (``SirenEngine.a0``; the compiled step's ``a0``)."""
+    P = coords.shape[0]
+    return torch.cat([coords.t().to(torch.float32), torch.ones(1, P, device=coords.device)], dim=0).contiguous()
+
+
 class SirenEngine:
     """Forward (keeping what backward needs) and backward for ``B`` images at ``P`` shared points.
 
@@ -51,24 +58,31 @@ class SirenEngine:
     1.0 are 1/128, i.e. about one pixel at 224 px, times ``w0_first`` = 30 inside the sine.
     """
 
-    def __init__(self, arch: SirenArch, coords: torch.Tensor, B: int, mm_dtype: torch.dtype | None = None):
+    def __init__(self, arch: SirenArch, coords: torch.Tensor, B: int, mm_dtype: torch.dtype | None = None,
+                 backward: bool = True):
+        """``backward=False``: forward only (``forward(..., need_grad=False)``, no ``backward``), with two
+        activation buffers used in turn and one pre-activation buffer instead of both per layer, and no
+        gradient buffers: ``L * (2h + 1) + 2h + 3`` floats per pixel and image become ``3h + 5``."""
         self.arch, self.B = arch, B
         dev = coords.device
         P = coords.shape[0]
         self.P = P
-        self.a0 = torch.cat([coords.t().to(torch.float32), torch.ones(1, P, device=dev)], dim=0).contiguous()  # [3, P]
+        self.a0 = first_layer_input(coords)  # [3, P]
         self.mm_dtype = mm_dtype
+        self.has_backward = backward
         self.scale = [arch.omega(li) or 0.5 for li in range(arch.num_linear)]
-        self.acts: list[torch.Tensor] = []  # [B, h + 1, P] per sine layer, last row ones
-        self.cos: list[torch.Tensor] = []  # [B, h, P]: z, then cos(z) after forward
-        for _, o in arch.shapes[:-1]:
+        self.acts: list[torch.Tensor] = []  # [B, h + 1, P] per sine layer (two, in turn, forward only), last row ones
+        self.cos: list[torch.Tensor] = []  # [B, h, P]: z, then cos(z) after forward (one z buffer, forward only)
+        hidden = arch.shapes[:-1]
+        for k, (_, o) in enumerate(hidden if backward else hidden[:2]):
             a = torch.empty(B, o + 1, P, device=dev)
             a[:, o].fill_(1.0)
             self.acts.append(a)
-            self.cos.append(torch.empty(B, o, P, device=dev))
+            if backward or k == 0:
+                self.cos.append(torch.empty(B, o, P, device=dev))
         self.out = torch.empty(B, arch.out_features, P, device=dev)
         # two ping-pong buffers for the activation gradients (fresh large allocations cost page faults)
-        self.gbuf = [torch.empty(B, arch.hidden, P, device=dev) for _ in range(2)]
+        self.gbuf = [torch.empty(B, arch.hidden, P, device=dev) for _ in range(2 if backward else 0)]
         self.scaled: list[torch.Tensor] = []
 
     def _mm(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -82,20 +96,22 @@ class SirenEngine:
 
     def forward(self, thetas: list[torch.Tensor], need_grad: bool = True) -> torch.Tensor:
         """``thetas`` (``[B, out, in + 1]`` per layer) -> RGB ``[B, 3, P]`` (a reused buffer)."""
+        if need_grad and not self.has_backward:
+            raise ValueError("this engine was built forward-only (backward=False): forward(..., need_grad=False)")
         L = self.arch.layers
         self.scaled = []
         x = self.a0
         for li in range(L):
             T = thetas[li] * self.scale[li]
             self.scaled.append(T)
-            z = self.cos[li]
+            z = self.cos[li % len(self.cos)]
             if li == 0:
                 # [B, h, 3] @ [3, P] with K = 3: three fused multiply-adds beat a tiny-K matmul;
                 # always fp32 (the coordinates: see ``mm_dtype``)
                 torch.mul(T[:, :, 0:1], x[0], out=z).addcmul_(T[:, :, 1:2], x[1]).add_(T[:, :, 2:3])
             else:
                 self._mm(T, x, out=z)  # [B, h, in+1] @ [B, in+1, P] (first layer: @ [3, P], broadcast)
-            a = self.acts[li]
+            a = self.acts[li % len(self.acts)]
             torch.sin(z, out=a[:, :-1])
             if need_grad:
                 z.cos_()
@@ -107,6 +123,8 @@ class SirenEngine:
 
     def backward(self, grad_out: torch.Tensor) -> list[torch.Tensor]:
         """d(loss)/d(thetas) from d(loss)/d(rgb) ``[B, 3, P]`` (consumed) of the last ``forward``."""
+        if not self.has_backward:
+            raise ValueError("this engine was built forward-only (backward=False)")
         L = self.arch.layers
         grads: list[torch.Tensor] = [None] * (L + 1)  # type: ignore[list-item]
         g = grad_out

@@ -22,7 +22,7 @@ import torch
 
 from bench.errors import InputError
 from bench.metrics import psnr_per_image
-from inr.engine import SirenEngine, from_theta, mask_theta, to_theta
+from inr.engine import SirenEngine, first_layer_input, from_theta, mask_theta, to_theta
 from inr.siren import SirenArch, Weights, coord_grid, forward, init_weights
 
 # Mixed precision for fitting: bf16 only. bf16 keeps fp32's exponent range, so the tiny gradients
@@ -179,10 +179,23 @@ def as_image_array(images, where: str = "images") -> np.ndarray:
     return a
 
 
-def fit_bytes_per_image(arch: SirenArch, pixels: int) -> int:
-    """Device bytes one image needs while fitting (``inr.engine`` buffers + loss/PSNR temporaries + Adam)."""
+def fit_bytes_per_image(arch: SirenArch, pixels: int, step: str = "eager") -> int:
+    """Device bytes one image needs while fitting with ``step`` (activation-sized buffers + loss/PSNR
+    temporaries and targets + Adam).
+
+    eager: the ``inr.engine.SirenEngine`` buffers (activations with their ones row and cosines of every layer,
+    the output, two gradient buffers). compiled: what the ``inr.fast_step`` graph keeps for its backward (the
+    sine and the cosine of every layer) and its ``[B, h, P]`` temporaries (a pre-activation or a matmul output,
+    the gradient flowing back and its product with the cosine): about as much. The larger of the two, so that
+    a chunk sized for a compiled fit also fits the eager stages that reuse it (``inr.encode``: prune, QAT).
+    """
+    if step not in STEPS:
+        raise ValueError(f"step must be one of {list(STEPS)}, got {step!r}")
     L, h = arch.layers, arch.hidden
-    return pixels * 4 * (2 * L * (h + 1) + 2 * h + 24) + arch.params_per_image * 4 * 8
+    floats = 2 * L * (h + 1) + 2 * h + 24
+    if step == "compiled":
+        floats = max(floats, 2 * L * h + 3 * h + 24)
+    return pixels * 4 * floats + arch.params_per_image * 4 * 8
 
 
 def cuda_free_bytes(device: torch.device) -> int:
@@ -209,7 +222,7 @@ def auto_batch(cfg: FitConfig, n: int, pixels: int, device: torch.device) -> int
             budget = int(0.6 * cuda_free_bytes(device))
         else:
             budget = 2 * 2**30
-    b = max(1, int(budget // fit_bytes_per_image(cfg.arch, pixels)))
+    b = max(1, int(budget // fit_bytes_per_image(cfg.arch, pixels, cfg.step)))
     if device.type != "cuda":
         b = min(b, cfg.cpu_batch_cap, COMPILED_CPU_BATCH_CAP if cfg.step == "compiled" else cfg.cpu_batch_cap)
     return max(1, min(b, n))
@@ -270,18 +283,22 @@ def _optimize_chunk(
         raise ValueError(f"autocast must be one of {sorted(AUTOCAST)}, got {autocast!r}")
     ac_dtype = AUTOCAST[autocast]
     eval_every = eval_every or (1 if ac_dtype is None else AUTOCAST_EVAL_EVERY)
-    eng = SirenEngine(arch, coords, B, mm_dtype=ac_dtype)
-    fast = None
+    fast = eng = None
     if step == "compiled":
         from inr.fast_step import compiled_step
 
         if ac_dtype is not None:
             raise ValueError("the compiled fit step is fp32 only (autocast none)")
+        # no engine: the compiled graph keeps its own activations (an engine's buffers would about double the memory
+        # ``auto_batch`` budgets); the final evaluation builds a forward-only one once the loop is done
+        a0 = first_layer_input(coords)
         fast = compiled_step(arch, B, P, dev, threads or torch.get_num_threads())
         if fused_iteration(masks, transform, eval_every):
-            return _optimize_chunk_fused(thetas, best, best_p, t01.contiguous(), eng, arch, iterations, lr, lr * lr_final_factor,
+            return _optimize_chunk_fused(thetas, best, best_p, t01.contiguous(), a0, arch, iterations, lr, lr * lr_final_factor,
                                          threads or torch.get_num_threads(), coords, targets)
         t01c = t01.contiguous()  # the layout the step was compiled for (``fast_step.warm``)
+    else:
+        eng = SirenEngine(arch, coords, B, mm_dtype=ac_dtype)
     opt = _make_adam(thetas, lr)
     lr_min = lr * lr_final_factor
 
@@ -297,16 +314,17 @@ def _optimize_chunk(
         return to_theta(transform(from_theta(thetas), masks))
 
     def evaluate_fp32(cur: list[torch.Tensor]) -> None:
-        eng.mm_dtype = None
-        keep_best(_psnr_from_rgb(eng.forward(cur, need_grad=False), t255), cur)
-        eng.mm_dtype = ac_dtype
+        e = eng if eng is not None else SirenEngine(arch, coords, B, backward=False)
+        e.mm_dtype = None
+        keep_best(_psnr_from_rgb(e.forward(cur, need_grad=False), t255), cur)
+        e.mm_dtype = ac_dtype
 
     with torch.no_grad():
         for it in range(iterations):
             cur = current()
             evaluate = it % eval_every == 0
             if fast is not None:
-                grads, psnr = fast(cur, eng.a0, t01c)
+                grads, psnr = fast(cur, a0, t01c)
                 if evaluate:
                     keep_best(psnr.double(), cur)
             else:
@@ -340,7 +358,7 @@ def fused_iteration(masks, transform, eval_every: int) -> bool:
     return masks is None and transform is None and eval_every in (0, 1)
 
 
-def _optimize_chunk_fused(thetas, best, best_p, t01, eng, arch, iterations, lr, lr_min, threads, coords, targets):
+def _optimize_chunk_fused(thetas, best, best_p, t01, a0, arch, iterations, lr, lr_min, threads, coords, targets):
     """``_optimize_chunk`` with each iteration (step, keep-best, Adam) one compiled graph.
 
     The schedule's factors go in as 0-d device tensors made by ``torch.full`` (a fill kernel taking the value as
@@ -358,9 +376,10 @@ def _optimize_chunk_fused(thetas, best, best_p, t01, eng, arch, iterations, lr, 
         for it in range(iterations):
             lr_t = lr_min + 0.5 * (lr - lr_min) * (1.0 + math.cos(math.pi * it / iterations))
             t = it + 1
-            fn(thetas, m, v, best, best_p, eng.a0, t01, torch.full((), lr_t / (1.0 - b1**t), dtype=torch.float32, device=dev),
+            fn(thetas, m, v, best, best_p, a0, t01, torch.full((), lr_t / (1.0 - b1**t), dtype=torch.float32, device=dev),
                torch.full((), math.sqrt(1.0 - b2**t), dtype=torch.float32, device=dev))
         # the weights after the last update are a candidate too (as in the eager loop's final evaluation)
+        eng = SirenEngine(arch, coords, B, backward=False)
         psnr = _psnr_from_rgb(eng.forward(thetas, need_grad=False), targets.permute(0, 2, 1).to(torch.float32))
         better = psnr > best_p
         for b, T in zip(best, thetas, strict=True):
@@ -427,7 +446,7 @@ def optimize(
     B = targets.shape[0]
     dev = targets.device
     if not chunk:
-        chunk = auto_batch(FitConfig(arch=arch), max(B, 1), targets.shape[1], dev)
+        chunk = auto_batch(FitConfig(arch=arch, step=step), max(B, 1), targets.shape[1], dev)
     ranges = [(s, min(B, s + chunk)) for s in range(0, B, chunk)] or [(0, 0)]
 
     n_workers = min(cpu_workers(workers), len(ranges)) if dev.type == "cpu" else 1

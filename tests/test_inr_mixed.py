@@ -1,6 +1,7 @@
 """The encoder on CUDA, tested on the CPU where it can be (issue 11, section 4).
 
-* ``auto_batch`` counts torch's cached-free blocks as free (faked ``torch.cuda`` numbers);
+* ``auto_batch`` counts torch's cached-free blocks as free (faked ``torch.cuda`` numbers), and budgets the
+  step used; the compiled fit allocates no engine buffers besides its graph's;
 * bf16: the first layer (the coordinates) stays fp32, forward and gradient; the rest is close to fp32;
 * keep-best runs every ``eval_every`` iterations (counted), auto = 10 under bf16, 1 in fp32;
 * fp16 is refused (no loss scaling); ``perf encode`` reports TFLOP/s against the same run's peak.
@@ -55,6 +56,65 @@ def test_auto_batch_counts_torch_cached_free_blocks(monkeypatch):
     # never negative, whatever the allocator reports
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d=None: 0)
     assert F.cuda_free_bytes(dev) == 0 and auto_batch(cfg, 5, 32 * 32, dev) == 1
+
+
+def test_auto_batch_budgets_the_compiled_step(monkeypatch):
+    """The compiled step's budget (its graph's activations and cosines of every layer, and temporaries) is never
+    below the eager engine's: the encoder reuses the fit's chunk for its eager stages (prune, QAT)."""
+    GiB = 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (40 * GiB, 80 * GiB))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d=None: 0)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d=None: 0)
+    dev = torch.device("cuda:0")
+    for arch in (F.PRESETS["cifar10"].arch, F.PRESETS["flowers102"].arch, F.PRESETS["mini-imagenet"].arch,
+                 SirenArch(2, 8), SirenArch(10, 4), SirenArch(1, 64)):
+        for pixels in (32 * 32, 224 * 224):
+            eager, compiled = (fit_bytes_per_image(arch, pixels, s) for s in ("eager", "compiled"))
+            assert compiled >= eager >= fit_bytes_per_image(arch, pixels) == eager, (arch, pixels)
+            # the sines and cosines every layer keeps for the backward, at least
+            assert compiled >= pixels * 4 * 2 * arch.layers * arch.hidden
+            n = {s: auto_batch(FitConfig(arch=arch, step=s), 10**9, pixels, dev) for s in ("eager", "compiled")}
+            assert n["compiled"] <= n["eager"] and n["compiled"] * compiled <= int(0.6 * 40 * GiB), (arch, pixels, n)
+    with pytest.raises(ValueError, match="step"):
+        fit_bytes_per_image(SirenArch(2, 8), 64, "fused")
+
+
+def test_compiled_fit_allocates_no_engine_buffers(monkeypatch):
+    """The compiled paths (fused iteration; the step with masks and a transform; early stop) build no
+    ``SirenEngine`` with backward buffers: the graph keeps its own activations. The fused and masked paths
+    evaluate the final weights with a forward-only engine, built after the loop. The fused iteration is
+    compiled once per chunk shape: the per-iteration Adam factors are tensors (no recompilation per value)."""
+    from torch._dynamo.utils import counters
+
+    from inr.prune import magnitude_masks
+    from inr.quantize import QuantConfig, fake_quantize
+
+    built = []
+    init = SirenEngine.__init__
+
+    def spy(self, *a, backward=True, **k):
+        built.append(backward)
+        init(self, *a, backward=backward, **k)
+
+    monkeypatch.setattr(SirenEngine, "__init__", spy)
+    arch = SirenArch(2, 8)
+    imgs = _smooth(4, 8)
+    tg, coords, w0 = images_to_targets(imgs), coord_grid(8, 8), init_weights(arch, 4, seed=0)
+    optimize(w0, tg, coords, arch, 3, 3e-3, chunk=4, workers=1, step="compiled")  # fused (compiled here)
+    graphs = counters["stats"]["unique_graphs"]
+    _, p = optimize(w0, tg, coords, arch, 12, 1e-2, lr_final_factor=0.1, chunk=4, workers=1, step="compiled")
+    assert counters["stats"]["unique_graphs"] == graphs  # other lr, other schedule: the same graph
+    assert built == [False, False] and torch.all(torch.isfinite(p))
+    built.clear()
+    masks = magnitude_masks(w0, 0.25)
+    optimize(w0, tg, coords, arch, 3, 3e-3, chunk=4, workers=1, step="compiled", masks=masks,
+             transform=lambda w, m: fake_quantize(w, QuantConfig((8,) * arch.num_linear), m))
+    assert built == [False]
+    built.clear()
+    optimize(w0, tg, coords, arch, 30, 3e-3, chunk=1, workers=1, step="compiled", stop_at=torch.full((4,), 20.0))
+    assert built == []
+    optimize(w0, tg, coords, arch, 3, 3e-3, chunk=4, workers=1, step="eager")
+    assert built == [True]  # the eager step keeps its engine
 
 
 def _engine_pass(arch, thetas, coords, mm_dtype, grad_out):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -71,3 +72,23 @@ def test_engine_gradients_equal_autograd():
     grads = eng.backward(rgb.sub_(target.transpose(1, 2)).mul_(2.0 / (3 * h * w)))
     for (gW, gb), (W, b) in zip(from_theta(grads), leaf, strict=True):
         assert torch.allclose(gW, W.grad, atol=1e-7, rtol=1e-4) and torch.allclose(gb, b.grad, atol=1e-7, rtol=1e-4)
+
+
+@pytest.mark.parametrize("layers", [1, 2, 4])
+def test_forward_only_engine_gives_the_engine_forward_bit_for_bit(layers):
+    """``SirenEngine(..., backward=False)`` (the compiled fit's final evaluation: two activation buffers in turn,
+    one pre-activation buffer) computes what the full engine's ``forward(need_grad=False)`` does, bit for bit."""
+    from inr.engine import SirenEngine, to_theta
+
+    arch = SirenArch(layers, 6)
+    coords = coord_grid(7, 5)
+    th = to_theta(init_weights(arch, 3, seed=layers))
+    th = [T + 0.05 * torch.randn(T.shape, generator=torch.Generator().manual_seed(li)) for li, T in enumerate(th)]
+    full, lean = SirenEngine(arch, coords, 3), SirenEngine(arch, coords, 3, backward=False)
+    assert len(lean.acts) == min(2, layers) and len(lean.cos) == 1 and not lean.gbuf
+    assert torch.equal(lean.forward(th, need_grad=False), full.forward(th, need_grad=False))
+    assert torch.equal(lean.a0, full.a0)
+    with pytest.raises(ValueError, match="forward-only"):
+        lean.forward(th)
+    with pytest.raises(ValueError, match="forward-only"):
+        lean.backward(torch.zeros(3, 3, 35))
