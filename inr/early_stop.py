@@ -94,6 +94,13 @@ def _adam_factors(it: torch.Tensor, iterations: int, lr: float, lr_min: float) -
     return step.float().view(-1, 1, 1), bc2.float().view(-1, 1, 1)
 
 
+def _index(a: np.ndarray, dev: torch.device) -> torch.Tensor:
+    """Host indices (int64 ``[k]``) as a tensor on ``dev``. On CUDA through pinned memory, asynchronously:
+    ``torch.from_numpy(a).to(cuda)`` copies from pageable memory and waits for the copy (a stream sync)."""
+    t = torch.from_numpy(a)
+    return t.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else t.to(dev)
+
+
 def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int, lr: float, lr_min: float,
               chunk: int, step: str = "eager", threads: int = 1) -> None:
     """One worker: fit images from ``sh.queue`` in a chunk of ``chunk`` rows until the queue is empty
@@ -110,7 +117,7 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
     live = np.ones(B, dtype=bool)
     it = np.zeros(B, dtype=np.int64)  # updates applied to each row's weights (host copy: no sync to read it)
     it_dev = torch.zeros(B, dtype=torch.float64, device=dev)  # the same, where the Adam factors are computed
-    ix = torch.from_numpy(img).to(dev)
+    ix = _index(img, dev)
     thetas = [T[ix].contiguous() for T in sh.thetas0]
     m = [torch.zeros_like(T) for T in thetas]
     v = [torch.zeros_like(T) for T in thetas]
@@ -133,8 +140,7 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
     passes = 0
 
     def record(rows: np.ndarray, ran: np.ndarray) -> None:
-        r = torch.from_numpy(rows).to(dev)
-        k = torch.from_numpy(img[rows]).to(dev)
+        r, k = _index(rows, dev), _index(img[rows], dev)
         with sh.lock:
             for K, T in zip(sh.kept, best, strict=True):
                 K[k] = T[r]
@@ -177,19 +183,20 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
             free = np.nonzero(~live)[0]
             new = np.array(sh.queue.take(len(free)), dtype=np.int64)
             if len(new):  # refill: the next images start at their iteration 0
-                rows, r = free[: len(new)], torch.from_numpy(free[: len(new)]).to(dev)
-                k = torch.from_numpy(new).to(dev)
+                # (constants by index_fill_: ``x[r] = 0.0`` copies the 0-d value to the device and waits for it)
+                rows = free[: len(new)]
+                r, k = _index(rows, dev), _index(new, dev)
                 for T, T0, mi, vi, bt in zip(thetas, sh.thetas0, m, v, best, strict=True):
                     T[r] = T0[k]
                     bt[r] = T0[k]
-                    mi[r] = 0.0
-                    vi[r] = 0.0
-                best_p[r] = -math.inf
+                    mi.index_fill_(0, r, 0.0)
+                    vi.index_fill_(0, r, 0.0)
+                best_p.index_fill_(0, r, -math.inf)
                 t255[r] = sh.targets[k].permute(0, 2, 1).to(torch.float32)
                 t01[r] = t255[r] / 255.0
                 target[r] = sh.stop_at[k]
                 img[rows], it[rows], live[rows] = new, 0, True
-                it_dev[r] = 0.0
+                it_dev.index_fill_(0, r, 0.0)
             n_live = int(live.sum())
             if n_live == 0:
                 return
@@ -198,7 +205,7 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
                 continue
             # the queue is empty: drain on a smaller chunk (padding rows repeat a live row and stay dead)
             keep_np = np.concatenate([np.nonzero(live)[0], np.repeat(np.nonzero(live)[0][:1], size - n_live)])
-            keep = torch.from_numpy(keep_np).to(dev)
+            keep = _index(keep_np, dev)
             thetas, m, v, best = ([T[keep].contiguous() for T in ts] for ts in (thetas, m, v, best))
             best_p, t255, t01, target, it_dev = (x[keep].contiguous() for x in (best_p, t255, t01, target, it_dev))
             img, it, live = img[keep_np], it[keep_np], live[keep_np]

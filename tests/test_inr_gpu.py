@@ -140,3 +140,74 @@ def test_early_stop_on_cuda(step):
     if step == "eager":  # the CPU's eager fit stops at the same checks, give or take one (rounding differs)
         cpu = fit(imgs, cfg, stop_at=target)
         assert np.abs(cpu.extra["iterations_run"] - ran).mean() <= 25, (cpu.extra["iterations_run"], ran)
+
+
+def _sync_sites(fn) -> list[tuple[str, int]]:
+    """Runs ``fn()`` with CUDA's sync debug mode warning; returns ``(file, line)`` of each synchronizing call
+    (the Python line that made it: pageable host-to-device copies, device-to-host reads, ``.item()``...)."""
+    import warnings
+
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return [(w.filename, w.lineno) for w in caught if "synchroniz" in str(w.message)]
+
+
+@pytest.mark.parametrize("path", ["compiled", "compiled+qat", "eager+qat"])
+def test_fit_iterations_do_not_sync_with_the_host(path):
+    """No host sync per iteration (``torch.tensor(x, device=cuda)`` or ``bool(t.any())`` would be one): the
+    syncs a fit makes do not grow with its iterations. The fused compiled fit makes none at all; the QAT
+    fits (fake quantization every iteration, CPU masks as the encoder passes them) one per mask per chunk."""
+    from inr.fit import images_to_targets, optimize
+    from inr.prune import magnitude_masks
+    from inr.quantize import fake_quantize
+    from inr.siren import SirenArch, coord_grid, init_weights
+
+    arch = SirenArch(3, 8)
+    imgs = smooth_images(4, 12, 12)
+    tg, coords = images_to_targets(imgs, "cuda"), coord_grid(12, 12, device="cuda")
+    w0 = init_weights(arch, 4, seed=0, device="cuda")
+    kw = {"chunk": 4, "step": path.split("+")[0]}
+    if "qat" in path:
+        kw["masks"] = magnitude_masks([(W.cpu(), b.cpu()) for W, b in w0], 0.25)
+        kw["transform"] = lambda w, m: fake_quantize(w, QuantConfig((16, 8, 8, 16)), m)
+    optimize(w0, tg, coords, arch, 2, 1e-2, **kw)  # compiles (compiled paths) and warms up
+    few = _sync_sites(lambda: optimize(w0, tg, coords, arch, 3, 1e-2, **kw))
+    many = _sync_sites(lambda: optimize(w0, tg, coords, arch, 12, 1e-2, **kw))
+    assert len(many) == len(few), (few, many)
+    if path == "compiled":
+        assert many == [], many
+
+
+@pytest.mark.parametrize("step", ["eager", "compiled"])
+def test_early_stop_syncs_only_at_its_checks(step):
+    """Early stop reads the host only at its checks (every 25 passes, one read of who reached the target): the
+    rows it records and refills go to the device without waiting (pinned, non-blocking copies)."""
+    import linecache
+
+    from inr.fit import images_to_targets, optimize
+    from inr.siren import SirenArch, coord_grid, init_weights
+
+    arch = SirenArch(3, 8)
+    imgs = smooth_images(10, 12, 12)
+    tg, coords = images_to_targets(imgs, "cuda"), coord_grid(12, 12, device="cuda")
+    w0 = init_weights(arch, 10, seed=0, device="cuda")
+    stop = torch.full((10,), 24.0, dtype=torch.float64, device="cuda")
+    stop[0] = float("inf")  # one image runs the whole schedule: rows finish between checks too
+
+    def run():
+        rep = {}
+        optimize(w0, tg, coords, arch, 110, 1e-2, chunk=4, step=step, stop_at=stop, report=rep)
+        return rep
+
+    run()  # compiles (compiled step) and warms up
+    rep = {}
+    sites = _sync_sites(lambda: rep.update(run()))
+    assert (rep["iterations_run"] < 110).any() and rep["iterations_run"][0] == 110  # refills and drains happened
+    lines = {linecache.getline(f, n).strip() for f, n in sites}
+    assert all("the one host sync of a check" in x for x in lines), lines
