@@ -67,15 +67,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from bench.argtypes import nonnegative_int, positive_int, seed
 
     p.add_argument("--sets", default="32,224", help="image sets to measure: 32, 224 or both (default 32,224)")
-    p.add_argument("--iterations-32", type=nonnegative_int, default=0, help="fit iterations at 32x32 (default: the preset's 5000)")
-    p.add_argument("--iterations-224", type=nonnegative_int, default=0, help="fit iterations at 224x224 (default 300: CPU minutes)")
-    p.add_argument("--test-images", type=nonnegative_int, default=0, help="held-out images per set (default 8 at 32, 1 at 224)")
-    p.add_argument("--outer-steps", type=nonnegative_int, default=0, help="Reptile outer steps (default 300 at 32, 80 at 224)")
+    # counts: positive, or left out for the documented default (None); 0 is refused, never read as "default"
+    p.add_argument("--iterations-32", type=positive_int,
+                   help=f"fit iterations at 32x32 (default {SETS['32'][2]}: the cifar10 preset's)")
+    p.add_argument("--iterations-224", type=positive_int,
+                   help=f"fit iterations at 224x224 (default {SETS['224'][2]}: CPU minutes)")
+    p.add_argument("--test-images", type=positive_int,
+                   help=f"held-out images per set (default {SETS['32'][3]} at 32, {SETS['224'][3]} at 224)")
+    p.add_argument("--outer-steps", type=positive_int,
+                   help=f"Reptile outer steps (default {SETS['32'][4]['outer_steps']} at 32, "
+                        f"{SETS['224'][4]['outer_steps']} at 224)")
     p.add_argument("--seed", type=seed, default=0)
-    p.add_argument("--candidates", type=positive_int, default=0,
+    p.add_argument("--candidates", type=positive_int,
                    help="meta-train this many Reptile seeds and keep the one that saves the most iterations on 16 "
-                        "validation train images (meta-init --candidates; default 4 at 32, 1 at 224)")
-    p.add_argument("--threads", type=nonnegative_int, default=0, help="torch CPU threads (default: torch's default)")
+                        f"validation train images (meta-init --candidates; default {CANDIDATES['32']} at 32, "
+                        f"{CANDIDATES['224']} at 224)")
+    p.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's default, the core count)")
     p.add_argument("--device", default="cpu",
                    help="cpu, cuda or cuda:N for meta-training, the fit curves and the encoder (default cpu); on a "
                         "GPU, --iterations-224 5000 measures the 224 px set at the preset's full length")
@@ -189,6 +196,19 @@ def _realized(imgs, cfg, iters: int, init: tuple[str, str], repeats: int, device
     return {"repeats": repeats, "variants": out}
 
 
+def settings(name: str, args: argparse.Namespace) -> tuple[int, int, dict[str, int]]:
+    """Set ``name``'s (fit iterations, held-out test images, meta-training settings): an option left out
+    (None) takes the set's documented default (``SETS``, ``CANDIDATES``); the parser refuses 0."""
+    _, _, iters, n_test, meta = SETS[name]
+
+    def given(value, default):
+        return default if value is None else value
+
+    meta = {**meta, "outer_steps": given(args.outer_steps, meta["outer_steps"]),
+            "candidates": given(args.candidates, CANDIDATES[name])}
+    return given(getattr(args, f"iterations_{name}"), iters), given(args.test_images, n_test), meta
+
+
 def measure_set(name: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     import numpy as np
 
@@ -204,15 +224,13 @@ def measure_set(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
         save_init,
     )
 
-    size, preset_name, default_iters, default_test, meta_defaults = SETS[name]
+    size, preset_name = SETS[name][:2]
     cfg = preset(preset_name)
-    iters = getattr(args, f"iterations_{name}") or default_iters
-    n_test = args.test_images or default_test
+    iters, n_test, meta = settings(name, args)
     per_class = 20 if size <= 64 else 5
     ds = open_prepared(prepare_dataset("photos", workdir / f"photos{size}", size=size, per_class=per_class, jpeg_quality=90))
     test = np.asarray(ds.split("test").images)[:n_test]  # held out: never seen by meta-training
-    mcfg = MetaConfig(**{**meta_defaults, **({"outer_steps": args.outer_steps} if args.outer_steps else {})},
-                      seed=args.seed, candidates=args.candidates or CANDIDATES[name])
+    mcfg = MetaConfig(**meta, seed=args.seed)
     dev = args.device
     weights, info = meta_init_dataset(ds, cfg.arch, cfg.lr, mcfg, device=dev, iterations=iters)
     init_path = workdir / f"init{size}.pt"
@@ -310,7 +328,7 @@ def run(args: argparse.Namespace) -> int:
     names = [s.strip() for s in args.sets.split(",") if s.strip()]
     if not names or any(n not in SETS for n in names):
         raise InputError(f"--sets takes {', '.join(SETS)} (comma separated), got {args.sets!r}")
-    if args.threads:
+    if args.threads is not None:
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     # --figure is checked (never a user's file or folder) and held before the long work
