@@ -180,6 +180,10 @@ def meta_init_dataset(ds, arch: SirenArch, lr: float, cfg: MetaConfig = MetaConf
     if n_all < 1:
         raise InputError("the train split has no images to meta-train on", ds.root)
     k = min(cfg.images, n_all)
+    if cfg.candidates > 1 and k - cfg.validation < cfg.meta_batch:  # meta-init refuses it first, naming its flags
+        raise InputError(f"choosing among {cfg.candidates} candidate inits on {cfg.validation} validation images "
+                         f"leaves {max(k - cfg.validation, 0)} of {k} train images to meta-train on, fewer than the "
+                         f"meta-batch ({cfg.meta_batch})", ds.root)
     idx = np.sort(np.random.default_rng(cfg.seed + 7919).choice(n_all, k, replace=False))
     imgs = np.asarray(s.images[idx])
     record = dict(split=TRAIN_SPLIT, num_images=int(k), split_count=int(n_all),

@@ -21,7 +21,13 @@ from tests.cli_helpers import assert_one_line_error, run_cli, snapshot
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 TINY = ("--layers", "2", "--hidden", "6", "--outer-steps", "4", "--inner-steps", "2", "--meta-batch", "3",
-        "--pixels", "40", "--images", "8", "--validation", "2")
+        "--pixels", "40", "--images", "8")
+
+
+def cands(k: int) -> tuple:
+    """``--candidates k``, with 2 validation images set aside when there is a choice (meta-init refuses
+    ``--validation`` with one candidate)."""
+    return ("--candidates", k, *(("--validation", 2) if k > 1 else ()))
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +57,7 @@ def _reference(data, tmp_path_factory, capsys, candidates: int) -> Path:
     """The uninterrupted run's init file (once per candidate count); its work folder is gone after it."""
     if candidates not in _REFERENCE:
         out = tmp_path_factory.mktemp("ref") / "init.pt"
-        rc, _, err = run_cli(capsys, "meta-init", data, *TINY, "--candidates", candidates, "--out", out)
+        rc, _, err = run_cli(capsys, "meta-init", data, *TINY, *cands(candidates), "--out", out)
         assert rc == 0, err
         assert not work_path(out).exists() and sorted(p.name for p in out.parent.iterdir()) == ["init.pt"]
         _REFERENCE[candidates] = out
@@ -67,7 +73,7 @@ def test_a_stopped_run_resumes_to_the_same_weights(data, tmp_path, tmp_path_fact
                                                    every_step, candidates, stop, where):
     ref = _reference(data, tmp_path_factory, capsys, candidates)
     out = tmp_path / "init.pt"
-    argv = ("meta-init", data, *TINY, "--candidates", candidates, "--out", out)
+    argv = ("meta-init", data, *TINY, *cands(candidates), "--out", out)
     monkeypatch.setenv("INRBENCH_TEST_META_KILL", stop)
     rc, _, err = run_cli(capsys, *argv)
     assert rc == 130 and not out.exists(), err
@@ -89,7 +95,7 @@ def test_a_kept_candidate_resumes_without_state_checkpoints(data, tmp_path, tmp_
     retrains candidate 2 from its start and reuses candidate 1."""
     ref = _reference(data, tmp_path_factory, capsys, 2)
     out = tmp_path / "init.pt"
-    argv = ("meta-init", data, *TINY, "--candidates", 2, "--out", out)
+    argv = ("meta-init", data, *TINY, *cands(2), "--out", out)
     monkeypatch.setenv("INRBENCH_TEST_META_KILL", "2:3")
     assert run_cli(capsys, *argv)[0] == 130
     assert sorted(p.name for p in work_path(out).iterdir()) == [
@@ -150,8 +156,8 @@ def test_a_killed_sweep_cell_resumes_from_its_work_folder(tmp_path, tmp_path_fac
     monkeypatch.setattr(runner, "code_identity", lambda: ident)
     args = {"layers": 2, "hidden": 6, "inner_steps": 2, "meta_batch": 3, "pixels": 40, "validation": 2}
     doc = {"name": "mi", "report": False, "device": "cpu", "cells": [
-        {"kind": "prepare", "id": "prep", "source": "synthetic", "name": "syn", "size": 8,
-         "args": {"per_class": 5, "num_classes": 2, "jpeg_quality": 75}},
+        {"kind": "prepare", "id": "prep", "source": "synthetic", "name": "syn", "size": 8, "jpeg_quality": 75,
+         "args": {"per_class": 5, "num_classes": 2}},
         {"kind": "meta-init", "id": "mi", "data": "prep", "outer_steps": 4, "images": 8, "candidates": 2,
          "args": args},
     ]}
@@ -169,7 +175,7 @@ def test_a_killed_sweep_cell_resumes_from_its_work_folder(tmp_path, tmp_path_fac
         in log
     assert not work_path(cell / "init.pt").exists()
     ref = tmp_path / "ref.pt"
-    rc, _, err = run_cli(capsys, "meta-init", cell.parent / "prep" / "syn", *TINY, "--candidates", 2, "--out", ref)
+    rc, _, err = run_cli(capsys, "meta-init", cell.parent / "prep" / "syn", *TINY, *cands(2), "--out", ref)
     assert rc == 0, err
     assert _same(cell / "init.pt", ref)
 
@@ -234,7 +240,7 @@ def test_damaged_checkpoints_are_redone_and_the_resume_line_says_so(data, tmp_pa
     and the weights are still the uninterrupted run's."""
     ref = _reference(data, tmp_path_factory, capsys, 2)
     out = tmp_path / "init.pt"
-    argv = ("meta-init", data, *TINY, "--candidates", 2, "--out", out)
+    argv = ("meta-init", data, *TINY, *cands(2), "--out", out)
     monkeypatch.setenv("INRBENCH_TEST_META_KILL", "2:2")
     assert run_cli(capsys, *argv)[0] == 130
     monkeypatch.delenv("INRBENCH_TEST_META_KILL")

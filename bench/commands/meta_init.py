@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 
+VALIDATION = 16  # --validation's default (inr.meta.MetaConfig.validation)
+
 HELP = "meta-learn a SIREN initialization (Reptile) on a seeded subset of a prepared train split, for encode --init"
 
 
@@ -45,9 +47,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--candidates", type=positive_int, default=1,
                    help="train this many inits (seeds SEED, SEED+1, ...) and keep the one that saves the most fit "
                         "iterations on --validation train images set aside (default 1: no choice)")
-    p.add_argument("--validation", type=positive_int, default=16,
-                   help="train images set aside to choose among --candidates, each fitted for the preset's "
-                        "iterations from random init and from every candidate (default 16)")
+    p.add_argument("--validation", type=positive_int,
+                   help="with --candidates 2 or more: train images set aside to choose among them, each fitted for "
+                        f"the preset's iterations from random init and from every candidate (default {VALIDATION}); "
+                        "at least --meta-batch train images must be left to meta-train on")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     p.add_argument("--threads", type=positive_int, help="torch CPU threads")
 
@@ -67,15 +70,20 @@ def run(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     fit_cfg = preset(args.preset, layers=args.layers, hidden=args.hidden, w0=args.w0)
+    if args.validation is not None and args.candidates == 1:
+        raise InputError(f"--validation {args.validation} sets train images aside to choose among --candidates; "
+                         "with one candidate nothing is chosen: leave it out, or add --candidates 2 or more")
     try:
         mcfg = MetaConfig(outer_steps=args.outer_steps, inner_steps=args.inner_steps, meta_batch=args.meta_batch,
                           inner_lr=args.inner_lr or 0.0, outer_lr=args.outer_lr, pixels=args.pixels,
-                          images=args.images, seed=args.seed, candidates=args.candidates, validation=args.validation)
+                          images=args.images, seed=args.seed, candidates=args.candidates,
+                          validation=VALIDATION if args.validation is None else args.validation)
     except ValueError as e:
         raise InputError(f"bad meta-init options: {e}") from None
     with claim(args.out, "meta-init", inputs={"prepared dataset": args.prepared},
                mode="replace" if args.overwrite else "new") as out:
         ds = open_prepared(args.prepared)
+        _check_validation(mcfg, len(ds.split("train")), args.prepared)
         work = work_path(out)
         weights, info = meta_init_dataset(ds, fit_cfg.arch, fit_cfg.lr, mcfg, device=args.device,
                                           iterations=fit_cfg.iterations, work=work,
@@ -95,3 +103,26 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {out}: {fit_cfg.arch.layers}x{fit_cfg.arch.hidden} init {images} "
           f"({mcfg.outer_steps} outer x {mcfg.inner_steps} inner steps, {info['seconds']:.1f} s), sha256 {sha}")
     return 0
+
+
+def _check_validation(mcfg, n_train: int, prepared: str) -> None:
+    """With ``--candidates`` > 1, ``--validation`` images are set aside from the ``--images`` subset of the
+    train split; what is left must hold at least ``--meta-batch`` images. Each Reptile outer step adapts to
+    ``--meta-batch`` distinct images (``inr.meta.meta_train``); with fewer left the batch would shrink to
+    them and every step would see the same few images: not the run that was asked for (one line, exit 2)."""
+    from bench.errors import InputError
+
+    if mcfg.candidates < 2:
+        return
+    subset = min(mcfg.images, n_train)
+    left = subset - mcfg.validation
+    if left >= mcfg.meta_batch:
+        return
+    pool = (f"the train split has {n_train} images" if subset == n_train
+            else f"the --images subset has {subset} of the {n_train} train images")
+    most = subset - mcfg.meta_batch
+    fix = (f"use --validation {most} or less" if most >= 1
+           else f"lower --meta-batch below {subset}, or use --candidates 1")
+    raise InputError(f"--validation {mcfg.validation} leaves {max(left, 0)} train images to meta-train on: {pool}, "
+                     f"and at least --meta-batch ({mcfg.meta_batch}) must be left, as each outer step adapts to "
+                     f"that many distinct images; {fix}", prepared)
