@@ -40,7 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-class", type=int, help="photos/synthetic: images per class (default 50)")
     p.add_argument("--num-classes", type=int, help="synthetic: number of classes (default 10)")
     p.add_argument("--val-fraction", type=float,
-                   help="held-out fraction per class where a source splits by ratio")
+                   help="held-out fraction per class where a source splits by ratio (imagefolder one tree or "
+                        "flat folder, mini-imagenet, photos, synthetic); refused for an imagefolder tree with its "
+                        "own val/ or test/")
     p.add_argument("--workers", type=int, help="decode threads (default min(8, CPUs))")
     p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
                    help="refuse (or with --on-error skip, skip) an image file with more pixels than this, "

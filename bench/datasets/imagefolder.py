@@ -4,7 +4,8 @@ Three layouts under ``--root``:
 
 - pre-split: ``train/<class>/*.jpg`` plus ``val/<class>/...`` and/or ``test/<class>/...``;
   each present subfolder becomes a split. Classes are the sorted folder names under
-  ``train/``; a class folder in ``val``/``test`` that ``train`` lacks is an error.
+  ``train/``; a class folder in ``val``/``test`` that ``train`` lacks is an error. ``--val-fraction``
+  is refused here (the tree has its own split).
 - one tree: ``<class>/*.jpg``; each class is split by a seeded ratio into ``train`` and
   ``val`` (``--val-fraction``, default 0.2; ``bench.datasets.splitting.ratio_split``).
 - a flat folder: ``*.png`` directly under ``--root`` and no class folders (Kodak, CLIC: a
@@ -107,6 +108,9 @@ class ImageFolder(Source):
         once = ReadOnce(root)
         held = [h for h in HELD_OUT if (root / h).is_dir()]
         if (root / "train").is_dir() and held:
+            if cfg.val_fraction is not None:  # it would be recorded in the manifest as if it had split something
+                raise InputError(f"--val-fraction {cfg.val_fraction:g} does not apply: this tree is split already "
+                                 f"(train/ + {'/ + '.join(held)}/); leave it out", root)
             classes, tr_paths, tr_labels = scan(root / "train", once=once)
             parts = {"train": (tr_paths, tr_labels)}
             for h in held:
