@@ -257,10 +257,16 @@ def encode_split(
     keep_work: bool = False,
     fit_cache: str | Path | None = None,
     overwrite: bool = False,
+    log: Callable[[str], None] | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> Path:
     """Encode ``images`` (uint8 ``[N, H, W, 3]``) with ``labels`` (int64 ``[N]``) into the store ``out``.
 
     Resumable: finished shards in ``OUT.work/`` are reused when ``config.json`` there matches.
+    ``on_start()`` is called once the work folder is opened and checked (a folder of other settings is
+    refused before it); ``log(line)`` then gets ``encode: resuming, K of M shards already fitted (work
+    folder ...)`` when shards were found finished, and, if the run fails or is interrupted with shards
+    on disk, ``encode: K of M shards are fitted and kept in ...: rerun the same command to resume``.
     ``source`` (e.g. the prepared dataset's identity) is recorded in the store's meta and
     checked on resume. ``progress(n_images, psnr [n])`` is called as images finish
     (immediately for shards found finished). ``fit_cache``: see ``encode_images`` (the fit is
@@ -272,7 +278,7 @@ def encode_split(
     ``out`` while this one runs is refused (a lock naming this process).
     """
     with claim_store(out, source, fit_cache, overwrite) as out:
-        return _encode_split(images, labels, cfg, out, device, source, progress, keep_work, fit_cache)
+        return _encode_split(images, labels, cfg, out, device, source, progress, keep_work, fit_cache, log, on_start)
 
 
 @contextlib.contextmanager
@@ -338,18 +344,48 @@ def _finished(path: Path, size: int) -> np.ndarray | None:
     return st.psnr.astype(np.float32) if st.psnr is not None else np.full(size, np.nan, np.float32)
 
 
+def finished_shards(sp: _Split, cfg: EncodeConfig, rank: int = 0, world_size: int = 1) -> dict[int, np.ndarray | None]:
+    """Shard ``si`` (those with ``si % world_size == rank``) -> its PSNRs when it is finished and intact in the
+    work folder, else None (to be fitted)."""
+    return {si: _finished(sp.work / f"shard_{si:05d}.inr", e - s)
+            for si, (s, e) in enumerate(shard_ranges(sp.shape[0], cfg.shard_size)) if si % world_size == rank}
+
+
+def resume_line(resumed: int, total: int, work: Path) -> str:
+    """What a rerun that finds finished shards says (as ``prepare`` and ``meta-init`` do)."""
+    return f"encode: resuming, {resumed} of {total} shards already fitted (work folder {work})"
+
+
+@contextlib.contextmanager
+def kept_note(sp: _Split, cfg: EncodeConfig, log: Callable[[str], None] | None):
+    """If the block fails or is interrupted (Ctrl-C) with fitted shards in the work folder, ``log`` says
+    they are kept and how to resume (as ``prepare`` does); the exception goes on."""
+    try:
+        yield
+    except BaseException:
+        total = len(shard_ranges(sp.shape[0], cfg.shard_size))
+        kept = sum((sp.work / f"shard_{si:05d}.inr").is_file() for si in range(total)) if sp.work.is_dir() else 0
+        if kept and log is not None:
+            log(f"encode: {kept} of {total} shards are fitted and kept in {sp.work}: rerun the same command to "
+                "resume (or delete it)")
+        raise
+
+
 def encode_shards(sp: _Split, cfg: EncodeConfig, device, progress, fit_cache, rank: int = 0,
-                  world_size: int = 1) -> dict:
+                  world_size: int = 1, finished: dict[int, np.ndarray | None] | None = None) -> dict:
     """Fit the shards ``si`` with ``si % world_size == rank`` that are not finished in the work folder
-    (each written atomically as a complete store); -> ``{"fitted": [si...], "resumed": [si...], "images": k}``."""
+    (each written atomically as a complete store); -> ``{"fitted": [si...], "resumed": [si...], "images": k}``.
+    ``finished``: ``finished_shards`` of this rank when the caller looked already."""
     n, h, w = sp.shape
     done: dict = {"rank": rank, "fitted": [], "resumed": [], "images": 0}
+    if finished is None:
+        finished = finished_shards(sp, cfg, rank, world_size)
     for si, (s, e) in enumerate(shard_ranges(n, cfg.shard_size)):
         if si % world_size != rank:
             continue
         path = sp.work / f"shard_{si:05d}.inr"
         done["images"] += e - s
-        psnr = _finished(path, e - s)
+        psnr = finished[si]
         if psnr is not None:
             done["resumed"].append(si)
             if progress is not None:
@@ -397,11 +433,18 @@ def early_stop_record(shards: list[tuple[int, dict]], fit_cfg: FitConfig) -> dic
             "fit_iterations_mean": its / max(n, 1), "stopped_early": stopped, "images": n}
 
 
-def _encode_split(images, labels, cfg: EncodeConfig, out: Path, device, source, progress, keep_work, fit_cache) -> Path:
+def _encode_split(images, labels, cfg: EncodeConfig, out: Path, device, source, progress, keep_work, fit_cache,
+                  log=None, on_start=None) -> Path:
     sp = _split(images, labels, cfg, out, source)
-    with fresh_work(sp.work, sp.job):
-        encode_shards(sp, cfg, device, progress, fit_cache)
-    return merge_work(sp, cfg, out, source, keep_work)
+    with fresh_work(sp.work, sp.job), kept_note(sp, cfg, log):
+        finished = finished_shards(sp, cfg)
+        if on_start is not None:
+            on_start()
+        resumed = sum(p is not None for p in finished.values())
+        if resumed and log is not None:
+            log(resume_line(resumed, len(finished), sp.work))
+        encode_shards(sp, cfg, device, progress, fit_cache, finished=finished)
+        return merge_work(sp, cfg, out, source, keep_work)
 
 
 class PeerFailed(Exception):
@@ -411,7 +454,7 @@ class PeerFailed(Exception):
 def encode_split_distributed(
     images, labels, cfg: EncodeConfig, out: str | Path, world, device: str = "cpu", source: dict | None = None,
     progress: Callable[[int, np.ndarray], None] | None = None, keep_work: bool = False,
-    fit_cache: str | Path | None = None, overwrite: bool = False,
+    fit_cache: str | Path | None = None, overwrite: bool = False, log: Callable[[str], None] | None = None,
 ) -> tuple[Path | None, list[dict]]:
     """``encode_split`` as rank ``world.rank`` of ``world.world_size`` processes (``bench.dist``, group joined).
 
@@ -423,7 +466,8 @@ def encode_split_distributed(
 
     Returns ``(out, per-rank summaries)`` on rank 0 and ``(None, summaries)`` on the others. A
     failure on any rank is an ``InputError`` on rank 0 naming the rank (finished shards are kept
-    for a rerun) and ``PeerFailed`` on the others, which leave the report to rank 0.
+    for a rerun) and ``PeerFailed`` on the others, which leave the report to rank 0. ``log`` (rank 0): the
+    ``encode: resuming, K of M shards already fitted`` line when a rerun finds finished shards.
     """
     from bench import dist
 
@@ -434,7 +478,11 @@ def encode_split_distributed(
             try:
                 out = held.enter_context(claim_store(out, source, fit_cache, overwrite))
                 sp = _split(images, labels, cfg, out, source)
-                _open_work(sp.work, sp.job)
+                if not _open_work(sp.work, sp.job) and log is not None:
+                    every = finished_shards(sp, cfg)  # every rank's: rank 0 speaks for the run
+                    resumed = sum(p is not None for p in every.values())
+                    if resumed:
+                        log(resume_line(resumed, len(every), sp.work))
             except (InputError, OSError) as e:
                 status = _message(e)
         status, out = dist.broadcast_object((status, str(out)))

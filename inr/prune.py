@@ -40,8 +40,11 @@ class PruneConfig:
     step: float = 0.05
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.ratio < 1.0 or not 0.0 < self.max_ratio < 1.0 or not 0.0 < self.step < 1.0:
-            raise ValueError(f"prune ratios must be in [0, 1): ratio={self.ratio}, max_ratio={self.max_ratio}, step={self.step}")
+        # backstops: ``inrbench encode`` checks its flags first and names them
+        if not 0.0 <= self.ratio < 1.0:
+            raise ValueError(f"the prune ratio must be in [0, 1), got {self.ratio}")
+        if not 0.0 < self.max_ratio < 1.0 or not 0.0 < self.step < 1.0:
+            raise ValueError(f"the dynamic prune max_ratio and step must be in (0, 1), got {self.max_ratio}, {self.step}")
         if self.rounds < 1 or self.finetune_iterations < 0 or not 0 < self.lr < float("inf"):
             raise ValueError(f"rounds >= 1, finetune_iterations >= 0 and a finite lr > 0 required, got "
                              f"{self.rounds}, {self.finetune_iterations}, {self.lr}")

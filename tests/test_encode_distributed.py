@@ -124,6 +124,8 @@ def test_killing_a_rank_then_rerunning_resumes_to_the_same_store(data, single, t
     assert sha256(out) == single
     resumed = [int(k) for k in re.findall(r"(\d+) resumed", r.stdout)]
     assert len(resumed) == 2 and sum(resumed) == len(kept), r.stdout  # every shard on disk was kept, none refitted
+    # rank 0 says so up front, for every rank's shards, as a one-process rerun does
+    assert f"encode: resuming, {len(kept)} of 6 shards already fitted (work folder {work})" in r.stdout
     assert {n: (work / n).stat().st_ino for n in kept} == kept
 
 

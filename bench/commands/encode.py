@@ -3,7 +3,12 @@
 ``--nproc N`` (or the same command under ``torchrun``) splits the shards across N processes, one
 per device (``bench.dist``, ``inr.encode.encode_split_distributed``): rank 0 holds ``--out`` and
 merges; the store is the one a single process writes. Bad options, a bad ``--out`` or dataset
-are refused (one line, exit 2) before torchrun starts.
+are refused (one line, exit 2) before torchrun starts, and so is an option that would be ignored
+(``check_options``: ``--prune`` with ``--prune-budget-db``, ``--qat`` with float32 ``--bits``, ...).
+
+Resumable (``inr.encode``): a rerun that finds finished shards in ``OUT.work`` beside the store says so
+(``encode: resuming, K of M shards already fitted (work folder ...)``), and a run stopped with
+shards on disk (Ctrl-C, an error) says they are kept and to rerun the same command.
 """
 
 from __future__ import annotations
@@ -13,6 +18,11 @@ import argparse
 # A rank waits at the final barrier for its peers' last shards: up to one shard's fit (16384 images
 # x 5,000 iterations of mini-imagenet can take hours); a dead peer is caught by torchrun anyway.
 ENCODE_TIMEOUT_S = 24 * 3600.0
+
+# the pruning and QAT options' defaults (inr.prune.PruneConfig, inr.encode.EncodeConfig): the options are
+# None when left out, so that one given where it would be ignored is refused (``check_options``)
+PRUNE_DEFAULTS = {"rounds": 2, "finetune_iterations": 200, "lr": 2e-3, "max_ratio": 0.6, "step": 0.05}
+QAT_LR = 1e-4
 
 HELP = "encode a prepared split as per-image SIRENs (fit, prune, quantize) into one INR store file"
 
@@ -25,7 +35,13 @@ def preset_names() -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench.argtypes import positive_float, positive_int, seed
+    from bench.argtypes import (
+        nonnegative_float,
+        nonnegative_int,
+        positive_float,
+        positive_int,
+        seed,
+    )
     from bench.cli import list_names
 
     p.add_argument("prepared", help="a prepared dataset folder (`inrbench prepare`)")
@@ -52,19 +68,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "on the prefix of the full schedule); images that never get there run all iterations")
     g.add_argument("--fit-step", choices=["eager", "compiled"],
                    help="eager (reference, default) or compiled (torch.compile, polynomial sine; fp32)")
-    g = p.add_argument_group("pruning")
-    g.add_argument("--prune", type=float, default=0.0, help="fraction of weights to prune per layer, exact (iterative)")
-    g.add_argument("--prune-budget-db", type=float, help="dynamic pruning: per image, prune while PSNR drop <= this")
-    g.add_argument("--prune-max", type=float, default=0.6, help="dynamic pruning: largest ratio tried (default 0.6)")
-    g.add_argument("--prune-step", type=float, default=0.05, help="dynamic pruning: ratio step (default 0.05)")
-    g.add_argument("--prune-rounds", type=int, default=2, help="iterative pruning rounds (default 2)")
-    g.add_argument("--prune-finetune", type=int, default=200, help="fine-tune iterations per round (default 200)")
-    g.add_argument("--prune-lr", type=float, default=2e-3, help="fine-tune peak learning rate, cosine-annealed per round (default 2e-3)")
+    g = p.add_argument_group("pruning (--prune: iterative, an exact fraction; --prune-budget-db: dynamic, per image)")
+    g.add_argument("--prune", type=_fraction("[0, 1)"), default=0.0,
+                   help="iterative pruning: fraction of weights pruned per layer, exact, in [0, 1) (default 0: none)")
+    g.add_argument("--prune-budget-db", type=nonnegative_float,
+                   help="dynamic pruning: per image, prune while the PSNR drop is <= this many dB (not with --prune)")
+    g.add_argument("--prune-max", type=_fraction("(0, 1)"),
+                   help=f"dynamic pruning: largest ratio tried, in (0, 1) (default {PRUNE_DEFAULTS['max_ratio']:g})")
+    g.add_argument("--prune-step", type=_fraction("(0, 1)"),
+                   help=f"dynamic pruning: ratio step, in (0, 1), at most --prune-max "
+                        f"(default {PRUNE_DEFAULTS['step']:g})")
+    g.add_argument("--prune-rounds", type=positive_int,
+                   help=f"iterative pruning (--prune): rounds (default {PRUNE_DEFAULTS['rounds']})")
+    g.add_argument("--prune-finetune", type=nonnegative_int,
+                   help=f"fine-tune iterations per round, or per ratio tried (default "
+                        f"{PRUNE_DEFAULTS['finetune_iterations']})")
+    g.add_argument("--prune-lr", type=positive_float,
+                   help=f"fine-tune peak learning rate, cosine-annealed per round or ratio tried (default {PRUNE_DEFAULTS['lr']:g})")
     g = p.add_argument_group("quantization")
     g.add_argument("--bits", default="32", help="N | FIRST:HIDDEN:LAST | comma list per layer; 4..16, 32 = float32 (default 32)")
-    g.add_argument("--per-channel", action="store_true", help="one scale per output channel (default: per layer)")
-    g.add_argument("--qat", type=int, default=0, help="quantization-aware fine-tune iterations (default 0)")
-    g.add_argument("--qat-lr", type=float, default=1e-4, help="quantization-aware fine-tune learning rate")
+    g.add_argument("--per-channel", action="store_true",
+                   help="one scale per output channel (default: per layer); needs quantized --bits")
+    g.add_argument("--qat", type=nonnegative_int, default=0,
+                   help="quantization-aware fine-tune iterations; needs quantized --bits (default 0)")
+    g.add_argument("--qat-lr", type=positive_float,
+                   help=f"quantization-aware fine-tune learning rate, with --qat (default {QAT_LR:g})")
     g = p.add_argument_group("run")
     g.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
     g.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's default)")
@@ -80,6 +108,66 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from bench.dist import add_launch_arguments
 
     add_launch_arguments(p, timeout_s=ENCODE_TIMEOUT_S)
+
+
+def _fraction(interval: str):
+    """An argparse type: a number in ``[0, 1)`` or ``(0, 1)`` (``interval``), refused naming the option."""
+    import math
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        ok = (0 <= v < 1) if interval.startswith("[") else (0 < v < 1)
+        if not ok or math.isnan(v):
+            raise argparse.ArgumentTypeError(f"must be in {interval}, got {text}")
+        return v
+
+    parse.__name__ = "fraction"
+    return parse
+
+
+def check_options(args: argparse.Namespace, bits: tuple[int, ...]) -> None:
+    """Refuse options that would be ignored (or contradict each other), naming the flags: one line, exit 2.
+
+    ``bits``: the parsed ``--bits`` widths (32 = float32)."""
+    from bench.errors import InputError
+    from inr.quantize import FLOAT_BITS
+
+    if args.prune and args.prune_budget_db is not None:
+        raise InputError(f"--prune {args.prune:g} and --prune-budget-db {args.prune_budget_db:g} are two pruning "
+                         "modes (an exact fraction per layer, or per image within a PSNR budget): give one")
+    dynamic = args.prune_budget_db is not None
+    for flag, value in (("--prune-max", args.prune_max), ("--prune-step", args.prune_step)):
+        if value is not None and not dynamic:
+            raise InputError(f"{flag} {value:g} applies to dynamic pruning only: add --prune-budget-db DB, "
+                             "or leave it out")
+    if args.prune_rounds is not None and not args.prune:
+        raise InputError(f"--prune-rounds {args.prune_rounds} applies to iterative pruning only: add --prune "
+                         "FRACTION, or leave it out" + (" (dynamic pruning steps by --prune-step)" if dynamic else ""))
+    for flag, value in (("--prune-finetune", args.prune_finetune), ("--prune-lr", args.prune_lr)):
+        if value is not None and not (args.prune or dynamic):
+            raise InputError(f"{flag} {value:g} applies only when pruning: add --prune FRACTION or "
+                             "--prune-budget-db DB, or leave it out")
+    if dynamic:
+        top = PRUNE_DEFAULTS["max_ratio"] if args.prune_max is None else args.prune_max
+        step = PRUNE_DEFAULTS["step"] if args.prune_step is None else args.prune_step
+        if step > top:
+            raise InputError(f"--prune-step {step:g} is larger than --prune-max {top:g}: no ratio would be tried")
+    quantized = any(b != FLOAT_BITS for b in bits)
+    if args.qat and not quantized:
+        raise InputError(f"--qat {args.qat} fine-tunes against quantized weights, but --bits {args.bits} keeps every "
+                         "layer float32 (32 is the default): QAT needs quantized widths (--bits 4..16, e.g. --bits 8)")
+    if args.qat_lr is not None and not args.qat:
+        raise InputError(f"--qat-lr {args.qat_lr:g} applies only with --qat N: add it, or leave --qat-lr out")
+    if args.per_channel and not quantized:
+        raise InputError(f"--per-channel sets quantization scales, but --bits {args.bits} keeps every layer "
+                         "float32 (32 is the default): it needs quantized widths (--bits 4..16)")
+
+
+def _given(value, default):
+    return default if value is None else value
 
 
 def build_config(args: argparse.Namespace):
@@ -102,12 +190,18 @@ def build_config(args: argparse.Namespace):
             from inr.meta import load_init
 
             fit_cfg = replace(fit_cfg, init=str(args.init), init_sha256=load_init(args.init, fit_cfg.arch).sha256)
-        prune = PruneConfig(
-            ratio=args.prune, rounds=args.prune_rounds, finetune_iterations=args.prune_finetune, lr=args.prune_lr,
-            budget_db=args.prune_budget_db, max_ratio=args.prune_max, step=args.prune_step,
+        bits = parse_bits(args.bits, fit_cfg.arch.num_linear)
+        check_options(args, bits)
+        d = PRUNE_DEFAULTS
+        prune = PruneConfig(  # the config's own checks stay as a backstop: the flags were checked above
+            ratio=args.prune, rounds=_given(args.prune_rounds, d["rounds"]),
+            finetune_iterations=_given(args.prune_finetune, d["finetune_iterations"]),
+            lr=_given(args.prune_lr, d["lr"]), budget_db=args.prune_budget_db,
+            max_ratio=_given(args.prune_max, d["max_ratio"]), step=_given(args.prune_step, d["step"]),
         )
-        quant = QuantConfig(parse_bits(args.bits, fit_cfg.arch.num_linear), per_channel=args.per_channel)
-        return EncodeConfig(fit=fit_cfg, quant=quant, prune=prune, qat_iterations=args.qat, qat_lr=args.qat_lr,
+        quant = QuantConfig(bits, per_channel=args.per_channel)
+        return EncodeConfig(fit=fit_cfg, quant=quant, prune=prune, qat_iterations=args.qat,
+                            qat_lr=_given(args.qat_lr, QAT_LR),
                             shard_size=args.shard_size if args.shard_size is not None else (16384 if args.device.startswith("cuda") else 1024))
     except ValueError as e:
         raise InputError(f"bad encode options: {e}") from None
@@ -209,15 +303,30 @@ def _encode(args: argparse.Namespace) -> int:
     if ds.native:  # images of different sizes: fitted in groups of one size (inr.native)
         return _encode_native(args, cfg, ds)
     split, n, images, labels, source = _select(args, ds)
-    print(_header(args, cfg, ds, split, n, f"device {args.device}"))
-    bar, progress = _progress_bar(args, n, "encode")
+    shown: dict = {}  # the header and the bar, once the work folder is checked (a refusal of it comes first)
+
+    def start() -> None:
+        print(_header(args, cfg, ds, split, n, f"device {args.device}"), flush=True)
+        shown["bar"], shown["progress"] = _progress_bar(args, n, "encode")
+
     try:
-        out = encode_split(images, labels, cfg, args.out, device=args.device, source=source, progress=progress,
-                           keep_work=args.keep_work, fit_cache=args.fit_cache,
-                           overwrite=args.overwrite)
+        out = encode_split(images, labels, cfg, args.out, device=args.device, source=source,
+                           progress=lambda k, p: shown["progress"](k, p), keep_work=args.keep_work,
+                           fit_cache=args.fit_cache, overwrite=args.overwrite, log=_log, on_start=start)
     finally:
-        bar.close()
+        if "bar" in shown:
+            shown["bar"].close()
     return _finish(out, args, "raw RGB")
+
+
+def _log(line: str) -> None:
+    """A note (``encode: resuming ...``) on stdout that does not break a progress bar being drawn."""
+    import sys
+
+    from tqdm import tqdm
+
+    tqdm.write(line)
+    sys.stdout.flush()
 
 
 def _run_rank(args: argparse.Namespace, world) -> int:
@@ -259,7 +368,8 @@ def _encode_distributed(args: argparse.Namespace, world, owner: bool = True) -> 
         try:
             out, ranks = encode_split_distributed(
                 images, labels, cfg, args.out, world, device=device, source=source, progress=progress,
-                keep_work=args.keep_work, fit_cache=args.fit_cache, overwrite=args.overwrite)
+                keep_work=args.keep_work, fit_cache=args.fit_cache, overwrite=args.overwrite,
+                log=_log if world.is_main else None)
         except PeerFailed:
             return 2  # rank 0 prints the one line naming the failed rank
         finally:

@@ -1,0 +1,113 @@
+"""``inrbench encode`` says when it resumes, as ``prepare`` and ``meta-init`` do: a run stopped with
+fitted shards on disk (Ctrl-C, an error) says they are kept and to rerun the same command; the rerun
+says how many shards it found finished, and writes the store an uninterrupted run writes. A work
+folder of other settings is refused before the run's header is printed."""
+
+from __future__ import annotations
+
+import pytest
+
+import inr.encode as E
+from tests.cli_helpers import assert_one_line_error, run_cli
+from tests.fixtures_datasets import write_tiny_prepared
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+ARGS = ("--iterations", "5", "--layers", "2", "--hidden", "6", "--shard-size", "3", "--no-progress")  # 10 images: 4 shards
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_tiny_prepared(tmp_path_factory.mktemp("resume") / "data", 10, 2)
+
+
+def _stop_at_shard(monkeypatch, k: int, exc: BaseException) -> None:
+    """``encode_images`` raises ``exc`` when asked for shard ``k`` (0-based): shards 0..k-1 are on disk."""
+    real, calls = E.encode_images, []
+
+    def stopping(*a, **kw):
+        calls.append(1)
+        if len(calls) == k + 1:
+            raise exc
+        return real(*a, **kw)
+
+    monkeypatch.setattr(E, "encode_images", stopping)
+
+
+def test_an_interrupted_encode_says_how_to_resume_and_the_rerun_says_it_resumes(data, tmp_path, capsys, monkeypatch):
+    full = tmp_path / "full.inr"
+    rc, _, err = run_cli(capsys, "encode", data, *ARGS, "--out", full)
+    assert rc == 0, err
+
+    out = tmp_path / "s.inr"
+    work = tmp_path / "s.inr.work"
+    _stop_at_shard(monkeypatch, 2, KeyboardInterrupt())
+    rc, stdout, err = run_cli(capsys, "encode", data, *ARGS, "--out", out)
+    assert rc == 130 and err.strip() == "inrbench: interrupted", err
+    assert stdout.splitlines()[-1] == (f"encode: 2 of 4 shards are fitted and kept in {work}: rerun the same command "
+                                       "to resume (or delete it)")
+    assert not out.exists() and len(list(work.glob("shard_*.inr"))) == 2
+    monkeypatch.undo()
+
+    rc, stdout, err = run_cli(capsys, "encode", data, *ARGS, "--out", out)
+    assert rc == 0, err
+    lines = stdout.splitlines()
+    assert lines[0].startswith(f"encode {data} [train] 10 images")
+    assert lines[1] == f"encode: resuming, 2 of 4 shards already fitted (work folder {work})"
+    assert lines[2].startswith(f"wrote {out}: 10 images") and len(lines) == 3
+    assert out.read_bytes() == full.read_bytes() and not work.exists()
+
+
+def test_an_error_after_some_shards_says_they_are_kept(data, tmp_path, capsys, monkeypatch):
+    from bench.errors import InputError
+
+    out = tmp_path / "s.inr"
+    _stop_at_shard(monkeypatch, 1, InputError("a disk went away"))
+    rc, stdout, err = run_cli(capsys, "encode", data, *ARGS, "--out", out)
+    assert_one_line_error(rc, err, "a disk went away")
+    assert f"encode: 1 of 4 shards are fitted and kept in {out}.work: rerun the same command" in stdout
+
+
+def test_a_fresh_run_and_a_stop_before_any_shard_say_nothing_of_resuming(data, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "s.inr"
+    _stop_at_shard(monkeypatch, 0, KeyboardInterrupt())
+    rc, stdout, _ = run_cli(capsys, "encode", data, *ARGS, "--out", out)
+    assert rc == 130 and len(stdout.splitlines()) == 1 and stdout.startswith(f"encode {data} ")  # the header only
+    assert list(tmp_path.iterdir()) == []  # nothing to resume: no work folder
+    monkeypatch.undo()
+    rc, stdout, err = run_cli(capsys, "encode", data, *ARGS, "--out", out)
+    assert rc == 0 and not any(line.startswith("encode: ") for line in stdout.splitlines()), err
+
+
+def test_other_settings_are_refused_before_the_header(data, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "s.inr"
+    _stop_at_shard(monkeypatch, 1, KeyboardInterrupt())
+    assert run_cli(capsys, "encode", data, *ARGS, "--out", out)[0] == 130
+    monkeypatch.undo()
+    rc, stdout, err = run_cli(capsys, "encode", data, *ARGS, "--iterations", "6", "--out", out)
+    assert_one_line_error(rc, err, f"{out}.work", "other settings (encode.fit.iterations differs)")
+    assert stdout == ""
+
+
+def test_the_library_reports_through_its_callbacks(tmp_path, monkeypatch):
+    """``encode_split(log=, on_start=)``: on_start once the work folder is checked, then the resume line."""
+    import numpy as np
+
+    from inr.encode import EncodeConfig, encode_split
+    from inr.fit import preset
+    from inr.quantize import QuantConfig
+    from tests.test_inr_codec import smooth_images
+
+    imgs, labels = smooth_images(5, 8, 8), np.zeros(5, int)
+    cfg = EncodeConfig(fit=preset("demo", iterations=5, layers=2, hidden=6), quant=QuantConfig((32, 32, 32)),
+                       shard_size=2)
+    out, events = tmp_path / "o.inr", []
+    _stop_at_shard(monkeypatch, 1, KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        encode_split(imgs, labels, cfg, out, log=events.append, on_start=lambda: events.append("start"))
+    assert events == ["start", f"encode: 1 of 3 shards are fitted and kept in {out}.work: rerun the same command "
+                                "to resume (or delete it)"]
+    monkeypatch.undo()
+    events.clear()
+    encode_split(imgs, labels, cfg, out, log=events.append, on_start=lambda: events.append("start"))
+    assert events == ["start", f"encode: resuming, 1 of 3 shards already fitted (work folder {out}.work)"]
