@@ -2,7 +2,9 @@
 
 Each command module defines ``HELP`` (one line), ``add_arguments(parser)`` and
 ``run(args) -> int``, and keeps heavy imports (torch, DALI) inside ``run`` so that
-``inrbench --help`` stays fast. ``InputError`` becomes one line on stderr and exit 2.
+``inrbench --help`` stays fast. ``InputError`` becomes one line on stderr and exit 2. Output piped into
+a reader that stops early (``inrbench sweep demo --list | head -1``) ends quietly with exit 141
+(``EXIT_BROKEN_PIPE``), as a command killed by SIGPIPE does.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from bench.errors import InputError
+
+# stdout's reader went away (``| head``): 128 + SIGPIPE (13), the status a shell reports for a command
+# killed by SIGPIPE (``yes | head``), as Ctrl-C is 130 (128 + SIGINT). Not 2 (bad input), not 0: under
+# ``set -o pipefail`` a cut-short listing is not a success, and it reads as what it is.
+EXIT_BROKEN_PIPE = 141
 
 # name -> module; the order is the order ``--help`` lists them in.
 COMMANDS: dict[str, str] = {
@@ -155,7 +162,8 @@ def guarded(run: Callable[[], int], prefix: str = "", out: str | None = None) ->
     machine, not a bug) -> ``inrbench: error: <prefix><message>``, 2; running out of memory
     (``MemoryError``, a torch allocator error: sizes beyond the machine) -> ``inrbench: error:
     <prefix>out of memory: ...``, 3; ``--help`` or a usage error (``SystemExit``) -> its status;
-    Ctrl-C -> 130. Anything else is a bug: a traceback. ``out``: the command's ``--out``, named in an
+    Ctrl-C -> 130; stdout's reader gone (``BrokenPipeError``: ``| head``) -> nothing printed, 141
+    (``stdout_gone``). Anything else is a bug: a traceback. ``out``: the command's ``--out``, named in an
     ``OSError`` line that would otherwise name no file or the lock file beside it.
     """
     try:
@@ -164,6 +172,11 @@ def guarded(run: Callable[[], int], prefix: str = "", out: str | None = None) ->
         return e.code if isinstance(e.code, int) else 2
     except InputError as e:
         print(f"inrbench: error: {prefix}{_one_line(str(e))}", file=sys.stderr)
+        return 2
+    except BrokenPipeError as e:
+        if stdout_closed():
+            return stdout_gone()
+        print(f"inrbench: error: {prefix}{_one_line(_os_error_line(e, out))}", file=sys.stderr)  # another pipe
         return 2
     except OSError as e:
         print(f"inrbench: error: {prefix}{_one_line(_os_error_line(e, out))}", file=sys.stderr)
@@ -181,6 +194,34 @@ def guarded(run: Callable[[], int], prefix: str = "", out: str | None = None) ->
         return EXIT_OUT_OF_MEMORY
 
 
+def stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (``poll`` reports POLLERR on its write end), so a
+    ``BrokenPipeError`` from a pipe of the command's own (a worker's) is not taken for ``| head``.
+    True where this cannot be told (no ``poll``, no file descriptor)."""
+    try:
+        import select
+
+        p = select.poll()
+        p.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in p.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return True
+
+
+def stdout_gone() -> int:
+    """The reader of stdout went away (``inrbench env | head``): point stdout at ``os.devnull``, so the
+    interpreter's final flush of what is still buffered finds no closed pipe (no "Exception ignored ...
+    BrokenPipeError" at exit), as the Python docs recommend (signal module, "Note on SIGPIPE"), and
+    return ``EXIT_BROKEN_PIPE``, printing nothing: the user stopped reading, nothing failed."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (a test's capture)
+        pass
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -189,7 +230,12 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 2
     args._argv = list(sys.argv[1:] if argv is None else argv)  # what --nproc relaunches (bench.dist.launch)
     out = getattr(args, "out", None)
-    return guarded(lambda: args._run(args), out=out if isinstance(out, str) else None)
+    code = guarded(lambda: args._run(args), out=out if isinstance(out, str) else None)
+    try:  # what is still buffered goes now, while a closed pipe can still be told apart from an error
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return stdout_gone()
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,62 @@
+"""Output piped into a reader that stops early (``inrbench sweep demo --list | head -1``): a quiet exit
+141 (128 + SIGPIPE), no ``inrbench: error: Broken pipe`` and not exit 2, the bad-input status."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _closed_reader(*argv: str) -> subprocess.CompletedProcess:
+    """Run ``python -m bench ARGV`` with stdout a pipe whose reader is closed before it writes."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run([sys.executable, "-m", "bench", *argv], stdout=w, stderr=subprocess.PIPE,
+                              text=True, cwd=ROOT, timeout=120)
+    finally:
+        os.close(w)
+
+
+def test_a_listing_into_a_closed_pipe_exits_141_quietly():
+    p = _closed_reader("sweep", "demo", "--list")
+    assert p.returncode == cli.EXIT_BROKEN_PIPE == 141
+    assert p.stderr == ""  # no "inrbench: error: Broken pipe", no "Exception ignored ... BrokenPipeError"
+
+
+def test_a_broken_pipe_from_the_commands_own_pipe_is_still_an_error(monkeypatch, capsys):
+    """Only stdout's reader going away is the user's ``| head``; another pipe breaking is an error."""
+    def body():
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "stdout_closed", lambda: False)
+    assert cli.guarded(body) == 2
+    assert "inrbench: error: Broken pipe" in capsys.readouterr().err
+    monkeypatch.setattr(cli, "stdout_closed", lambda: True)
+    monkeypatch.setattr(cli, "stdout_gone", lambda: cli.EXIT_BROKEN_PIPE)  # no dup2 onto pytest's stdout
+    assert cli.guarded(body) == 141
+    assert capsys.readouterr().err == ""
+
+
+def test_stdout_closed_tells_a_closed_pipe_from_an_open_one(monkeypatch):
+    r, w = os.pipe()
+    try:
+        class Out:
+            def fileno(self) -> int:
+                return w
+
+        monkeypatch.setattr(sys, "stdout", Out())
+        assert not cli.stdout_closed()
+        os.close(r)
+        r = -1
+        assert cli.stdout_closed()
+    finally:
+        os.close(w)
+        if r >= 0:
+            os.close(r)
