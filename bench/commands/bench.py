@@ -2,7 +2,8 @@
 
 Writes under ``--out`` (layout in ``bench.results``): ``runs/<run_id>/rows.csv``,
 ``config.json`` (the resolved ``BenchConfig``), ``env.json``, and rebuilds ``results.csv``
-(+ ``results.parquet``). Prints a compact summary (median [IQR] over repeats x epochs).
+(+ ``results.parquet``). Prints a compact summary (median (IQR x) over repeats x epochs; test
+accuracy with its 95% Wilson interval, as the report gives them).
 
 Exit status: 0 = ok, or skipped because the pipeline is ``Unavailable`` here (a skip row
 with the reason is written: a sweep goes on); 1 = the run crashed (an error row); 2 = bad
@@ -155,6 +156,7 @@ def build_config(args: argparse.Namespace, world=None, dist_config=None):
     if args.store is None and pipelines.needs_store(args.pipeline):
         raise InputError(f"--pipeline {args.pipeline} reads an encoded store: pass --store FILE (`inrbench encode`)")
     data = open_prepared(args.data)
+    _check_names(args, data)
     # cuda on a machine without CUDA is a skip row (run_bench); a malformed or absent device is exit 2
     device = resolve_device(args.device, missing_cuda_ok=True)
     rank, world_size = 0, 1
@@ -188,6 +190,35 @@ def build_config(args: argparse.Namespace, world=None, dist_config=None):
         raise InputError(f"bad configuration: {e}") from None
 
 
+def _check_names(args: argparse.Namespace, data) -> None:
+    """Refuse what a typo makes (``--split``/``--eval-split`` naming no split of ``--data``, a ``--store``
+    that is no store file) here, before ``run_bench`` creates a run folder: a run refused there leaves
+    an error row in ``--out`` that every later report of the folder shows. ``--eval-split`` is read in
+    train mode only (the runner's rule), so a loader run on a set without a test split is not refused.
+    What only the pipeline can check (the store's images against ``--data``) stays an error row."""
+    from pathlib import Path
+
+    from bench.errors import InputError
+
+    for option, name in (("--split", args.split), *((("--eval-split", args.eval_split),) if args.mode == "train" else ())):
+        if name not in data.splits:
+            raise InputError(f"{option} {name!r}: {data.root} has no such split (it has {', '.join(data.splits)})")
+    if args.store is None:
+        return
+    path = Path(args.store)
+    if not path.is_file():
+        raise InputError("is a folder, not an INR store file" if path.is_dir() else "no such INR store file", path)
+    from inr import atrest, store
+
+    try:
+        with open(path, "rb") as f:
+            packed = atrest.is_packed(f.read(64))
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror or e}", path) from None
+    if not packed:  # the header alone: a file that is no store (a typo naming another file) is refused now
+        store.read_header(path)
+
+
 def _expand_config(args: argparse.Namespace, backbone: str, num_classes: int):
     """``--method expand --schedule ...`` -> a validated ``ExpandConfig`` (``ValueError`` if the
     schedule is malformed, shrinks, or does not end at the dense ``backbone``); ``None`` for dense."""
@@ -206,34 +237,71 @@ def _expand_config(args: argparse.Namespace, backbone: str, num_classes: int):
 
 
 def summary_table(rows) -> str:
-    """A compact table of median [IQR] over the run's ok rows (measured epochs / repeats); a
-    data-parallel run's aggregate rows, and each rank's images/s."""
+    """The console summary of one run: per metric the median over the run's ok rows (repeats x
+    epochs, or repeats), with ``(IQR x)`` as the report prints it and nothing beside a single
+    sample (an IQR of 0 would read as no spread); test accuracy as the report gives it, one trained
+    model's share of its test images with the 95% Wilson interval (``bench.report.tables.accuracy``).
+    A data-parallel run: its aggregate rows, and each rank's images/s. A run that did not measure
+    (skip, error): what happened, said so."""
+    from bench.report.tables import accuracy, fmt_accuracy, fmt_num
     from bench.results import aggregate_rows, summarize, to_frame
 
     every = to_frame(rows.rows())
     df = aggregate_rows(every)
     status = every[every.metric == "run"]
     if len(status):
-        return "\n".join(f"{r['pipeline']} {r['mode']}: {r['status'].upper()}: {r['reason']}"
-                         for _, r in status.iterrows())
+        return "\n".join(_status_line(r) for _, r in status.iterrows())
     s = summarize(df, by=("metric",)).set_index("metric")
-    head = f"{rows.pipeline} {rows.mode} on {rows.dataset} (median [IQR], n samples)"
+    head = (f"{rows.pipeline} {rows.mode} on {rows.dataset} (medians over the run's samples: epochs, or repeats; "
+            "the IQR where there are 2 or more; n samples)")
     world = rows.config.get("dist") or {}
     if world:
         head += f", {world['world_size']} ranks ({world['backend']}; img/s global, times the slowest rank's)"
     lines = [head]
     for metric, (label, scale, unit) in SUMMARY.items():
-        if metric in s.index:
-            m = s.loc[metric]
-            lines.append(f"  {label:<12} {m['median'] * scale:>12.4g} [{m['iqr'] * scale:.3g}] {unit:<4} n={int(m['n'])}")
+        if metric not in s.index:
+            continue
+        m, n = s.loc[metric], int(s.loc[metric, "n"])
+        if metric == "test_acc":
+            lines.append(_accuracy_line(label, df, m, n, accuracy, fmt_accuracy))
+            continue
+        value = f"{fmt_num(m['median'] * scale)}{f' {unit}' if unit else ''}"
+        spread = f" (IQR {fmt_num(m['iqr'] * scale)})" if n > 1 else ""
+        lines.append(f"  {label:<12} {value + spread:<28} n={n}")
     per_rank = every[(every.metric == "images_per_s") & every["rank"].notna() & (every.status == "ok")]
     if len(per_rank):
         med = per_rank.groupby("rank")["value"].median()
-        lines.append("  img/s by rank " + ", ".join(f"{int(k)}: {v:.4g}" for k, v in med.items()))
+        lines.append("  img/s by rank " + ", ".join(f"{int(k)}: {fmt_num(v)}" for k, v in med.items()))
     absent = sorted(set(df.loc[df.status == "skip", "metric"]))
     if absent:
         lines.append(f"  absent here: {', '.join(absent)}")
     return "\n".join(lines)
+
+
+def _accuracy_line(label: str, df, m, n: int, accuracy, fmt_accuracy) -> str:
+    """``test acc  90.0 % [81.5-94.8] (95% Wilson: 72/80 test images, one model; 3 repeats)``: the
+    report's per-model accuracy of this run; the median alone where it recorded no test image count."""
+    acc = accuracy(df)
+    if len(acc) == 1 and acc.iloc[0]["n"] > 0:  # the test image count recorded (NaN: not)
+        a = acc.iloc[0]
+        value = fmt_accuracy(a)
+        shown = value.replace(" [", " % [", 1) if "[" in value else f"{value} %"
+        reps = int(a["repeats"])
+        return (f"  {label:<12} {shown} (95% Wilson: {int(a['k'])}/{int(a['n'])} test images of one model"
+                f"{f', mean of {reps} repeats' if reps > 1 else ''})")
+    return f"  {label:<12} {100 * m['median']:.1f} % (no test image count recorded: no interval)  n={n}"
+
+
+def _status_line(r) -> str:
+    """A run that measured nothing: ``SKIP: <reason>. Nothing was measured; ...`` (a skip row records it:
+    a sweep goes on), or ``ERROR: <reason>``."""
+    import pandas as pd
+
+    where = f"{r['pipeline']} {r['mode']}" + (f" (rank {int(r['rank'])})" if pd.notna(r["rank"]) else "")
+    if r["status"] == "skip":
+        return (f"{where}: SKIP: {r['reason']}. Nothing was measured; a skip row records why (exit 0: a sweep "
+                "goes on and reports the cell as skipped)")
+    return f"{where}: {str(r['status']).upper()}: {r['reason']}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -262,9 +330,11 @@ def _launch(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from bench import dist, results
+    from bench.datasets.prepared import open_prepared
     from bench.harness.runner import RUN_ID_ENV
     from bench.outputs import is_own
 
+    _check_names(args, open_prepared(args.data))  # a typo: one line, before torchrun, no error row
     run_id = results.new_run_id(args.pipeline, args.mode)
     os.environ[RUN_ID_ENV] = run_id
     try:
