@@ -7,8 +7,9 @@ images whose status is ``ok``; ``n_ok`` / ``n_images`` say how many that is; ``s
 mean smallest JPEG). For matched JPEG rows ``inr_psnr_same_images`` is the INR variant's
 mean PSNR over the same reached images, so the two PSNRs compare like with like, and
 ``psnr_diff`` [``psnr_diff_lo``, ``psnr_diff_hi``] is the mean per-image difference INR minus
-JPEG over those images with its 95% paired bootstrap interval (``bench.stats.paired_diff_ci``;
-lossless images count as ``PSNR_CAP_DB``): an interval that holds 0 is no difference detected.
+JPEG over those images with its 95% paired interval (``bench.stats.paired_diff_ci``: a bootstrap, or
+Student's t below ``bench.stats.BOOTSTRAP_MIN_N`` images, ``psnr_diff_interval`` says which; none for
+one image; lossless images count as ``PSNR_CAP_DB``): an interval that holds 0 is no difference detected.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ SUMMARY_COLUMNS = [
     "method", "codec", "variant", "match", "quality", "quality_min", "quality_max", "n_images", "n_ok",
     "status", "target_bytes", "file_bytes", "header_free_bytes", "bpp", "bpp_header_free",
     "pct_raw", "psnr", "psnr_median", "psnr_min", "ssim", "min_bytes", "inr_psnr_same_images",
-    "psnr_diff", "psnr_diff_lo", "psnr_diff_hi", "overhead_bytes", "note",
+    "psnr_diff", "psnr_diff_lo", "psnr_diff_hi", "psnr_diff_interval", "overhead_bytes", "note",
 ]
 
 CODEC_LABELS = {"jpeg": "JPEG", "webp": "WebP", "avif": "AVIF", "jxl": "JPEG XL", "jp2": "JPEG 2000"}
@@ -72,7 +73,8 @@ def summarize(per_image: pd.DataFrame) -> pd.DataFrame:
             row["inr_psnr_same_images"] = mean_psnr(same)
             jpeg = ok["psnr"].to_numpy(float, copy=True)
             d = stats.paired_diff_ci(np.minimum(same, PSNR_CAP_DB), np.minimum(jpeg, PSNR_CAP_DB))
-            row.update(psnr_diff=d.value, psnr_diff_lo=d.lo, psnr_diff_hi=d.hi)
+            row.update(psnr_diff=d.value, psnr_diff_lo=d.lo, psnr_diff_hi=d.hi,
+                       psnr_diff_interval=stats.paired_diff_method(d.n))
         out.append(row)
     s = pd.DataFrame(out)
     for c in SUMMARY_COLUMNS:
@@ -157,13 +159,21 @@ def _fmt(v, nd=2) -> str:
 
 def psnr_diff_text(r) -> str:
     """``+1.23 dB [0.95, 1.51]`` (INR minus matched JPEG, paired per image), or ``no difference
-    detected [-0.20, 0.31] dB`` when the interval holds 0; ``–`` without the columns."""
+    detected [-0.20, 0.31] dB`` when the interval holds 0; ``(t interval, 4 images)`` after it where
+    there were too few images for the bootstrap (``psnr_diff_interval`` = t); one image: the value,
+    said to be no result; ``–`` without the columns."""
     v, lo, hi = (r.get(c, np.nan) for c in ("psnr_diff", "psnr_diff_lo", "psnr_diff_hi"))
-    if any(x is None or pd.isna(x) for x in (v, lo, hi)):
+    if v is None or pd.isna(v):
         return "–"
+    n = r.get("n_ok", np.nan)
+    if any(x is None or pd.isna(x) for x in (lo, hi)):
+        return f"{v:+.2f} dB (one image: no interval, not a result)" if n == 1 else "–"
+    how = r.get("psnr_diff_interval")
+    tag = (f" (t interval, {int(n)} images: fewer than {stats.BOOTSTRAP_MIN_N} for a bootstrap)"
+           if how == "t" and n == n else "")
     if lo <= 0 <= hi:
-        return f"{stats.NO_DIFFERENCE} [{lo:+.2f}, {hi:+.2f}] dB"
-    return f"{v:+.2f} dB [{lo:+.2f}, {hi:+.2f}]"
+        return f"{stats.NO_DIFFERENCE} [{lo:+.2f}, {hi:+.2f}] dB{tag}"
+    return f"{v:+.2f} dB [{lo:+.2f}, {hi:+.2f}]{tag}"
 
 
 def _matched_name(r) -> str:
@@ -227,7 +237,9 @@ def markdown(summary: pd.DataFrame, meta: dict) -> str:
         "(JPEG: markers; WebP: RIFF/chunk headers; AVIF: boxes outside `mdat`; JPEG 2000: JP2 boxes and "
         "codestream headers; JPEG XL: not measured, `–`). `unreachable`: even the codec's smallest output "
         "is larger than the target. INR − codec: mean per-image PSNR difference over the images the codec "
-        "reached, with its 95% paired bootstrap interval; an interval holding 0 reads `no difference detected`.",
+        f"reached, with its 95% paired bootstrap interval (Student's t on the per-image differences below "
+        f"{stats.BOOTSTRAP_MIN_N} images, where a bootstrap is too narrow; none for one image); an interval "
+        "holding 0 reads `no difference detected`.",
         "",
         "| method | match | file bytes/img | header-free bytes/img | overhead bytes/img | bpp | % raw | quality | PSNR dB | SSIM | images reached | status |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
