@@ -165,7 +165,9 @@ def test_headline_table(report):
     assert 1.0 < lo <= ratio <= hi
     assert h.loc["inr", "bytes/image"] == "700"
     assert h.loc["dali", "train img/s"] == "skip: DALI mixed decode needs a GPU"
-    assert h.loc["raw", "train speedup vs dali"] == "—"  # the baseline was skipped: no number
+    # the baseline was skipped: no number, and why, as the speedup table says it
+    assert h.loc["raw", "train speedup vs dali"] == "n/a: dali skip: DALI mixed decode needs a GPU"
+    assert h.loc["dali", "train speedup vs dali"] == "—"  # its own train cell says why
 
 
 def test_no_per_rank_section_without_rank_rows(report):

@@ -6,6 +6,7 @@ is never half old, half new. Sections with no data say so instead of disappearin
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -107,7 +108,7 @@ def _write(doc: _Doc, x: ReportInputs) -> None:
                 "machine*.**")
         doc.add()
     _headline(doc, x)
-    _environment(doc, x)
+    _environment(doc, x, every_method.rows)
     if x.cells:
         _cells(doc, x)
     _compression(doc, x)
@@ -141,6 +142,7 @@ def _headline(doc: _Doc, x: ReportInputs) -> None:
     tabs = T.headline(x.rows, lambda ds, p: _bytes_per_image(x, ds, p, store_of.get((ds, p))))
     if not tabs:
         return
+    shown = [(ds, p) for ds, t in tabs.items() for p in t["pipeline"]]
     doc.add("## Headline")
     doc.add()
     doc.add("Medians; speedups with their 95% interval over processes (*no difference detected* when it "
@@ -148,7 +150,7 @@ def _headline(doc: _Doc, x: ReportInputs) -> None:
             "seeds: the accuracy section); details, spreads and reasons for "
             "missing cells in the sections below. bytes/image: what the pipeline keeps per image (raw "
             "pixels, JPEG files, INR store). img/CPU-s (CPU runs): training images per CPU-second of the "
-            "process tree, robust to other load on the machine.")
+            "process tree, robust to other load on the machine." + _bytes_note(x, shown, store_of))
     doc.add()
     for ds, t in tabs.items():
         doc.add(f"### {ds} — headline")
@@ -204,12 +206,46 @@ def _code_versions(doc: _Doc, x: ReportInputs) -> None:
         doc.add()
 
 
-def _environment(doc: _Doc, x: ReportInputs) -> None:
+THREADS = "cfg.torch_threads"
+
+
+def run_threads(rows: pd.DataFrame) -> str | None:
+    """The torch thread counts the bench runs that measured recorded (``cfg.torch_threads``: ``--threads``,
+    or the count torch ran with when it was left out), ``1 in all 49 runs`` or ``1 in 40 runs, 2 in 9
+    runs``; ``None`` when no run recorded one. Never the report's or the sweep's own process (its ``env.json``):
+    that is not the count the timings were measured at (a sweep at ``threads: 1`` runs in a process
+    of 2 threads)."""
+    if THREADS not in rows.columns or rows.empty:
+        return None
+    b = T.bench_rows(rows)
+    b = b[b["run_id"].notna() & (b["status"] == "ok") & (b["metric"] != "run")  # runs that measured something,
+          & ~b["run_id"].astype(str).str.startswith("sweep:")]  # not a sweep cell's status row
+    if b.empty:
+        return None
+    per_run = pd.to_numeric(b.groupby("run_id")[THREADS].first(), errors="coerce")
+    known = per_run.dropna().astype(int)
+    if known.empty:
+        return None
+    counts = known.value_counts().sort_index()
+    missing = int(per_run.isna().sum())
+    if len(counts) == 1 and not missing:
+        return f"{counts.index[0]} in all {counts.iloc[0]} runs" if counts.iloc[0] > 1 else f"{counts.index[0]} (one run)"
+    text = ", ".join(f"{k} in {v} run{'s' if v != 1 else ''}" for k, v in counts.items())
+    if len(counts) > 1:
+        text += " (runs of one dataset and mode at different counts are in separate `[torch_threads=N]` tables)"
+    if missing:
+        text += f"; {missing} run{'s' if missing != 1 else ''} did not record it"
+    return text
+
+
+def _environment(doc: _Doc, x: ReportInputs, all_rows: pd.DataFrame | None = None) -> None:
     env = x.env
     doc.add("## Environment")
     doc.add()
+    threads = run_threads(x.rows if all_rows is None else all_rows)
     if not env:
-        doc.add("No `env.json` found in the results.")
+        doc.add("No `env.json` found in the results."
+                + (f" torch threads, as the runs recorded them: {threads}." if threads else ""))
         doc.add()
         _code_versions(doc, x)
         return
@@ -239,9 +275,10 @@ def _environment(doc: _Doc, x: ReportInputs) -> None:
         ("CPU", f"{cpu.get('model')}, {cpu.get('logical_cores')} logical cores "
                 f"({cpu.get('affinity_cores')} usable), {T.fmt_bytes(cpu.get('memory_bytes') or float('nan'))} RAM"),
         ("GPU", gpu_s),
-        ("torch threads", env.get("torch_num_threads")),
         ("code version (this run)", _code_label(x.code or env.get("code"))),
     ]
+    if threads is not None:  # the runs' own counts, beside the machine's cores
+        items.insert(len(items) - 1, ("torch threads (as the runs recorded them)", threads))
     mismatch = envinfo.cuda_mismatch(v)  # also for env records written before the warnings list
     items += [("warning", w) for w in dict.fromkeys([*env.get("warnings", []), *([mismatch] if mismatch else [])])]
     doc.table(pd.DataFrame(items, columns=["", "value"]), index=False)
@@ -488,16 +525,52 @@ def _resources(doc: _Doc, rows: pd.DataFrame) -> None:
         doc.table(t)
 
 
+JPEG_PIPELINES = ("torch-jpeg", "torch-nvjpeg", "dali")
+
+
+def _base(pipeline: str) -> str:
+    """``inr [STEM]`` (runs of one store, ``bench.report.settings.by_store``) -> ``inr``."""
+    return str(pipeline).split(" [", 1)[0]
+
+
 def _bytes_per_image(x: ReportInputs, dataset: str, pipeline: str, store_cell: str | None) -> float:
     m = x.manifests.get(dataset)
-    if pipeline == "raw" and m and "image_size" in m:
+    base = _base(pipeline)
+    if base == "raw" and m and "image_size" in m:
         h, w = m["image_size"]
         return float(h * w * 3)
-    if pipeline in ("torch-jpeg", "torch-nvjpeg", "dali"):
+    if base in JPEG_PIPELINES:
         return jpeg_bytes_per_image(m) or float("nan")
-    if pipeline == "inr" and store_cell:
+    if base == "inr" and store_cell:
         return x.store_bytes.get(store_cell, float("nan"))
+    if base == "inr":  # a plain bench folder: the store its runs recorded
+        return x.run_store_bytes.get((dataset, pipeline), float("nan"))
     return float("nan")
+
+
+def _bytes_unknown(x: ReportInputs, dataset: str, pipeline: str, store_cell: str | None) -> str | None:
+    """Why ``_bytes_per_image`` is NaN for a (dataset, pipeline), or None where it is known."""
+    if not math.isnan(_bytes_per_image(x, dataset, pipeline, store_cell)):
+        return None
+    base = _base(pipeline)
+    if base not in ("raw", "inr", *JPEG_PIPELINES):
+        return f"{pipeline}: this report does not know what the pipeline keeps per image"
+    if base == "inr" and (dataset, pipeline) in x.sizes_missing:
+        return f"{dataset}, {pipeline}: {x.sizes_missing[(dataset, pipeline)]}"
+    if dataset in x.sizes_missing:
+        return f"{dataset}: {x.sizes_missing[dataset]}"
+    if dataset not in x.manifests:
+        return f"{dataset}: no prepared folder's manifest was found for it"
+    if base == "inr":
+        return f"{dataset}, {pipeline}: no store size was found for its runs"
+    return f"{dataset}, {pipeline}: its manifest does not record the size"
+
+
+def _bytes_note(x: ReportInputs, pairs: list[tuple[str, str]], store_of: dict[tuple[str, str], str]) -> str:
+    """`` bytes/image "—": <why>; <why>.`` for the (dataset, pipeline) pairs whose size is unknown."""
+    why = [_bytes_unknown(x, ds, p, store_of.get((ds, p))) for ds, p in pairs]
+    why = list(dict.fromkeys(w for w in why if w))
+    return f" bytes/image \"—\" (not known): {'; '.join(why)}." if why else ""
 
 
 def _accuracy(doc: _Doc, x: ReportInputs) -> None:
@@ -576,6 +649,10 @@ def _accuracy(doc: _Doc, x: ReportInputs) -> None:
             out.append(r)
     cols = list(dict.fromkeys(k for r in out for k in r))
     doc.table(pd.DataFrame([{c: r.get(c, "") for c in cols} for r in out]), index=False)
+    note = _bytes_note(x, [(r["dataset"], r["pipeline"]) for r in out], store_of)
+    if note:
+        doc.add(note.strip())
+        doc.add()
     fig_data = acc.rename(columns={"acc": "median", "lo": "q25", "hi": "q75"})
     fig_data["q25"] = fig_data["q25"].fillna(fig_data["median"])
     fig_data["q75"] = fig_data["q75"].fillna(fig_data["median"])

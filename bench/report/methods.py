@@ -194,7 +194,10 @@ def comparison(rows: pd.DataFrame, predictions: pd.DataFrame | None) -> pd.DataF
     return pd.DataFrame(recs)
 
 
-def fmt_comparison(c: pd.DataFrame) -> pd.DataFrame:
+def fmt_comparison(c: pd.DataFrame, units: tuple[str, str] = ("process", "processes")) -> pd.DataFrame:
+    """``comparison`` as table text. ``units``: what a unit (a run) is, singular and plural: OS processes
+    here (each ``bench`` run is one); ``perf expand`` runs them in one Python process (in-process runs)."""
+    one, many = units
     out = []
     for _, r in c.iterrows():
         if r["method"] == "dense":
@@ -202,11 +205,11 @@ def fmt_comparison(c: pd.DataFrame) -> pd.DataFrame:
         elif pd.notna(r["lo"]):
             sp = S.fmt_ratio(S.Interval(r["speedup"], r["lo"], r["hi"]))
         else:
-            sp = f"{fmt_num(r['speedup'])}x (no interval: 1 process)" if pd.notna(r["speedup"]) else "—"
+            sp = f"{fmt_num(r['speedup'])}x (no interval: 1 {one})" if pd.notna(r["speedup"]) else "—"
         if r["method"] == "dense" or pd.isna(r["cpu_ratio"]):
             cpu_sp = "—" if r["method"] != "dense" else "(baseline)"
         elif pd.isna(r["cpu_lo"]):
-            cpu_sp = f"{fmt_num(r['cpu_ratio'])}x (no interval: 1 process)"
+            cpu_sp = f"{fmt_num(r['cpu_ratio'])}x (no interval: 1 {one})"
         else:
             cpu_sp = S.fmt_ratio(S.Interval(r["cpu_ratio"], r["cpu_lo"], r["cpu_hi"]))
         acc = (f"{100 * r['acc']:.1f} [{100 * r['acc_lo']:.1f}-{100 * r['acc_hi']:.1f}]"
@@ -219,7 +222,7 @@ def fmt_comparison(c: pd.DataFrame) -> pd.DataFrame:
                     "CPU-s (median)": fmt_num(r["cpu_s"]), "CPU-s ratio [95% CI]": cpu_sp,
                     "FLOPs/image vs dense": f"{r['flops_rel']:.2f}x" if pd.notna(r["flops_rel"]) else "—",
                     "test acc % [95% CI]": acc, "vs dense (McNemar)": vs,
-                    "processes x repeats": (f"{int(r['processes'])} x {int(r['repeats_each'])}"
+                    f"{many} x repeats": (f"{int(r['processes'])} x {int(r['repeats_each'])}"
                                             if pd.notna(r["repeats_each"])
                                             else f"{int(r['processes'])} ({int(r['repeats'])} repeats in all)")})
     return pd.DataFrame(out)

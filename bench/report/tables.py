@@ -619,6 +619,10 @@ def is_cpu(rows: pd.DataFrame, dataset: str) -> bool:
     return False
 
 
+def _has(st: pd.DataFrame, dataset: str, pipeline: str, mode: str) -> bool:
+    return bool(((st["dataset"] == dataset) & (st["pipeline"] == pipeline) & (st["mode"] == mode)).any())
+
+
 def headline(rows: pd.DataFrame, bytes_per_image) -> dict[str, pd.DataFrame]:
     """dataset -> one row per pipeline: bytes/image, loader and train images/s (and images per
     CPU-second on a CPU), train speedups with intervals, accuracy with its Wilson interval.
@@ -646,7 +650,12 @@ def headline(rows: pd.DataFrame, bytes_per_image) -> dict[str, pd.DataFrame]:
                 for b in N.BASELINES:
                     hit = sp[(sp["dataset"] == ds) & (sp["pipeline"] == p) & (sp["baseline"] == b)
                              & (sp["mode"] == "train")]
-                    r[f"train speedup vs {b}"] = fmt_speedup(hit.iloc[0]) if len(hit) else "—"
+                    if len(hit):
+                        r[f"train speedup vs {b}"] = fmt_speedup(hit.iloc[0])
+                    elif not _has(ips, ds, p, "train"):  # its own cell says why (the train img/s column)
+                        r[f"train speedup vs {b}"] = "—"
+                    else:  # the baseline has no train samples: say so, as the speedup table does
+                        r[f"train speedup vs {b}"] = f"n/a: {b} {status_of(rows, ds, b, 'train')}"
                 hit = acc[(acc["dataset"] == ds) & (acc["pipeline"] == p)]
                 r["test acc % [95% CI]"] = fmt_accuracy(hit.iloc[0]) if len(hit) else "—"
             recs.append(r)
