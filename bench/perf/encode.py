@@ -26,10 +26,13 @@ shared 2-core CPU), which made two steps' percentages incomparable when each had
 
 ``--step both`` measures the eager step (``inr.engine``, the reference) and the compiled step
 (``inr.fast_step``) side by side in one run, each in its own worker (compile time reported apart,
-not in the rate). ``--repeats R`` runs every batched measurement R times, each in a fresh worker
-process, interleaved across steps (eager, compiled, compiled, eager, ...): the rate reported is
-the median, and compiled / eager is the ratio of medians with a 95% bootstrap interval
-(``bench.stats.ratio_ci``) over the per-process rates, so process-to-process variation is in it.
+not in the rate). ``--repeats R`` runs every batched measurement, and the reference loop, R times,
+each in a fresh worker process, interleaved (loop, eager, compiled, compiled, eager, loop, ...): the
+rate reported is the median; batched / loop is the ratio of the processes' geometric means with
+Welch's 95% t interval on the logs, the report's speedup with processes as units
+(``bench.stats.unit_ratio_ci``), and compiled / eager the ratio of medians with a 95% bootstrap
+interval (``bench.stats.ratio_ci``) over the per-process rates, so process-to-process variation is in
+both. With R = 1 (the default) each ratio is printed as one process a side: no interval, not a result.
 ``--estimate DATASET`` measures the batched fit at that dataset's paper preset (architecture and
 image size, synthetic pixels: the rate does not depend on them), with the same repeats, and
 projects the encode time of the whole dataset at the preset's iterations on this device, for each
@@ -70,8 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step", choices=["eager", "compiled", "both"], default="eager",
                    help="batched fit step: eager (reference), compiled (inr.fast_step) or both side by side (default eager)")
     p.add_argument("--repeats", type=positive_int, default=1,
-                   help="batched measurements per step, each in its own process, interleaved across steps; the "
-                        "median is reported, with a bootstrap interval on compiled/eager (default 1; use >= 3 for a ratio)")
+                   help="measurements per step and of the reference loop, each in its own process, interleaved; "
+                        "the median is reported, with intervals on batched/loop and compiled/eager (default 1: "
+                        "ratios without an interval, not results; use >= 3)")
     p.add_argument("--estimate-iterations", type=positive_int, default=0,
                    help="iterations per estimate measurement (default: 200 at 32 px; at 224 px 20 on a CPU, 50 on a GPU)")
     p.add_argument("--estimate", choices=sorted(ESTIMATE),
@@ -244,12 +248,13 @@ def run(args: argparse.Namespace) -> int:
         np.save(td / "batched.npy", imgs[: args.batch])
         np.save(td / "loop.npy", imgs[: args.loop_images])
         steps = ["eager", "compiled"] if args.step == "both" else [args.step]
-        loop = _spawn(args, "loop", td / "loop.npy")
-        by_step = _repeated(args, steps, td / "batched.npy")
+        by_step = _repeated(args, steps, td / "batched.npy", loop=td / "loop.npy")
+        loop = by_step.pop("loop")
         estimate = _estimate(args, steps, td, by_step) if args.estimate else None
     peak = _run_peak(by_step, estimate)
     batched = by_step[steps[0]]
-    ratio = batched["image_iterations_per_s"] / loop["image_iterations_per_s"]
+    speedup = _batched_over_loop(batched, loop)
+    ratio = speedup["value"]
     ce = _compiled_over_eager(by_step)
     result = {
         "steps": by_step,
@@ -262,6 +267,7 @@ def run(args: argparse.Namespace) -> int:
         "loop": loop,
         "batched": batched,
         "speedup": ratio,
+        "speedup_ci": speedup,
         "env": {k: v for k, v in envinfo.collect().items() if k in ("git", "torch", "cpu", "gpu", "versions")},
     }
     if args.json:
@@ -276,7 +282,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name:<44} {r['images']:>6} {r['image_iterations_per_s']:>10.0f} {r['seconds']:>8.2f} {r['peak_memory_bytes'] / 2**20:>8.1f}MB {r['mean_psnr']:>8.2f}")
     k = str(min(args.loop_images, 8)) if str(min(args.loop_images, 8)) in batched["mean_psnr_first"] else "1"
     print(f"same {k} images: PSNR loop {loop['mean_psnr_first'][k]:.2f} dB, batched {batched['mean_psnr_first'][k]:.2f} dB (same fit, same iterations)")
-    print(f"speedup (batched / loop image-iterations per second): {ratio:.1f}x   [memory: {loop['memory_kind']}]")
+    print(f"speedup (batched / loop image-iterations per second): {_fmt_speedup(speedup)}   "
+          f"[memory: {loop['memory_kind']}]")
     print(_peak_line(peak, args.device))
     for s, b in by_step.items():
         print(f"batched {s:<8} on {args.device}: {b['image_iterations_per_s']:>8.0f} img-it/s{_spread(b['rates'])} "
@@ -302,19 +309,49 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _repeated(args: argparse.Namespace, steps: list[str], images: Path, **over) -> dict[str, dict[str, Any]]:
+def _repeated(args: argparse.Namespace, steps: list[str], images: Path, loop: Path | None = None,
+              **over) -> dict[str, dict[str, Any]]:
     """``args.repeats`` batched workers per step, interleaved (``ABBA...``): per step the median run's
-    figures, with ``rates`` (every run's img-it/s) and ``image_iterations_per_s`` the median run's."""
-    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in steps}
+    figures, with ``rates`` (every run's img-it/s) and ``image_iterations_per_s`` the median run's.
+    ``loop``: the reference loop's images; it then runs as often, interleaved with the steps (key
+    ``"loop"``), so batched / loop has as many processes a side."""
+    kinds = (["loop"] if loop is not None else []) + list(steps)
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in kinds}
     for r in range(args.repeats):
-        for s in (steps if r % 2 == 0 else steps[::-1]):
-            runs[s].append(_spawn(args, "batched", images, s, **over))
+        for s in (kinds if r % 2 == 0 else kinds[::-1]):
+            runs[s].append(_spawn(args, "loop", loop) if s == "loop" else _spawn(args, "batched", images, s, **over))
     out = {}
     for s, rs in runs.items():
         rates = [x["image_iterations_per_s"] for x in rs]
         med = sorted(rs, key=lambda x: x["image_iterations_per_s"])[(len(rs) - 1) // 2]  # lower median: a real run
-        out[s] = {**med, "rates": rates, "peak_tflops_runs": [x["peak_tflops"] for x in rs]}
+        out[s] = {**med, "rates": rates}
+        if s != "loop":
+            out[s]["peak_tflops_runs"] = [x["peak_tflops"] for x in rs]
     return out
+
+
+def _batched_over_loop(batched: dict[str, Any], loop: dict[str, Any]) -> dict[str, Any]:
+    """Batched / loop image-iterations per second with processes as the units, as the report's speedups
+    (``bench.stats.unit_ratio_ci``: each worker process's rate counts once; ratio of geometric means,
+    Welch's 95% t interval on the logs). One process a side: the ratio, no interval (NaN bounds)."""
+    from bench.stats import unit_ratio_ci
+
+    iv = unit_ratio_ci([[r] for r in batched["rates"]], [[r] for r in loop["rates"]])
+    return {"value": iv.value, "lo": iv.lo, "hi": iv.hi, "n": iv.n}
+
+
+def _fmt_speedup(sp: dict[str, Any]) -> str:
+    """``5.21x [4.80-5.65] (2 processes a side, ...)``, or, with one process a side, the ratio said to be
+    no result, as the report says it."""
+    import math
+
+    from bench.stats import Interval, fmt_ratio
+
+    if sp["n"] < 2 or not (math.isfinite(sp["lo"]) and math.isfinite(sp["hi"])):
+        return (f"{sp['value']:.1f}x (one process a side: no interval, not a result; --repeats N >= 2 "
+                "runs each side in N processes)")
+    return (f"{fmt_ratio(Interval(sp['value'], sp['lo'], sp['hi'], sp['n']))} ({sp['n']} processes a side; "
+            "ratio of geometric means, Welch's 95% t interval)")
 
 
 def _run_peak(by_step: dict[str, dict[str, Any]], estimate: dict[str, Any] | None) -> dict[str, Any]:
@@ -372,7 +409,7 @@ def _fmt_ce(ce: dict[str, Any]) -> str:
     from bench.stats import Interval, fmt_ratio
 
     if ce["n"] < 2 or not math.isfinite(ce["lo"]):
-        return f"{ce['value']:.2f}x (one process per step: no interval; use --repeats 3 or more)"
+        return f"{ce['value']:.2f}x (one process a side: no interval, not a result; use --repeats 3 or more)"
     return fmt_ratio(Interval(ce["value"], ce["lo"], ce["hi"], ce["n"]))
 
 

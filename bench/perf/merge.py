@@ -7,9 +7,16 @@ labels and PSNRs, no fitting (``write_synthetic_shard``, itself streamed). Then 
 ``VmHWM``) is its own, and reports it against the final store's size. The in-memory merge
 (every shard's codes as int64, ``inr.encode.concat_layers``, ``inr.store.save``: the merge before
 ``inr.merge``) needs about 8 bytes per weight plus copies, so it is measured on ``--old-images``
-images (in as many shards) with the streamed merge of the same shards beside it, and the two
-stores' sha256 compared. "above start" is the peak minus the RSS once the worker has imported
-everything (Python, numpy, torch), i.e. what the merge itself added.
+images (in as many shards; by default 8,192, or ``--images`` when that is fewer: never more than the
+store measured) with the streamed merge of the same shards beside it, and the two stores' sha256
+compared. "above start" is the peak minus the RSS once the worker has imported everything (Python,
+numpy, torch), i.e. what the merge itself added.
+
+The goal (streamed peak < 2x the store) is checked on the whole process's peak RSS, the interpreter and
+its libraries included (``start``), which is what a machine must hold. That baseline is the honest one
+only for a store well above the start: where the store is smaller than the start RSS (a few thousand
+images at the default preset), the ratio measures the interpreter, not the merge, and the goal is
+reported as not tested at that size, with what the merge itself added beside it.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 HELP = "peak memory of the streamed shard merge (inr.merge) vs the in-memory merge, against the store size"
+OLD_IMAGES = 8192  # the in-memory merge's images by default (at most --images)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,8 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-channel", action="store_true", help="per-channel scales")
     p.add_argument("--prune", type=float, default=0.0, help="fraction of weights masked in the synthetic shards (default 0)")
     p.add_argument("--shard-size", type=int, default=16384, help="images per shard (default 16384, encode's CUDA default)")
-    p.add_argument("--old-images", type=int, default=8192,
-                   help="images for the in-memory merge and its streamed twin (default 8192; 0 skips them)")
+    p.add_argument("--old-images", type=int, default=None,
+                   help="images for the in-memory merge and its streamed twin (default: 8192, or --images when "
+                        "that is fewer; 0 skips them)")
     p.add_argument("--dir", help="folder for the temporary stores (default: the system temp folder)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     p.add_argument("--_worker", choices=["streamed", "in-memory"], help=argparse.SUPPRESS)
@@ -45,6 +54,8 @@ def _setup(args: argparse.Namespace) -> dict:
     from inr.quantize import parse_bits
 
     arch = preset(args.preset).arch
+    if args.old_images is None:  # the in-memory merge never on more images than the store measured
+        args.old_images = min(OLD_IMAGES, max(args.images, 0))
     if args.images < 1 or args.shard_size < 1 or args.old_images < 0 or not 0 <= args.prune < 1:
         raise InputError(f"need --images >= 1, --shard-size >= 1, --old-images >= 0 and 0 <= --prune < 1, got "
                          f"{args.images}, {args.shard_size}, {args.old_images}, {args.prune}")
@@ -204,7 +215,22 @@ def _run(args: argparse.Namespace, job: dict, tmp: Path) -> int:
     if identical is not None:
         print(f"in-memory and streamed stores of {args.old_images} images: "
               f"{'byte-identical' if identical else 'DIFFERENT'} (sha256 {rows[1]['sha256'][:16]}...)")
-    goal = rows[0]["peak_over_store"] < 2
-    print(f"goal (streamed peak < 2x store at {args.images} images): {'met' if goal else 'NOT met'} "
-          f"({rows[0]['peak_over_store']:.2f}x, whole process)")
+    print(goal_line(rows[0], args.images))
     return 0
+
+
+def goal_line(r: dict, images: int) -> str:
+    """The goal, streamed peak RSS < 2x the store, on the whole process (its start, the interpreter and
+    libraries, included); not tested where the store is smaller than that start, whose RSS would then
+    be most of the ratio."""
+    from bench.report.tables import fmt_bytes
+
+    start, added = r["start_rss"], r["peak_rss"] - r["start_rss"]
+    what = (f"whole process {fmt_bytes(r['peak_rss'])} = {r['peak_over_store']:.2f}x the {fmt_bytes(r['store_bytes'])} "
+            f"store, of which {fmt_bytes(start)} before the merge (interpreter, numpy, torch); the merge itself "
+            f"added {fmt_bytes(added)} = {r['above_start_over_store']:.2f}x")
+    if r["store_bytes"] < start:
+        return (f"goal (streamed peak < 2x store, whole process): not tested at {images} images: the store is "
+                f"smaller than the process's RSS before the merge, so the ratio measures the interpreter ({what}); "
+                "use --images large enough that the store outweighs it (the default 50000 at mini-imagenet's preset)")
+    return f"goal (streamed peak < 2x store at {images} images): {'met' if r['peak_over_store'] < 2 else 'NOT met'} ({what})"

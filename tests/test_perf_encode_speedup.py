@@ -1,0 +1,65 @@
+"""``perf encode``'s batched / loop speedup: with one process a side it is printed as no result (as the
+report prints one process); with ``--repeats N`` the loop runs in N processes too, interleaved, and the
+ratio carries the report's interval (processes as units: Welch's t on the logs)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bench import stats as S
+from bench.cli import main
+
+ARGS = ["perf", "encode", "--synthetic", "--iterations", "5", "--batch", "6", "--loop-images", "2",
+        "--layers", "2", "--hidden", "8", "--size", "8"]
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    from bench.perf import encode as pe
+
+    calls = []
+    rates = {"loop": iter([10.0, 12.0, 11.0]), "eager": iter([100.0, 110.0, 90.0])}
+
+    def spawn(args, method, images, step="eager", **over):
+        calls.append(method if method == "loop" else step)
+        r = next(rates[method if method == "loop" else step])
+        out = {"images": 6, "iterations": 5, "image_iterations_per_s": r, "seconds": 30.0 / r,
+               "peak_memory_bytes": 0, "memory_kind": "x", "mean_psnr": 20.0, "threads": 1,
+               "mean_psnr_first": {"1": 20.0, "2": 20.0}}
+        if method == "batched":
+            out.update(chunk=6, workers=1, achieved_gflops=r / 100, pct_of_peak=1.0, peak_tflops=1.0,
+                       peak_dtype="float32", warmup_seconds=0.0)
+        return out
+
+    monkeypatch.setattr(pe, "_spawn", spawn)
+    return calls
+
+
+def test_one_process_a_side_is_no_result(fake, capsys):
+    assert main(ARGS) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("speedup"))
+    assert "10.0x (one process a side: no interval, not a result;" in line  # was a bare "10.0x"
+    assert fake == ["loop", "eager"]
+
+
+def test_repeats_run_the_loop_as_often_and_give_the_interval(fake, capsys):
+    assert main([*ARGS, "--repeats", "3", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert fake == ["loop", "eager", "eager", "loop", "loop", "eager"]  # interleaved, ABBA
+    assert r["loop"]["rates"] == [10.0, 12.0, 11.0]
+    iv = S.unit_ratio_ci([[100.0], [110.0], [90.0]], [[10.0], [12.0], [11.0]])
+    sp = r["speedup_ci"]
+    assert sp["n"] == 3 and (sp["value"], sp["lo"], sp["hi"]) == pytest.approx((iv.value, iv.lo, iv.hi))
+    assert r["speedup"] == pytest.approx(np.exp(np.mean(np.log([100, 110, 90])) - np.mean(np.log([10, 12, 11]))))
+    assert sp["lo"] < sp["value"] < sp["hi"]
+
+
+def test_repeats_print_the_interval(fake, capsys):
+    assert main([*ARGS, "--repeats", "3"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("speedup"))
+    iv = S.unit_ratio_ci([[100.0], [110.0], [90.0]], [[10.0], [12.0], [11.0]])
+    assert S.fmt_ratio(iv) in line and "3 processes a side" in line and "not a result" not in line
