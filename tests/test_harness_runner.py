@@ -18,7 +18,7 @@ from fixtures_datasets import write_tiny_prepared
 import pipelines.base as base
 from bench import results as R
 from bench.harness.ranks import Sync, _Point
-from bench.harness.runner import EXIT_ERROR, EXIT_OK, EXIT_OOM, BenchConfig, run_bench
+from bench.harness.runner import EXIT_ERROR, EXIT_INPUT, EXIT_OK, EXIT_OOM, BenchConfig, run_bench
 from pipelines.base import Augment, Batch, Pipeline, PipelineConfig, Unavailable
 
 N_TRAIN, BS = 48, 16  # 3 batches per epoch
@@ -420,3 +420,38 @@ def test_rank_failing_mid_epoch_on_nccl_with_ddp_leaves_without_the_final_gather
         assert isinstance(sync.sent[-1], RankResult) and not list(status.iterdir())
         df = R.read_results(out_dir)
         assert df.metric.tolist() == ["run"] and df.reason.item().startswith("rank 0: out of memory")
+
+
+def test_a_rank_leaving_on_nccl_with_bad_input_says_which_file(data, tmp_path, monkeypatch, capsys):
+    """The rank that leaves at once is the only one that knows the reason, and no row carries it:
+    its stderr names the file (the launcher's row only says a rank exited with 2)."""
+    import dataclasses
+
+    from bench import dist
+    from bench.harness import runner
+    from bench.harness.ranks import DistConfig
+
+    monkeypatch.setattr(runner, "_sync_for", lambda cfg: _TwoRanks())
+    monkeypatch.setattr(dist, "broadcast_object", lambda obj: obj)
+    plain = runner._trainer
+    monkeypatch.setattr(runner, "_trainer", lambda cfg, data, steps: plain(
+        dataclasses.replace(cfg, dist=None, pipe=dataclasses.replace(cfg.pipe, world_size=1)), data, steps))
+
+    def leave(code):
+        raise _Left(code)
+
+    monkeypatch.setattr(runner, "_exit", leave)
+    CountingFake.fail_after = 5
+    from bench.errors import InputError
+
+    CountingFake.fail_with = InputError
+    pipe = PipelineConfig(batch_size=BS, augment=Augment(crop="center", size=8, flip=False), workers=0, world_size=2)
+    cfg = _cfg(data, "train", repeats=1, pipe=pipe, dist=DistConfig(
+        world_size=2, backend="nccl", nnodes=1, local_world_size=2, hosts=("h", "h"), local_ranks=(0, 1),
+        timeout_s=60.0))
+    with pytest.raises(_Left) as left:
+        run_bench(cfg, tmp_path / "res")
+    assert left.value.args == (EXIT_INPUT,)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "inrbench: error: decoder exploded"  # the reason, before the leaving line
+    assert "leaving now" in err[1]

@@ -128,6 +128,27 @@ def test_no_uuid_match_under_cuda_visible_devices_is_unavailable_not_index(monke
     assert all("CUDA_VISIBLE_DEVICES" in reasons[m] for m, _ in NVML_METRICS)
 
 
+@pytest.mark.parametrize(("visible", "order", "handle"), [
+    ("3", "PCI_BUS_ID", ("index", 3)),  # NVML counts in PCI bus order: so does CUDA under this order
+    ("1,GPU-known", None, ("uuid", "GPU-known")),  # cuda:1 is the second entry, a UUID NVML knows
+    ("3", None, None),  # CUDA's default order (fastest first) need not be NVML's: no guess
+])
+def test_without_a_torch_uuid_cuda_visible_devices_names_the_gpu(monkeypatch, visible, order, handle):
+    """Older torch has no device UUID: the GPU is CUDA_VISIBLE_DEVICES's entry for it, when that entry
+    names one NVML device for sure; otherwise the NVML metrics are absent, never another GPU's."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    if order is None:
+        monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_DEVICE_ORDER", order)
+    FakeNvml(monkeypatch, ["GPU-known"])
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace())  # no .uuid
+    nv = monitors._Nvml("cuda:1" if "," in visible else "cuda:0")
+    assert nv.handle == handle
+    assert (nv.reason is None) is (handle is not None)
+    nv.close()
+
+
 def test_no_uuid_match_without_cuda_visible_devices_falls_back_to_the_index(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     fake = FakeNvml(monkeypatch, [])

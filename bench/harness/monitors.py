@@ -26,12 +26,14 @@ What is measured, and how:
   Without a driver ``nvmlInit`` raises; those metrics are then *absent* with the reason, never
   zeros. On a MIG slice NVML reads its memory but not its utilization: ``gpu_util_mean_pct`` is
   absent (NVML's "Not Supported"), the memory metrics are kept. The GPU is found by its UUID; with
-  ``CUDA_VISIBLE_DEVICES`` set and no UUID match the NVML metrics are absent (``_Nvml``).
+  ``CUDA_VISIBLE_DEVICES`` set and no UUID match, its entry for the device (a UUID, or a number under
+  ``CUDA_DEVICE_ORDER=PCI_BUS_ID``), else the NVML metrics are absent (``_Nvml``).
 - torch's CUDA allocator: peak allocated/reserved since ``start``/``mark`` (``reset_peak_memory_stats``).
-- Idle baseline: NVML "used" at the *first* ``start`` on that GPU in this process (the runner
-  starts the monitor *before* the pipeline is built, after ``empty_cache``): the CUDA context,
-  other processes. It is kept for every later ``start`` (``_IDLE``): memory that libraries keep
-  after a pipeline is closed (DALI's pool, nvJPEG decoders, cuBLAS workspaces; ``empty_cache``
+- Idle baseline: NVML "used" at the *first* ``start`` on that GPU in this run (the runner
+  starts the monitor *before* the pipeline is built, after ``empty_cache``; ``forget_idle`` at a
+  run's start): the CUDA context, other processes. It is kept for every later repeat (``_IDLE``):
+  memory that libraries keep after a pipeline is closed (nvJPEG decoders, cuBLAS workspaces, what
+  DALI's pool keeps where ``ReleaseUnusedMemory`` cannot return it; ``empty_cache``
   returns only torch's) would otherwise move into the next repeat's baseline and make its figure
   too low. ``gpu_mem_over_idle_peak_bytes`` = NVML peak over the measured region minus that
   baseline: what the run itself held, DALI/nvJPEG pools included, beside torch's allocator peak
@@ -67,6 +69,19 @@ NVML_METRICS = (("gpu_mem_used_peak_bytes", "bytes"), ("gpu_mem_used_start_bytes
 TORCH_METRICS = (("torch_peak_allocated_bytes", "bytes"), ("torch_peak_reserved_bytes", "bytes"))
 # NVML "used" at this process's first ``Monitor.start`` on each GPU (``_Nvml.key``): the idle baseline
 _IDLE: dict[str, int] = {}
+
+
+def forget_idle() -> None:
+    """Drop the idle baselines: the next ``Monitor.start`` on each GPU measures a new one. ``run_bench``
+    calls it first, so a run's repeats share its baseline and a later run in the same process gets its own."""
+    _IDLE.clear()
+
+
+def _visible_entry(visible: str, idx: int) -> str | None:
+    """``CUDA_VISIBLE_DEVICES``'s entry for CUDA device ``idx`` (an NVML index, or a ``GPU-``/``MIG-``
+    UUID), or None when it has none (an empty or shorter list)."""
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    return entries[idx] if 0 <= idx < len(entries) else None
 
 
 def _tree(root: Any) -> list[Any]:
@@ -165,9 +180,22 @@ class _Nvml:
                 return
             except pynvml.NVMLError:
                 pass
-        if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
-            self.reason = (f"NVML has no device with the UUID of cuda:{idx} ({uuid}), and CUDA_VISIBLE_DEVICES is "
-                           f"set: NVML's index {idx} may be another GPU")
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None:
+            entry = _visible_entry(visible, idx)  # what CUDA's cuda:idx is (older torch has no UUID property)
+            try:
+                # a number counts CUDA's devices, in NVML's (PCI bus) order only under CUDA_DEVICE_ORDER=PCI_BUS_ID
+                if entry is not None and entry.isdigit() and os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
+                    self.handle, self.key = pynvml.nvmlDeviceGetHandleByIndex(int(entry)), f"index:{entry}"
+                    return
+                if entry is not None and not entry.isdigit():
+                    self.handle, self.key = pynvml.nvmlDeviceGetHandleByUUID(entry), entry
+                    return
+            except pynvml.NVMLError:
+                pass
+            self.reason = (f"NVML has no device with the UUID of cuda:{idx} ({uuid}) or CUDA_VISIBLE_DEVICES's entry "
+                           f"for it ({entry}; a number is NVML's index only with CUDA_DEVICE_ORDER=PCI_BUS_ID): "
+                           f"NVML's index {idx} may be another GPU")
             self.close()
             return
         try:

@@ -68,6 +68,7 @@ from typing import Any
 from bench import results
 from bench.errors import InputError
 from bench.harness.epochs import EpochBound
+from bench.harness import monitors
 from bench.harness.monitors import Monitor
 from bench.harness.ranks import DistConfig, PeerStopped, RankResult, Sync, merge
 from bench.harness.replay import CountingSource, ReplayBatches, cache_batches
@@ -158,6 +159,7 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
     an empty folder or a new path, never overlapping ``cfg.data`` or ``cfg.store``.
     Data parallel (``cfg.dist``): every rank calls this; rank 0 writes; all return its outcome.
     """
+    monitors.forget_idle()  # the idle baseline is this run's (its repeats share it), not an earlier run's in this process
     if cfg.torch_threads is None:  # record what "torch's default" was: the report tells 2 from 1
         import torch
 
@@ -192,6 +194,8 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
     except InputError as e:
         rows.error(f"bad input: {e}")
         code, input_error = EXIT_INPUT, e
+        if _peers_may_wait(cfg, sync):  # leaving now: nobody else will print the reason
+            print(f"inrbench: error: {e}", file=sys.stderr)
         _leave_if_peers_may_wait(cfg, sync, code)
     except Exception as e:  # a crash or an OOM in this run: an error row, never partial rows
         code = EXIT_OOM if _is_oom(e) else EXIT_ERROR
@@ -246,6 +250,12 @@ def _start(cfg: BenchConfig, out: str | Path, sync: Sync) -> tuple[Path, str]:
     return Path(claimed), str(run_id)
 
 
+def _peers_may_wait(cfg: BenchConfig, sync: Sync) -> bool:
+    """NCCL with a DDP model alive and the group not already broken (``_leave_if_peers_may_wait``)."""
+    return bool(sync.distributed and sync.ddp and sync.broken is None and cfg.dist is not None
+                and cfg.dist.backend == "nccl")
+
+
 def _leave_if_peers_may_wait(cfg: BenchConfig, sync: Sync, code: int) -> None:
     """On NCCL, a rank that failed between sync points while a DDP model exists (``Sync.ddp``)
     leaves at once (``os._exit(code)``) instead of joining the final gather.
@@ -258,8 +268,7 @@ def _leave_if_peers_may_wait(cfg: BenchConfig, sync: Sync, code: int) -> None:
     gather, and so does every failure at a sync point or before the model exists: every rank is
     then in the same collective.
     """
-    if not (sync.distributed and sync.ddp and sync.broken is None and cfg.dist is not None
-            and cfg.dist.backend == "nccl"):
+    if not _peers_may_wait(cfg, sync):
         return
     from bench import dist
 
