@@ -37,9 +37,11 @@ LOAD_CHUNK_BYTES = 256 << 20  # host memory one step of ``load_nchw`` holds
 
 def load_nchw(images: np.ndarray, rows: np.ndarray | None, device: torch.device) -> torch.Tensor:
     """uint8 ``[M, 3, H, W]`` on ``device`` from the prepared ``[N, H, W, 3]`` memmap (``rows``: which,
-    in order; None: all ``N``), copied a chunk of ``LOAD_CHUNK_BYTES`` at a time and transposed by
-    ``copy_`` on the device: the host never holds more than one chunk (a whole-split copy and its
-    transposed copy would hold twice the split, 18 GB for Mini-ImageNet at 224 px)."""
+    in order; None: all ``N``), a chunk of ``LOAD_CHUNK_BYTES`` at a time: the host never holds more
+    than a chunk and its transposed copy (a whole-split copy and its transposed copy held twice the
+    split, 18 GB for Mini-ImageNet at 224 px). ``copy_`` transposes on the host, into a contiguous
+    slice of ``out``: no device temporary, which torch's cache would keep reserved through the
+    measured epochs (and in raw's GPU-memory figures)."""
     n = images.shape[0] if rows is None else len(rows)
     h, w = images.shape[1:3]
     out = torch.empty((n, 3, h, w), dtype=torch.uint8, device=device)
@@ -47,7 +49,7 @@ def load_nchw(images: np.ndarray, rows: np.ndarray | None, device: torch.device)
     for s in range(0, n, step):
         part = images[s:s + step] if rows is None else images[rows[s:s + step]]
         chunk = torch.from_numpy(np.array(part, dtype=np.uint8))  # out of the memmap (read-only)
-        out[s:s + chunk.shape[0]].copy_(chunk.to(device).permute(0, 3, 1, 2))
+        out[s:s + chunk.shape[0]].copy_(chunk.permute(0, 3, 1, 2))
     return out
 
 

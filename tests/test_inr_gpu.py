@@ -158,6 +158,15 @@ def _sync_sites(fn) -> list[tuple[str, int]]:
     return [(w.filename, w.lineno) for w in caught if "synchroniz" in str(w.message)]
 
 
+def test_the_sync_detector_sees_the_syncs_it_is_asked_about():
+    """Positive control for the two tests below: a pageable host-to-device copy and an ``.item()`` are
+    each reported, on their own lines; device-only work is not (else "no sync found" would prove nothing)."""
+    x = torch.ones(4, device="cuda")
+    assert _sync_sites(lambda: x.mul_(2)) == []
+    sites = _sync_sites(lambda: (torch.tensor(1.0, device="cuda"), x.sum().item()))
+    assert len(sites) >= 2 and all(f == __file__ for f, _ in sites), sites
+
+
 @pytest.mark.parametrize("path", ["compiled", "compiled+qat", "eager+qat"])
 def test_fit_iterations_do_not_sync_with_the_host(path):
     """No host sync per iteration (``torch.tensor(x, device=cuda)`` or ``bool(t.any())`` would be one): the
@@ -210,4 +219,4 @@ def test_early_stop_syncs_only_at_its_checks(step):
     sites = _sync_sites(lambda: rep.update(run()))
     assert (rep["iterations_run"] < 110).any() and rep["iterations_run"][0] == 110  # refills and drains happened
     lines = {linecache.getline(f, n).strip() for f, n in sites}
-    assert all("the one host sync of a check" in x for x in lines), lines
+    assert lines and all("the one host sync of a check" in x for x in lines), lines  # the checks are seen
