@@ -25,6 +25,14 @@ Host syncs: none in an epoch's steady state. Batches arrive pinned (``pin_memory
 are copied with ``non_blocking=True``; the normalization constants live on the device once
 (``crops.norm_constants``; built in the first batch ever on a device: the documented exception).
 The per-batch seeds are read from a CPU tensor (a host read, not a device sync).
+
+Bad files: each worker checks every file after ``Image.open`` has parsed its header and before it
+decodes: a JPEG (PIL's format), of the prepared size (a replaced file of another size would
+otherwise be cropped and trained on). That costs a comparison per sample, nothing read twice; a
+file that fails, or that PIL cannot decode, comes back as a ``BadJpeg`` and the epoch stops with one
+line naming it. No build-time scan of the files: the adapter stays the DataLoader users run, and a
+bad file is found when an epoch reaches it (``dali`` checks every file at build: its decoder
+crashes the process on some).
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from bench.datasets.prepared import PreparedDataset
 from bench.errors import InputError
 from pipelines.base import Augment, Batch, Pipeline, PipelineConfig, register
 from pipelines.crops import batch_slices, normalize_
+from pipelines.jpeg_header import size_mismatch
 from pipelines.shard import batch_seeds, epoch_shard
 
 
@@ -63,15 +72,16 @@ def build_transform(aug: Augment, height: int, width: int) -> Any:
 
 @dataclass(frozen=True)
 class BadJpeg:
-    """A file a worker could not decode: handed back as the batch (``collate``) instead of raised,
-    so the main process reports it in one line naming the file (a worker's exception would
-    arrive wrapped in its whole traceback)."""
+    """A file a worker could not decode, or whose size is not the prepared one: handed back as the
+    batch (``collate``) instead of raised, so the main process reports it in one line naming the
+    file (a worker's exception would arrive wrapped in its whole traceback). ``message``: what is
+    wrong, without the path."""
 
     path: str
-    reason: str
+    message: str
 
     def error(self) -> InputError:
-        return InputError(f"cannot decode JPEG ({self.reason})", self.path)
+        return InputError(self.message, self.path)
 
 
 def collate(items: list[Any]) -> Any:
@@ -82,22 +92,31 @@ def collate(items: list[Any]) -> Any:
     return torch.utils.data.default_collate(items)
 
 
+JPEG_FORMATS = {"JPEG", "MPO"}  # PIL's names for a JPEG file (MPO: a camera's multi-picture JPEG)
+
+
 class JpegFiles(torch.utils.data.Dataset):
     """Items are ``(index, batch_seed)``; ``__getitems__`` returns ``[(uint8 [3,s,s], label), ...]``
-    (or ``[BadJpeg]`` when a file cannot be decoded)."""
+    (or ``[BadJpeg]`` when a file cannot be decoded, is no JPEG, or is not ``size`` = ``(height, width)``)."""
 
-    def __init__(self, paths: tuple[Path, ...], labels: list[int], transform: Any):
+    def __init__(self, paths: tuple[Path, ...], labels: list[int], transform: Any, size: tuple[int, int]):
         self.paths = paths
         self.labels = labels
         self.transform = transform
+        self.size = tuple(size)
 
     def __len__(self) -> int:
         return len(self.paths)
 
-    def _load(self, i: int) -> tuple[torch.Tensor, int]:
+    def _load(self, i: int) -> tuple[torch.Tensor, int] | BadJpeg:
         from PIL import Image
 
         with Image.open(self.paths[i]) as im:
+            # open() has parsed the header: these checks cost nothing, and come before any decode
+            if im.format not in JPEG_FORMATS:
+                return BadJpeg(str(self.paths[i]), f"not a JPEG (a {im.format} file)")
+            if (im.height, im.width) != self.size:
+                return BadJpeg(str(self.paths[i]), size_mismatch((im.height, im.width), self.size))
             return self.transform(im.convert("RGB")), self.labels[i]
 
     def __getitem__(self, item: tuple[int, int]) -> tuple[torch.Tensor, int]:
@@ -111,9 +130,13 @@ class JpegFiles(torch.utils.data.Dataset):
             out = []
             for i, _ in items:
                 try:
-                    out.append(self._load(i))
+                    got = self._load(i)
                 except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:  # a damaged file
-                    return [BadJpeg(str(self.paths[i]), " ".join(f"{type(e).__name__}: {e}".split()))]
+                    reason = " ".join(f"{type(e).__name__}: {e}".split())
+                    return [BadJpeg(str(self.paths[i]), f"cannot decode JPEG ({reason})")]
+                if isinstance(got, BadJpeg):
+                    return [got]
+                out.append(got)
             return out
 
 
@@ -161,7 +184,7 @@ class TorchJpegPipeline(Pipeline):
         split = data.split(config.split)
         self.device = torch.device(config.device)
         h, w = split.image_size
-        self.dataset = JpegFiles(split.jpeg_paths, split.labels.tolist(), build_transform(config.augment, h, w))
+        self.dataset = JpegFiles(split.jpeg_paths, split.labels.tolist(), build_transform(config.augment, h, w), (h, w))
         self.sampler = ShardSampler(self.dataset, config)
         self.batches = EpochBatches(self.sampler, config.batch_size, config.drop_last)
         self.loader: torch.utils.data.DataLoader | None = torch.utils.data.DataLoader(

@@ -49,7 +49,8 @@ a side stream of its own anyway. Those syncs are CUDA runtime calls, which
 ``torch.cuda.set_sync_debug_mode`` does not see.
 
 Resident bytes: ``host`` = the JPEG bytes held (whole files, headers included); ``device`` = the
-labels on ``config.device``. Every file's header is checked at build: a file whose frame size is
+labels on ``config.device``. Every file's header is checked at build
+(``pipelines.jpeg_header.check_jpeg_bytes``, shared with ``dali``): a file whose frame size is
 not the prepared size (a replaced or damaged file, or a pixel bomb) is refused naming the file,
 before anything is decoded.
 """
@@ -74,59 +75,20 @@ from pipelines.crops import (
     to_device,
     warp,
 )
+from pipelines.jpeg_header import check_jpeg_bytes
 from pipelines.shard import config_epoch, held_samples, num_batches
-
-# Start-of-frame markers (baseline, extended, progressive, lossless; Huffman and arithmetic).
-_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
-_NO_LENGTH = {0x01, *range(0xD0, 0xD9)}  # TEM, RSTn, SOI, EOI: markers without a length field
-
-
-def jpeg_size(data: bytes | memoryview) -> tuple[int, int] | None:
-    """``(height, width)`` from a JPEG's start-of-frame header, or None when there is none.
-
-    Walks the marker segments only (no decoding): a few dozen bytes per file.
-    """
-    n = len(data)
-    if n < 4 or data[0] != 0xFF or data[1] != 0xD8:
-        return None
-    i = 2
-    while i + 3 < n:
-        if data[i] != 0xFF:
-            return None
-        marker = data[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
-        if marker in _NO_LENGTH:
-            i += 2
-            continue
-        length = (data[i + 2] << 8) | data[i + 3]
-        if marker in _SOF:
-            if i + 8 >= n:
-                return None
-            return (data[i + 5] << 8) | data[i + 6], (data[i + 7] << 8) | data[i + 8]
-        if marker == 0xDA or length < 2:  # scan data before any frame header: malformed
-            return None
-        i += 2 + length
-    return None
 
 
 def read_jpegs(paths: tuple[Path, ...], size: tuple[int, int]) -> list[torch.Tensor]:
     """Each file as a 1-D uint8 view of one contiguous host buffer (their bytes, nothing more: the
-    resident figure is exact); every frame header must be ``size``."""
+    resident figure is exact); every frame header must be ``size`` (``pipelines.jpeg_header``)."""
     files = []
     for p in paths:
         try:
             raw = p.read_bytes()
         except OSError as e:
             raise InputError(f"cannot read JPEG ({e.strerror or e})", p) from None
-        got = jpeg_size(raw)
-        if got is None:
-            raise InputError("no JPEG frame header (truncated, or not a JPEG)", p)
-        if got != tuple(size):
-            raise InputError(f"JPEG is {got[0]}x{got[1]}, the prepared split is {size[0]}x{size[1]}", p)
-        if raw.rstrip(b"\0")[-2:] != b"\xff\xd9":  # libjpeg would pad a truncated scan with grey, silently
-            raise InputError("truncated JPEG (no end-of-image marker)", p)
+        check_jpeg_bytes(raw, size, p)  # frame size, end-of-image marker (libjpeg would pad a cut scan with grey)
         files.append(raw)
     whole = bytearray(sum(map(len, files)))
     view, out, at = memoryview(whole), [], 0

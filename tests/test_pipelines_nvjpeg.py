@@ -22,7 +22,8 @@ import pipelines
 from bench.datasets.prepared import PreparedDataset, open_prepared
 from bench.errors import InputError
 from pipelines import Augment, PipelineConfig, Unavailable
-from pipelines.torch_nvjpeg import jpeg_decoder, jpeg_size
+from pipelines.jpeg_header import jpeg_size
+from pipelines.torch_nvjpeg import jpeg_decoder
 
 # JPEG decoders may differ in IDCT and chroma upsampling: libjpeg-turbo vs libjpeg-turbo (PIL,
 # torchvision and TorchCodec on the CPU) agree exactly; nvJPEG's GPU IDCT and upsampling differ by a
