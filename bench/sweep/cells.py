@@ -13,9 +13,14 @@ run on every node.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import functools
+import re
 import shlex
 import sys
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -55,12 +60,12 @@ def store_stem(name: str) -> str:
     return name.replace(".", "_")
 
 
-def check_name(name: str) -> None:
-    """A cell's ``name`` is a file or folder name inside the cell's folder: one plain path component
-    (a ``/``, ``..`` or an absolute name would place the output outside the sweep folder)."""
+def check_name(name: str, what: str = "the cell's output inside its folder") -> None:
+    """A cell's ``name`` is a file or folder name inside the cell's folder (a sweep's, its folder under
+    ``runs/``): one plain path component (a ``/``, ``..`` or an absolute name would place the output
+    outside the sweep folder). ``what``: what the name names, for the message."""
     if name and (name in (".", "..") or "/" in name or "\0" in name):
-        raise ValueError(f"name {name!r} must be a plain file name (no '/', not '.' or '..'): "
-                         "it names the cell's output inside its folder")
+        raise ValueError(f"name {name!r} must be a plain file name (no '/', not '.' or '..'): it names {what}")
 
 
 def _flag(name: str) -> str:
@@ -110,12 +115,20 @@ class Cell:
 
     id: unique, ``[A-Za-z0-9._-]+`` (it is the cell's folder name).
     needs: extra dependencies beyond the reference fields.
-    args: extra ``--flag value`` pairs passed through verbatim (``True`` -> bare flag).
+    args: extra ``--flag value`` pairs appended to the line (``True`` -> bare flag); on a kind with a
+      ``COMMAND``, never one the kind sets itself (``check_args``).
     timeout_s: the cell is killed and recorded as an error after this many seconds.
     """
 
     kind: ClassVar[str] = ""
     REF_FIELDS: ClassVar[tuple[str, ...]] = ()
+    # the ``inrbench`` subcommand this kind runs, whose options ``args`` may add to (``managed_dests``);
+    # ``None``: a command written out in full (``inrbench``, ``python`` kinds), its args not checked
+    COMMAND: ClassVar[str | None] = None
+    # options the sweep manages without writing them on the cell's line (the ones it writes are read
+    # off ``argv``): the sweep owns the cell's folder and clears it before a rerun, so a cell never
+    # replaces an output itself
+    SWEEP_FLAGS: ClassVar[tuple[str, ...]] = ("overwrite",)
 
     id: str
     needs: tuple[str, ...] = ()
@@ -180,6 +193,7 @@ class PrepareCell(Cell):
     """
 
     kind: ClassVar[str] = "prepare"
+    COMMAND: ClassVar[str | None] = "prepare"
 
     source: str = ""
     name: str = ""
@@ -231,6 +245,8 @@ class DistributedCell(Cell):
     """
 
     LAUNCH_FIELDS: ClassVar[tuple[str, ...]] = ("nproc", "nnodes")
+    # the rendezvous of a multi-node cell comes from ``inrbench sweep --rdzv-endpoint/--rdzv-id``
+    SWEEP_FLAGS: ClassVar[tuple[str, ...]] = (*Cell.SWEEP_FLAGS, "rdzv-endpoint", "rdzv-id")
     WORLD_IN_IDENTITY: ClassVar[bool] = True
 
     nproc: int = 1
@@ -292,6 +308,7 @@ class EncodeCell(DistributedCell):
     """
 
     kind: ClassVar[str] = "encode"
+    COMMAND: ClassVar[str | None] = "encode"
     REF_FIELDS: ClassVar[tuple[str, ...]] = ("data", "init")
 
     data: str = ""
@@ -347,6 +364,7 @@ class MetaInitCell(Cell):
     cell resumes from the command's checkpoints (``resume_state``: ``CELL/.init.pt.inrbench-meta-init.work``)."""
 
     kind: ClassVar[str] = "meta-init"
+    COMMAND: ClassVar[str | None] = "meta-init"
     REF_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
 
     data: str = ""
@@ -378,6 +396,7 @@ class CompareCell(Cell):
     """``inrbench compare DATA --store S1 S2 ... [--jpeg-qualities ...] --out CELL``."""
 
     kind: ClassVar[str] = "compare"
+    COMMAND: ClassVar[str | None] = "compare"
     REF_FIELDS: ClassVar[tuple[str, ...]] = ("data", "stores")
 
     data: str = ""
@@ -411,6 +430,7 @@ class BenchCell(DistributedCell):
     """
 
     kind: ClassVar[str] = "bench"
+    COMMAND: ClassVar[str | None] = "bench"
     REF_FIELDS: ClassVar[tuple[str, ...]] = ("data", "store")
     MODES: ClassVar[tuple[str, ...]] = ("loader", "replay", "train")
 
@@ -493,3 +513,137 @@ class PythonCell(Cell):
 KINDS: dict[str, type[Cell]] = {
     c.kind: c for c in (PrepareCell, MetaInitCell, EncodeCell, CompareCell, BenchCell, CommandCell, PythonCell)
 }
+
+
+# --- what ``args`` may not say ---------------------------------------------------------------------
+# A cell's ``args`` are appended to the line its kind builds, and argparse keeps the last value of an
+# option given twice (and takes a unique prefix for the whole option): ``args: {out: /elsewhere,
+# overwrite: true}`` would send a prepare cell's output over a folder outside the sweep. So every
+# option the kind sets itself is refused in ``args``, by any spelling that reaches it. The set is read
+# off the kind's own ``argv`` (a probe cell with every field set), not listed by hand.
+
+_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+_NUMBER_RE = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")  # a negative number argparse reads as a value
+
+
+class _ProbeContext:
+    """A ``Context`` that places every cell under ``/probe``: enough to build any kind's argv."""
+
+    data_root = Path("/probe/data-root")
+    rendezvous = Rendezvous()
+
+    def cell_dir(self, cell_id: str) -> Path:
+        return Path("/probe/cells") / cell_id
+
+    def shared_dir(self, name: str) -> Path:
+        return Path("/probe/shared") / name
+
+    def output(self, cell_id: str) -> Path:
+        return self.cell_dir(cell_id)
+
+
+def _sample(tp: Any) -> Any:
+    """A valid value of a field annotation (``str | None`` -> a string, ``tuple[int, ...]`` -> ``(1,)``)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return _sample(next(a for a in typing.get_args(tp) if a is not type(None)))
+    if origin is tuple:
+        return (_sample(typing.get_args(tp)[0]),)
+    return {bool: True, int: 1, float: 1.0}.get(tp, "probe")
+
+
+def probe_cell(cls: type[Cell]) -> Cell:
+    """An instance of ``cls`` with each of its own fields set (a field with a value already, such as
+    ``mode`` or ``nproc``, keeps it): its ``argv`` then writes every option the kind can write."""
+    base = {fl.name for fl in dataclasses.fields(Cell)}
+    hints = typing.get_type_hints(cls)
+    kw: dict[str, Any] = {"id": "probe"}
+    for fl in dataclasses.fields(cls):
+        if fl.name not in base and fl.default in (None, "", (), False):
+            kw[fl.name] = _sample(hints[fl.name])
+    return cls(**kw)
+
+
+@functools.cache
+def command_parser(command: str) -> argparse.ArgumentParser:
+    """The parser of ``inrbench <command>``, as ``bench.cli`` builds it (a cell's line is parsed by it)."""
+    import importlib
+
+    from bench.cli import COMMANDS, OneLineParser
+
+    p = OneLineParser(prog=f"inrbench {command}")
+    importlib.import_module(COMMANDS[command]).add_arguments(p)
+    return p
+
+
+def resolve_option(parser: argparse.ArgumentParser, flag: str) -> list[argparse.Action]:
+    """The options ``flag`` (``--name``) reaches, as argparse matches it: the exact option, else every
+    option it is a prefix of (argparse takes a unique prefix for the whole option)."""
+    acts = parser._option_string_actions
+    if flag in acts:
+        return [acts[flag]]
+    if not parser.allow_abbrev:
+        return []
+    return list({id(a): a for o, a in acts.items() if o.startswith(flag)}.values())
+
+
+@functools.cache
+def managed_dests(cls: type[Cell]) -> frozenset[str]:
+    """The options (argparse ``dest``) a kind sets itself: every one its ``argv`` writes (read off a
+    probe cell), its launch fields (``nproc``, ``nnodes``) and ``SWEEP_FLAGS``."""
+    if cls.COMMAND is None:
+        return frozenset()
+    parser = command_parser(cls.COMMAND)
+    dests = set()
+    for flag in (a for a in probe_cell(cls).argv(_ProbeContext()) if a.startswith("--")):
+        hit = resolve_option(parser, flag)
+        if len(hit) != 1 or flag not in hit[0].option_strings:
+            raise AssertionError(f"{cls.kind} cells write {flag}, which is not an option of inrbench {cls.COMMAND}")
+        dests.add(hit[0].dest)
+    for flag in (_flag(f) for f in (*getattr(cls, "LAUNCH_FIELDS", ()), *cls.SWEEP_FLAGS)):
+        dests.update(a.dest for a in resolve_option(parser, flag) if flag in a.option_strings)
+    return frozenset(dests)
+
+
+def check_args(cell: Cell) -> None:
+    """Refuse ``args`` that would set what the sweep sets itself (``ValueError`` naming the key).
+
+    A key is an option name without dashes (``jpeg_quality`` or ``jpeg-quality``). Refused: a field
+    of the kind (set it on the cell), an option the kind writes itself (``managed_dests``: ``out``,
+    ``overwrite``, ``data``, ``store``, ``init``, ``root``, ``device``, ``nproc``...) or any prefix
+    argparse would complete to one (``ou``), an option ``inrbench <command>`` does not have, and a
+    value that argparse would read as an option (``--out``). Kinds without a ``COMMAND`` (``inrbench``,
+    ``python``) run a command written out in full: nothing is checked there.
+    """
+    if cell.COMMAND is None or not cell.args:
+        return
+    cmd = f"inrbench {cell.COMMAND}"
+    parser = command_parser(cell.COMMAND)
+    managed = managed_dests(type(cell))
+    fields = {fl.name for fl in dataclasses.fields(cell)}
+    for key, val in cell.args:
+        if not isinstance(key, str) or not _KEY_RE.fullmatch(key.lstrip("-")):
+            raise ValueError(f"args key {key!r} must be an option name such as 'jpeg_quality' "
+                             "(letters, digits, '_' and '-')")
+        name = key.lstrip("-").replace("-", "_")
+        if name in fields:
+            raise ValueError(f"args key {key!r} is a field of {cell.kind} cells: set '{name}:' on the cell, "
+                             "not in args")
+        flag = _flag(name)
+        hit = resolve_option(parser, flag)
+        if any(a.dest in managed for a in hit):
+            opt = "/".join(a.option_strings[0] for a in hit if a.dest in managed)
+            raise ValueError(f"args key {key!r} would set {opt}, which the sweep sets itself for {cell.kind} "
+                             "cells (from its fields and its folder): remove it (see docs/sweeps.md)")
+        if key.startswith("-"):
+            raise ValueError(f"args key {key!r}: write the option name without dashes ({name!r})")
+        if not hit:
+            raise ValueError(f"args key {key!r}: {cmd} has no option {flag}")
+        if len(hit) > 1:
+            raise ValueError(f"args key {key!r}: {flag} is ambiguous in {cmd} "
+                             f"({', '.join(a.option_strings[0] for a in hit)})")
+        if isinstance(hit[0], argparse._HelpAction):
+            raise ValueError(f"args key {key!r}: {flag} prints the help and runs nothing")
+        for tok in extra_argv(((name, val),))[1:]:
+            if tok.startswith("-") and not _NUMBER_RE.fullmatch(tok):
+                raise ValueError(f"args key {key!r}: value {tok!r} would be read as an option")

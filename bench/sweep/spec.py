@@ -26,7 +26,11 @@ needs the rendezvous endpoint (``--rdzv-endpoint HOST:PORT``), else an ``InputEr
 Rules: ids are unique and ``[A-Za-z0-9._-]+``; a cell may only reference cells declared
 before it (so file order is a valid run order and there are no cycles); ``data`` must name a
 ``prepare`` cell and ``store``/``stores`` ``encode`` cells (``stores`` items may be globs
-over ids). Any violation is an ``InputError`` naming the file and the cell.
+over ids). The sweep's ``name`` (default: the file's stem) is a plain file name: it names the default
+folders ``runs/<name>`` and ``reports/<name>``. A typed cell's ``args`` may not set what the kind
+sets itself (``cells.check_args``: its fields, every option its line writes, ``--overwrite``, or a
+prefix argparse completes to one). Any violation is an ``InputError`` naming the file and the cell.
+The format, for users: ``docs/sweeps.md``.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import InputError
-from bench.sweep.cells import KINDS, Cell, DistributedCell, Rendezvous
+from bench.sweep.cells import KINDS, Cell, DistributedCell, Rendezvous, check_args, check_name
 
 ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 DEVICES = ("cpu", "cuda")
@@ -127,6 +131,12 @@ def parse_sweep(doc: Any, path: Path, device: str | None = None, nproc: int | No
     if unknown:
         raise InputError(f"unknown top-level keys {sorted(unknown)}; known: {sorted(TOP_KEYS)}", path)
     name = doc.get("name") or path.stem
+    if isinstance(name, (dict, list)) or not str(name).strip():
+        raise InputError(f"'name' must be a plain file name, got {name!r}", path)
+    try:  # the default results and report folders are runs/<name> and reports/<name>
+        check_name(str(name), what="the sweep's default folders runs/<name> and reports/<name>")
+    except ValueError as e:
+        raise InputError(f"sweep {e}", path) from None
     dev = device or doc.get("device", "cpu")
     if dev not in DEVICES:
         raise InputError(f"device must be one of {'|'.join(DEVICES)}, got {dev!r}", path)
@@ -285,6 +295,7 @@ def _build(cls: type[Cell], f: dict, device: str, path: Path, where: str, launch
         for k, v in f.items():
             kw[k] = _coerce(v, hints[k], k)
         cell = cls(**kw)
+        check_args(cell)
     except (TypeError, ValueError) as e:
         raise InputError(f"{where}: {e}", path) from None
     if cell.timeout_s is not None and not 0 < cell.timeout_s < math.inf:

@@ -1,0 +1,214 @@
+"""A sweep file cannot send a cell's output elsewhere: ``args`` may not set what the cell kind sets
+itself (audit 1.1), and the sweep's own ``name`` is a plain file name (audit 1.2). Both are refused
+when the file is loaded, before any cell runs (``--list`` too): one line naming the file, exit 2."""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from pathlib import Path
+
+import pytest
+from cli_helpers import assert_one_line_error, run_cli, snapshot
+
+from bench.errors import InputError
+from bench.sweep.cells import (
+    KINDS,
+    Cell,
+    _ProbeContext,
+    command_parser,
+    extra_argv,
+    managed_dests,
+    probe_cell,
+)
+from bench.sweep.runner import SweepContext
+from bench.sweep.spec import builtin_names, load_sweep
+
+TYPED = [k for k, c in KINDS.items() if c.COMMAND]
+
+
+def _sweep(tmp_path: Path, body: str, name: str = "s.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(body))
+    return p
+
+
+def _refused(tmp_path: Path, body: str, *fragments: str) -> str:
+    p = _sweep(tmp_path, body)
+    with pytest.raises(InputError) as e:
+        load_sweep(str(p))
+    msg = str(e.value)
+    assert msg.startswith(f"{p}: ") and "\n" not in msg, msg
+    for f in fragments:
+        assert f in msg, (f, msg)
+    return msg
+
+
+def test_audit_args_out_overwrite_cannot_replace_a_users_dataset(tmp_path, capsys):
+    """The audit's file: ``args: {out: <user's prepared set>, overwrite: true}`` on a prepare cell.
+    Refused by ``--list`` and by a run, naming the file, the cell and the key; nothing is written."""
+    mine = tmp_path / "myprep"
+    mine.mkdir()
+    (mine / "manifest.json").write_text('{"source": "photos"}')
+    y = _sweep(tmp_path, f"""
+        name: t14
+        report: false
+        cells:
+          - {{kind: prepare, id: p, source: synthetic, size: 8, args: {{out: {mine}, overwrite: true}}}}
+    """, "bad14.yaml")
+    before = snapshot(tmp_path)
+    for extra in (["--list"], []):
+        rc, out, err = run_cli(capsys, "sweep", y, "--out", tmp_path / "runs" / "t14", *extra)
+        assert_one_line_error(rc, err, str(y), "cell 'p'", "args key 'out'", "--out")
+        assert out == ""
+    assert snapshot(tmp_path) == before  # no sweep folder, the user's set untouched
+
+
+@pytest.mark.parametrize("kind", TYPED)
+def test_every_option_a_kind_sets_is_refused_in_args_by_any_spelling(tmp_path, kind):
+    """Derived, not listed: every option the kind's own line writes (a probe cell with every field
+    set), and ``--overwrite`` where the command has it, is refused as ``x_y``, ``x-y`` and ``--x-y``."""
+    cls = KINDS[kind]
+    written = {a for a in probe_cell(cls).argv(_ProbeContext()) if a.startswith("--")}
+    assert "--out" in written
+    parser = command_parser(cls.COMMAND)
+    flags = {o for a in parser._actions if a.dest in managed_dests(cls) for o in a.option_strings}
+    assert written <= flags
+    cells = _cells_for(kind)
+    for flag in sorted(flags):
+        name = flag[2:]
+        for key in {name, name.replace("-", "_"), flag}:
+            _refused(tmp_path, cells.replace("ARGS", f"{{'{key}': x}}"), "cell 'c'", f"args key '{key}'")
+
+
+def _cells_for(kind: str) -> str:
+    """A valid sweep whose last cell ``c`` is of ``kind`` with ``args: ARGS``."""
+    cell = {
+        "prepare": "{kind: prepare, id: c, source: synthetic, args: ARGS}",
+        "meta-init": "{kind: meta-init, id: c, data: p, args: ARGS}",
+        "encode": "{kind: encode, id: c, data: p, args: ARGS}",
+        "compare": "{kind: compare, id: c, data: p, stores: [e], args: ARGS}",
+        "bench": "{kind: bench, id: c, data: p, pipeline: raw, args: ARGS}",
+    }[kind]
+    return f"""
+        cells:
+          - {{kind: prepare, id: p, source: synthetic}}
+          - {{kind: encode, id: e, data: p}}
+          - {cell}
+    """
+
+
+@pytest.mark.parametrize("kind, keys", [
+    # at least what the audit named: outputs, inputs, replacing, the device and the world size
+    ("prepare", {"out", "overwrite", "root", "size", "limit", "jpeg_quality"}),
+    ("meta-init", {"out", "overwrite", "device", "preset"}),
+    ("encode", {"out", "overwrite", "init", "fit_cache", "device", "nproc", "nnodes", "rdzv_endpoint", "rdzv_id",
+                "preset", "bits", "prune"}),
+    ("compare", {"out", "store", "jpeg_qualities"}),
+    ("bench", {"out", "data", "store", "pipeline", "mode", "device", "nproc", "nnodes", "rdzv_endpoint", "seed"}),
+])
+def test_managed_options_include_outputs_inputs_device_and_world_size(kind, keys):
+    assert keys <= managed_dests(KINDS[kind])
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_builtin_cells_write_only_managed_options_before_their_args(name):
+    """Every option a built-in cell's line holds before its ``args`` is one ``args`` may not set."""
+    cfg = load_sweep(name)
+    ctx = SweepContext(out=Path("/o"), data_root=Path("/d"), cells=cfg.by_id())
+    for c in cfg.cells:
+        if not c.COMMAND:
+            continue
+        own = c.argv(ctx)[: len(c.argv(ctx)) - len(extra_argv(c.args))]
+        parser = command_parser(c.COMMAND)
+        for flag in (a for a in own if a.startswith("--")):
+            assert parser._option_string_actions[flag].dest in managed_dests(type(c)), (c.id, flag)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    ("{ou: /x}", "args key 'ou' would set --out"),  # argparse completes a unique prefix
+    ("{o: /x}", "would set --out/--overwrite"),
+    ("{data_root: /x}", "has no option --data-root"),
+    ("{data-root: /x}", "has no option --data-root"),
+    ("{colour: red}", "inrbench prepare has no option --colour"),
+    ("{root: /x}", "is a field of prepare cells: set 'root:' on the cell"),
+    ("{name: x}", "is a field of prepare cells"),
+    ("{'--per-class': 3}", "write the option name without dashes ('per_class')"),
+    ("{per_class: [3, --out, /x]}", "value '--out' would be read as an option"),
+    ("{per_class: '--out=/x'}", "value '--out=/x' would be read as an option"),
+    ("{help: true}", "prints the help"),
+    ("{'out=/x': 1}", "must be an option name"),
+])
+def test_args_that_reach_a_managed_option_another_way_are_refused(tmp_path, args, fragment):
+    _refused(tmp_path, f"cells: [{{kind: prepare, id: p, source: synthetic, args: {args}}}]", "cell 'p'", fragment)
+
+
+def test_defaults_and_matrix_items_are_checked_too(tmp_path):
+    _refused(tmp_path, """
+        defaults: {bench: {args: {out: /x}}}
+        cells:
+          - {kind: prepare, id: p, source: synthetic}
+          - {kind: bench, id: b, data: p, pipeline: raw}
+    """, "cell 'b'", "args key 'out'")
+    _refused(tmp_path, """
+        cells:
+          - {kind: prepare, id: p, source: synthetic}
+          - kind: bench
+            id: "b-{label}"
+            data: p
+            pipeline: raw
+            matrix: {m: [{label: one}, {label: two, args: {data: /x}}]}
+    """, "cell 'b-two'", "args key 'data'")
+
+
+def test_legitimate_args_still_pass(tmp_path):
+    p = _sweep(tmp_path, """
+        cells:
+          - {kind: prepare, id: p, source: synthetic, args: {per_class: 4, num-classes: 2, seed: 3}}
+          - {kind: encode, id: e, data: p, args: {shard_size: 2, keep_work: true, prune_rounds: 1}}
+          - kind: bench
+            id: b
+            data: p
+            pipeline: raw
+            args: {crop: random-pad, threads: 1, no-step-sync: true, scale: [0.5, 1.0], min_seconds: 0,
+                   dist_timeout: 120, lr: -0.5}
+    """)
+    cells = load_sweep(str(p)).by_id()
+    assert dict(cells["b"].args)["scale"] == [0.5, 1.0]
+
+
+@pytest.mark.parametrize("kind", ["inrbench", "python"])
+def test_command_kinds_take_args_verbatim(tmp_path, kind):
+    """``inrbench``/``python`` cells run the command as written (docs/sweeps.md): ``args`` only
+    appends to it and adds nothing the command could not say itself, so it is not checked."""
+    assert KINDS[kind].COMMAND is None and not managed_dests(KINDS[kind])
+    p = _sweep(tmp_path, f"cells: [{{kind: {kind}, id: c, command: [x], args: {{out: y}}}}]")
+    assert load_sweep(str(p)).cells[0].args == (("out", "y"),)
+
+
+def test_a_kind_without_a_command_has_no_checks_to_derive():
+    for cls in KINDS.values():
+        assert (cls.COMMAND is None) == (cls.kind in ("inrbench", "python")), cls
+        assert dataclasses.is_dataclass(cls) and issubclass(cls, Cell)
+
+
+# --- the sweep's own name (audit 1.2) ---------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["../escaped", "ABS/walk/abs", "a/b", "..", "."])
+def test_sweep_name_must_be_a_plain_file_name(tmp_path, capsys, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)  # runs/<name> is taken from here
+    name = name.replace("ABS", str(tmp_path))
+    y = _sweep(tmp_path, f"name: '{name}'\nreport: false\ncells: [{{kind: prepare, id: p, source: synthetic}}]\n")
+    before = snapshot(tmp_path)
+    for extra in (["--list"], []):
+        rc, _, err = run_cli(capsys, "sweep", y, "--no-progress", *extra)
+        assert_one_line_error(rc, err, str(y), f"sweep name {name!r} must be a plain file name", "runs/<name>")
+    assert snapshot(tmp_path) == before
+
+
+def test_a_sweep_named_after_its_file_is_checked_too(tmp_path):
+    y = _sweep(tmp_path, "cells: [{kind: prepare, id: p, source: synthetic}]\n", "..yaml")  # stem '.'
+    with pytest.raises(InputError, match=r"sweep name '\.' must be a plain file name"):
+        load_sweep(str(y))
+    assert load_sweep(str(_sweep(tmp_path, "cells: [{kind: prepare, id: p, source: synthetic}]\n",
+                                 "my-sweep.yaml"))).name == "my-sweep"
