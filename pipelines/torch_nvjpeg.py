@@ -81,26 +81,28 @@ from pipelines.shard import config_epoch, held_samples, num_batches
 
 def read_jpegs(paths: tuple[Path, ...], size: tuple[int, int]) -> list[torch.Tensor]:
     """Each file as a 1-D uint8 view of one contiguous host buffer (their bytes, nothing more: the
-    resident figure is exact); every frame header must be ``size`` (``pipelines.jpeg_header``)."""
-    files = []
-    for p in paths:
+    resident figure is exact); every frame header must be ``size`` (``pipelines.jpeg_header``).
+    Files are read straight into the buffer (sized from ``stat``): the build never holds the split twice."""
+    try:
+        lengths = [p.stat().st_size for p in paths]
+    except OSError as e:
+        raise InputError(f"cannot read JPEG ({e.strerror or e})", Path(e.filename or "")) from None
+    whole = bytearray(sum(lengths))
+    view, spans, at = memoryview(whole), [], 0
+    for p, n in zip(paths, lengths, strict=True):
         try:
-            raw = p.read_bytes()
+            with open(p, "rb") as f:
+                got = f.readinto(view[at:at + n])
+                more = f.read(1)
         except OSError as e:
             raise InputError(f"cannot read JPEG ({e.strerror or e})", p) from None
-        check_jpeg_bytes(raw, size, p)  # frame size, end-of-image marker (libjpeg would pad a cut scan with grey)
-        files.append(raw)
-    whole = bytearray(sum(map(len, files)))
-    view, out, at = memoryview(whole), [], 0
-    for raw in files:
-        view[at:at + len(raw)] = raw
-        at += len(raw)
+        if got != n or more:
+            raise InputError("changed while it was read (its size is not what it was a moment before)", p)
+        check_jpeg_bytes(bytes(view[at:at + n]), size, p)  # frame size, end-of-image marker (libjpeg would pad a cut scan with grey)
+        spans.append((at, n))
+        at += n
     buf = torch.frombuffer(whole, dtype=torch.uint8) if whole else torch.empty(0, dtype=torch.uint8)
-    at = 0
-    for raw in files:
-        out.append(buf[at:at + len(raw)])
-        at += len(raw)
-    return out
+    return [buf[a:a + n] for a, n in spans]
 
 
 @dataclass(frozen=True)
