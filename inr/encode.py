@@ -227,7 +227,8 @@ def _check_work(work: Path, job: dict) -> None:
         old = None
     if not isinstance(old, dict) or "encode" not in old:
         raise InputError("exists and is not an encode work folder (no config.json of inrbench encode); "
-                         "refusing to use or remove it", work)
+                         "refusing to use or remove it (an empty one may be left by an older inr-bench "
+                         "killed while creating it: delete it to start over)", work)
     old = {**old, "source": {k: v for k, v in old.get("source", {}).items() if k != "prepared"}}
     if old != job:
         diff = sorted(_diff_keys(old, job))

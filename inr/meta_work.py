@@ -230,7 +230,8 @@ def open_work(folder: Path, job: dict, every_s: float | None = None) -> Iterator
     old = None if created else _marker(folder)
     if not created and old is None:
         raise InputError("exists and is not a meta-init work folder (no work.json of inrbench meta-init); "
-                         "refusing to use or remove it", folder)
+                         "refusing to use or remove it (an empty one may be left by an older inr-bench "
+                         "killed while creating it: delete it to start over)", folder)
     elif not created:
         was = {"schema_version": old.get("schema_version"), "job": old.get("job")}
         if was != {"schema_version": WORK_SCHEMA, "job": job}:

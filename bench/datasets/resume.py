@@ -189,7 +189,8 @@ def _open(folder: Path, fp: dict) -> None:
     old = _json(folder / WORK_JSON)
     if not isinstance(old, dict) or old.get("kind") != WORK_KIND:
         raise InputError("exists and is not a prepare work folder (no work.json of inrbench prepare); "
-                         "refusing to use or remove it", folder)
+                         "refusing to use or remove it (an empty one may be left by an older inr-bench "
+                         "killed while creating it: delete it to start over)", folder)
     was = _compared(old)
     # chunks decoded with --on-error fail hold no skipped file: they are what `skip` decodes too
     relaxed = was["config"].get("on_error") == "fail" and fp["config"].get("on_error") == "skip"
