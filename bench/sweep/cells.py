@@ -198,12 +198,14 @@ class PrepareCell(Cell):
     source: str = ""
     name: str = ""
     root: str | None = None
-    size: int | None = None
+    size: int | str | None = None  # a side in pixels, or "native" (prepare --size native)
     limit: int | None = None
     jpeg_quality: int | None = None
 
     def __post_init__(self) -> None:
         check_name(self.name)
+        if isinstance(self.size, str) and self.size != "native":
+            raise ValueError(f"size must be an integer or 'native', got {self.size!r}")
 
     def output(self, ctx: Context) -> Path:
         return ctx.cell_dir(self.id) / (self.name or self.id)
