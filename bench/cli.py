@@ -234,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     try:  # what is still buffered goes now, while a closed pipe can still be told apart from an error
         sys.stdout.flush()
     except BrokenPipeError:
-        return stdout_gone()
+        gone = stdout_gone()
+        return gone if code == 0 else code  # a failure's status is not masked by a reader that stopped early
     return code
 
 

@@ -206,18 +206,19 @@ def paired_diff_ci(x: Sequence[float], y: Sequence[float], seed: int = SEED,
                    n_resamples: int = N_RESAMPLES, confidence: float = CONFIDENCE) -> Interval:
     """Mean of ``x - y`` over paired items with a bootstrap interval (pairs resampled together), or,
     below ``BOOTSTRAP_MIN_N`` pairs, Student's t interval on the differences (a bootstrap of a few
-    items is too narrow: see ``BOOTSTRAP_MIN_N``). One pair: the value, no interval. Differences that
-    are all equal (a constant per-item offset): the point, known exactly."""
+    items is too narrow: see ``BOOTSTRAP_MIN_N``; equal differences there give no interval, as
+    ``_t_interval`` says). One pair: the value, no interval. ``BOOTSTRAP_MIN_N`` or more differences
+    that are all equal (a constant per-item offset): the point, known exactly."""
     d = _paired_differences(x, y)
     if d.size == 0:
         return NAN
     value = float(d.mean())
     if d.size < 2:
         return Interval(value, math.nan, math.nan, int(d.size))
+    if paired_diff_method(d.size) == "t":  # a few equal differences are no proof of zero spread: no interval
+        return _t_interval(d, confidence)
     if np.ptp(d) == 0:
         return Interval(value, value, value, int(d.size))
-    if paired_diff_method(d.size) == "t":
-        return _t_interval(d, confidence)
     lo, hi = _bootstrap((d,), _mean, seed, n_resamples, confidence)
     return Interval(value, lo, hi, int(d.size))
 

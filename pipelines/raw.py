@@ -31,7 +31,6 @@ from pipelines.crops import (
 )
 from pipelines.shard import config_epoch, held_samples, num_batches
 
-
 LOAD_CHUNK_BYTES = 256 << 20  # host memory one step of ``load_nchw`` holds
 
 

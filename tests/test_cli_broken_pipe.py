@@ -60,3 +60,20 @@ def test_stdout_closed_tells_a_closed_pipe_from_an_open_one(monkeypatch):
         os.close(w)
         if r >= 0:
             os.close(r)
+
+
+def test_a_failed_command_keeps_its_status_when_the_reader_stopped_early(monkeypatch):
+    """A command that failed (exit 1: a sweep with a failed cell) whose buffered output meets a closed pipe
+    at the final flush exits with its own status, not 141: ``| head`` must not turn a failure into
+    'stopped reading'; a command that succeeded gets 141 there."""
+    class Closed:
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "stdout_gone", lambda: cli.EXIT_BROKEN_PIPE)  # no dup2 onto pytest's stdout
+    for status, want in ((1, 1), (3, 3), (0, cli.EXIT_BROKEN_PIPE)):
+        monkeypatch.setattr(cli, "guarded", lambda fn, out=None, status=status: status)
+        monkeypatch.setattr(sys, "stdout", Closed())
+        got = cli.main(["env"])
+        monkeypatch.setattr(sys, "stdout", sys.__stdout__)
+        assert got == want, (status, got)

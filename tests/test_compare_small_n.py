@@ -78,3 +78,18 @@ def test_one_image_is_no_result():
     s = summarize(_per_image(1))
     r = s[s["method"] == "jpeg-matched"].iloc[0]
     assert psnr_diff_text(r) == f"{r['psnr_diff']:+.2f} dB (one image: no interval, not a result)"
+
+
+def test_equal_differences_on_a_few_images_are_no_interval_and_the_table_keeps_the_value():
+    """2-29 equal per-image differences: the t path says no interval (no spread is no proof of zero
+    spread), never a zero-width [v, v]; the table prints the value with that reason, not a bare dash."""
+    import math
+
+    from bench import stats
+    from bench.compare.table import psnr_diff_text
+
+    iv = stats.paired_diff_ci([31.5, 30.5, 29.5], [30.0, 29.0, 28.0])
+    assert iv.value == 1.5 and math.isnan(iv.lo) and math.isnan(iv.hi) and iv.n == 3
+    text = psnr_diff_text({"psnr_diff": iv.value, "psnr_diff_lo": iv.lo, "psnr_diff_hi": iv.hi, "n_ok": 3,
+                           "psnr_diff_interval": "t"})
+    assert text == "+1.50 dB (the same on all 3 images: no spread, no interval, not a result)"

@@ -39,3 +39,16 @@ def test_one_tree_uses_and_records_val_fraction(tmp_path, capsys):
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["config"]["val_fraction"] == 0.5
     assert manifest["source_meta"]["split_rule"].startswith("seeded per-class ratio: val_fraction 0.5")
+
+
+@pytest.mark.parametrize("source", ["cifar10", "flowers102"])
+def test_a_source_with_official_splits_refuses_val_fraction(tmp_path, capsys, source):
+    """CIFAR-10 and Flowers102 keep their official splits: the fraction would be recorded, unused."""
+    from tests.fixtures_datasets import write_cifar10, write_flowers102
+
+    (write_cifar10 if source == "cifar10" else write_flowers102)(tmp_path / "src")
+    before = snapshot(tmp_path, dirs=True)
+    rc, _, err = run_cli(capsys, "prepare", source, "--root", tmp_path / "src", "--out", tmp_path / "out",
+                         "--val-fraction", "0.3")
+    assert_one_line_error(rc, err, f"--val-fraction 0.3 does not apply to {source}: it has its own fixed splits")
+    assert snapshot(tmp_path, dirs=True) == before

@@ -140,3 +140,20 @@ def test_a_headline_speedup_against_a_baseline_not_run_says_so(tmp_path):
     t = parse_tables((tmp_path / "rep" / "README.md").read_text())["syn — headline"][0].set_index("pipeline")
     assert t.loc["raw", "train speedup vs dali"] == "n/a: dali not run"  # as the speedup table says it
     assert t.loc["torch-jpeg", "train speedup vs torch-jpeg"] == "1.00x (baseline)"
+
+
+def test_relative_recorded_paths_are_not_looked_up_from_where_the_report_runs(tmp_path, monkeypatch):
+    """`bench --data syn` records the path as typed; a report built from another folder holding another
+    `syn` would read that one's sizes without a word: relative paths give "—" with the reason."""
+    data = _prepared(tmp_path / "syn")
+    n = json.loads((data / "manifest.json").read_text())["splits"]["train"]["count"]
+    _store(tmp_path / "s.inr", 100 * n)
+    out = tmp_path / "results"
+    _run(out, "a", "raw", 1, data="syn")
+    _run(out, "c", "inr", 1, data="syn", store="s.inr")
+    monkeypatch.chdir(tmp_path)  # the same-named folder and store are right here
+    build_report(out, tmp_path / "rep")
+    text = (tmp_path / "rep" / "README.md").read_text()
+    t = parse_tables(text)["syn — headline"][0].set_index("pipeline")
+    assert set(t["bytes/image"]) == {"—"}
+    assert "syn: its runs recorded the prepared folder as a relative path (`--data syn`)" in text

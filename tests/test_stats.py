@@ -90,7 +90,8 @@ def test_paired_diff_ci_covers_a_known_mean_difference():
         hits += iv.lo <= 0.5 <= iv.hi
     assert COVERAGE_BAND[0] <= hits / TRIALS <= COVERAGE_BAND[1], hits
     # pairing matters: a constant per-image offset is known exactly despite the spread across images
-    y = rng.normal(30.0, 5.0, 20)
+    # (from BOOTSTRAP_MIN_N images on; fewer equal differences give no interval: tests/test_compare_small_n.py)
+    y = rng.normal(30.0, 5.0, S.BOOTSTRAP_MIN_N + 10)
     iv = S.paired_diff_ci(y + 1.0, y)
     assert iv.value == pytest.approx(1.0) and iv.hi - iv.lo < 1e-9
     with pytest.raises(ValueError, match="differ in length"):

@@ -22,6 +22,7 @@ summary. The exit status through ``--nproc`` is torchrun's: 0, or 1 when any ran
 from __future__ import annotations
 
 import argparse
+import os
 
 HELP = "time a pipeline (loader | replay | train), monitor CPU/RSS/GPU memory, write result rows"
 
@@ -178,7 +179,9 @@ def build_config(args: argparse.Namespace, world=None, dist_config=None):
         train = TrainConfig(lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, amp=args.amp)
         expand = _expand_config(args, backbone, data.num_classes)
         return BenchConfig(
-            pipeline=args.pipeline, data=str(data.root), mode=args.mode, store=args.store,
+            # absolute paths (symlinks kept): a report built elsewhere finds the sizes, never a same-named folder
+            pipeline=args.pipeline, data=os.path.abspath(data.root), mode=args.mode,
+            store=os.path.abspath(args.store) if args.store else None,
             epochs=args.epochs, warmup=args.warmup, repeats=args.repeats,
             min_seconds=args.min_seconds, pipe=pipe, backbone=backbone,
             train=train, eval_split=args.eval_split, replay_batches=args.replay_batches,

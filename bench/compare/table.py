@@ -167,7 +167,11 @@ def psnr_diff_text(r) -> str:
         return "–"
     n = r.get("n_ok", np.nan)
     if any(x is None or pd.isna(x) for x in (lo, hi)):
-        return f"{v:+.2f} dB (one image: no interval, not a result)" if n == 1 else "–"
+        if n == 1:
+            return f"{v:+.2f} dB (one image: no interval, not a result)"
+        if n == n and n > 1:
+            return f"{v:+.2f} dB (the same on all {int(n)} images: no spread, no interval, not a result)"
+        return "–"
     how = r.get("psnr_diff_interval")
     tag = (f" (t interval, {int(n)} images: fewer than {stats.BOOTSTRAP_MIN_N} for a bootstrap)"
            if how == "t" and n == n else "")

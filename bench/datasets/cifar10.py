@@ -82,6 +82,7 @@ def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 @register_source("cifar10")
 class Cifar10(Source):
+    splits_by_ratio = False  # the official splits
     description = "CIFAR-10 python batches (data_batch_1..5, test_batch, batches.meta); 32x32, 10 classes"
     needs_root = True
     default_size = None

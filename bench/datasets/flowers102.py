@@ -75,6 +75,7 @@ def _vector(mat: dict, key: str, path: Path) -> np.ndarray:
 
 @register_source("flowers102")
 class Flowers102(Source):
+    splits_by_ratio = False  # the official splits
     description = "Oxford 102 Flowers: jpg/image_NNNNN.jpg + imagelabels.mat + setid.mat (train/val/test)"
     needs_root = True
     default_size = 224

@@ -86,6 +86,9 @@ def prepare_config(cfg: PrepareConfig, out: str | Path, overwrite: bool = False,
     """
     cfg = resolve(cfg)
     src = get_source(cfg.source)
+    if cfg.val_fraction is not None and not src.splits_by_ratio:
+        raise InputError(f"--val-fraction {cfg.val_fraction:g} does not apply to {cfg.source}: it has its own "
+                         "fixed splits; leave it out")
     with claim(out, "prepared", inputs={"source root (--root)": cfg.root},
                mode="replace" if overwrite else "new") as out:
         scratch = make_temp_dir(out, ".scratch")

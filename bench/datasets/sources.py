@@ -66,6 +66,9 @@ class Source:
     #: decodes image files, resumably: ``load`` takes ``work`` (``bench.datasets.resume``). The
     #: others (generated images, CIFAR's pickles) are quick to read again and start over.
     resumable: ClassVar[bool] = False
+    #: splits by a seeded per-class ratio (``--val-fraction``); the others have fixed splits of their own
+    #: and refuse the option, which their manifest would record as if it had split something.
+    splits_by_ratio: ClassVar[bool] = True
 
     def load(
         self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None,

@@ -67,8 +67,8 @@ from typing import Any
 
 from bench import results
 from bench.errors import InputError
-from bench.harness.epochs import EpochBound
 from bench.harness import monitors
+from bench.harness.epochs import EpochBound
 from bench.harness.monitors import Monitor
 from bench.harness.ranks import DistConfig, PeerStopped, RankResult, Sync, merge
 from bench.harness.replay import CountingSource, ReplayBatches, cache_batches

@@ -116,6 +116,10 @@ def _run_sizes(rows: Any) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, st
             missing[str(ds)] = ("its runs recorded no prepared folder (`--data`)" if g[DATA].isna().all()
                                 else "its runs read several prepared folders")
             continue
+        if not Path(data).is_absolute():  # relative to where `bench` ran, which is not recorded: a same-named
+            missing[str(ds)] = (f"its runs recorded the prepared folder as a relative path (`--data {data}`): "  # folder here
+                                "where `bench` ran is not recorded, so its size is not guessed")
+            continue
         m = _read_json(Path(data) / "manifest.json")
         if m is None:
             missing[str(ds)] = (f"the prepared folder its runs recorded (`--data {data}`) is not found from here "
@@ -132,6 +136,9 @@ def _run_sizes(rows: Any) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, st
             n = _split_count(m, split or "train")
             if store is None:
                 missing[(str(ds), str(p))] = "its runs read several stores"
+            elif not Path(store).is_absolute():
+                missing[(str(ds), str(p))] = (f"its runs recorded the store as a relative path (`--store {store}`): "
+                                              "where `bench` ran is not recorded, so its size is not guessed")
             elif not Path(store).is_file():
                 missing[(str(ds), str(p))] = (f"the store its runs recorded (`--store {store}`) is not found from "
                                               "here (moved or deleted, or a path relative to where `bench` ran)")
