@@ -165,7 +165,7 @@ def test_legitimate_args_still_pass(tmp_path):
     p = _sweep(tmp_path, """
         cells:
           - {kind: prepare, id: p, source: synthetic, args: {per_class: 4, num-classes: 2, seed: 3}}
-          - {kind: encode, id: e, data: p, args: {shard_size: 2, keep_work: true, prune_rounds: 1}}
+          - {kind: encode, id: e, data: p, prune: 0.2, args: {shard_size: 2, keep_work: true, prune_rounds: 1}}
           - kind: bench
             id: b
             data: p
@@ -212,3 +212,17 @@ def test_a_sweep_named_after_its_file_is_checked_too(tmp_path):
         load_sweep(str(y))
     assert load_sweep(str(_sweep(tmp_path, "cells: [{kind: prepare, id: p, source: synthetic}]\n",
                                  "my-sweep.yaml"))).name == "my-sweep"
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    ("args: {prune_rounds: 2}", "--prune-rounds 2 applies to iterative pruning only"),
+    ("bits: '32:32:32', args: {qat: 5}", "--qat 5 fine-tunes against quantized weights"),
+    ("args: {qat: many}", "argument --qat"),
+])
+def test_encode_options_the_command_would_refuse_are_refused_when_the_sweep_loads(tmp_path, capsys, extra, says):
+    """Not as an error cell hours into the sweep: `--list` already says it, naming the file and the cell."""
+    y = tmp_path / "enc.yaml"
+    y.write_text("name: enc\nreport: false\ncells:\n  - {kind: prepare, id: p, source: synthetic, size: 8}\n"
+                 f"  - {{kind: encode, id: e, data: p, preset: demo, {extra}}}\n")
+    rc, _, err = run_cli(capsys, "sweep", str(y), "--list")
+    assert_one_line_error(rc, err, str(y), "cell 'e'", says)

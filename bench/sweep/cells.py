@@ -60,6 +60,10 @@ def store_stem(name: str) -> str:
     return name.replace(".", "_")
 
 
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
 def check_name(name: str, what: str = "the cell's output inside its folder") -> None:
     """A cell's ``name`` is a file or folder name inside the cell's folder (a sweep's, its folder under
     ``runs/``): one plain path component (a ``/``, ``..`` or an absolute name would place the output
@@ -163,6 +167,10 @@ class Cell:
     def elsewhere(self, ctx: Context) -> str | None:
         """Why this process cannot run the cell itself (it must be started elsewhere), or ``None``."""
         return None
+
+    def check_options(self) -> None:
+        """Refuse (``ValueError``), when the sweep is loaded, what the cell's command would refuse without
+        reading a file; nothing by default."""
 
     def resume_state(self, ctx: Context) -> tuple[Path, ...]:
         """What an interrupted run of this very cell left in its folder to resume from: kept when the
@@ -349,6 +357,28 @@ class EncodeCell(DistributedCell):
             argv += ["--init", str(ctx.output(self.init))]
         argv += ["--out", str(self.output(ctx))]
         return argv + extra_argv(self.args)
+
+    def check_options(self) -> None:
+        """The options ``inrbench encode`` would refuse on this cell's line (``bench.commands.encode.build_config``:
+        a pruning option without pruning, QAT with float widths, ...), refused when the sweep is loaded
+        instead of as an error cell hours into it. Reads no file (the init is checked when the cell runs)."""
+        import contextlib
+        import io
+
+        from bench.commands.encode import build_config
+        from bench.errors import InputError
+
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(said):
+                ns = command_parser(self.COMMAND).parse_args(self.argv(_ProbeContext())[1:])
+        except SystemExit:
+            raise ValueError(_one_line(said.getvalue()).removeprefix("inrbench: error: ")) from None
+        ns.init = None  # the init file is another cell's output: it does not exist yet
+        try:
+            build_config(ns)
+        except InputError as e:
+            raise ValueError(str(e)) from None
 
     def resume_state(self, ctx: Context) -> tuple[Path, ...]:
         out = self.output(ctx)  # encode's finished shards (inr.encode: OUT + WORK_SUFFIX)

@@ -296,6 +296,7 @@ def _build(cls: type[Cell], f: dict, device: str, path: Path, where: str, launch
             kw[k] = _coerce(v, hints[k], k)
         cell = cls(**kw)
         check_args(cell)
+        cell.check_options()
     except (TypeError, ValueError) as e:
         raise InputError(f"{where}: {e}", path) from None
     if cell.timeout_s is not None and not 0 < cell.timeout_s < math.inf:
