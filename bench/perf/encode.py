@@ -334,23 +334,26 @@ def _batched_over_loop(batched: dict[str, Any], loop: dict[str, Any]) -> dict[st
     """Batched / loop image-iterations per second with processes as the units, as the report's speedups
     (``bench.stats.unit_ratio_ci``: each worker process's rate counts once; ratio of geometric means,
     Welch's 95% t interval on the logs). One process a side: the ratio, no interval (null bounds)."""
-    import math
-
     from bench.stats import unit_ratio_ci
 
     iv = unit_ratio_ci([[r] for r in batched["rates"]], [[r] for r in loop["rates"]])
-    bound = lambda x: x if math.isfinite(x) else None  # noqa: E731 - JSON has no NaN: no bound is null
-    return {"value": iv.value, "lo": bound(iv.lo), "hi": bound(iv.hi), "n": iv.n}
+    lo, hi = _bounds(iv)
+    return {"value": iv.value, "lo": lo, "hi": hi, "n": iv.n}
+
+
+def _bounds(iv: Any) -> tuple[float | None, float | None]:
+    """An interval's bounds for ``--json``: both None where there is no interval (JSON has no NaN)."""
+    import math
+
+    return (iv.lo, iv.hi) if math.isfinite(iv.lo) and math.isfinite(iv.hi) else (None, None)
 
 
 def _fmt_speedup(sp: dict[str, Any]) -> str:
     """``5.21x [4.80-5.65] (2 processes a side, ...)``, or, with one process a side, the ratio said to be
     no result, as the report says it."""
-    import math
-
     from bench.stats import Interval, fmt_ratio
 
-    if sp["n"] < 2 or sp["lo"] is None or sp["hi"] is None or not (math.isfinite(sp["lo"]) and math.isfinite(sp["hi"])):
+    if sp["n"] < 2 or sp["lo"] is None:  # one process a side, or no spread: no interval (``_bounds``)
         return (f"{sp['value']:.1f}x (one process a side: no interval, not a result; --repeats N >= 2 "
                 "runs each side in N processes)")
     return (f"{fmt_ratio(Interval(sp['value'], sp['lo'], sp['hi'], sp['n']))} ({sp['n']} processes a side; "
@@ -397,23 +400,19 @@ def _compiled_over_eager(by_step: dict[str, dict[str, Any]]) -> dict[str, Any] |
     """median(compiled rates) / median(eager rates) with its bootstrap interval (None unless both ran)."""
     if set(by_step) != {"eager", "compiled"}:
         return None
-    import math
     import statistics
 
     from bench.stats import ratio_ci
 
     c, e = by_step["compiled"]["rates"], by_step["eager"]["rates"]
-    iv = ratio_ci(c, e)
-    lo, hi = (iv.lo, iv.hi) if math.isfinite(iv.lo) and math.isfinite(iv.hi) else (None, None)  # JSON has no NaN
+    lo, hi = _bounds(ratio_ci(c, e))
     return {"value": statistics.median(c) / statistics.median(e), "lo": lo, "hi": hi, "n": len(c)}
 
 
 def _fmt_ce(ce: dict[str, Any]) -> str:
-    import math
-
     from bench.stats import Interval, fmt_ratio
 
-    if ce["n"] < 2 or ce["lo"] is None or not math.isfinite(ce["lo"]):
+    if ce["n"] < 2 or ce["lo"] is None:
         return f"{ce['value']:.2f}x (one process a side: no interval, not a result; use --repeats 3 or more)"
     return fmt_ratio(Interval(ce["value"], ce["lo"], ce["hi"], ce["n"]))
 

@@ -60,10 +60,6 @@ def store_stem(name: str) -> str:
     return name.replace(".", "_")
 
 
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
 def check_name(name: str, what: str = "the cell's output inside its folder") -> None:
     """A cell's ``name`` is a file or folder name inside the cell's folder (a sweep's, its folder under
     ``runs/``): one plain path component (a ``/``, ``..`` or an absolute name would place the output
@@ -365,6 +361,7 @@ class EncodeCell(DistributedCell):
         import contextlib
         import io
 
+        from bench.cli import _one_line
         from bench.commands.encode import build_config
         from bench.errors import InputError
 
