@@ -358,16 +358,16 @@ def resume_line(resumed: int, total: int, work: Path) -> str:
 
 
 @contextlib.contextmanager
-def kept_note(sp: _Split, cfg: EncodeConfig, log: Callable[[str], None] | None):
-    """If the block fails or is interrupted (Ctrl-C) with fitted shards in the work folder, ``log`` says
-    they are kept and how to resume (as ``prepare`` does); the exception goes on."""
+def kept_note(work: Path, total: int, log: Callable[[str], None] | None):
+    """If the block fails or is interrupted (Ctrl-C) with fitted shards (``shard_{si:05d}.inr``, ``si <
+    total``) in the work folder ``work``, ``log`` says they are kept and how to resume (as ``prepare``
+    does); the exception goes on. Shared by the batched and the native-size encode (``inr.native``)."""
     try:
         yield
     except BaseException:
-        total = len(shard_ranges(sp.shape[0], cfg.shard_size))
-        kept = sum((sp.work / f"shard_{si:05d}.inr").is_file() for si in range(total)) if sp.work.is_dir() else 0
+        kept = sum((work / f"shard_{si:05d}.inr").is_file() for si in range(total)) if work.is_dir() else 0
         if kept and log is not None:
-            log(f"encode: {kept} of {total} shards are fitted and kept in {sp.work}: rerun the same command to "
+            log(f"encode: {kept} of {total} shards are fitted and kept in {work}: rerun the same command to "
                 "resume (or delete it)")
         raise
 
@@ -437,7 +437,7 @@ def early_stop_record(shards: list[tuple[int, dict]], fit_cfg: FitConfig) -> dic
 def _encode_split(images, labels, cfg: EncodeConfig, out: Path, device, source, progress, keep_work, fit_cache,
                   log=None, on_start=None) -> Path:
     sp = _split(images, labels, cfg, out, source)
-    with fresh_work(sp.work, sp.job), kept_note(sp, cfg, log):
+    with fresh_work(sp.work, sp.job), kept_note(sp.work, len(shard_ranges(sp.shape[0], cfg.shard_size)), log):
         finished = finished_shards(sp, cfg)
         if on_start is not None:
             on_start()

@@ -37,6 +37,8 @@ from inr.encode import (
     early_stop_record,
     encode_images,
     fresh_work,
+    kept_note,
+    resume_line,
 )
 from inr.quantize import QLayer
 
@@ -94,17 +96,27 @@ def _finished(path: Path, sh: NativeShard) -> store.StoredINR | None:
     return st
 
 
+def _finished_psnr(path: Path, sh: NativeShard) -> np.ndarray | None:
+    """The per-image PSNRs of the finished shard ``sh`` at ``path`` (``_finished``), else None."""
+    st = _finished(path, sh)
+    return None if st is None else st.psnr
+
+
 def encode_native(
     images: Sequence[np.ndarray], labels, cfg: EncodeConfig, out: str | Path, device: str | torch.device = "cpu",
     source: dict | None = None, progress: Callable[[int, np.ndarray], None] | None = None,
     overwrite: bool = False, fit_cache: str | Path | None = None, keep_work: bool = False,
+    log: Callable[[str], None] | None = None, on_start: Callable[[], None] | None = None,
 ) -> Path:
     """Encode uint8 ``[H_i, W_i, 3]`` images (one per label) into the store ``out``, resumably.
 
     ``source`` is recorded in the store's meta (``bench.datasets.identity``) and checked on
     resume; ``out`` is claimed like ``encode_split``'s (never inside the prepared dataset;
     replaced only with ``overwrite``). ``progress(n_images, psnr [n])`` as shards finish (at once
-    for shards found finished). ``keep_work``: keep ``OUT.work/`` after success.
+    for shards found finished). ``keep_work``: keep ``OUT.work/`` after success. ``log`` and
+    ``on_start`` as ``encode_split``'s: ``on_start()`` once the work folder is opened and checked, then
+    ``log`` gets the resume line when shards were found finished, and the kept-shards line when the
+    run fails or is interrupted with shards on disk.
     """
     labels = np.asarray(labels, dtype=np.int64).reshape(-1)
     if len(images) != labels.shape[0] or not len(images):
@@ -115,9 +127,16 @@ def encode_native(
         shards = native_shards(sizes, cfg.shard_size)
         # the job: configuration, source and the sizes (which fix the shards); h, w of the first image
         job = {**_job(cfg, source, len(images), *map(int, sizes[0])), "native_sizes_sha256": sha256_array(sizes)}
-        with fresh_work(work, job):
+        with fresh_work(work, job), kept_note(work, len(shards), log):
+            finished = {si: _finished_psnr(work / f"shard_{si:05d}.inr", sh) for si, sh in enumerate(shards)}
+            if on_start is not None:
+                on_start()
+            resumed = sum(p is not None for p in finished.values())
+            if resumed and log is not None:
+                log(resume_line(resumed, len(shards), work))
             for si, sh in enumerate(shards):
-                _encode_shard(images, labels, cfg, work / f"shard_{si:05d}.inr", si, sh, device, progress, fit_cache)
+                _encode_shard(images, labels, cfg, work / f"shard_{si:05d}.inr", si, sh, device, progress, fit_cache,
+                              finished.pop(si))
         _assemble(out, work, shards, labels, sizes, cfg, source)
         if not keep_work:
             shutil.rmtree(work, ignore_errors=True)
@@ -125,12 +144,12 @@ def encode_native(
 
 
 def _encode_shard(images, labels: np.ndarray, cfg: EncodeConfig, path: Path, si: int, sh: NativeShard, device,
-                  progress, fit_cache) -> None:
-    """Fit shard ``sh`` into ``path`` (one-size store, written atomically) unless it is finished there."""
-    done = _finished(path, sh)
+                  progress, fit_cache, done: np.ndarray | None) -> None:
+    """Fit shard ``sh`` into ``path`` (one-size store, written atomically) unless ``done``, its PSNRs
+    when it was found finished there before the run started (``_finished_psnr``), says it is there."""
     if done is not None:
         if progress is not None:
-            progress(len(sh.index), done.psnr)
+            progress(len(sh.index), done)
         return
     group = np.stack([np.asarray(images[i]) for i in sh.index])
     enc = encode_images(group, cfg, device=device, first_index=sh.first_index, progress=progress, fit_cache=fit_cache)

@@ -111,3 +111,92 @@ def test_the_library_reports_through_its_callbacks(tmp_path, monkeypatch):
     events.clear()
     encode_split(imgs, labels, cfg, out, log=events.append, on_start=lambda: events.append("start"))
     assert events == ["start", f"encode: resuming, 1 of 3 shards already fitted (work folder {out}.work)"]
+
+
+# --- the native-size encode (``prepare --size native``, inr.native) says the same lines -------------------------
+
+NATIVE_SIZES = [(12, 16), (16, 12), (12, 16), (10, 10), (16, 12)]  # 3 size groups, shard size 1: 5 shards
+NATIVE_ARGS = ("--iterations", "5", "--layers", "2", "--hidden", "6", "--shard-size", "1", "--no-progress")
+
+
+@pytest.fixture(scope="module")
+def native_data(tmp_path_factory):
+    import numpy as np
+
+    from bench.datasets.prepared import SplitData, write_prepared
+
+    rng = np.random.default_rng(0)
+    ims = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in NATIVE_SIZES]
+    root = tmp_path_factory.mktemp("native") / "mixed"
+    write_prepared(root, {"train": SplitData(ims, np.array([0, 1, 0, 1, 0], np.int64), ids=[str(i) for i in range(5)])},
+                   {"source": "mixed", "classes": ["a", "b"]})
+    return root
+
+
+def _stop_native_at_shard(monkeypatch, k: int, exc: BaseException) -> None:
+    import inr.native as N
+
+    real, calls = N.encode_images, []
+
+    def stopping(*a, **kw):
+        calls.append(1)
+        if len(calls) == k + 1:
+            raise exc
+        return real(*a, **kw)
+
+    monkeypatch.setattr(N, "encode_images", stopping)
+
+
+def test_an_interrupted_native_encode_says_how_to_resume_and_the_rerun_says_it_resumes(native_data, tmp_path, capsys,
+                                                                                       monkeypatch):
+    full = tmp_path / "full.inr"
+    rc, _, err = run_cli(capsys, "encode", native_data, *NATIVE_ARGS, "--out", full)
+    assert rc == 0, err
+
+    out, work = tmp_path / "s.inr", tmp_path / "s.inr.work"
+    _stop_native_at_shard(monkeypatch, 2, KeyboardInterrupt())
+    rc, stdout, err = run_cli(capsys, "encode", native_data, *NATIVE_ARGS, "--out", out)
+    assert rc == 130 and err.strip() == "inrbench: interrupted", err
+    lines = stdout.splitlines()
+    assert lines[0].startswith(f"encode {native_data} [train] 5 images, native sizes (3 size groups)")
+    assert lines[-1] == (f"encode: 2 of 5 shards are fitted and kept in {work}: rerun the same command "
+                         "to resume (or delete it)") and len(lines) == 2
+    assert not out.exists() and len(list(work.glob("shard_*.inr"))) == 2
+    monkeypatch.undo()
+
+    rc, stdout, err = run_cli(capsys, "encode", native_data, *NATIVE_ARGS, "--out", out)
+    assert rc == 0, err
+    lines = stdout.splitlines()
+    assert lines[0].startswith(f"encode {native_data} [train] 5 images, native sizes")
+    assert lines[1] == f"encode: resuming, 2 of 5 shards already fitted (work folder {work})"
+    assert lines[2].startswith(f"wrote {out}: 5 images") and len(lines) == 3
+    assert out.read_bytes() == full.read_bytes() and not work.exists()
+
+
+def test_a_native_error_after_some_shards_says_they_are_kept_and_a_fresh_run_says_nothing(native_data, tmp_path,
+                                                                                          capsys, monkeypatch):
+    from bench.errors import InputError
+
+    out = tmp_path / "s.inr"
+    _stop_native_at_shard(monkeypatch, 1, InputError("a disk went away"))
+    rc, stdout, err = run_cli(capsys, "encode", native_data, *NATIVE_ARGS, "--out", out)
+    assert_one_line_error(rc, err, "a disk went away")
+    assert f"encode: 1 of 5 shards are fitted and kept in {out}.work: rerun the same command" in stdout
+    monkeypatch.undo()
+
+    fresh = tmp_path / "fresh.inr"
+    _stop_native_at_shard(monkeypatch, 0, KeyboardInterrupt())
+    rc, stdout, _ = run_cli(capsys, "encode", native_data, *NATIVE_ARGS, "--out", fresh)
+    assert rc == 130 and len(stdout.splitlines()) == 1  # the header only: nothing fitted, nothing kept
+    assert not (tmp_path / "fresh.inr.work").exists()
+
+
+def test_a_native_work_folder_of_other_settings_is_refused_before_the_header(native_data, tmp_path, capsys,
+                                                                             monkeypatch):
+    out = tmp_path / "s.inr"
+    _stop_native_at_shard(monkeypatch, 1, KeyboardInterrupt())
+    assert run_cli(capsys, "encode", native_data, *NATIVE_ARGS, "--out", out)[0] == 130
+    monkeypatch.undo()
+    rc, stdout, err = run_cli(capsys, "encode", native_data, *NATIVE_ARGS, "--iterations", "6", "--out", out)
+    assert_one_line_error(rc, err, f"{out}.work", "other settings (encode.fit.iterations differs)")
+    assert stdout == ""

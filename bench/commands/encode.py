@@ -397,16 +397,21 @@ def _encode_native(args: argparse.Namespace, cfg, ds) -> int:
     if n < 1:
         raise InputError(f"split {args.split!r} has no images to encode", args.prepared)
     source = source_record(ds, args.split, args.limit)
-    print(f"encode {ds.root} [{args.split}] {n} images, native sizes ({len(size_groups(split.sizes[:n]))} size groups): "
-          f"{cfg.fit.arch}, {cfg.fit.iterations} iterations, {cfg.fit.step} fit step, bits {list(cfg.quant.bits)}, "
-          f"device {args.device}")
-    bar = progress_bar(n, "encode", "img", enabled=not args.no_progress, dynamic_ncols=True)
+    shown: dict = {}  # the header and the bar, once the work folder is checked (a refusal of it comes first)
+
+    def start() -> None:
+        print(f"encode {ds.root} [{args.split}] {n} images, native sizes ({len(size_groups(split.sizes[:n]))} size "
+              f"groups): {cfg.fit.arch}, {cfg.fit.iterations} iterations, {cfg.fit.step} fit step, "
+              f"bits {list(cfg.quant.bits)}, device {args.device}", flush=True)
+        shown["bar"] = progress_bar(n, "encode", "img", enabled=not args.no_progress, dynamic_ncols=True)
+
     try:
         out = encode_native(list(split.images[:n]), split.labels[:n], cfg, args.out, device=args.device, source=source,
-                            progress=lambda k, p: bar.update(k), overwrite=args.overwrite, fit_cache=args.fit_cache,
-                            keep_work=args.keep_work)
+                            progress=lambda k, p: shown["bar"].update(k), overwrite=args.overwrite,
+                            fit_cache=args.fit_cache, keep_work=args.keep_work, log=_log, on_start=start)
     finally:
-        bar.close()
+        if "bar" in shown:
+            shown["bar"].close()
     return _finish(out, args, "mean raw RGB")
 
 
