@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+import numpy as np
+
 from bench.cli import build_parser, main
 
 
@@ -26,7 +28,8 @@ def test_perf_encode_json(capsys):
 
 def test_perf_encode_repeats_interleave_steps_and_give_an_interval(monkeypatch, capsys):
     """--step both --repeats R: R worker processes per step in ABBA order; the median run's figures
-    per step, compiled/eager = ratio of medians with a bootstrap interval; the estimate repeats too."""
+    per step, compiled/eager = ratio of geometric means with Welch's t interval on the logs (processes as
+    units, as batched/loop); the estimate repeats too."""
     from bench.perf import encode as pe
 
     calls = []
@@ -57,7 +60,8 @@ def test_perf_encode_repeats_interleave_steps_and_give_an_interval(monkeypatch, 
     assert r["steps"]["eager"]["rates"] == [100.0, 110.0, 90.0]
     assert r["steps"]["eager"]["image_iterations_per_s"] == 100.0 and r["steps"]["compiled"]["image_iterations_per_s"] == 250.0
     ci = r["compiled_over_eager_ci"]
-    assert abs(ci["value"] - 2.5) < 1e-12 and ci["lo"] <= 2.5 <= ci["hi"] and ci["lo"] > 2.0 and ci["n"] == 3
+    geo = float(np.exp(np.mean(np.log([250.0, 260.0, 240.0])) - np.mean(np.log([100.0, 110.0, 90.0]))))
+    assert abs(ci["value"] - geo) < 1e-12 and ci["lo"] <= geo <= ci["hi"] and ci["lo"] > 2.0 and ci["n"] == 3
     e = r["estimate"]
     assert e["measured_iterations"] == 7 and e["steps"]["eager"]["rates"] == [2000.0] * 3
     assert not e["reused_main_measurement"]

@@ -63,3 +63,54 @@ def test_repeats_print_the_interval(fake, capsys):
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("speedup"))
     iv = S.unit_ratio_ci([[100.0], [110.0], [90.0]], [[10.0], [12.0], [11.0]])
     assert S.fmt_ratio(iv) in line and "3 processes a side" in line and "not a result" not in line
+
+
+@pytest.fixture
+def fake_steps(monkeypatch):
+    """``--step both``: the loop, eager and compiled workers with fixed rates (3 processes each)."""
+    from bench.perf import encode as pe
+
+    rates = {"loop": iter([10.0, 12.0, 11.0]), "eager": iter([100.0, 110.0, 90.0]),
+             "compiled": iter([250.0, 300.0, 200.0])}
+
+    def spawn(args, method, images, step="eager", **over):
+        r = next(rates[method if method == "loop" else step])
+        out = {"images": 6, "iterations": 5, "image_iterations_per_s": r, "seconds": 30.0 / r,
+               "peak_memory_bytes": 0, "memory_kind": "x", "mean_psnr": 20.0, "threads": 1,
+               "mean_psnr_first": {"1": 20.0, "2": 20.0}}
+        if method == "batched":
+            out.update(chunk=6, workers=1, achieved_gflops=r / 100, pct_of_peak=1.0, peak_tflops=1.0,
+                       peak_dtype="float32", warmup_seconds=0.0)
+        return out
+
+    monkeypatch.setattr(pe, "_spawn", spawn)
+
+
+def test_compiled_over_eager_takes_the_same_interval_as_batched_over_loop(fake_steps, capsys):
+    """One method for both ratios: processes as units, ratio of geometric means, Welch's t on the logs
+    (it was the ratio of medians, 2.5x, with a bootstrap interval)."""
+    assert main([*ARGS, "--step", "both", "--repeats", "3", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    iv = S.unit_ratio_ci([[250.0], [300.0], [200.0]], [[100.0], [110.0], [90.0]])
+    ce = r["compiled_over_eager_ci"]
+    assert ce["n"] == 3 and (ce["value"], ce["lo"], ce["hi"]) == pytest.approx((iv.value, iv.lo, iv.hi))
+    geo = np.exp(np.mean(np.log([250, 300, 200])) - np.mean(np.log([100, 110, 90])))
+    assert r["compiled_over_eager"] == pytest.approx(geo) and abs(geo - 2.5) > 1e-3  # not the median ratio
+    assert ce["method"] == r["speedup_ci"]["method"] == "ratio of geometric means, Welch's 95% t interval"
+
+
+def test_both_ratios_are_printed_the_same_way(fake_steps, capsys):
+    assert main([*ARGS, "--step", "both", "--repeats", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    ce = next(ln for ln in lines if ln.startswith("compiled / eager"))
+    sp = next(ln for ln in lines if ln.startswith("speedup"))
+    iv = S.unit_ratio_ci([[250.0], [300.0], [200.0]], [[100.0], [110.0], [90.0]])
+    assert S.fmt_ratio(iv) in ce
+    for line in (ce, sp):
+        assert "(3 processes a side; ratio of geometric means, Welch's 95% t interval)" in line, line
+
+
+def test_one_process_a_side_is_no_result_for_compiled_over_eager_too(fake_steps, capsys):
+    assert main([*ARGS, "--step", "both"]) == 0
+    ce = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("compiled / eager"))
+    assert "2.50x (one process a side: no interval, not a result;" in ce

@@ -28,11 +28,10 @@ shared 2-core CPU), which made two steps' percentages incomparable when each had
 (``inr.fast_step``) side by side in one run, each in its own worker (compile time reported apart,
 not in the rate). ``--repeats R`` runs every batched measurement, and the reference loop, R times,
 each in a fresh worker process, interleaved (loop, eager, compiled, compiled, eager, loop, ...): the
-rate reported is the median; batched / loop is the ratio of the processes' geometric means with
-Welch's 95% t interval on the logs, the report's speedup with processes as units
-(``bench.stats.unit_ratio_ci``), and compiled / eager the ratio of medians with a 95% bootstrap
-interval (``bench.stats.ratio_ci``) over the per-process rates, so process-to-process variation is in
-both. With R = 1 (the default) each ratio is printed as one process a side: no interval, not a result.
+rate reported is the median; batched / loop and compiled / eager are each the ratio of the processes'
+geometric means with Welch's 95% t interval on the logs, the report's speedup with processes as units
+(``bench.stats.unit_ratio_ci``, ``_process_ratio``), so process-to-process variation is in both. With
+R = 1 (the default) each ratio is printed as one process a side: no interval, not a result.
 ``--estimate DATASET`` measures the batched fit at that dataset's paper preset (architecture and
 image size, synthetic pixels: the rate does not depend on them), with the same repeats, and
 projects the encode time of the whole dataset at the preset's iterations on this device, for each
@@ -282,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name:<44} {r['images']:>6} {r['image_iterations_per_s']:>10.0f} {r['seconds']:>8.2f} {r['peak_memory_bytes'] / 2**20:>8.1f}MB {r['mean_psnr']:>8.2f}")
     k = str(min(args.loop_images, 8)) if str(min(args.loop_images, 8)) in batched["mean_psnr_first"] else "1"
     print(f"same {k} images: PSNR loop {loop['mean_psnr_first'][k]:.2f} dB, batched {batched['mean_psnr_first'][k]:.2f} dB (same fit, same iterations)")
-    print(f"speedup (batched / loop image-iterations per second): {_fmt_speedup(speedup)}   "
+    print(f"speedup (batched / loop image-iterations per second): {_fmt_ratio(speedup)}   "
           f"[memory: {loop['memory_kind']}]")
     print(_peak_line(peak, args.device))
     for s, b in by_step.items():
@@ -291,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
               f"{b['achieved_gflops']:.1f} GFLOP/s = {b['pct_of_peak']:.1f}% of peak; PSNR {b['mean_psnr']:.3f} dB; "
               f"warm-up/compile {b['warmup_seconds']:.1f} s")
     if ce:
-        print(f"compiled / eager batched img-it/s: {_fmt_ce(ce)}  (same images, same iterations; "
+        print(f"compiled / eager batched img-it/s: {_fmt_ratio(ce, 2)}  (same images, same iterations; "
               f"{args.repeats} interleaved process(es) per step)")
     if estimate:
         e = estimate
@@ -305,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {s:<8} {r['image_iterations_per_s']:>9.1f} img-it/s{_spread(r['rates'])} ({r['achieved_gflops']:.1f} GFLOP/s) -> "
                   f"{_hms(r['projected_seconds'])}{span} for the whole encode (fit only)")
         if e.get("compiled_over_eager_ci"):
-            print(f"  compiled / eager: {_fmt_ce(e['compiled_over_eager_ci'])}")
+            print(f"  compiled / eager: {_fmt_ratio(e['compiled_over_eager_ci'], 2)}")
     return 0
 
 
@@ -330,15 +329,24 @@ def _repeated(args: argparse.Namespace, steps: list[str], images: Path, loop: Pa
     return out
 
 
-def _batched_over_loop(batched: dict[str, Any], loop: dict[str, Any]) -> dict[str, Any]:
-    """Batched / loop image-iterations per second with processes as the units, as the report's speedups
-    (``bench.stats.unit_ratio_ci``: each worker process's rate counts once; ratio of geometric means,
-    Welch's 95% t interval on the logs). One process a side: the ratio, no interval (null bounds)."""
+RATIO_METHOD = "ratio of geometric means, Welch's 95% t interval"
+
+
+def _process_ratio(top: list[float], bottom: list[float]) -> dict[str, Any]:
+    """``top`` / ``bottom`` image-iterations per second (one rate per worker process) with processes as
+    the units, as the report's speedups (``bench.stats.unit_ratio_ci``: each process's rate counts once;
+    ratio of geometric means, Welch's 95% t interval on the logs). Every ratio ``perf encode`` prints
+    takes this one method. One process a side: the ratio, no interval (null bounds)."""
     from bench.stats import unit_ratio_ci
 
-    iv = unit_ratio_ci([[r] for r in batched["rates"]], [[r] for r in loop["rates"]])
+    iv = unit_ratio_ci([[r] for r in top], [[r] for r in bottom])
     lo, hi = _bounds(iv)
-    return {"value": iv.value, "lo": lo, "hi": hi, "n": iv.n}
+    return {"value": iv.value, "lo": lo, "hi": hi, "n": iv.n, "method": RATIO_METHOD}
+
+
+def _batched_over_loop(batched: dict[str, Any], loop: dict[str, Any]) -> dict[str, Any]:
+    """Batched / loop image-iterations per second (``_process_ratio``)."""
+    return _process_ratio(batched["rates"], loop["rates"])
 
 
 def _bounds(iv: Any) -> tuple[float | None, float | None]:
@@ -348,16 +356,15 @@ def _bounds(iv: Any) -> tuple[float | None, float | None]:
     return (iv.lo, iv.hi) if math.isfinite(iv.lo) and math.isfinite(iv.hi) else (None, None)
 
 
-def _fmt_speedup(sp: dict[str, Any]) -> str:
-    """``5.21x [4.80-5.65] (2 processes a side, ...)``, or, with one process a side, the ratio said to be
-    no result, as the report says it."""
+def _fmt_ratio(r: dict[str, Any], digits: int = 1) -> str:
+    """A ``_process_ratio``: ``5.21x [4.80-5.65] (2 processes a side; ratio of geometric means, ...)``, or,
+    with one process a side, the ratio said to be no result, as the report says it."""
     from bench.stats import Interval, fmt_ratio
 
-    if sp["n"] < 2 or sp["lo"] is None:  # one process a side, or no spread: no interval (``_bounds``)
-        return (f"{sp['value']:.1f}x (one process a side: no interval, not a result; --repeats N >= 2 "
+    if r["n"] < 2 or r["lo"] is None:  # one process a side, or no spread: no interval (``_bounds``)
+        return (f"{r['value']:.{digits}f}x (one process a side: no interval, not a result; --repeats N >= 2 "
                 "runs each side in N processes)")
-    return (f"{fmt_ratio(Interval(sp['value'], sp['lo'], sp['hi'], sp['n']))} ({sp['n']} processes a side; "
-            "ratio of geometric means, Welch's 95% t interval)")
+    return f"{fmt_ratio(Interval(r['value'], r['lo'], r['hi'], r['n']))} ({r['n']} processes a side; {RATIO_METHOD})"
 
 
 def _run_peak(by_step: dict[str, dict[str, Any]], estimate: dict[str, Any] | None) -> dict[str, Any]:
@@ -397,24 +404,10 @@ def _matching_preset(args: argparse.Namespace) -> str | None:
 
 
 def _compiled_over_eager(by_step: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """median(compiled rates) / median(eager rates) with its bootstrap interval (None unless both ran)."""
+    """Compiled / eager batched image-iterations per second (``_process_ratio``; None unless both ran)."""
     if set(by_step) != {"eager", "compiled"}:
         return None
-    import statistics
-
-    from bench.stats import ratio_ci
-
-    c, e = by_step["compiled"]["rates"], by_step["eager"]["rates"]
-    lo, hi = _bounds(ratio_ci(c, e))
-    return {"value": statistics.median(c) / statistics.median(e), "lo": lo, "hi": hi, "n": len(c)}
-
-
-def _fmt_ce(ce: dict[str, Any]) -> str:
-    from bench.stats import Interval, fmt_ratio
-
-    if ce["n"] < 2 or ce["lo"] is None:
-        return f"{ce['value']:.2f}x (one process a side: no interval, not a result; use --repeats 3 or more)"
-    return fmt_ratio(Interval(ce["value"], ce["lo"], ce["hi"], ce["n"]))
+    return _process_ratio(by_step["compiled"]["rates"], by_step["eager"]["rates"])
 
 
 def _spread(rates: list[float]) -> str:
