@@ -107,6 +107,7 @@ def _write(doc: _Doc, x: ReportInputs) -> None:
         doc.add("**Other processes were busy on the machine during some runs: see *Other load on the "
                 "machine*.**")
         doc.add()
+    _spelled_apart(doc, x)
     _headline(doc, x)
     _environment(doc, x, every_method.rows)
     if x.cells:
@@ -123,6 +124,22 @@ def _write(doc: _Doc, x: ReportInputs) -> None:
     _design_space(doc, x)
     _weights(doc, x)
     M.section(doc, every_method)
+
+
+def _spelled_apart(doc: _Doc, x: ReportInputs) -> None:
+    """The labels kept apart only by a path that may be one input spelled two ways (``settings.spelled_apart``)."""
+    if not x.spelled_apart:
+        return
+    doc.add("**Rows reported apart that may be one input spelled two ways.** Older `bench` runs recorded "
+            "`--data` and `--store` as typed, relative to a folder they did not record; newer ones record "
+            "the absolute path. No run records a content hash of what it read, and the report never looks a "
+            "relative path up from where it runs, so it cannot tell whether these name the same folder or "
+            "store: they stay apart, never pooled on a guess. Runs of today's `bench` record absolute paths, "
+            "so a rerun pools with the absolute-path rows.")
+    doc.add()
+    for line in x.spelled_apart:
+        doc.add(f"- {line}")
+    doc.add()
 
 
 def _store_of(x: ReportInputs) -> dict[tuple[str, str], str]:

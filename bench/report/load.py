@@ -18,7 +18,9 @@ per-rank section reads (``bench.report.ranks``). Runs of one dataset at differen
 sizes are never pooled: each world size above 1 becomes a dataset of its own, ``NAME (N processes)``
 (``by_world_size``, applied to both), so every table compares pipelines at one world size.
 Likewise runs with different settings, or ``inr`` runs of different stores, are never pooled
-(``bench.report.settings``: ``NAME [batch_size=64, ...]`` datasets, ``inr [STEM]`` pipelines).
+(``bench.report.settings``: ``NAME [batch_size=64, ...]`` datasets, ``inr [STEM]`` pipelines); where
+two such labels differ only in how a path was spelled (an older run's relative ``--data``/``--store``,
+a newer one's absolute), ``ReportInputs.spelled_apart`` names them (``settings.spelled_apart``).
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class ReportInputs:
     run_store_bytes: dict[tuple[str, str], float] = field(default_factory=dict)
     # dataset or (dataset, pipeline) -> why its sizes could not be read (plain folder: a recorded path gone)
     sizes_missing: dict[Any, str] = field(default_factory=dict)
+    # runs kept apart by a path that may be one input spelled two ways (``settings.spelled_apart``)
+    spelled_apart: list[str] = field(default_factory=list)
 
 
 def load(results_dir: str | Path) -> ReportInputs:
@@ -79,6 +83,7 @@ def load(results_dir: str | Path) -> ReportInputs:
     from bench import results as R
 
     every, _ = by_world_size(with_time_to_first_batch(R.read_results(root)), {})
+    apart = settings.spelled_apart(every)
     every, _ = settings.by_settings(settings.by_store(every), {})
     rows, rank_rows = split_ranks(every)
     env = _read_json(next(iter(sorted(root.glob("runs/*/env.json"))), None))
@@ -86,7 +91,7 @@ def load(results_dir: str | Path) -> ReportInputs:
     manifests, store_bytes, missing = _run_sizes(rows)
     return ReportInputs(root=root, name=root.name, description="", rows=rows, env=env, manifests=manifests,
                         predictions=_predictions([root], rows), code_of=code_of, rank_rows=rank_rows,
-                        run_store_bytes=store_bytes, sizes_missing=missing)
+                        run_store_bytes=store_bytes, sizes_missing=missing, spelled_apart=apart)
 
 
 DATA, STORE, SPLIT = "cfg.data", "cfg.store", "cfg.pipe.split"
@@ -224,6 +229,7 @@ def _load_sweep(root: Path) -> ReportInputs:
         compares.append(CompareResult(cell=c["id"], dataset=ds, folder=folder,
                                       summary=pd.read_csv(folder / "summary.csv"), image_size=size))
     every, manifests = by_world_size(with_time_to_first_batch(every), manifests)
+    apart = settings.spelled_apart(every)
     every, manifests = settings.by_settings(settings.by_store(every), manifests)
     rows, rank_rows = split_ranks(every)
     ok_dirs = [d for d, m in finished if m.get("status") == "ok"]
@@ -232,7 +238,7 @@ def _load_sweep(root: Path) -> ReportInputs:
         rows=rows, env=_read_json(root / layout.ENV_FILE), cells=cells, markers=markers,
         compares=compares, manifests=manifests, store_bytes=store_bytes,
         predictions=_predictions(ok_dirs, rows), code=sweep.get("code"),
-        code_of={m["id"]: m.get("code") for _, m in finished}, rank_rows=rank_rows,
+        code_of={m["id"]: m.get("code") for _, m in finished}, rank_rows=rank_rows, spelled_apart=apart,
     )
 
 

@@ -13,6 +13,13 @@ can hold the same pipeline at two batch sizes.
   differ only between modes (loader runs with step sync, train runs without) split nothing.
 - ``by_store``: ``inr`` runs of one dataset that read different stores (``cfg.store``, in any
   modes) become pipelines ``inr [STEM]`` (the store's file stem), one per store.
+- ``spelled_apart``: runs kept apart by a path that may name one folder or store spelled two ways.
+  Older ``bench`` runs recorded ``--data``/``--store`` as typed, relative to a folder they did not
+  record; newer ones record them absolute. A run records no content hash of what it read, and the
+  report never resolves a recorded relative path from where it runs (``bench.report.load``), so
+  ``data/syn`` and ``/w/data/syn`` cannot be tied: they stay apart, never pooled on a guess, and the
+  report names each such pair (one relative path whose components, less leading ``.``/``..``, end the
+  other's) so that two rows that differ only in spelling are not read as two inputs.
 
 Keys that describe the run rather than its epochs (which pipeline, how many epochs and repeats,
 seeds, monitor periods, the training-method axis, world size and the data-parallel shape, the
@@ -30,6 +37,7 @@ from typing import Any
 
 CFG = "cfg."
 STORE = "cfg.store"
+DATA = "cfg.data"
 IGNORED = frozenset({
     "cfg.pipeline", "cfg.store", "cfg.mode", "cfg.epochs", "cfg.repeats", "cfg.warmup",
     "cfg.min_seconds", "cfg.monitor_period_s", "cfg.pss_period_s", "cfg.pipe.seed",
@@ -148,23 +156,28 @@ def by_settings(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any, d
     split = splitting(rows)
     if not split:
         return rows, manifests
-    import pandas as pd
-
     manifests = dict(manifests)
     rows = _with_aliases(rows)  # older names' values under today's, kept in the rows
     for ds, keys in split.items():
         here = rows["dataset"] == ds
-        runs = _per_run(rows[here & rows["run_id"].notna()], keys)
-        label_of = {}
-        for run_id, r in runs.iterrows():
-            parts = [f"{short(k)}={_fmt(r[k])}" for k in keys if not pd.isna(r[k])]
-            if parts:
-                label_of[str(run_id)] = f"{ds} [{', '.join(parts)}]"
+        label_of = _setting_labels(rows[here], ds, keys)
         for label in set(label_of.values()):
             if ds in manifests:
                 manifests[label] = manifests[ds]
         rows = _relabel(rows, here, "dataset", label_of)
     return rows, manifests
+
+
+def _setting_labels(rows: Any, ds: str, keys: list[str]) -> dict[str, str]:
+    """run id -> ``DS [key=value, ...]`` with its values of ``keys`` (runs with none of them: no label)."""
+    import pandas as pd
+
+    out = {}
+    for run_id, r in _per_run(rows[rows["run_id"].notna()], keys).iterrows():
+        parts = [f"{short(k)}={_fmt(r[k])}" for k in keys if not pd.isna(r[k])]
+        if parts:
+            out[str(run_id)] = f"{ds} [{', '.join(parts)}]"
+    return out
 
 
 def _store_labels(stores: list[str]) -> dict[str, str]:
@@ -196,3 +209,58 @@ def by_store(rows: Any) -> Any:
         label_of = {str(r): f"{p} [{names[str(s)]}]" for r, s in stores.drop_duplicates("run_id").itertuples(index=False)}
         rows = _relabel(rows, here, "pipeline", label_of)
     return rows
+
+
+def _tail(path: str) -> tuple[str, ...]:
+    """A relative path's components less leading ``.``/``..`` (what it names below where it was typed)."""
+    parts = PurePath(path).parts
+    i = 0
+    while i < len(parts) and parts[i] in (".", ".."):
+        i += 1
+    return parts[i:]
+
+
+def may_be_one(a: str, b: str) -> bool:
+    """Two recorded paths, at least one relative, where the shorter one's components (a relative path's
+    less leading ``.``/``..``: ``_tail``) end the other's: perhaps one folder or file, typed from two
+    places. Two absolute paths are two."""
+    if PurePath(a).is_absolute() and PurePath(b).is_absolute():
+        return False
+    short, long = sorted((PurePath(v).parts if PurePath(v).is_absolute() else _tail(v) for v in (a, b)), key=len)
+    return bool(short) and tuple(long[len(long) - len(short):]) == tuple(short)
+
+
+def _pairs(values: list[str]) -> list[tuple[str, str]]:
+    """The pairs of ``values`` (sorted: relative first) that ``may_be_one``."""
+    vs = sorted(set(values), key=lambda v: (PurePath(v).is_absolute(), v))
+    return [(a, b) for i, a in enumerate(vs) for b in vs[i + 1:] if may_be_one(a, b)]
+
+
+def spelled_apart(rows: Any) -> list[str]:
+    """One line per pair of recorded ``--data`` (per dataset) or ``--store`` (per dataset x pipeline)
+    spellings that keep runs apart in the tables (``by_settings``, ``by_store``) and ``may_be_one``:
+    ``DS: runs that recorded `--data A` and runs that recorded `--data B` (labels ...)``."""
+    if rows.empty or "run_id" not in rows.columns:
+        return []
+    runs = rows[rows["run_id"].notna()]
+    out = []
+    split = splitting(rows)
+    if DATA in runs.columns:
+        for ds, g in runs.groupby("dataset", sort=True):
+            keys = split.get(str(ds), [])
+            if DATA not in keys:
+                continue
+            label_of = _setting_labels(_with_aliases(g), str(ds), keys)
+            for a, b in _pairs(list(g[DATA].dropna().astype(str))):
+                labels = [", ".join(f"`{x}`" for x in sorted({label_of[r] for r in g.loc[g[DATA] == v, "run_id"]
+                                                                if r in label_of})) for v in (a, b)]
+                out.append(f"{ds}: runs that recorded `--data {a}` and runs that recorded `--data {b}` "
+                           f"(labels {labels[0]}, {labels[1]})")
+    if STORE in runs.columns:
+        for (ds, p), g in runs[runs[STORE].notna()].groupby(["dataset", "pipeline"], sort=True):
+            stores = sorted(set(g[STORE].astype(str)))
+            names = _store_labels(stores)
+            for a, b in _pairs(stores):
+                out.append(f"{ds}, {p}: runs that recorded `--store {a}` and runs that recorded `--store {b}` "
+                           f"(pipelines `{p} [{names[a]}]`, `{p} [{names[b]}]`)")
+    return out
