@@ -1,8 +1,11 @@
 """Intervals and tests behind every comparison the report makes (numpy/scipy, no hand-rolled stats).
 
-- ``ratio_ci(base, other)``: speedup = median(base) / median(other) of two independent samples of
-  epoch times (repeats x epochs, pooled per pipeline) with a seeded two-sample bootstrap interval
-  (``scipy.stats.bootstrap``, BCa; percentile when BCa is degenerate).
+- ``ratio_ci(base, other)``: median(base) / median(other) of two independent samples with a seeded
+  two-sample bootstrap interval (``scipy.stats.bootstrap``, BCa; percentile when BCa is degenerate);
+  no interval below ``RATIO_MIN_N`` samples a side (a bootstrap of 2-4 samples excluded 1.0 in
+  10-32% of equal pairs). No report figure uses it: speedups take ``unit_ratio_ci``.
+- ``log_ratio_ci(base, other, confidence)``: ratio of geometric means of two independent samples,
+  each value a unit, with Welch's t interval on the logs (``unit_ratio_ci`` with one value a unit).
   ``bonferroni(m)``: the per-comparison confidence that keeps ``m`` intervals at 95% together,
   for a ratio picked after looking (the slowest / fastest of k ranks, ``bench.report.ranks``).
 - ``unit_ratio_ci(base_units, other_units)``: the same ratio when each process (one run, all its
@@ -24,6 +27,10 @@
 
 An ``Interval`` ``excludes(v)`` only when ``v`` lies outside ``[lo, hi]``: a difference whose
 interval contains the null value (1.0 for a ratio, 0 for a difference) is "no difference detected".
+No function returns a zero-width interval: one sample, or no spread at all, gives the value with NaN
+bounds and ``why`` says which (2-3 equal values are no proof of zero spread, and a zero-width
+interval would read as certainty). ``fmt_ratio`` / ``fmt_diff`` print bounds rounded outward, with
+more digits where a bound would otherwise round onto the null value.
 """
 
 from __future__ import annotations
@@ -48,6 +55,11 @@ NO_DIFFERENCE = "no difference detected"
 # is the usual rule of thumb. The project's other few-unit means (``mean_ci``, ``paired_mean_diff_ci``)
 # use the same t interval.
 BOOTSTRAP_MIN_N = 30
+# Fewest samples a side for ``ratio_ci``'s two-sample bootstrap of medians: with 2-3 a side it excluded 1.0 in
+# 32% / 10% of equal pairs (tests/test_stats.py re-simulates it); below, no interval.
+RATIO_MIN_N = 6
+ONE_SAMPLE = "one sample"
+NO_SPREAD = "no spread"
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,7 @@ class Interval:
     lo: float
     hi: float
     n: int = 0  # samples behind it (smaller of the two for two-sample statistics)
+    why: str = ""  # where there is a value but no interval: why not (``ONE_SAMPLE``, ``NO_SPREAD``, ...)
 
     @property
     def ok(self) -> bool:
@@ -106,17 +119,32 @@ def bonferroni(comparisons: int, confidence: float = CONFIDENCE) -> float:
 def ratio_ci(base: Sequence[float], other: Sequence[float], seed: int = SEED,
              n_resamples: int = N_RESAMPLES, confidence: float = CONFIDENCE) -> Interval:
     """median(base) / median(other) with a two-sample bootstrap interval (each sample resampled
-    on its own). For epoch times, > 1 means ``other`` is faster. Needs >= 2 finite samples each.
+    on its own). For epoch times, > 1 means ``other`` is faster. Needs ``RATIO_MIN_N`` finite samples
+    a side for an interval (fewer: the value, no interval, ``why`` says so), and some spread.
     Past 95% confidence the resamples grow so that each tail holds at least 20 of them."""
     n_resamples = max(int(n_resamples), math.ceil(20 / ((1.0 - confidence) / 2)))
     a, b = _clean(base), _clean(other)
-    if a.size < 2 or b.size < 2 or np.median(b) <= 0:
+    if a.size == 0 or b.size == 0 or np.median(b) <= 0:
         return NAN
     value = float(np.median(a) / np.median(b))
-    if np.ptp(a) == 0 and np.ptp(b) == 0:  # no spread at all: the interval is the point
-        return Interval(value, value, value, int(min(a.size, b.size)))
+    n = int(min(a.size, b.size))
+    if n < RATIO_MIN_N:
+        return Interval(value, math.nan, math.nan, n, ONE_SAMPLE if n < 2 else f"fewer than {RATIO_MIN_N} samples a side")
+    if _no_spread(a) and _no_spread(b):
+        return Interval(value, math.nan, math.nan, n, NO_SPREAD)
     lo, hi = _bootstrap((a, b), _median_ratio, seed, n_resamples, confidence)
-    return Interval(value, lo, hi, int(min(a.size, b.size)))
+    return Interval(value, lo, hi, n)
+
+
+def _no_spread(x: np.ndarray) -> bool:
+    """All values equal, up to float rounding."""
+    return bool(np.ptp(x) <= 1e-9 * max(1.0, float(np.abs(x).max())))
+
+
+def log_ratio_ci(base: Sequence[float], other: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """exp(mean log base - mean log other), the ratio of geometric means of two independent samples (each
+    value one unit), with Welch's t interval on the logs: ``unit_ratio_ci`` with one value a unit."""
+    return unit_ratio_ci([[v] for v in _clean(base)], [[v] for v in _clean(other)], confidence)
 
 
 def unit_ratio_ci(base_units: Sequence[Sequence[float]], other_units: Sequence[Sequence[float]],
@@ -147,9 +175,9 @@ def unit_ratio_ci(base_units: Sequence[Sequence[float]], other_units: Sequence[S
         return NAN
     value = float(np.exp(a.mean() - b.mean()))
     if n < 2:
-        return Interval(value, math.nan, math.nan, n)
-    if np.ptp(a) == 0 and np.ptp(b) == 0:
-        return Interval(value, value, value, n)
+        return Interval(value, math.nan, math.nan, n, ONE_SAMPLE)
+    if _no_spread(a) and _no_spread(b):  # equal logs on both sides are no proof of zero spread: no interval
+        return Interval(value, math.nan, math.nan, n, NO_SPREAD)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # near-identical logs on one side: scipy warns, the interval stands
         ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(confidence)
@@ -208,17 +236,17 @@ def paired_diff_ci(x: Sequence[float], y: Sequence[float], seed: int = SEED,
     below ``BOOTSTRAP_MIN_N`` pairs, Student's t interval on the differences (a bootstrap of a few
     items is too narrow: see ``BOOTSTRAP_MIN_N``; equal differences there give no interval, as
     ``_t_interval`` says). One pair: the value, no interval. ``BOOTSTRAP_MIN_N`` or more differences
-    that are all equal (a constant per-item offset): the point, known exactly."""
+    that are all equal (a constant per-item offset): the value, no interval (``why`` says no spread)."""
     d = _paired_differences(x, y)
     if d.size == 0:
         return NAN
     value = float(d.mean())
     if d.size < 2:
-        return Interval(value, math.nan, math.nan, int(d.size))
+        return Interval(value, math.nan, math.nan, int(d.size), ONE_SAMPLE)
     if paired_diff_method(d.size) == "t":  # a few equal differences are no proof of zero spread: no interval
         return _t_interval(d, confidence)
-    if np.ptp(d) == 0:
-        return Interval(value, value, value, int(d.size))
+    if _no_spread(d):  # a constant offset: the value, no zero-width interval
+        return Interval(value, math.nan, math.nan, int(d.size), NO_SPREAD)
     lo, hi = _bootstrap((d,), _mean, seed, n_resamples, confidence)
     return Interval(value, lo, hi, int(d.size))
 
@@ -231,9 +259,9 @@ def _t_interval(d: np.ndarray, confidence: float) -> Interval:
 
     value = float(d.mean())
     if d.size < 2:
-        return Interval(value, math.nan, math.nan, int(d.size))
-    if np.ptp(d) <= 1e-9 * max(1.0, float(np.abs(d).max())):  # no spread (up to float rounding): a point
-        return Interval(value, math.nan, math.nan, int(d.size))
+        return Interval(value, math.nan, math.nan, int(d.size), ONE_SAMPLE)
+    if _no_spread(d):  # no spread (up to float rounding): no interval
+        return Interval(value, math.nan, math.nan, int(d.size), NO_SPREAD)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # near-identical values: scipy warns, the interval stands
         ci = stats.ttest_1samp(d, 0.0).confidence_interval(confidence)
@@ -270,34 +298,84 @@ def _paired_differences(x: Sequence[float], y: Sequence[float]) -> np.ndarray:
 
 def geometric_mean_ci(x: Sequence[float], seed: int = SEED, n_resamples: int = N_RESAMPLES,
                       confidence: float = CONFIDENCE) -> Interval:
-    """Geometric mean of positive ratios (e.g. per-image savings) with a bootstrap interval over items."""
+    """Geometric mean of positive ratios (e.g. per-image savings) with its interval over items: the
+    exp of the logs' interval as ``paired_diff_ci`` gives it (``geometric_mean_method``): Student's t
+    below ``BOOTSTRAP_MIN_N`` items (a bootstrap of 2-15 items excluded the true value in 9-50% of
+    simulated samples), a bootstrap from ``BOOTSTRAP_MIN_N`` on. One item, or all equal: the value,
+    no interval (``why`` says which)."""
     a = _clean(x)
     a = a[a > 0]
     if a.size == 0:
         return NAN
     logs = np.log(a)
     value = float(np.exp(logs.mean()))
-    if a.size < 2 or np.ptp(logs) == 0:
-        return Interval(value, value, value, int(a.size))
+    if a.size < 2:
+        return Interval(value, math.nan, math.nan, int(a.size), ONE_SAMPLE)
+    if _no_spread(logs):
+        return Interval(value, math.nan, math.nan, int(a.size), NO_SPREAD)
+    if geometric_mean_method(a.size) == "t":
+        t = _t_interval(logs, confidence)
+        return Interval(value, float(np.exp(t.lo)), float(np.exp(t.hi)), int(a.size))
     lo, hi = _bootstrap((logs,), _mean, seed, n_resamples, confidence)
     return Interval(value, float(np.exp(lo)), float(np.exp(hi)), int(a.size))
 
 
+def geometric_mean_method(n: int) -> str:
+    """Which interval ``geometric_mean_ci`` gives over ``n`` items: as ``paired_diff_method`` (on the logs)."""
+    return paired_diff_method(n)
+
+
+def _outward(lo: float, hi: float, digits: int) -> tuple[float, float]:
+    """``lo`` rounded down and ``hi`` rounded up to ``digits`` decimals: the printed interval holds the computed one."""
+    k = 10.0 ** digits
+    return math.floor(lo * k + 1e-9) / k, math.ceil(hi * k - 1e-9) / k
+
+
+def _digits(lo: float, hi: float, null: float, digits: int) -> int:
+    """``digits``, or more (up to 4 more) where an interval that excludes ``null`` would print a bound on it."""
+    for d in range(digits, digits + 5):
+        rlo, rhi = _outward(lo, hi, d)
+        if not ((lo > null and rlo <= null) or (hi < null and rhi >= null)):
+            return d
+    return digits + 4
+
+
+def _num(v: float, digits: int) -> str:
+    """``v`` to ``digits`` decimals, never ``-0.00``."""
+    t = f"{v:.{digits}f}"
+    return t[1:] if t.startswith("-") and float(t) == 0 else t
+
+
+def _no_interval(iv: Interval) -> str:
+    return iv.why or (ONE_SAMPLE if iv.n < 2 else NO_SPREAD)
+
+
 def fmt_ratio(iv: Interval) -> str:
-    """``1.21x [0.97-1.48]``, or ``no difference detected [0.97-1.48]`` when the interval holds 1."""
+    """``1.21x [0.97-1.48]``, or ``no difference detected [0.97-1.48]`` when the interval holds 1. Bounds
+    are rounded outward, with more digits where the value or a bound would round onto 1.00 (``1.003x
+    [1.001-1.006]``). A value without an interval: ``0.91x (no spread: no interval, not a result)``; nothing: ``—``."""
     if not iv.ok:
+        if math.isfinite(iv.value):
+            return f"{iv.value:.2f}x ({_no_interval(iv)}: no interval, not a result)"
         return "—"
-    span = f"[{iv.lo:.2f}-{iv.hi:.2f}]"
-    return f"{iv.value:.2f}x {span}" if iv.excludes(1.0) else f"{NO_DIFFERENCE} {span}"
+    d = _digits(iv.lo, iv.hi, 1.0, 2)
+    lo, hi = _outward(iv.lo, iv.hi, d)
+    span = f"[{_num(lo, d)}-{_num(hi, d)}]"
+    return f"{_num(iv.value, d)}x {span}" if iv.excludes(1.0) else f"{NO_DIFFERENCE} {span}"
 
 
-def fmt_diff(iv: Interval, scale: float = 100.0, unit: str = "points") -> str:
+def fmt_diff(iv: Interval, scale: float = 100.0, unit: str = "points", digits: int = 1) -> str:
     """``-1.2 points [-3.0, -0.1]``, or ``no difference detected [-3.0, 0.6]`` when the interval
-    holds 0 (values times ``scale``: a difference of shares in percentage points); ``n`` >= 2
+    holds 0 (values times ``scale``: a difference of shares in percentage points); bounds rounded outward,
+    more digits where a bound would round onto 0 (``+0.2 points [0.04, 0.3]``), never ``-0.0``; ``n`` >= 2
     units without an interval (no spread): the value, said to be no result; fewer: ``—``."""
     if not iv.ok:
         if iv.n >= 2 and math.isfinite(iv.value):
-            return f"{scale * iv.value:+.1f} {unit}, the same in all {iv.n} (no spread: no interval, not a result)"
+            return (f"{scale * iv.value:+.{digits}f} {unit}, the same in all {iv.n} "
+                    "(no spread: no interval, not a result)")
         return "—"
-    span = f"[{scale * iv.lo:.1f}, {scale * iv.hi:.1f}]"
-    return f"{scale * iv.value:+.1f} {unit} {span}" if iv.excludes(0.0) else f"{NO_DIFFERENCE} {span}"
+    v, lo, hi = scale * iv.value, scale * iv.lo, scale * iv.hi
+    d = _digits(lo, hi, 0.0, digits)
+    rlo, rhi = _outward(lo, hi, d)
+    span = f"[{_num(rlo, d)}, {_num(rhi, d)}]"
+    return f"{'+' if v >= 0 else ''}{_num(v, d)} {unit} {span}" if iv.excludes(0.0) else f"{NO_DIFFERENCE} {span}"

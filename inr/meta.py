@@ -371,7 +371,9 @@ def per_image_saving(random: np.ndarray, learned: np.ndarray) -> dict:
     """Per image (``[iterations + 1, N]`` curves of the same images): the first iteration where the
     learned curve reaches that image's random-init PSNR at full length, and ``iterations / it`` (its
     saving; an image that never gets there counts as ``iterations + 1``: a saving below 1). Returns the
-    iterations, the savings, and the geometric mean saving with a 95% bootstrap interval over images."""
+    iterations, the savings, and the geometric mean saving with a 95% interval over images
+    (``bench.stats.geometric_mean_ci``: Student's t on the log savings below 30 images, a bootstrap from 30;
+    one image, or all savings equal: no interval, NaN bounds)."""
     from bench.stats import geometric_mean_ci
 
     iters = random.shape[0] - 1

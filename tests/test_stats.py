@@ -39,15 +39,30 @@ def test_ratio_ci_is_seeded_and_says_no_difference_for_equal_distributions():
     assert S.fmt_ratio(iv).startswith("no difference detected [")
     fast = S.ratio_ci(np.full(8, 2.0) + rng.normal(0, 0.01, 8), np.full(8, 1.0) + rng.normal(0, 0.01, 8))
     assert fast.excludes(1.0) and 1.9 < fast.lo <= fast.value <= fast.hi < 2.1
-    assert S.fmt_ratio(fast) == f"{fast.value:.2f}x [{fast.lo:.2f}-{fast.hi:.2f}]"
+    lo, hi = math.floor(fast.lo * 100) / 100, math.ceil(fast.hi * 100) / 100  # rounded outward
+    assert S.fmt_ratio(fast) == f"{fast.value:.2f}x [{lo:.2f}-{hi:.2f}]"
 
 
 def test_ratio_ci_degenerate_inputs():
     assert not S.ratio_ci([1.0], [1.0, 2.0]).ok  # one sample: no interval
     assert not S.ratio_ci([1.0, float("nan")], [1.0, 1.0]).ok  # NaNs dropped -> one sample left
-    iv = S.ratio_ci([2.0, 2.0, 2.0], [1.0, 1.0])  # no spread: the interval is the point
-    assert (iv.value, iv.lo, iv.hi) == (2.0, 2.0, 2.0) and iv.excludes(1.0)
+    iv = S.ratio_ci([2.0] * 6, [1.0] * 6)  # no spread: the value, no zero-width interval
+    assert iv.value == 2.0 and math.isnan(iv.lo) and math.isnan(iv.hi) and not iv.excludes(1.0)
+    assert S.fmt_ratio(iv) == "2.00x (no spread: no interval, not a result)"
     assert S.fmt_ratio(S.NAN) == "—"
+
+
+def test_ratio_ci_refuses_fewer_than_six_samples_a_side():
+    """A two-sample bootstrap of medians with 2-3 samples a side excluded 1.0 in 32% / 10% of equal pairs:
+    below RATIO_MIN_N a side, the value and no interval."""
+    rng = np.random.default_rng(2)
+    for n in (2, 3, 5):
+        iv = S.ratio_ci(rng.lognormal(0, 0.1, n), rng.lognormal(0, 0.1, 8))
+        assert not iv.ok and iv.n == n and math.isfinite(iv.value) and iv.why == "fewer than 6 samples a side"
+        assert S.fmt_ratio(iv).endswith("x (fewer than 6 samples a side: no interval, not a result)")
+    # from 6 a side the bootstrap keeps its 5%: equal lognormal samples, 200 draws (9 with this seed)
+    false = sum(S.ratio_ci(rng.lognormal(0, 0.1, 6), rng.lognormal(0, 0.1, 6), seed=i).excludes(1.0) for i in range(200))
+    assert false <= 18, false
 
 
 def test_wilson_matches_the_reference_values():
@@ -93,7 +108,7 @@ def test_paired_diff_ci_covers_a_known_mean_difference():
     # (from BOOTSTRAP_MIN_N images on; fewer equal differences give no interval: tests/test_compare_small_n.py)
     y = rng.normal(30.0, 5.0, S.BOOTSTRAP_MIN_N + 10)
     iv = S.paired_diff_ci(y + 1.0, y)
-    assert iv.value == pytest.approx(1.0) and iv.hi - iv.lo < 1e-9
+    assert iv.value == pytest.approx(1.0) and not iv.ok and iv.why == S.NO_SPREAD  # no zero-width interval
     with pytest.raises(ValueError, match="differ in length"):
         S.paired_diff_ci([1.0, 2.0], [1.0])
 
@@ -107,8 +122,50 @@ def test_geometric_mean_ci_of_known_savings():
     x = np.exp(rng.normal(np.log(3.0), 0.3, 200))
     iv = geometric_mean_ci(x)
     assert 2.8 < iv.lo < 3.0 < iv.hi < 3.2
-    one = geometric_mean_ci([5.0])
-    assert abs(one.lo - 5.0) < 1e-9 and one.lo == one.hi and not geometric_mean_ci([]).ok
+    one = geometric_mean_ci([5.0])  # one item: the value, no interval
+    assert one.value == pytest.approx(5.0) and not one.ok and math.isnan(one.lo) and one.why == S.ONE_SAMPLE
+    assert not geometric_mean_ci([]).ok
+    assert geometric_mean_ci([3.0]).ok is False and math.isnan(geometric_mean_ci([3.0]).hi)
+
+
+def test_geometric_mean_ci_is_the_t_interval_of_the_logs_below_30():
+    from scipy import stats
+
+    x = [4.4, 1.9, 0.9, 55.6, 2.0, 3.1, 7.5, 1.2]
+    iv = S.geometric_mean_ci(x)
+    ci = stats.ttest_1samp(np.log(x), 0.0).confidence_interval(0.95)
+    assert iv.value == pytest.approx(math.exp(np.log(x).mean()))
+    assert (iv.lo, iv.hi) == pytest.approx((math.exp(ci.low), math.exp(ci.high)))
+    assert S.geometric_mean_method(8) == "t" and S.geometric_mean_method(30) == "bootstrap"
+
+
+def test_geometric_mean_ci_coverage_at_few_items():
+    """Null draws (lognormal, geometric mean 1): the bootstrap this replaced excluded 1.0 in 49.5% at n = 2,
+    11.9% at n = 8, 8.8% at n = 15; the t interval on the logs about 5% (300 draws each; 12-16 with this seed)."""
+    rng = np.random.default_rng(11)
+    for n in (2, 8, 15):
+        false = sum(S.geometric_mean_ci(np.exp(rng.normal(0.0, 0.5, n))).excludes(1.0) for _ in range(300))
+        assert false <= 27, (n, false)  # 9%: about +3 sd over 5% of 300
+
+
+def test_zero_spread_gives_no_interval_and_says_why():
+    iv = S.unit_ratio_ci([[1.0], [1.0]], [[1.1], [1.1]])
+    assert not iv.ok and iv.value == pytest.approx(1 / 1.1) and iv.n == 2 and iv.why == S.NO_SPREAD
+    assert S.fmt_ratio(iv) == "0.91x (no spread: no interval, not a result)"
+    g = S.geometric_mean_ci([5000 / 5001] * 8)
+    assert not g.ok and not g.excludes(1.0) and S.fmt_ratio(g) == "1.00x (no spread: no interval, not a result)"
+    assert S.fmt_ratio(S.Interval(3.0, math.nan, math.nan, 1)) == "3.00x (one sample: no interval, not a result)"
+
+
+def test_fmt_rounds_outward_and_never_hides_the_null():
+    assert S.fmt_ratio(S.Interval(1.003, 1.001, 1.006)) == "1.003x [1.001-1.006]"  # was 1.00x [1.00-1.01]
+    assert S.fmt_ratio(S.Interval(1.02, 0.996, 1.08)) == f"{S.NO_DIFFERENCE} [0.99-1.08]"
+    assert S.fmt_ratio(S.Interval(0.5, 0.4444, 0.5551)) == "0.50x [0.44-0.56]"  # lo down, hi up
+    assert S.fmt_ratio(S.Interval(0.99, 0.97, 0.9992)) == "0.9900x [0.9700-0.9992]"  # hi would round up onto 1
+    assert S.fmt_diff(S.Interval(0.002, 0.000004, 0.003)) == "+0.2000 points [0.0004, 0.3000]"
+    assert S.fmt_diff(S.Interval(0.002, 0.0004, 0.003)) == "+0.20 points [0.04, 0.30]"  # was [0.0, 0.3]
+    assert S.fmt_diff(S.Interval(0.001, -0.0, 0.003)) == f"{S.NO_DIFFERENCE} [0.0, 0.3]"  # never -0.0
+    assert S.fmt_diff(S.Interval(-0.001, -0.00001, 0.003)) == f"{S.NO_DIFFERENCE} [-0.1, 0.3]"
 
 
 def _processes(rng, k: int, m: int, between: float, within: float, scale: float = 1.0) -> list[np.ndarray]:
@@ -137,11 +194,11 @@ def test_unit_ratio_value_and_one_process():
     a, b = [np.array([2.0, 2.2, 1.8]), np.array([4.0])], [np.array([1.0, 1.0]), np.array([2.0, 2.0])]
     iv = S.unit_ratio_ci(a, b)  # process medians 2, 4 against 1, 2: geometric means 2.83 / 1.41
     assert iv.value == pytest.approx(2.0) and iv.n == 2 and iv.lo < 2.0 < iv.hi
-    same = S.unit_ratio_ci([np.array([2.0, 2.0])] * 2, [np.array([1.0])] * 3)  # no spread: the point
-    assert (same.value, same.lo, same.hi) == pytest.approx((2.0, 2.0, 2.0))
+    same = S.unit_ratio_ci([np.array([2.0, 2.0])] * 2, [np.array([1.0])] * 3)  # no spread: the value, no interval
+    assert same.value == pytest.approx(2.0) and not same.ok and same.why == S.NO_SPREAD
     one = S.unit_ratio_ci([np.array([2.0, 2.1])], b)
     assert one.value == pytest.approx(2.05 / np.sqrt(2)) and not one.ok and one.n == 1
-    assert S.fmt_ratio(one) == "—"
+    assert S.fmt_ratio(one) == "1.45x (one sample: no interval, not a result)"
     wide = S.unit_ratio_ci([np.array([2.0]), np.array([2.4])], [np.array([1.0]), np.array([1.2])])
     assert wide.lo < 2.0 < wide.hi  # two processes a side: Welch's t with ~2 degrees of freedom
 

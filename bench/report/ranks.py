@@ -5,13 +5,16 @@ own shard), never the aggregate rows. Per dataset x mode x pipeline x rank: the 
 (s) over the rank's steady-state samples (repeats x epochs) with its IQR, the measure the speedup
 tables use; and, where the rows carry the per-step split, the wait share = median data wait /
 (median data wait + median compute), as in the epoch-split table. The spread of a pipeline is
-the median epoch time of its slowest rank / that of its fastest (>= 1.0; the aggregate rows take
-the slowest rank's time), with a bootstrap interval of that ratio (``bench.stats.ratio_ci`` on the
-two ranks' samples). The two ranks are picked by their medians, out of k (k - 1) / 2 possible
-pairs: a plain 95% interval of the picked pair excludes 1.0 far more often than 5% when all ranks
-are alike (21 of 100 simulated 8-rank runs, ``tests/test_report_ranks.py``), so the interval is at the
-Bonferroni level ``bench.stats.bonferroni(k (k - 1) / 2)`` (99.82% for 8 ranks), which holds for
-every pair at once and so for the one picked. The samples are the ranks' epochs, not their
+the epoch time of its slowest rank / that of its fastest (the aggregate rows take the slowest
+rank's time): the ratio of the two ranks' geometric-mean epoch times with Welch's t interval on the
+logs of their epochs (``bench.stats.log_ratio_ci``). The two ranks are picked by their medians, out
+of k (k - 1) / 2 possible pairs: a plain 95% interval of the picked pair excludes 1.0 far more often
+than 5% when all ranks are alike (21 of 100 simulated 8-rank runs, ``tests/test_report_ranks.py``), so
+the interval is at the Bonferroni level ``bench.stats.bonferroni(k (k - 1) / 2)`` (99.82% for 8 ranks),
+which holds for every pair at once and so for the one picked. (It was a bootstrap of the medians,
+which with 3 epochs a rank excluded 1.0 in 29% of alike 4-rank runs at the stated family-wise 5%.)
+Welch's interval keeps its level at any number of epochs (wide with few). One epoch on a rank, or no
+spread: the ratio, no interval. The samples are the ranks' epochs, not their
 repeats (unlike the speedups, ``bench.stats.unit_ratio_ci``): the question is which rank lagged
 in this run, whose epochs are the population, and every rank is one process for the whole run. Runs of one (dataset, mode) pool per rank, like the main tables pool runs. A
 (dataset, mode) with fewer than two ranks gets no table.
@@ -27,7 +30,7 @@ from bench.report import tables as T
 
 RANK_GROUP = [*T.GROUP, "rank"]
 PER_RANK_COLUMNS = ["dataset", "mode", "pipeline", "rank", "epoch_s", "epoch_s_iqr", "wait_share"]
-SPREAD_COLUMNS = ["dataset", "mode", "pipeline", "slowest", "fastest", "ratio", "lo", "hi"]
+SPREAD_COLUMNS = ["dataset", "mode", "pipeline", "slowest", "fastest", "ratio", "lo", "hi", "n", "why"]
 SPREAD_ROW = "slowest / fastest"
 
 
@@ -51,9 +54,9 @@ def per_rank(rank_rows: pd.DataFrame | None) -> pd.DataFrame:
 
 def spreads(rank_rows: pd.DataFrame | None, per: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per dataset x mode x pipeline with at least two ranks: the slowest and fastest rank (by
-    median epoch time), ``ratio`` = slowest median / fastest median, and its bootstrap ``lo``/``hi``
-    at the Bonferroni level over the k (k - 1) / 2 rank pairs (NaN with fewer than two samples per
-    rank)."""
+    median epoch time), ``ratio`` = their ratio of geometric-mean epoch times, and Welch's t ``lo``/``hi``
+    on the logs at the Bonferroni level over the k (k - 1) / 2 rank pairs; ``n`` = the fewer epochs of
+    the two; NaN bounds (``why`` says why) with one epoch on a rank, or no spread."""
     per = per_rank(rank_rows) if per is None else per
     out = []
     for (ds, mode, p), g in per.groupby(["dataset", "mode", "pipeline"], sort=False):
@@ -62,12 +65,11 @@ def spreads(rank_rows: pd.DataFrame | None, per: pd.DataFrame | None = None) -> 
         slow = g.loc[g["epoch_s"].idxmax()]
         rest = g.drop(index=slow.name)  # equal medians: still two different ranks
         fast = rest.loc[rest["epoch_s"].idxmin()]
-        iv = S.ratio_ci(_rank_samples(rank_rows, ds, p, mode, int(slow["rank"])),
-                        _rank_samples(rank_rows, ds, p, mode, int(fast["rank"])),
-                        confidence=S.bonferroni(len(g) * (len(g) - 1) // 2))
+        a, b = (_rank_samples(rank_rows, ds, p, mode, int(h["rank"])) for h in (slow, fast))
+        iv = S.log_ratio_ci(a, b, confidence=S.bonferroni(len(g) * (len(g) - 1) // 2))
         out.append({"dataset": ds, "mode": mode, "pipeline": p, "slowest": int(slow["rank"]),
-                    "fastest": int(fast["rank"]), "ratio": slow["epoch_s"] / fast["epoch_s"],
-                    "lo": iv.lo, "hi": iv.hi})
+                    "fastest": int(fast["rank"]), "ratio": iv.value, "lo": iv.lo, "hi": iv.hi, "n": iv.n,
+                    "why": iv.why})
     return pd.DataFrame(out, columns=SPREAD_COLUMNS)
 
 
@@ -82,11 +84,18 @@ def fmt_rank(h) -> str:
 
 
 def fmt_spread(h) -> str:
-    """``1.50x [1.36-1.64] (rank 1 / rank 0)``; ``: no difference detected`` when the interval holds 1.0."""
+    """``1.50x [1.36-1.64] (rank 1 / rank 0)`` (``bench.stats.fmt_ratio``'s rounding); ``: no difference
+    detected`` when the interval holds 1.0; ``1.50x (rank 1 / rank 0): no interval (no spread), not a result``
+    without one."""
     iv = S.Interval(h["ratio"], h["lo"], h["hi"])
-    span = f" [{iv.lo:.2f}-{iv.hi:.2f}]" if iv.ok else ""
     who = f"(rank {h['slowest']} / rank {h['fastest']})"
-    return f"{iv.value:.2f}x{span} {who}" + ("" if not iv.ok or iv.excludes(1.0) else f": {S.NO_DIFFERENCE}")
+    if not iv.ok:
+        why = h.get("why") if isinstance(h.get("why"), str) and h.get("why") else S.NO_SPREAD
+        return f"{iv.value:.2f}x {who}: no interval ({why}), not a result"
+    if not iv.excludes(1.0):
+        return f"{iv.value:.2f}x {S.fmt_ratio(iv).removeprefix(S.NO_DIFFERENCE + ' ')} {who}: {S.NO_DIFFERENCE}"
+    text = S.fmt_ratio(iv)
+    return f"{text} {who}"
 
 
 def rank_tables(rank_rows: pd.DataFrame | None) -> dict[tuple[str, str], pd.DataFrame]:
