@@ -93,3 +93,23 @@ def test_equal_differences_on_a_few_images_are_no_interval_and_the_table_keeps_t
     text = psnr_diff_text({"psnr_diff": iv.value, "psnr_diff_lo": iv.lo, "psnr_diff_hi": iv.hi, "n_ok": 3,
                            "psnr_diff_interval": "t"})
     assert text == "+1.50 dB (the same on all 3 images: no spread, no interval, not a result)"
+
+
+def test_the_text_counts_the_images_in_the_interval_not_the_ok_rows():
+    """Two images, one with a NaN INR PSNR: the interval has one pair (no interval), and the text says one
+    image, not "the same on all 2 images" (it read ``n_ok``, which counts both)."""
+    df = _per_image(2)
+    df.loc[(df["method"] == "inr") & (df["image"] == 1), "psnr"] = np.nan
+    r = summarize(df)
+    r = r[r["method"] == "jpeg-matched"].iloc[0]
+    assert r["n_ok"] == 2 and r["psnr_diff_n"] == 1
+    assert psnr_diff_text(r) == f"{r['psnr_diff']:+.2f} dB (one image: no interval, not a result)"
+
+
+def test_psnr_diff_text_rounds_outward_and_never_onto_zero():
+    row = {"psnr_diff": 0.002, "psnr_diff_lo": 0.0004, "psnr_diff_hi": 0.0061, "psnr_diff_n": 8, "n_ok": 8,
+           "psnr_diff_interval": "t"}
+    tag = f" (t interval, 8 images: fewer than {S.BOOTSTRAP_MIN_N} for a bootstrap)"
+    assert psnr_diff_text(row) == "+0.0020 dB [0.0004, 0.0061]" + tag  # was "+0.00 dB [+0.00, +0.01]"
+    row.update(psnr_diff=0.1, psnr_diff_lo=-0.0, psnr_diff_hi=0.251)
+    assert psnr_diff_text(row) == f"{S.NO_DIFFERENCE} [0.00, 0.26] dB" + tag  # never [-0.00, ...]

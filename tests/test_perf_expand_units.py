@@ -53,3 +53,14 @@ def test_perf_expand_json_carries_the_accuracy_note(capsys):
     assert "not a result" in doc["accuracy_drop_note"] and "not a result" in doc["goal_note"]
     assert "accuracy_mcnemar_p" in doc
     assert "in-process runs x repeats" in doc["comparison"][0]
+
+
+def test_expand_ratio_text_says_no_difference_when_the_interval_holds_one():
+    """It printed "1.02x [95% CI 1.00-1.08] shorter": an interval holding 1.0 is no difference, rounded outward."""
+    from bench.perf.expand import _ratio
+    from bench.stats import NO_DIFFERENCE
+
+    assert _ratio(1.02, 0.996, 1.08, "shorter") == f"{NO_DIFFERENCE} [95% CI 0.99-1.08]"
+    assert _ratio(1.42, 1.204, 1.676, "shorter") == "1.42x shorter [95% CI 1.20-1.68]"
+    assert _ratio(1.003, 1.001, 1.006, "fewer") == "1.003x fewer [95% CI 1.001-1.006]"
+    assert _ratio(1.4, float("nan"), float("nan"), "fewer") == "1.40x fewer (one run a side: no interval, not a result)"

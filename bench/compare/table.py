@@ -26,7 +26,7 @@ SUMMARY_COLUMNS = [
     "method", "codec", "variant", "match", "quality", "quality_min", "quality_max", "n_images", "n_ok",
     "status", "target_bytes", "file_bytes", "header_free_bytes", "bpp", "bpp_header_free",
     "pct_raw", "psnr", "psnr_median", "psnr_min", "ssim", "min_bytes", "inr_psnr_same_images",
-    "psnr_diff", "psnr_diff_lo", "psnr_diff_hi", "psnr_diff_interval", "overhead_bytes", "note",
+    "psnr_diff", "psnr_diff_lo", "psnr_diff_hi", "psnr_diff_interval", "psnr_diff_n", "overhead_bytes", "note",
 ]
 
 CODEC_LABELS = {"jpeg": "JPEG", "webp": "WebP", "avif": "AVIF", "jxl": "JPEG XL", "jp2": "JPEG 2000"}
@@ -73,8 +73,9 @@ def summarize(per_image: pd.DataFrame) -> pd.DataFrame:
             row["inr_psnr_same_images"] = mean_psnr(same)
             jpeg = ok["psnr"].to_numpy(float, copy=True)
             d = stats.paired_diff_ci(np.minimum(same, PSNR_CAP_DB), np.minimum(jpeg, PSNR_CAP_DB))
+            # the interval's own n: pairs with a non-finite side (e.g. a NaN INR PSNR) are dropped from it
             row.update(psnr_diff=d.value, psnr_diff_lo=d.lo, psnr_diff_hi=d.hi,
-                       psnr_diff_interval=stats.paired_diff_method(d.n))
+                       psnr_diff_interval=stats.paired_diff_method(d.n), psnr_diff_n=d.n)
         out.append(row)
     s = pd.DataFrame(out)
     for c in SUMMARY_COLUMNS:
@@ -159,13 +160,17 @@ def _fmt(v, nd=2) -> str:
 
 def psnr_diff_text(r) -> str:
     """``+1.23 dB [0.95, 1.51]`` (INR minus matched JPEG, paired per image), or ``no difference
-    detected [-0.20, 0.31] dB`` when the interval holds 0; ``(t interval, 4 images)`` after it where
+    detected [-0.20, 0.31] dB`` when the interval holds 0 (``bench.stats.fmt_diff``: bounds rounded
+    outward, more digits where one would round onto 0); ``(t interval, 4 images)`` after it where
     there were too few images for the bootstrap (``psnr_diff_interval`` = t); one image: the value,
-    said to be no result; ``–`` without the columns."""
+    said to be no result; ``–`` without the columns. The image count is the interval's own
+    (``psnr_diff_n``: pairs with a non-finite PSNR are not in it), ``n_ok`` for older summaries."""
     v, lo, hi = (r.get(c, np.nan) for c in ("psnr_diff", "psnr_diff_lo", "psnr_diff_hi"))
     if v is None or pd.isna(v):
         return "–"
-    n = r.get("n_ok", np.nan)
+    n = r.get("psnr_diff_n", np.nan)
+    if n is None or pd.isna(n):
+        n = r.get("n_ok", np.nan)
     if any(x is None or pd.isna(x) for x in (lo, hi)):
         if n == 1:
             return f"{v:+.2f} dB (one image: no interval, not a result)"
@@ -175,9 +180,9 @@ def psnr_diff_text(r) -> str:
     how = r.get("psnr_diff_interval")
     tag = (f" (t interval, {int(n)} images: fewer than {stats.BOOTSTRAP_MIN_N} for a bootstrap)"
            if how == "t" and n == n else "")
-    if lo <= 0 <= hi:
-        return f"{stats.NO_DIFFERENCE} [{lo:+.2f}, {hi:+.2f}] dB{tag}"
-    return f"{v:+.2f} dB [{lo:+.2f}, {hi:+.2f}]{tag}"
+    iv = stats.Interval(float(v), float(lo), float(hi), int(n) if n == n else 0)
+    text = stats.fmt_diff(iv, scale=1.0, unit="dB", digits=2)
+    return f"{text}{'' if iv.excludes(0.0) else ' dB'}{tag}"
 
 
 def _matched_name(r) -> str:
