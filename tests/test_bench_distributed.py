@@ -187,16 +187,87 @@ def test_failure_on_one_rank_is_an_error_row_naming_it_no_hang(data, tmp_path):
 
 
 def test_rank_killed_outright_still_leaves_one_error_row(data, tmp_path):
-    """Rank 1 is SIGKILLed: torchrun stops rank 0 too, so no rank writes the run; ``--nproc``'s launcher does."""
+    """Rank 1 is SIGKILLed: torchrun stops rank 0 too. Rank 0 records the run first (its collective
+    failed: ``bench.harness.left``), so ``--nproc``'s launcher, which writes its own row only where no
+    rank did, adds nothing: error rows only, rank 0's naming what it saw."""
     out = tmp_path / "res"
     proc = subprocess.run([sys.executable, "-m", "bench", *_bench_args(data, out, "raw", "loader"), "--nproc", "2"],
                           cwd=REPO, env=_env(INRBENCH_TEST_FAIL_RANK="1:kill"), capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode != 0
     df, run_dir = _one_run(out)
-    assert df.metric.tolist() == ["run"] and df.status.tolist() == ["error"]
-    assert "before rank 0 wrote this run" in df.reason.item()
+    assert set(df.metric) == {"run"} and set(df.status) == {"error"}
+    assert df.loc[df["rank"] == 0, "reason"].item().startswith("rank 0: ")
+    assert not df.reason.str.contains("before rank 0 wrote this run").any()
     assert (run_dir / "env.json").exists()
+
+
+def test_plain_torchrun_rank_killed_leaves_a_record_in_the_run_folder(data, tmp_path):
+    """The user's own torchrun (no ``--nproc``, so no launcher of ours writes a row afterwards): rank 1 is
+    SIGKILLed; rank 0's collective fails (gloo: "Connection ... by peer") and torchrun stops it. Before it
+    ends, rank 0 records the run: error rows only, naming the ranks and why (rank 0's merge of a broken
+    group, or, stopped first, its SIGTERM record with the collective failure it saw)."""
+    out = tmp_path / "res"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
+           "-m", "bench", *_bench_args(data, out, "raw", "train")]
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(INRBENCH_TEST_FAIL_RANK="1:kill"), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0
+    df, run_dir = _one_run(out)  # before: no runs/ at all, only the folder's marker
+    assert set(df.metric) == {"run"} and set(df.status) == {"error"}
+    assert 0 in set(df["rank"].dropna().astype(int))
+    reason = df.loc[df["rank"] == 0, "reason"].item()
+    assert reason.startswith("rank 0: ")
+    # gloo says "Connection closed by peer" or "Connection reset by peer", as the peer's socket went
+    assert "by peer" in reason or "stopped by the launcher (SIGTERM)" in reason, reason
+    assert (run_dir / "env.json").exists() and (run_dir / "config.json").exists()
+
+
+def _rows(run_id: str = "r1") -> R.RunRows:
+    return R.RunRows(run_id, "raw", "tiny", "train", {"pipe": {"rank": 1}})
+
+
+def test_left_records_every_leaving_rank_and_never_replaces_rank_0s_write(tmp_path):
+    from bench.harness import left
+
+    out = tmp_path / "res"
+    left.record(out, _rows(), 1, 2, "bad input: x.jpg: truncated")
+    run_dir = left.record(out, _rows(), 3, 1, "RuntimeError: NCCL error")
+    assert json.loads((run_dir / "rank1.left.json").read_text()) == {"rank": 1, "exit_code": 2,
+                                                                   "reason": "bad input: x.jpg: truncated"}
+    df = R.read_results(out)
+    assert df["rank"].tolist() == [1, 3] and set(df.status) == {"error"}
+    assert df.reason.tolist() == ["rank 1: bad input: x.jpg: truncated", "rank 3: RuntimeError: NCCL error"]
+    assert (run_dir / "env.json").is_file()
+    merged = R.RunRows("r1", "raw", "tiny", "train", {})  # rank 0 writes the run after all: its rows stand
+    merged.fail_ranks("error", {1: "rank 1: bad input: x.jpg: truncated", 2: "rank 2: no result"})
+    with left.rank0_writes(run_dir):
+        R.write_run(out, merged)
+    left.record(out, _rows(), 2, 143, "stopped by the launcher (SIGTERM): another rank exited first")
+    assert R.read_results(out)["rank"].tolist() == [1, 2]  # rank 0's record, not replaced
+    assert (run_dir / "rank2.left.json").is_file()
+
+
+def test_sigterm_records_the_rank_with_its_failure_so_far(tmp_path):
+    import signal
+
+    from bench.harness import left
+
+    class Left(BaseException):
+        pass
+
+    def leave(code):
+        raise Left(code)
+
+    out, rows = tmp_path / "res", _rows()
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Left) as got, left.on_sigterm(out, rows, 1, lambda: "Connection closed by peer", leave):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler runs at once; never reached
+    assert got.value.args == (128 + signal.SIGTERM,) and signal.getsignal(signal.SIGTERM) is before
+    df = R.read_results(out)
+    assert df.reason.tolist() == ["rank 1: stopped by the launcher (SIGTERM): another rank exited first; "
+                                  "before that: the process group failed: Connection closed by peer"]
 
 
 # ----------------------------------------------------------------------------- DDP and evaluation

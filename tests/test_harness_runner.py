@@ -413,7 +413,13 @@ def test_rank_failing_mid_epoch_on_nccl_with_ddp_leaves_without_the_final_gather
         assert left.value.args == (EXIT_OOM,)
         assert (status / "rank0").read_text() == str(EXIT_OOM)  # --nproc exits 3, as one process would
         assert not any(isinstance(s, RankResult) for s in sync.sent)  # no gather after the failure
-        assert not list(out_dir.glob("runs/*/rows.csv"))  # --nproc's launcher writes the error row
+        # under any launcher (the user's own torchrun too) the leaving rank records why in the run folder
+        (run_dir,) = out_dir.glob("runs/*")
+        assert json.loads((run_dir / "rank0.left.json").read_text())["exit_code"] == EXIT_OOM
+        df = R.read_results(out_dir)
+        assert df.metric.tolist() == ["run"] and df.status.tolist() == ["error"] and df["rank"].tolist() == [0]
+        assert df.reason.item().startswith("rank 0: out of memory")
+        assert (run_dir / "env.json").is_file()
     else:
         out = run_bench(cfg, out_dir)
         assert out.exit_code == EXIT_OOM and out.status == "error"
@@ -454,4 +460,5 @@ def test_a_rank_leaving_on_nccl_with_bad_input_says_which_file(data, tmp_path, m
     assert left.value.args == (EXIT_INPUT,)
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "inrbench: error: decoder exploded"  # the reason, before the leaving line
-    assert "leaving now" in err[1]
+    assert "leaving now" in err[1] and "why is recorded in " in err[1]
+    assert R.read_results(tmp_path / "res").reason.item() == "rank 0: bad input: decoder exploded"

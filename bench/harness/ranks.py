@@ -28,8 +28,11 @@ until ``--dist-timeout``: such a rank records its exit status and leaves at once
 and its peers' collective ends with the group's timeout (``--dist-timeout``) and an error on them;
 a gather that fails marks the group broken and rank 0 writes what it has, the ranks it could not
 hear from as "rank R: no result (...)". A rank killed outright (a signal, ``os._exit``) is
-torchrun's to handle: it stops the whole job, so no rank writes the run; ``inrbench bench --nproc``
-(which drew the run id) then writes its one error row (``bench.commands.bench._launch``).
+torchrun's to handle: it stops the whole job (SIGTERM), so rank 0 may never write the run. Every rank
+that leaves early or is stopped so records why in the run folder (``bench.harness.left``: its
+``rank<R>.left.json`` and the run's error rows, unless rank 0 wrote it), whoever launched the job;
+``inrbench bench --nproc`` (which drew the run id) writes its one error row only where no rank wrote
+the run (``bench.commands.bench._launch``).
 
 **Merged rows** (``merge``): all ranks ok -> the aggregate rows (``rank`` <NA>; ``AGGREGATE``
 says how each metric is combined over the ranks at the same repeat/epoch), then every rank's own

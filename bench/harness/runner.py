@@ -42,9 +42,10 @@ the model trains under DDP, evaluation is all-reduced; rank 0 draws the run id, 
 rank's rows and writes one run: per-rank rows and aggregate rows (``bench.harness.ranks``: sync
 points, failures, aggregation rules). ``INRBENCH_TEST_FAIL_RANK=R`` (a test hook, read in one
 place: ``_injected_failure``) makes rank R raise just before repeat 0's first measured epoch
-(``R:kill``: SIGKILL itself; torchrun then stops every rank, and ``inrbench bench --nproc``
-writes the run's one error row, since no rank could). On NCCL a rank that fails while its DDP
-model exists (mid-epoch in replay/train) leaves the same way (``_leave_if_peers_may_wait``).
+(``R:kill``: SIGKILL itself; torchrun then stops every rank, and the ranks it stops record the run
+in its folder, ``bench.harness.left``; ``inrbench bench --nproc`` writes the run's one error row
+where none did). On NCCL a rank that fails while its DDP model exists (mid-epoch in replay/train)
+leaves at once (``_leave_if_peers_may_wait``), recording why first.
 
 Outcomes: ``Unavailable`` (from the adapter, or ``--device cuda`` on a machine without CUDA)
 -> one skip row, exit 0. Out of memory -> one error row, exit 3. Epochs that load more images
@@ -168,6 +169,17 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
     out, run_id = _start(cfg, out, sync)
     rows = results.RunRows(run_id, cfg.pipeline, cfg.dataset, cfg.mode, cfg.to_dict(),
                            rank=cfg.pipe.rank if sync.distributed else None)
+    if not sync.distributed:
+        return _run(cfg, out, rows, sync, clock)
+    from bench.harness import left
+
+    # torchrun stopping this rank (another one exited first) leaves a record in the run folder, not nothing
+    with left.on_sigterm(out, rows, sync.rank, lambda: sync.broken, lambda c: _exit(c)):
+        return _run(cfg, out, rows, sync, clock)
+
+
+def _run(cfg: BenchConfig, out: Path, rows: results.RunRows, sync: Sync, clock: DeviceClock | None) -> RunOutcome:
+    """``run_bench`` once the results folder is claimed and the run id drawn: the repeats, then the rows."""
     code, input_error = EXIT_OK, None
     bound: EpochBound | None = None
     threads = _set_threads(cfg.torch_threads)
@@ -196,7 +208,7 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
         code, input_error = EXIT_INPUT, e
         if _peers_may_wait(cfg, sync):  # leaving now: nobody else will print the reason
             print(f"inrbench: error: {e}", file=sys.stderr)
-        _leave_if_peers_may_wait(cfg, sync, code)
+        _leave_if_peers_may_wait(cfg, sync, code, out, rows)
     except Exception as e:  # a crash or an OOM in this run: an error row, never partial rows
         code = EXIT_OOM if _is_oom(e) else EXIT_ERROR
         rows.error(f"{'out of memory: ' if code == EXIT_OOM else ''}{results.exception_reason(e)}")
@@ -204,7 +216,7 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
             print(f"inrbench: error: out of memory: {results.exception_reason(e)}", file=sys.stderr)
         else:
             traceback.print_exc(file=sys.stderr)
-        _leave_if_peers_may_wait(cfg, sync, code)
+        _leave_if_peers_may_wait(cfg, sync, code, out, rows)
     finally:
         _set_threads(threads)
         _cleanup_device_memory(cfg.pipe.device)
@@ -256,17 +268,18 @@ def _peers_may_wait(cfg: BenchConfig, sync: Sync) -> bool:
                 and cfg.dist.backend == "nccl")
 
 
-def _leave_if_peers_may_wait(cfg: BenchConfig, sync: Sync, code: int) -> None:
+def _leave_if_peers_may_wait(cfg: BenchConfig, sync: Sync, code: int, out: Path, rows: results.RunRows) -> None:
     """On NCCL, a rank that failed between sync points while a DDP model exists (``Sync.ddp``)
     leaves at once (``os._exit(code)``) instead of joining the final gather.
 
     Its peers may be inside DDP's gradient all-reduce; NCCL pairs collectives by order, so the
     gather would meet that all-reduce and hang (or exchange garbage) until ``--dist-timeout``
-    (1800 s by default). As for a rank killed outright, torchrun then stops the others and
-    ``inrbench bench --nproc`` writes the run's one error row, with this rank's exit class (its
-    status in ``bench.dist.STATUS_DIR_ENV``'s folder; its reason is on its stderr). gloo keeps the
-    gather, and so does every failure at a sync point or before the model exists: every rank is
-    then in the same collective.
+    (1800 s by default). As for a rank killed outright, torchrun then stops the others. Before it
+    leaves, the rank records its exit class for ``inrbench bench --nproc`` (its status in
+    ``bench.dist.STATUS_DIR_ENV``'s folder) and, for any launcher (the user's own torchrun too),
+    its reason in the run folder: ``rank<R>.left.json`` and the run's error row naming it
+    (``bench.harness.left.record``). gloo keeps the gather, and so does every failure at a sync
+    point or before the model exists: every rank is then in the same collective.
     """
     if not _peers_may_wait(cfg, sync):
         return
@@ -278,8 +291,15 @@ def _leave_if_peers_may_wait(cfg: BenchConfig, sync: Sync, code: int) -> None:
             (Path(status_dir) / f"rank{sync.rank}").write_text(str(code))
         except OSError:
             pass
+    from bench.harness import left
+
+    try:
+        run_dir = left.record(out, rows, sync.rank, code, left.reason_of(rows))
+        where = f"why is recorded in {run_dir}"
+    except Exception as e:  # leaving anyway: say why nothing was recorded
+        where = f"recording why failed: {results.exception_reason(e)}"
     print(f"inrbench: rank {sync.rank}: failed while DDP's collectives may be in flight on NCCL: leaving "
-          "now so that torchrun stops the other ranks (no rank writes this run's rows)", file=sys.stderr)
+          f"now so that torchrun stops the other ranks ({where})", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     _exit(code)
@@ -294,6 +314,8 @@ def _finish_distributed(cfg: BenchConfig, out: Path, rows: results.RunRows, code
     every = sync.finish(mine)
     announced: tuple[str, str, int, str | None] = ("", "error", EXIT_ERROR, None)
     merged = rows
+    from bench.harness import left
+
     try:
         if sync.rank == 0:
             merged = results.RunRows(rows.run_id, cfg.pipeline, cfg.dataset, cfg.mode, cfg.to_dict())
@@ -301,11 +323,19 @@ def _finish_distributed(cfg: BenchConfig, out: Path, rows: results.RunRows, code
             from bench import envinfo
 
             run_dir = Path(out) / results.RUNS_DIR / merged.run_id
-            results.write_env(run_dir, envinfo.collect(distributed=_topology(cfg)))
-            results.write_run(out, merged)
+            with left.rank0_writes(run_dir):  # replaces rows written from left records (bench.harness.left)
+                results.write_env(run_dir, envinfo.collect(distributed=_topology(cfg)))
+                results.write_run(out, merged)
             announced = (str(run_dir), merged.status, code, bad_input)
     finally:
         announced = sync.announce(announced)
+    if sync.rank != 0 and sync.broken is not None:  # rank 0 may never have heard from this rank: say why
+        why = left.reason_of(rows) or f"its result may not have reached rank 0: the process group failed ({sync.broken})"
+        try:
+            left.record(out, rows, sync.rank, code, why)
+        except Exception as e:
+            print(f"inrbench: rank {sync.rank}: could not record why it left: {results.exception_reason(e)}",
+                  file=sys.stderr)
     run_dir, status, code, bad_input = announced
     if sync.rank != 0:
         merged = results.RunRows(rows.run_id, cfg.pipeline, cfg.dataset, cfg.mode, cfg.to_dict(),
