@@ -263,4 +263,20 @@ def test_perf_init_per_image_saving_reads_no_difference_when_its_interval_holds_
 
     assert _fmt_saving({"geomean": 2.7, "lo": 1.6, "hi": 12.9, "n": 8, "never": 1}) == "2.70x [1.60-12.90], 1 never"
     assert _fmt_saving({"geomean": 1.3, "lo": 0.8, "hi": 2.1, "n": 8, "never": 0}).startswith("no difference detected")
-    assert _fmt_saving({"geomean": 2.3, "lo": 2.3, "hi": 2.3, "n": 1, "never": 0}) == "2.3x (n=1)"
+    assert (_fmt_saving({"geomean": 2.3, "lo": float("nan"), "hi": float("nan"), "n": 1, "never": 0})
+            == "2.3x (n=1: one image, no interval, not a result)")
+    assert (_fmt_saving({"geomean": 1.0, "lo": float("nan"), "hi": float("nan"), "n": 8, "never": 0})  # no spread
+            == "1.0x (n=8: the same on every image, no spread, no interval, not a result)")
+
+
+def test_perf_init_realized_ratio_text_goes_through_fmt_ratio():
+    """The realized-saving ratios print as bench.stats.fmt_ratio does: an interval that holds 1.0 reads "no difference
+    detected" (it printed "(1.01x [0.97-1.06])"), one round (one worker process) is no result."""
+    from bench.perf.init import _fmt_round_ratio, _round_ratio
+    from bench.stats import unit_ratio_ci
+
+    assert _fmt_round_ratio({"value": 1.01, "lo": 0.97, "hi": 1.06, "n": 3}) == "no difference detected [0.97-1.06]"
+    assert _fmt_round_ratio({"value": 2.0, "lo": 1.5, "hi": 2.5, "n": 3}) == "2.00x [1.50-2.50]"
+    one = _round_ratio(unit_ratio_ci, [2.0], [1.0])
+    assert one == {"value": 2.0, "lo": None, "hi": None, "n": 1, "why": "one sample"}
+    assert _fmt_round_ratio(one) == "2.00x (one round (worker process): no interval, not a result)"

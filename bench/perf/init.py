@@ -11,7 +11,8 @@ best-so-far PSNR after every iteration. Reported:
   default at 224x224 so the benchmark runs in minutes on a CPU), and the first iteration at
   which the learned init reaches it (same schedule length): the saving factor; and per image
   (each image's learned curve against its own random-init PSNR at full length) the geometric
-  mean saving with a 95% bootstrap interval over the held-out images (``inr.meta.per_image_saving``),
+  mean saving with a 95% interval over the held-out images (``inr.meta.per_image_saving``: Student's t
+  on the log savings below 30 images, a bootstrap from 30),
   beside the same measure of random init against itself (what stopping an image once its PSNR stops
   rising saves without a learned init);
 * a confirmation fit from the learned init with *that* many iterations (its own cosine
@@ -26,9 +27,14 @@ best-so-far PSNR after every iteration. Reported:
   init with each image stopping once it reaches its own full-schedule PSNR (early stop,
   ``fit(stop_at=...)``, continuous batching: what early stop alone buys); and the learned init with
   the same early stop, with the eager and with the compiled step. Reported: image-iterations run,
-  wall seconds (median, ratio with a bootstrap interval), mean PSNR and how many images got there;
+  wall seconds (median over rounds; ratio with its interval, below), mean PSNR and how many images got there;
   for the learned variants also the saving against random init with the same early stop (the
-  learned init's own share). This is what the iterations-to-reach figures buy an encode.
+  learned init's own share). This is what the iterations-to-reach figures buy an encode. Each round
+  runs in its own worker process (``perf init --_round``, as ``perf encode`` runs each timed step:
+  compiled graphs compiled there before its clocks start), so the rounds are the units: the savings are
+  ratios of geometric means over rounds with Welch's 95% t interval on the logs (``bench.stats.unit_ratio_ci``),
+  and one round (``--repeats 1``) gives a ratio but no interval, not a result. The fit that sets the
+  early-stop targets runs before the rounds, in this process, and is not a sample.
 
 ``--figure PATH`` draws PSNR against iterations (log axis), random vs learned, with the fp32 and
 8-bit end points, as a PNG written to PATH exactly; PATH is checked before any work and replaces
@@ -92,6 +98,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--figure", help="write the PSNR-vs-iterations figure (PNG) to this file (replaces only a figure "
                                     "an earlier perf init wrote)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--_round", help=argparse.SUPPRESS)  # a realized-saving round's spec: run it in this worker
 
 
 def _log_points(n: int) -> list[int]:
@@ -128,15 +135,21 @@ REALIZED = ("random, full schedule", "random, full schedule, compiled", "random,
 EARLY_STOP = frozenset(REALIZED[2:])
 
 
+RATIO_METHOD = "rounds as units, one worker process each: ratio of geometric means, Welch's 95% t interval"
+
+
 def _realized(imgs, cfg, iters: int, init: tuple[str, str], repeats: int, device: str) -> dict[str, Any]:
     """Encode-time saving of learned init + early stop, measured: ``REALIZED`` fits of ``imgs`` timed in
-    ``repeats`` interleaved rounds (ABCD, DCBA, ...), every compiled graph compiled beforehand."""
+    ``repeats`` interleaved rounds (ABCD, DCBA, ...), each round in a fresh worker process (``_round``; its
+    compiled graphs compiled there before any clock runs). The fit that sets each image's target (random
+    init, full schedule) runs first, here, and is not timed as a sample."""
+    import pickle
     from dataclasses import replace
 
     import numpy as np
     import torch
 
-    from bench.stats import ratio_ci
+    from bench.stats import unit_ratio_ci
     from inr.fit import fit
 
     n = len(imgs)
@@ -144,56 +157,95 @@ def _realized(imgs, cfg, iters: int, init: tuple[str, str], repeats: int, device
     learned = replace(base, init=init[0], init_sha256=init[1])
     cfgs = dict(zip(REALIZED, (base, replace(base, step="compiled"), base, learned, replace(learned, step="compiled")),
                     strict=True))
+    ref = fit(imgs, cfgs[REALIZED[0]], device=device)
+    target = ref.psnr.astype(np.float64)  # each image's own random-init PSNR at full length
+    secs: dict[str, list[float]] = {k: [] for k in REALIZED}
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="perf-init-round-") as td:
+        for r in range(repeats):
+            order = list(REALIZED if r % 2 else REALIZED[::-1])
+            spec = Path(td) / f"round{r}.pkl"
+            spec.write_bytes(pickle.dumps({"imgs": np.asarray(imgs), "cfgs": cfgs, "target": target, "order": order,
+                                           "device": device, "threads": torch.get_num_threads()}))
+            for name, d in _spawn_round(spec).items():
+                secs[name].append(d.pop("seconds"))
+                out[name] = d
+    ref_it = n * iters
+    for name in REALIZED:
+        d = out.setdefault(name, {"image_iterations": ref_it, "mean_psnr": float(ref.psnr.mean()), "reached": n,
+                                  "images": n, "max_shortfall_db": 0.0})
+        d["seconds"] = secs[name]
+        d["median_seconds"] = float(np.median(secs[name])) if secs[name] else float("nan")
+        d["iterations_saving"] = ref_it / max(d["image_iterations"], 1)
+        d["time_saving"] = _round_ratio(unit_ratio_ci, secs[REALIZED[0]], secs[name])  # > 1: faster than the reference
+    for name in REALIZED[3:]:  # the learned init's own share: against random init with the same early stop
+        d = out[name]
+        es = out["random, early stop"]
+        d["vs_random_early_stop"] = {"iterations": es["image_iterations"] / max(d["image_iterations"], 1),
+                                     **_round_ratio(unit_ratio_ci, secs["random, early stop"], secs[name])}
+        d["vs_random_early_stop"]["time"] = d["vs_random_early_stop"]["value"]
+    return {"repeats": repeats, "processes": repeats, "method": RATIO_METHOD, "variants": out}
+
+
+def _round_ratio(unit_ratio_ci, top: list[float], bottom: list[float]) -> dict[str, Any]:
+    """``top`` / ``bottom`` seconds, one value per round (worker process): ``value``, ``lo``/``hi`` (None without
+    an interval: one round, or no spread), ``n`` rounds, ``why`` none."""
+    import math
+
+    iv = unit_ratio_ci([[t] for t in top], [[t] for t in bottom])
+    ok = math.isfinite(iv.lo) and math.isfinite(iv.hi)
+    return {"value": iv.value, "lo": iv.lo if ok else None, "hi": iv.hi if ok else None, "n": iv.n,
+            "why": None if ok else (iv.why or "no interval")}
+
+
+def _spawn_round(spec: Path) -> dict[str, dict[str, Any]]:
+    """Run one round (``_round``) in a fresh worker process, as ``bench.perf.encode`` runs its timed steps."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "bench.cli", "perf", "init", "--_round", str(spec)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"perf init round worker failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _round(spec_path: str) -> dict[str, dict[str, Any]]:
+    """One round of the realized-saving encodes, in this (worker) process: every compiled graph compiled first
+    (every chunk size the timed compiled runs will use, ``inr.early_stop.bucket_sizes``), then each variant of
+    ``order`` fitted and timed once."""
+    import pickle
+
+    import numpy as np
+    import torch
+
+    from inr.fit import fit
+
+    spec = pickle.loads(Path(spec_path).read_bytes())
+    imgs, cfgs, target, device = spec["imgs"], spec["cfgs"], spec["target"], spec["device"]
+    torch.set_num_threads(int(spec["threads"]))
+    n = len(imgs)
 
     def sync() -> None:
         if torch.device(device).type == "cuda":
             torch.cuda.synchronize(device)
 
-    def timed(name: str, stop_at):
+    from dataclasses import replace
+
+    fit(imgs, replace(cfgs[REALIZED[1]], iterations=1), device=device)
+    fit(imgs, replace(cfgs[REALIZED[4]], iterations=1), device=device, stop_at=np.full(n, np.inf))
+    out = {}
+    for name in spec["order"]:
         sync()
         t0 = time.perf_counter()
-        res = fit(imgs, cfgs[name], device=device, stop_at=stop_at)
+        res = fit(imgs, cfgs[name], device=device, stop_at=target if name in EARLY_STOP else None)
         sync()
-        return res, time.perf_counter() - t0
-
-    ref, t = timed(REALIZED[0], None)
-    target = ref.psnr.astype(np.float64)  # each image's own random-init PSNR at full length
-    # compile every chunk size the timed compiled runs will use (``inr.early_stop.bucket_sizes``) before any clock runs
-    fit(imgs, replace(cfgs[REALIZED[1]], iterations=1), device=device)
-    fit(imgs, replace(cfgs[REALIZED[3]], iterations=1), device=device, stop_at=np.full(n, np.inf))
-    secs: dict[str, list[float]] = {k: [] for k in REALIZED}
-    out: dict[str, Any] = {}
-    secs[REALIZED[0]].append(t)
-    for r in range(repeats):
-        order = REALIZED if r % 2 else REALIZED[::-1]
-        for name in order:
-            if name == REALIZED[0] and r == 0:
-                continue  # the first reference run gave the targets
-            res, t = timed(name, target if name in EARLY_STOP else None)
-            secs[name].append(t)
-            ran = res.extra["iterations_run"]
-            out[name] = {"image_iterations": int(ran.sum()), "mean_psnr": float(res.psnr.mean()),
-                         "reached": int(np.count_nonzero(res.psnr >= target - 1e-9)), "images": n,
-                         "max_shortfall_db": float(np.max(target - res.psnr))}
-    out.setdefault(REALIZED[0], {"image_iterations": n * iters, "mean_psnr": float(ref.psnr.mean()), "reached": n,
-                                 "images": n, "max_shortfall_db": 0.0})
-    ref_it = n * iters
-    for name in REALIZED:
-        d = out[name]
-        d["seconds"] = secs[name]
-        d["median_seconds"] = float(np.median(secs[name]))
-        d["iterations_saving"] = ref_it / max(d["image_iterations"], 1)
-        iv = ratio_ci(secs[REALIZED[0]], secs[name])  # > 1: faster than the reference
-        d["time_saving"] = {"value": float(np.median(secs[REALIZED[0]])) / d["median_seconds"],
-                            "lo": iv.lo if iv.ok else None, "hi": iv.hi if iv.ok else None}
-    es = out["random, early stop"]
-    for name in REALIZED[3:]:  # the learned init's own share: against random init with the same early stop
-        d = out[name]
-        iv = ratio_ci(secs["random, early stop"], secs[name])
-        d["vs_random_early_stop"] = {"iterations": es["image_iterations"] / max(d["image_iterations"], 1),
-                                     "time": es["median_seconds"] / d["median_seconds"],
-                                     "lo": iv.lo if iv.ok else None, "hi": iv.hi if iv.ok else None}
-    return {"repeats": repeats, "variants": out}
+        t = time.perf_counter() - t0
+        ran = res.extra["iterations_run"]
+        out[name] = {"seconds": t, "image_iterations": int(ran.sum()), "mean_psnr": float(res.psnr.mean()),
+                     "reached": int(np.count_nonzero(res.psnr >= target - 1e-9)), "images": n,
+                     "max_shortfall_db": float(np.max(target - res.psnr))}
+    return out
 
 
 def settings(name: str, args: argparse.Namespace) -> tuple[int, int, dict[str, int]]:
@@ -324,6 +376,9 @@ def run(args: argparse.Namespace) -> int:
     from bench.errors import InputError
     from bench.outputs import claim
 
+    if args._round:  # a realized-saving round's worker (``_spawn_round``)
+        print(json.dumps(_round(args._round)))
+        return 0
     args.device = resolve_device(args.device)  # a malformed or absent device: one line, exit 2
     names = [s.strip() for s in args.sets.split(",") if s.strip()]
     if not names or any(n not in SETS for n in names):
@@ -355,9 +410,11 @@ def _fmt_saving(pi: dict | None) -> str:
     if not pi:
         return "-"
     never = f", {pi['never']} never" if pi["never"] else ""
-    iv = Interval(pi["geomean"], pi["lo"], pi["hi"], pi["n"])
-    if pi["n"] < 2 or not iv.ok:
-        return f"{pi['geomean']:.1f}x (n={pi['n']}{never})"
+    nan = float("nan")
+    iv = Interval(pi["geomean"], nan if pi["lo"] is None else pi["lo"], nan if pi["hi"] is None else pi["hi"], pi["n"])
+    if pi["n"] < 2 or not iv.ok:  # one image, or every image the same saving: no interval
+        why = "one image" if pi["n"] < 2 else "the same on every image, no spread"
+        return f"{pi['geomean']:.1f}x (n={pi['n']}: {why}, no interval, not a result{never})"
     return fmt_ratio(iv) + never
 
 
@@ -396,25 +453,41 @@ def print_table(doc: dict) -> None:
             print(f"  {r['set']:<18} {who:<8} {e['iterations']:>5} it: fp32 {e['fp32']:.2f}  8-bit {e['8bit']:.2f}{extra}")
     if any(r.get("realized") for r in results):
         print("realized: real encodes of the held-out images, random init at full length vs learned init stopping each "
-              "image at its own random-init PSNR (wall seconds: median of the rounds; saving: ratio of medians [95% CI])")
+              "image at its own random-init PSNR (wall seconds: median of the rounds; saving: " + RATIO_METHOD + ")")
         for r in results:
             rz = r.get("realized")
             if not rz:
                 continue
             n_img = rz["variants"][REALIZED[0]]["images"]
-            print(f"  {r['set']}: {n_img} held-out images, chunk {rz.get('chunk') or 'auto'}, {rz['repeats']} rounds")
+            print(f"  {r['set']}: {n_img} held-out images, chunk {rz.get('chunk') or 'auto'}, {rz['repeats']} rounds"
+                  + (", each in its own worker process" if rz.get("processes") else " in one process (in-process runs)"))
             for name in REALIZED:
                 d = rz["variants"][name]
-                ts = d["time_saving"]
-                iv = f"[{ts['lo']:.2f}-{ts['hi']:.2f}]" if ts.get("lo") is not None else f"(n={len(d['seconds'])})"
                 vs = d.get("vs_random_early_stop")
                 share = ""
                 if vs:
-                    civ = f"[{vs['lo']:.2f}-{vs['hi']:.2f}]" if vs.get("lo") is not None else ""
-                    share = f"  vs random early stop: {vs['iterations']:.2f}x it, {vs['time']:.2f}x {civ} time"
+                    share = f"  vs random early stop: {vs['iterations']:.2f}x it, time {_fmt_round_ratio(vs)}"
                 print(f"  {r['set']:<18} {name:<32} {d['image_iterations']:>8} img-it ({d['iterations_saving']:.2f}x)  "
-                      f"{d['median_seconds']:>7.2f} s ({ts['value']:.2f}x {iv})  PSNR {d['mean_psnr']:.2f}  "
-                      f"reached {d['reached']}/{d['images']}" +
+                      f"{d['median_seconds']:>7.2f} s (time {_fmt_round_ratio(d['time_saving'], name == REALIZED[0])})  "
+                      f"PSNR {d['mean_psnr']:.2f}  reached {d['reached']}/{d['images']}" +
                       (f" (worst {d['max_shortfall_db']:.2f} dB short)" if d["reached"] < d["images"] else "") + share)
     print(f"meta-init trains on the train split only ({', '.join(str(r['meta']['num_images']) + ' images' for r in results)}); "
           f"total {doc['seconds']:.0f} s" + (f"; figure {fig}" if fig else ""))
+
+
+def _fmt_round_ratio(t: dict, reference: bool = False) -> str:
+    """A realized-saving time ratio (``_round_ratio``) as ``bench.stats.fmt_ratio`` prints it, or the value said to
+    be no result without an interval (one round, or an older record without one)."""
+    import math
+
+    from bench.stats import Interval, fmt_ratio
+
+    if reference:
+        return "1.00x (reference)"
+    v = t.get("value", t.get("time"))
+    if t.get("lo") is None or t.get("hi") is None:
+        n = t.get("n")
+        why = t.get("why") or ("one round" if n == 1 else "no interval")
+        why = "one round (worker process)" if why == "one sample" else why
+        return f"{v:.2f}x ({why}: no interval, not a result)" if v is not None and math.isfinite(v) else "-"
+    return fmt_ratio(Interval(v, t["lo"], t["hi"], t.get("n", 0)))
