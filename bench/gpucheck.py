@@ -462,6 +462,8 @@ def step_perf_decode(ctx: dict[str, Any]) -> dict[str, Any]:
 def decode_figures(doc: dict[str, Any], device: str) -> dict[str, Any]:
     """Key figures of ``perf decode --json``: per size the best INR row (img/s, % of the device's matmul
     peak, its variant), the best JPEG row (img/s, its method) and INR/JPEG; rows skipped, with the reason.
+    INR/JPEG is the best of N INR variants' medians over the best of M JPEG methods', all in one process,
+    with no interval: a check that both ran, not a speed claim (``inr_over_jpeg_note`` says so).
 
     On CUDA a skipped JPEG row fails the step (the GPU decoders the ``torch-nvjpeg`` and ``dali`` adapters
     use must run on a GPU machine); on the CPU it is noted. No INR row with % of peak: a failure.
@@ -490,6 +492,8 @@ def decode_figures(doc: dict[str, Any], device: str) -> dict[str, Any]:
             fig[f"{size}px.jpeg_method"] = top["method"]
         if inr_rows and jpeg_rows:
             fig[f"{size}px.inr_over_jpeg"] = round(best["rate"]["median"] / top["rate"]["median"], 2)
+            fig[f"{size}px.inr_over_jpeg_note"] = (f"not a result (one process, best of {len(inr_rows)} INR variants "
+                                                   f"over best of {len(jpeg_rows)} JPEG methods, no interval)")
     if skipped:
         fig["skipped"] = skipped
     if not any(k.endswith("inr_pct_peak") for k in fig):
