@@ -64,3 +64,15 @@ def test_expand_ratio_text_says_no_difference_when_the_interval_holds_one():
     assert _ratio(1.42, 1.204, 1.676, "shorter") == "1.42x shorter [95% CI 1.20-1.68]"
     assert _ratio(1.003, 1.001, 1.006, "fewer") == "1.003x fewer [95% CI 1.001-1.006]"
     assert _ratio(1.4, float("nan"), float("nan"), "fewer") == "1.40x fewer (one run a side: no interval, not a result)"
+
+
+
+def test_comparison_text_says_no_spread_apart_from_one_unit():
+    """No interval for want of spread (equal units on both sides) is said so, not called one process."""
+    from bench.stats import NO_SPREAD
+
+    c = _comparison()
+    c["why"], c["cpu_why"] = NO_SPREAD, "one sample"
+    row = M.fmt_comparison(c).iloc[1]
+    assert row["speedup vs dense [95% CI]"] == "1.4x (no spread: no interval, not a result)"
+    assert row["CPU-s ratio [95% CI]"] == "1.5x (no interval: 1 process)"

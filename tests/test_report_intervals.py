@@ -572,3 +572,15 @@ def test_models_of_another_schedule_stay_out_of_the_accuracy_table(tmp_path):
     assert t.loc["raw", "correct"] == "36/40" and t.loc["raw", "vs torch-jpeg"] == f"{S.NO_DIFFERENCE} (p=1)"
     assert t.loc["raw", "over seeds % [95% CI]"].startswith("88.8 [")  # (90 + 87.5) / 2, the short run out
     assert "train runs of another schedule are left out of this table (1 run of 1+2 epochs)" in text
+
+
+def test_a_speedup_without_spread_says_so_not_one_process(tmp_path):
+    """Two processes a side whose medians are all equal: no zero-width interval, and the text gives that reason
+    (it printed the one-process note, or before that "1.10x [1.10-1.10]" as a result)."""
+    out = tmp_path / "flat"
+    _run(out, "torch-jpeg", "loader", [[1.1] * 3] * 2)
+    _run(out, "inr", "loader", [[1.0] * 3] * 2)
+    sp = T.speedups(R.read_results(out))
+    row = sp[(sp["pipeline"] == "inr") & (sp["baseline"] == "torch-jpeg")].iloc[0]
+    assert row["why"] == S.NO_SPREAD and not row["detected"]
+    assert T.fmt_speedup(row) == "1.10x (no spread: no interval, not a result)"

@@ -177,11 +177,11 @@ def comparison(rows: pd.DataFrame, predictions: pd.DataFrame | None) -> pd.DataF
                                  "repeats_each": each[0] if len(each) == 1 else np.nan,
                                  "total_s": float(np.median(flat)) if len(flat) else np.nan}
             iv = S.unit_ratio_ci(totals.get("dense", []), t) if m != "dense" else S.NAN
-            r.update(speedup=iv.value, lo=iv.lo, hi=iv.hi)
+            r.update(speedup=iv.value, lo=iv.lo, hi=iv.hi, why=iv.why)
             cs = cpus.get(m, [])
             civ = S.unit_ratio_ci(cpus.get("dense", []), cs) if m != "dense" else S.NAN
             r.update(cpu_s=float(np.median(np.concatenate(cs))) if cs else np.nan, cpu_ratio=civ.value,
-                     cpu_lo=civ.lo, cpu_hi=civ.hi)
+                     cpu_lo=civ.lo, cpu_hi=civ.hi, cpu_why=civ.why)
             r["flops_rel"] = flops.get(m, np.nan) / flops.get("dense", np.nan)
             if len(g) and g["n"].notna().all():
                 k, n = int(np.round(g["value"] * g["n"]).sum()), int(g["n"].sum())
@@ -192,6 +192,11 @@ def comparison(rows: pd.DataFrame, predictions: pd.DataFrame | None) -> pd.DataF
                             else None)
             recs.append(r)
     return pd.DataFrame(recs)
+
+
+def _no_interval(why, one: str) -> str:
+    """Why a ratio has no interval: no spread (equal units on both sides), or one unit a side."""
+    return "no spread: no interval, not a result" if why == S.NO_SPREAD else f"no interval: 1 {one}"
 
 
 def fmt_comparison(c: pd.DataFrame, units: tuple[str, str] = ("process", "processes")) -> pd.DataFrame:
@@ -205,11 +210,11 @@ def fmt_comparison(c: pd.DataFrame, units: tuple[str, str] = ("process", "proces
         elif pd.notna(r["lo"]):
             sp = S.fmt_ratio(S.Interval(r["speedup"], r["lo"], r["hi"]))
         else:
-            sp = f"{fmt_num(r['speedup'])}x (no interval: 1 {one})" if pd.notna(r["speedup"]) else "—"
+            sp = f"{fmt_num(r['speedup'])}x ({_no_interval(r.get('why'), one)})" if pd.notna(r["speedup"]) else "—"
         if r["method"] == "dense" or pd.isna(r["cpu_ratio"]):
             cpu_sp = "—" if r["method"] != "dense" else "(baseline)"
         elif pd.isna(r["cpu_lo"]):
-            cpu_sp = f"{fmt_num(r['cpu_ratio'])}x (no interval: 1 {one})"
+            cpu_sp = f"{fmt_num(r['cpu_ratio'])}x ({_no_interval(r.get('cpu_why'), one)})"
         else:
             cpu_sp = S.fmt_ratio(S.Interval(r["cpu_ratio"], r["cpu_lo"], r["cpu_hi"]))
         acc = (f"{100 * r['acc']:.1f} [{100 * r['acc_lo']:.1f}-{100 * r['acc_hi']:.1f}]"

@@ -138,7 +138,7 @@ def pivot_metric(rows: pd.DataFrame, metric_names: tuple[str, ...], fmt=fmt_num,
 
 
 SPEEDUP_MODES = ("loader", "train")  # replay times the model alone: a speedup there is noise
-SPEEDUP_COLUMNS = ["dataset", "mode", "pipeline", "baseline", "ratio", "lo", "hi", "detected", "flagged"]
+SPEEDUP_COLUMNS = ["dataset", "mode", "pipeline", "baseline", "ratio", "lo", "hi", "detected", "flagged", "why"]
 MEASUREMENT_PROBLEM = "measurement problem (see Sanity checks)"
 ONE_PROCESS = "one process: no interval, not a result"
 
@@ -270,6 +270,7 @@ def speedups(rows: pd.DataFrame) -> pd.DataFrame:
                     "dataset": ds, "mode": mode, "pipeline": p, "baseline": base,
                     "ratio": iv.value, "lo": iv.lo, "hi": iv.hi, "detected": p != base and iv.excludes(1.0),
                     "flagged": mode == "train" and ((ds, p) in bad or (ds, base) in bad),
+                    "why": iv.why,  # without an interval: one process a side, or no spread
                 })
     return pd.DataFrame(out, columns=SPEEDUP_COLUMNS)
 
@@ -283,6 +284,8 @@ def fmt_speedup(h) -> str:
         return "1.00x (baseline)"
     iv = S.Interval(h["ratio"], h["lo"], h["hi"])
     if not iv.ok and math.isfinite(h["ratio"]):
+        if h.get("why") == S.NO_SPREAD:  # equal process medians on both sides: no zero-width interval
+            return f"{h['ratio']:.2f}x (no spread: no interval, not a result)"
         return f"{h['ratio']:.2f}x ({ONE_PROCESS})"
     return S.fmt_ratio(iv)
 
