@@ -149,7 +149,7 @@ def _os_error_line(e: OSError, out: str | None) -> str:
     if out:
         if e.filename is not None and Path(os.fsdecode(e.filename)).name == _lock_path(Path(out)).name:
             where = str(Path(out).parent)
-            return f"--out {out}: cannot write in {where}: {e.strerror or type(e).__name__}"
+            return f"--out {out}: cannot write in {where}: {e.strerror or str(e) or type(e).__name__}"
         if e.filename is None:
             return f"--out {out}: {os_error_message(e)}"
     return os_error_message(e)

@@ -464,10 +464,25 @@ def make_temp_file(out: Path) -> tuple[int, Path]:
     return fd, Path(tmp)
 
 
+# numpy's ``tofile``/``save`` report a short write (a full disk) as ``OSError("N requested and M written")``,
+# with no errno: the only sign that the disk filled up
+_SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")
+_FREE_SPACE = " (free some space and rerun: finished work is kept and resumed)"
+
+
 def os_error_message(e: OSError) -> str:
-    """One line for an ``OSError`` (disk full, permission denied...) naming the file."""
-    what = e.strerror or type(e).__name__
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        what += " (free some space and rerun: finished work is kept and resumed)"
+    """One line for an ``OSError`` (disk full, permission denied...) naming the file.
+
+    What happened: the system's words (``strerror``), else the exception's own message (an ``OSError``
+    raised without an errno), else its type. A short write (numpy's ``N requested and M written``) is
+    said to be what it most likely is, a full disk, with the same advice as ``ENOSPC``.
+    """
+    what = e.strerror or " ".join(str(e).split()) or type(e).__name__
+    short = _SHORT_WRITE.fullmatch(what) if e.strerror is None else None
+    if short:
+        what = (f"short write ({short[2]} of {short[1]} bytes written): the disk may be full"
+                f"{_FREE_SPACE}")
+    elif e.errno in (errno.ENOSPC, errno.EDQUOT):
+        what += _FREE_SPACE
     name = e.filename if e.filename is not None else None
     return f"{name}: {what}" if name is not None else what
