@@ -212,6 +212,19 @@ def test_crossover_on_the_inr_frontier():
     cross = [ln for ln in lines if ln.startswith("crossing")]
     assert len(cross) == 1 and "INR ahead of JPEG below" in cross[0]
     assert f"~{expected * 8 / 100:.2f} bpp" in cross[0] and f"~{expected:.0f} bytes" in cross[0]
+    # from a summary alone (no per-image rows) every line is a point reading, never a result
+    assert all("not a result" in ln for ln in lines) and not any("ahead:" in ln or "behind:" in ln for ln in lines)
+
+
+def test_summary_md_places_inr_on_the_curve_with_the_paired_interval(result):
+    """audit #8: the curve lines of a real run carry the per-image paired interval (t below 30 images)."""
+    res, _ = result
+    md = (res.out / "summary.md").read_text()
+    section = [ln for ln in md[md.index("Where INR stands"):].splitlines() if ln.startswith("- inr-8bit ")]
+    compared = [ln for ln in section if " dB vs JPEG " in ln]
+    assert compared and all("INR − JPEG" in ln for ln in compared)
+    assert compared and all(f"(t interval, {N} images" in ln for ln in compared), compared
+    assert all(" dB [" in ln or "no difference detected [" in ln for ln in compared)
 
 
 def test_inrbench_compare_bad_input_exits_2_with_one_line(tmp_path, capsys):

@@ -82,7 +82,7 @@ def write_outputs(out: Path, per_image: pd.DataFrame, summary: pd.DataFrame, var
     """Write every output file into ``out`` (an existing folder)."""
     atomic_write_text(out / "per_image.csv", per_image.to_csv(index=False))
     atomic_write_text(out / "summary.csv", summary.to_csv(index=False))
-    atomic_write_text(out / "summary.md", markdown(summary, meta))
+    atomic_write_text(out / "summary.md", markdown(summary, meta, per_image))
     size, px = image_geometry(meta)
     shape = "native sizes" if meta.get("native") else f"{size[0]}x{size[1]}"
     title = f"{meta['dataset']} {shape} ({meta['split']}, {meta['n_images']} images)"

@@ -10,11 +10,17 @@ mean PSNR over the same reached images, so the two PSNRs compare like with like,
 JPEG over those images with its 95% paired interval (``bench.stats.paired_diff_ci``: a bootstrap, or
 Student's t below ``bench.stats.BOOTSTRAP_MIN_N`` images, ``psnr_diff_interval`` says which; none for
 one image; lossless images count as ``PSNR_CAP_DB``): an interval that holds 0 is no difference detected.
+
+Where INR stands against each codec's sweep curve (``crossovers``, given the per-image rows): per
+variant, the same paired interval over the images, of INR PSNR minus the codec's PSNR on that image's
+own sweep at the INR's bytes (``curve_gap``); a crossing is a result only where the gaps on both sides
+exclude 0. From a summary alone these are point readings, labelled not a result.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -110,41 +116,143 @@ def inr_frontier(summary: pd.DataFrame) -> pd.DataFrame:
     return inr.loc[keep]
 
 
-def crossovers(summary: pd.DataFrame, pixels: int, bytes_col: str = "file_bytes", codec: str = "jpeg") -> list[str]:
+@dataclass(frozen=True)
+class CurveGap:
+    """One INR variant against a codec's sweep curve at the INR's bytes per image.
+
+    ``diff``: the mean over images of INR PSNR minus the codec's PSNR interpolated (linear in log bytes)
+    on *that image's* quality sweep at the INR's bytes, with its paired interval
+    (``bench.stats.paired_diff_ci``, as the matched-bytes table's); ``inr`` / ``codec``: the two mean
+    PSNRs over the same images; ``n_in``: images whose sweep spans the INR's bytes, of ``n``. Without
+    per-image rows (``per_image=None``): the difference of the mean curves, a point reading (``diff``
+    has no interval, ``per_image`` False)."""
+
+    inr: float
+    codec: float
+    diff: stats.Interval
+    n_in: int
+    n: int
+    per_image: bool = True
+
+
+def _image_curves(per_image: pd.DataFrame, bytes_col: str, codec: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Each image's sweep of ``codec``: image -> (bytes, PSNR capped at ``PSNR_CAP_DB``) sorted by bytes."""
+    sw = per_image[(per_image["method"] == f"{codec}-sweep") & (per_image["status"] == "ok")]
+    sw = sw[np.isfinite(sw[bytes_col].to_numpy(float)) & (sw[bytes_col].to_numpy(float) > 0)
+            & sw["psnr"].notna()].sort_values(["image", bytes_col])
+    return {int(i): (g[bytes_col].to_numpy(float), np.minimum(g["psnr"].to_numpy(float), PSNR_CAP_DB))
+            for i, g in sw.groupby("image", sort=False)}
+
+
+def curve_gap(summary: pd.DataFrame, variant: str, bytes_col: str = "file_bytes", codec: str = "jpeg",
+              per_image: pd.DataFrame | None = None, _curves=None) -> CurveGap | None:
+    """INR ``variant`` against ``codec``'s sweep at the variant's bytes per image (``CurveGap``); ``None``
+    where no image's sweep (or, without ``per_image``, the mean curve) spans those bytes."""
+    r = summary[(summary["method"] == "inr") & (summary["variant"] == variant)].iloc[0]
+    if per_image is None:
+        j = jpeg_psnr_at(summary, float(r["file_bytes"]), bytes_col, codec)
+        if math.isnan(j):
+            return None
+        n = int(r["n_images"]) if "n_images" in r and pd.notna(r["n_images"]) else 0
+        d = float(r["psnr"]) - j
+        return CurveGap(float(r["psnr"]), j, stats.Interval(d, math.nan, math.nan, 0), n, n, per_image=False)
+    curves = _image_curves(per_image, bytes_col, codec) if _curves is None else _curves
+    inr = per_image[(per_image["method"] == "inr") & (per_image["variant"] == variant)]
+    xs, ys = [], []
+    for _, row in inr.iterrows():
+        c = curves.get(int(row["image"]))
+        b = float(row["file_bytes"])
+        if c is None or not (c[0][0] <= b <= c[0][-1]):
+            continue
+        xs.append(min(float(row["psnr"]), PSNR_CAP_DB))
+        ys.append(float(np.interp(np.log(b), np.log(c[0]), c[1])))
+    if not xs:
+        return None
+    x, y = np.asarray(xs), np.asarray(ys)
+    ok = np.isfinite(x) & np.isfinite(y)
+    return CurveGap(mean_psnr(x[ok]) if ok.any() else math.nan, mean_psnr(y[ok]) if ok.any() else math.nan,
+                    stats.paired_diff_ci(x, y), int(len(xs)), int(len(inr)))
+
+
+def gap_text(g: CurveGap, name: str) -> str:
+    """``INR behind: INR − JPEG -2.11 dB [-2.52, -1.70] (t interval, 24 images: ...)``, ``INR − JPEG no
+    difference detected [-0.20, 0.31] dB``, or the value said to be a point reading, not a result (one
+    image, no spread, or no per-image rows); ``k/n imgs`` where the sweep spans the INR's bytes on only k."""
+    iv = g.diff
+    if not math.isfinite(iv.value):
+        return f"INR − {name}: no image with a finite PSNR on both sides, no result"
+    if not g.per_image:
+        return (f"INR − {name} {iv.value:+.2f} dB between the mean curves (a point reading without per-image rows: "
+                "no interval, not a result)")
+    text = psnr_diff_text(dict(psnr_diff=iv.value, psnr_diff_lo=iv.lo, psnr_diff_hi=iv.hi, psnr_diff_n=iv.n,
+                               psnr_diff_interval=stats.paired_diff_method(iv.n)))
+    if not iv.ok:
+        text = (text.replace("not a result)", "a point reading, not a result)") if "not a result" in text
+                else f"{iv.value:+.2f} dB (no interval: a point reading, not a result)")
+    who = ("INR ahead: " if iv.value > 0 else "INR behind: ") if iv.excludes(0.0) else ""
+    part = f", {g.n_in}/{g.n} imgs" if g.n_in < g.n else ""
+    return f"{who}INR − {name} {text}{part}"
+
+
+def crossovers(summary: pd.DataFrame, pixels: int, bytes_col: str = "file_bytes", codec: str = "jpeg",
+               per_image: pd.DataFrame | None = None) -> list[str]:
     """Plain-language lines: where each INR variant sits against a codec's sweep curve
     (default JPEG), and the bit-rates (bpp) where the INR frontier (``inr_frontier``, joined
-    piecewise-linearly in log bytes) crosses it."""
+    piecewise-linearly in log bytes) crosses it.
+
+    With ``per_image`` (``bench.compare.core`` rows) each variant's gap is the paired per-image
+    difference with its interval (``curve_gap``): a gap whose interval holds 0 reads "no difference
+    detected", never ahead or behind. A crossing is a supported result only where the frontier
+    variants on both sides of it differ from the curve beyond their intervals, in opposite
+    directions; its location (interpolated between them) has no interval. Any other crossing, and
+    every line without ``per_image``, is labelled a point reading, not a result."""
     inr = summary[summary["method"] == "inr"].sort_values("file_bytes")
     x, _ = jpeg_curve(summary, bytes_col, codec)
-    if inr.empty or len(x) == 0:
+    if inr.empty or (len(x) == 0 and per_image is None):
         return []
-    lines, diffs = [], []
+    curves = None if per_image is None else _image_curves(per_image, bytes_col, codec)
+    if curves is not None and not curves:
+        return []
+    lines = []
     name = codec_label(codec)
     label = f"{name} file bytes" if bytes_col == "file_bytes" else f"{name} header-free bytes"
+    gaps = {}
     for _, r in inr.iterrows():
         b, bpp = float(r["file_bytes"]), float(r["file_bytes"]) * 8 / pixels
-        j = jpeg_psnr_at(summary, b, bytes_col, codec)
-        if math.isnan(j):
-            where = "below the smallest" if b < x[0] else "above the largest"
-            lines.append(f"inr-{r['variant']} at {bpp:.2f} bpp: {where} {label} of the sweep "
-                         f"({x[0] * 8 / pixels:.2f}-{x[-1] * 8 / pixels:.2f} bpp); no {name} point to compare")
-            diffs.append(math.nan)
-        else:
-            d = float(r["psnr"]) - j
-            diffs.append(d)
-            lines.append(f"inr-{r['variant']} at {bpp:.2f} bpp: {float(r['psnr']):.2f} dB vs {name} {j:.2f} dB "
-                         f"({label}): INR {'ahead' if d > 0 else 'behind'} by {abs(d):.2f} dB")
+        g = gaps[r["variant"]] = curve_gap(summary, r["variant"], bytes_col, codec, per_image, curves)
+        if g is None:
+            lows = [c[0][0] for c in curves.values()] if curves else [x[0]]
+            highs = [c[0][-1] for c in curves.values()] if curves else [x[-1]]
+            where = ("below the smallest" if b < min(lows) else "above the largest" if b > max(highs)
+                     else "outside the range of")
+            scope = "every image's" if curves else "the"
+            lines.append(f"inr-{r['variant']} at {bpp:.2f} bpp: {where} {label} of {scope} sweep "
+                         f"({min(lows) * 8 / pixels:.2f}-{max(highs) * 8 / pixels:.2f} bpp); no {name} point to compare")
+            continue
+        how = "per image at the INR's bytes" if g.per_image else "mean curve"
+        lines.append(f"inr-{r['variant']} at {bpp:.2f} bpp: {g.inr:.2f} dB vs {name} {g.codec:.2f} dB "
+                     f"({label}, {how}): {gap_text(g, name)}")
     front = inr_frontier(summary)
-    diffs = [float(r["psnr"]) - jpeg_psnr_at(summary, float(r["file_bytes"]), bytes_col, codec) for _, r in front.iterrows()]
+    fg = [gaps.get(v) for v in front["variant"]]
     bx = front["file_bytes"].to_numpy(float)
-    for a in range(len(diffs) - 1):
-        d0, d1 = diffs[a], diffs[a + 1]
+    for a in range(len(fg) - 1):
+        g0, g1 = fg[a], fg[a + 1]
+        if g0 is None or g1 is None:
+            continue
+        d0, d1 = g0.diff.value, g1.diff.value
         if math.isnan(d0) or math.isnan(d1) or (d0 > 0) == (d1 > 0):
             continue
         t = d0 / (d0 - d1)
         xb = math.exp(math.log(bx[a]) + t * (math.log(bx[a + 1]) - math.log(bx[a])))
         who = f"INR ahead of {name} below, behind above" if d0 > 0 else f"INR overtakes {name} above"
-        lines.append(f"crossing ({label}): {who} ~{xb * 8 / pixels:.2f} bpp (~{xb:.0f} bytes/image)")
+        b0, b1 = bx[a] * 8 / pixels, bx[a + 1] * 8 / pixels
+        at = f"~{xb * 8 / pixels:.2f} bpp (~{xb:.0f} bytes/image)"
+        if g0.diff.excludes(0.0) and g1.diff.excludes(0.0):
+            lines.append(f"crossing ({label}): {who} {at}: the gaps at {b0:.2f} and {b1:.2f} bpp both exclude 0, "
+                         "so the curves cross between them; where exactly is interpolated (no interval)")
+        else:
+            lines.append(f"crossing ({label}): {who} {at}: a point reading, not a result (the gap at "
+                         f"{b0:.2f} or {b1:.2f} bpp is not shown to differ from 0)")
     return lines
 
 
@@ -215,8 +323,9 @@ def reference_lines(summary: pd.DataFrame, dataset: str, pixels: int) -> list[st
     return lines
 
 
-def markdown(summary: pd.DataFrame, meta: dict) -> str:
-    """The short README-style summary (``summary.md``)."""
+def markdown(summary: pd.DataFrame, meta: dict, per_image: pd.DataFrame | None = None) -> str:
+    """The short README-style summary (``summary.md``); ``per_image`` (the rows ``summary`` came from)
+    gives the curve positions their paired intervals (``crossovers``), without it they are point readings."""
     native = bool(meta.get("native"))
     if native:
         px = float(meta["image_sizes"]["mean_pixels"])
@@ -294,12 +403,16 @@ def markdown(summary: pd.DataFrame, meta: dict) -> str:
                          f"{r['psnr']:.2f} | {r['ssim']:.3f} |")
     cross = []
     for c in codecs:
-        cross += crossovers(summary, px, "file_bytes", c)
+        cross += crossovers(summary, px, "file_bytes", c, per_image)
         if c == "jpeg":
-            cross += crossovers(summary, px, "header_free_bytes", c)
+            cross += crossovers(summary, px, "header_free_bytes", c, per_image)
     if cross:
         front = ", ".join(f"inr-{v}" for v in inr_frontier(summary)["variant"])
-        lines += ["", f"Where INR stands against each codec's curve (INR frontier: {front}):", ""] + [f"- {c}" for c in cross]
+        how = ("each gap is the mean over images of INR PSNR minus the codec's PSNR on that image's quality sweep at "
+               "the INR's bytes (linear in log bytes), with its paired 95% interval as above"
+               if per_image is not None else "gaps between the mean curves: point readings, no interval, not results")
+        lines += ["", f"Where INR stands against each codec's curve (INR frontier: {front}; {how}):", ""]
+        lines += [f"- {c}" for c in cross]
     stores = [st for st in meta.get("stores", []) if st.get("resident_bytes_per_image")]
     if stores:
         lines += ["", "Disk bytes (the file, header amortized; packed with `encode --at-rest` where noted) against "
