@@ -232,3 +232,9 @@ def test_two_process_bench_cell_end_to_end_on_cpu(tmp_path, monkeypatch):
     ctx = SweepContext(out=out, data_root=None, cells=cfg.by_id())
     h = cell_hashes(cfg, ctx)
     assert h["one"] != h["two"]
+    # the report: each cell's status row joins its own world size's table, not the 1-process one
+    from bench.report.load import load
+
+    rows = load(out).rows
+    label = {r: set(g) for r, g in rows.groupby("run_id")["dataset"]}
+    assert label["sweep:one"] == {"syn"} and label["sweep:two"] == {"syn (2 processes)"}

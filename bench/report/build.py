@@ -23,6 +23,7 @@ from bench.report import names as N
 from bench.report import ranks as RK
 from bench.report import tables as T
 from bench.report.load import ReportInputs, jpeg_bytes_per_image, load
+from bench.report.settings import SWEEP_CELL
 from bench.sweep.cells import store_stem
 
 DESIGN_PARAMS = ("layers", "hidden", "w0", "lr", "iterations")
@@ -143,14 +144,21 @@ def _spelled_apart(doc: _Doc, x: ReportInputs) -> None:
 
 
 def _store_of(x: ReportInputs) -> dict[tuple[str, str], str]:
-    """(dataset, pipeline) -> the encode cell whose store a train-mode bench cell read."""
-    prep_name = {c["id"]: c.get("name") or c["id"] for c in x.cells if c["kind"] == "prepare"}
-    out = {}
-    for c in x.cells:
-        if c["kind"] == "bench" and c.get("store"):
-            key = (prep_name.get(c.get("data"), ""), c["pipeline"])
-            if c.get("mode") == "train" or key not in out:
-                out[key] = c["store"]
+    """(dataset, pipeline) as the tables label them -> the encode cell whose store the bench cells of those
+    rows read (a train cell's where the modes' differ). Keyed by the labels of the rows themselves
+    (``cfg.sweep.cell``), never by the prepare cell's name: a table may be ``NAME (2 processes)``,
+    ``NAME [batch_size=64]`` (``bench.report.load.by_world_size``, ``bench.report.settings``) or a
+    pipeline ``inr [STEM]`` (``settings.by_store``)."""
+    store = {c["id"]: c["store"] for c in x.cells if c["kind"] == "bench" and c.get("store")}
+    if not store or SWEEP_CELL not in x.rows.columns:
+        return {}
+    cols = ["dataset", "pipeline", "mode", SWEEP_CELL]
+    b = x.rows.loc[x.rows[SWEEP_CELL].isin(list(store)), cols].drop_duplicates()
+    out: dict[tuple[str, str], str] = {}
+    for ds, p, mode, cell in b.itertuples(index=False):
+        key = (str(ds), str(p))
+        if mode == "train" or key not in out:
+            out[key] = store[cell]
     return out
 
 

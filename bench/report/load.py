@@ -17,6 +17,9 @@ reason instead of vanishing; ``ReportInputs.rank_rows`` holds the per-rank rows,
 per-rank section reads (``bench.report.ranks``). Runs of one dataset at different world
 sizes are never pooled: each world size above 1 becomes a dataset of its own, ``NAME (N processes)``
 (``by_world_size``, applied to both), so every table compares pipelines at one world size.
+Only runs split a dataset: a sweep cell's status rows (no settings of their own) join the table
+of their cell's world size (``nproc`` x ``nnodes`` in sweep.json: ``status_cell_fields``) or runs, never
+one of their own.
 Likewise runs with different settings, or ``inr`` runs of different stores, are never pooled
 (``bench.report.settings``: ``NAME [batch_size=64, ...]`` datasets, ``inr [STEM]`` pipelines); where
 two such labels differ only in how a path was spelled (an older run's relative ``--data``/``--store``,
@@ -228,7 +231,7 @@ def _load_sweep(root: Path) -> ReportInputs:
         size = tuple(m["image_size"]) if m and "image_size" in m else None
         compares.append(CompareResult(cell=c["id"], dataset=ds, folder=folder,
                                       summary=pd.read_csv(folder / "summary.csv"), image_size=size))
-    every, manifests = by_world_size(with_time_to_first_batch(every), manifests)
+    every, manifests = by_world_size(with_time_to_first_batch(status_cell_fields(every, cells)), manifests)
     apart = settings.spelled_apart(every)
     every, manifests = settings.by_settings(settings.by_store(every), manifests)
     rows, rank_rows = split_ranks(every)
@@ -281,27 +284,93 @@ def with_time_to_first_batch(rows: Any) -> Any:
     return pd.concat([rows, derived.drop(columns="value_build")[rows.columns]], ignore_index=True)
 
 
+NPROC, NNODES = "cfg.nproc", "cfg.nnodes"  # the --nproc launcher's error row of a run no rank wrote
+
+
+def world_sizes(rows: Any) -> Any:
+    """Each row's world size as recorded (``cfg.pipe.world_size``; else ``cfg.nproc`` x ``cfg.nnodes``, what
+    ``bench --nproc``'s launcher records on the error row of a run no rank wrote), <NA> where neither is."""
+    import pandas as pd
+
+    ws = pd.to_numeric(rows[WORLD_SIZE], errors="coerce") if WORLD_SIZE in rows.columns else \
+        pd.Series(float("nan"), index=rows.index)
+    if NPROC in rows.columns:
+        nodes = pd.to_numeric(rows[NNODES], errors="coerce").fillna(1) if NNODES in rows.columns else 1
+        ws = ws.fillna(pd.to_numeric(rows[NPROC], errors="coerce") * nodes)
+    return ws
+
+
+def is_status_row(rows: Any) -> Any:
+    """A sweep cell's status row (``bench.sweep.layout.status_row``: ``metric`` ``cell_s``), not a run's."""
+    return rows["metric"].eq(layout.STATUS_METRIC).fillna(False).astype(bool)
+
+
 def by_world_size(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any, dict[str, dict[str, Any]]]:
     """Rows of a dataset whose runs differ in world size, relabelled ``NAME (N processes)`` for each
     world size N > 1 (single-process runs keep ``NAME``); ``manifests`` gains the same entries. A
-    dataset run at one world size only keeps its name (``cfg.pipe.world_size`` says it)."""
-    if WORLD_SIZE not in rows.columns or rows.empty:
-        return rows, manifests
-    import pandas as pd
+    dataset run at one world size only keeps its name (``cfg.pipe.world_size`` says it).
 
-    ws = pd.to_numeric(rows[WORLD_SIZE], errors="coerce").fillna(1).astype(int)
-    rows, manifests = rows.copy(), dict(manifests)
+    Only runs split a dataset (a run that recorded no world size, from older results, is one
+    process). A sweep cell's status rows are no runs: one that records its cell's world size
+    (``status_cell_fields``) takes the label of that size where runs have it; the others follow their
+    cell's runs, or are copied under every label (``settings._relabel``), so no table is made of status
+    rows alone (every cell ``not run``)."""
+    if rows.empty or not ({WORLD_SIZE, NPROC} & set(rows.columns)):
+        return rows, manifests
+    recorded = world_sizes(rows)
+    status = is_status_row(rows)
+    ws = recorded.fillna(1).astype(int)
+    manifests = dict(manifests)
     for ds in rows["dataset"].dropna().unique():
         here = rows["dataset"] == ds
-        sizes = set(ws[here])
+        runs = here & ~status & rows["run_id"].notna()
+        sizes = set(ws[runs])
         if len(sizes) < 2:
             continue
-        for n in sorted(sizes - {1}):
-            label = f"{ds} ({n} processes)"
-            rows.loc[here & (ws == n), "dataset"] = label
+        name = {n: ds if n == 1 else f"{ds} ({n} processes)" for n in sizes}
+        label_of = {str(r): name[n] for r, n in zip(rows.loc[runs, "run_id"], ws[runs], strict=True)}
+        own = here & status & recorded.isin(list(sizes))  # a status row with its cell's world size
+        rows = rows.copy()
+        rows.loc[own, "dataset"] = [name[int(n)] for n in recorded[own]]
+        rows = settings._relabel(rows, here & ~own, "dataset", label_of)
+        recorded, status = world_sizes(rows), is_status_row(rows)  # _relabel may add copies
+        ws = recorded.fillna(1).astype(int)
+        for label in set(name.values()) - {ds}:
             if ds in manifests:
                 manifests[label] = manifests[ds]
     return rows, manifests
+
+
+def status_cell_fields(rows: Any, cells: list[dict[str, Any]]) -> Any:
+    """``rows`` with each bench cell's status row (``bench.sweep.layout.status_row``: no settings) given
+    what its cell's runs are told apart by where sweep.json says it: its world size (``nproc`` x
+    ``nnodes``) and, for a cell that reads a store, the store path the runs of cells reading that store
+    recorded (``cfg.store``, where they recorded one). So a status row joins its cell's table
+    (``by_world_size``, ``settings.by_store``) even when the cell has no runs (a skip or an error)."""
+    import pandas as pd
+
+    bench = {c["id"]: c for c in cells if c.get("kind") == "bench" and "id" in c}
+    if rows.empty or settings.SWEEP_CELL not in rows.columns or not bench:
+        return rows
+    cell = rows[settings.SWEEP_CELL]
+    status = is_status_row(rows) & cell.isin(list(bench))
+    if not status.any():
+        return rows
+    world = cell.map({i: int(c.get("nproc") or 1) * int(c.get("nnodes") or 1) for i, c in bench.items()})
+    fill = {WORLD_SIZE: world}
+    if STORE in rows.columns:  # store cell id -> the one path its readers' runs recorded
+        store_id = cell.map({i: c.get("store") for i, c in bench.items()})
+        ran = ~is_status_row(rows) & store_id.notna() & rows[STORE].notna()
+        paths = rows[ran].groupby(store_id[ran])[STORE].agg(_one_value)
+        fill[STORE] = store_id.map(paths.dropna())
+    rows = rows.copy()
+    for col, values in fill.items():
+        if col not in rows.columns:
+            rows[col] = pd.Series(pd.NA, index=rows.index, dtype="object")
+        take = status & rows[col].isna() & values.notna()
+        if take.any():
+            rows.loc[take, col] = values[take]
+    return rows
 
 
 def _split_count(manifest: dict[str, Any] | None, split: str) -> int | None:

@@ -25,8 +25,9 @@ Keys that describe the run rather than its epochs (which pipeline, how many epoc
 seeds, monitor periods, the training-method axis, world size and the data-parallel shape, the
 sweep cell: ``IGNORED``, ``IGNORED_PREFIXES``) never split; the prepared folder's path does (two
 folders of one name are two datasets). A sweep cell's status rows carry no settings: they follow
-their cell's runs (``_relabel``). A missing value (empty in the CSV: a setting older results did not
-record) splits nothing. ``bench`` records every setting's value as used: ``--threads`` left out is
+their cell's runs (``_relabel``); a bench cell's status row is first given its cell's world size and store
+from sweep.json (``bench.report.load.status_cell_fields``), so one of a cell without runs finds its table.
+A missing value (empty in the CSV: a setting older results did not record) splits nothing. ``bench`` records every setting's value as used: ``--threads`` left out is
 saved as the count torch ran with (``bench.harness.runner.run_bench``), not as ``None``. ``bench.report.load`` applies both after ``by_world_size``.
 """
 
@@ -43,6 +44,7 @@ IGNORED = frozenset({
     "cfg.min_seconds", "cfg.monitor_period_s", "cfg.pss_period_s", "cfg.pipe.seed",
     "cfg.method", "cfg.expand", "cfg.eval_every_epoch", "cfg.pipe.allow_unverified_store",
     "cfg.pipe.world_size", "cfg.pipe.rank",
+    "cfg.nproc", "cfg.nnodes", "cfg.argv",  # ``bench --nproc``'s launcher's error row: the run's shape and line
 })
 # the sweep cell that ran it; the expand schedule; a data-parallel run's shape (hosts, timeout)
 IGNORED_PREFIXES = ("cfg.sweep.", "cfg.expand.", "cfg.dist.")
