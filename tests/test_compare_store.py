@@ -101,3 +101,43 @@ def test_store_of_another_split_is_refused(setup, tmp_path):
         write_prepared(prep2, {"train": SplitData(np.asarray(ds.images), np.full(N, 1, np.int64))},
                        {"source": "x", "classes": ["a", "b"]})
         _cli([str(prep2), "--store", str(stores[0]), "--out", str(tmp_path / "o2")])
+
+
+def test_store_of_this_datasets_other_split_says_so(setup, tmp_path, capsys):
+    """audit #11: a store encoded from this dataset's train split, compared on --split test, is refused
+    for the split it was encoded from (not "use the store of this dataset"), and the suggested encode
+    command quotes a path with a space and names --split test."""
+    import shlex
+
+    from bench.cli import main
+
+    root, stores, _ = setup
+    train = open_prepared(root).split("train")
+    prep = tmp_path / "w" / "photos 32"  # the same train images as the store's, moved and with a test split
+    write_prepared(prep, {"train": SplitData(np.asarray(train.images), np.asarray(train.labels)),
+                          "test": SplitData(255 - np.asarray(train.images), np.asarray(train.labels))},
+                   {"source": "tiny", "classes": ["a", "b"]})
+    code = main(["compare", str(prep), "--store", str(stores[1]), "--split", "test", "--limit", "2",
+                 "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "encoded from split 'train' of this dataset" in err[0] and "not from split 'test'" in err[0]
+    assert "`--split train`" in err[0]
+    assert f"`inrbench encode {shlex.quote(str(prep))} --split test --out STORE.inr`" in err[0]
+    assert "other images" not in err[0]
+
+
+def test_store_of_other_images_suggests_encoding_this_split(setup, tmp_path):
+    """A store of another dataset: the encode command names this dataset (quoted) and the split compared."""
+    import shlex
+
+    root, stores, _ = setup
+    train = open_prepared(root).split("train")
+    prep = tmp_path / "my data"
+    write_prepared(prep, {"val": SplitData(255 - np.asarray(train.images), np.asarray(train.labels))},
+                   {"source": "x", "classes": ["a", "b"]})
+    with pytest.raises(InputError) as e:
+        _cli([str(prep), "--store", str(stores[1]), "--split", "val", "--out", str(tmp_path / "o")])
+    msg = str(e.value)
+    assert "encoded from other images (or labels)" in msg
+    assert f"`inrbench encode {shlex.quote(str(prep))} --split val --out STORE.inr`" in msg

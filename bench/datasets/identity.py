@@ -90,9 +90,41 @@ def check_store_source(store: Any, ds: PreparedDataset, split: str, *, allow_unv
         _, px, lab = _first(ds, split, n)
         if px == enc and src.get("encoded_labels_sha256") in (None, lab):
             return True
+    encode = encode_command(ds, split, src.get("limit"))
+    other = _other_split_of(ds, src)
+    if other is not None and other != split:
+        raise InputError(
+            f"the store was encoded from split {other!r} of this dataset ({ds.root}), not from split {split!r}: "
+            f"use split {other!r} (`--split {other}`), or a store of split {split!r} (`{encode}`)", store.path,
+        )
     origin = f"{src.get('prepared', '?')} [{src.get('split', '?')}]"
     raise InputError(
         f"the store was encoded from other images (or labels) than {where}: its source is {origin} with pixels sha256 "
-        f"{_short(src.get('pixels_sha256'))}, this split's is {_short(full)}; use the store encoded from "
-        f"this dataset (`inrbench encode {Path(ds.root)}`)", store.path,
+        f"{_short(src.get('pixels_sha256'))}, this split's is {_short(full)}; use a store encoded from "
+        f"this split (`{encode}`)", store.path,
     )
+
+
+def encode_command(ds: PreparedDataset, split: str, limit: Any = None) -> str:
+    """The ``inrbench encode`` command line of a store of ``split`` of ``ds`` (the path shell-quoted;
+    ``--limit`` where the refused store had one; its fit options are the user's to repeat)."""
+    import shlex
+
+    lim = f" --limit {int(limit)}" if isinstance(limit, int) and not isinstance(limit, bool) else ""
+    return f"inrbench encode {shlex.quote(str(Path(ds.root)))} --split {shlex.quote(split)}{lim} --out STORE.inr"
+
+
+def _other_split_of(ds: PreparedDataset, src: dict) -> str | None:
+    """The split of ``ds`` a store's ``source`` record names, when it is this very dataset: the recorded
+    split's pixels hash is the manifest's (the folder may have moved), or the recorded folder is ``ds``'s."""
+    name = src.get("split")
+    info = ds.manifest.get("splits", {}).get(name) if isinstance(name, str) else None
+    if not isinstance(info, dict):
+        return None
+    same_pixels = bool(info.get("pixels_sha256")) and src.get("pixels_sha256") == info.get("pixels_sha256")
+    same_labels = src.get("labels_sha256") in (None, info.get("labels_sha256"))
+    try:
+        same_folder = Path(str(src.get("prepared"))).resolve() == Path(ds.root).resolve()
+    except (OSError, RuntimeError):
+        same_folder = False
+    return name if (same_pixels and same_labels) or (same_folder and not info.get("pixels_sha256")) else None
