@@ -90,9 +90,20 @@ def run(args: argparse.Namespace) -> int:
         build_report(out, report_dir)
         print(f"report -> {report_dir / 'README.md'}")
     if summary.errors:
-        print(f"failed cells: {', '.join(summary.errors)} (see {out}/cells/<id>/stderr.log)", file=sys.stderr)
+        for cid in summary.errors:
+            print(f"failed cell {cid}: see {_error_log(out, cid)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _error_log(out: Path, cell_id: str) -> Path:
+    """Where a failed cell says why: its ``stderr.log``, or its folder when the sweep did not start it
+    (a cell run by hand on several nodes, whose own rows hold the error)."""
+    from bench.sweep import layout
+
+    cell_dir = out / layout.CELLS_DIR / cell_id
+    log = cell_dir / "stderr.log"
+    return log if log.is_file() else cell_dir
 
 
 def _print_cells(cfg, out: Path, data_root: str | None) -> None:
