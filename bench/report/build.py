@@ -400,7 +400,9 @@ def _speedup(doc: _Doc, rows: pd.DataFrame) -> None:
             "not a result (run a pipeline in two or more processes: `bench` again with the same "
             "`--out`, or a sweep's `process:` or `seed:` matrix). Error bars in the figures are those intervals; faded hatched bars "
             "are differences the intervals do not support; train speedups that failed a sanity check "
-            "are left out.")
+            "are left out. Each interval is for its own comparison (95% per comparison), not "
+            "simultaneous: across a table of many comparisons about 1 in 20 can miss when there is no "
+            "difference, so one detected difference among many is weak evidence.")
     doc.add()
     sp = T.speedups(rows)
     for ds, t in tabs.items():
@@ -495,9 +497,10 @@ def _ranks(doc: _Doc, rank_rows: pd.DataFrame | None) -> None:
     doc.add("Each rank's own epoch time on its shard, median (IQR) over repeats x epochs, and its "
             "*wait share* (data wait / (data wait + compute), medians) where the run timed steps. "
             "Every other table reads the runs' aggregate rows, whose times are the slowest rank's. "
-            f"`{RK.SPREAD_ROW}`: the slowest rank's median / the fastest rank's, with a bootstrap "
-            "interval that holds at 95% for all k (k - 1) / 2 pairs of k ranks together (Bonferroni), "
-            "so it stays valid for the pair picked by its medians. The epochs of all ranks start together, and in `train`/`replay` DDP's "
+            f"`{RK.SPREAD_ROW}`: the slowest rank's geometric-mean epoch time / the fastest rank's, "
+            "with Welch's t interval on the logs of their epochs at a level that holds 95% for all "
+            "k (k - 1) / 2 pairs of k ranks together (Bonferroni), so it stays valid for the pair "
+            "picked by its medians; one epoch on a rank, or no spread: no interval. The epochs of all ranks start together, and in `train`/`replay` DDP's "
             "gradient all-reduce makes every step wait for the slowest rank: there epoch times even out, "
             "and a rank that loads data slowly shows as the one with the high wait share (the others' "
             "waiting in the all-reduce counts as compute).")
