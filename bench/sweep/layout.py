@@ -40,6 +40,18 @@ def is_sweep_dir(out: str | Path) -> bool:
     return (Path(out) / SWEEP_FILE).is_file()
 
 
+def enclosing_sweep(out: str | Path) -> Path | None:
+    """The sweep results folder that ``out`` lies inside (symlinks resolved), or ``None``.
+
+    A sweep folder is recognized as ``bench.outputs`` recognizes it: its marker (``.inrbench.json``,
+    kind ``sweep``), or, written before markers existed, ``sweep.json`` beside ``cells/``. A sweep whose
+    ``--out`` lies inside another one's would read there as a cell nobody declared (``OUT/cells/new``).
+    """
+    from bench.outputs import is_own
+
+    return next((p for p in Path(out).expanduser().resolve().parents if is_own(p, "sweep")), None)
+
+
 def read_marker(cell_dir: Path) -> dict[str, Any] | None:
     """The completion marker, or ``None`` when the cell never finished (or the marker is unreadable)."""
     try:

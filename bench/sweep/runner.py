@@ -246,6 +246,10 @@ def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = 
     for pat in redo:
         if not any(fnmatch.fnmatchcase(c.id, pat) for c in cfg.cells):
             raise InputError(f"--redo {pat!r} matches no cell of sweep {cfg.name!r}")
+    outer = layout.enclosing_sweep(out)
+    if outer is not None:
+        raise InputError(f"--out {out}: lies inside the results folder of another sweep ({outer}), where it "
+                         "would read as a cell that sweep does not declare; choose a --out outside it")
     out = Path(out).resolve()
     if resume and not layout.is_sweep_dir(out):
         raise InputError(f"--resume: nothing to resume (no {layout.SWEEP_FILE})", out)
