@@ -51,5 +51,5 @@ def test_payload_needs_the_array_table(prepared):
     _, images = prepared
     with pytest.raises(InputError, match="array table"):
         payload_variant(_variant(images, None))
-    with pytest.raises(ValueError, match="inr_bytes"):
+    with pytest.raises(ValueError, match="--inr-bytes must be one of"):
         CompareConfig(inr_bytes="disk")

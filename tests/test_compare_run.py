@@ -171,8 +171,8 @@ def test_cli_bad_input_is_one_line_error(prepared, tmp_path):
     root, _ = prepared
     with pytest.raises(InputError, match="no such prepared dataset"):
         _cli([str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
-    with pytest.raises(InputError, match="qualities must be in 1..100"):
-        _cli([str(root), "--jpeg-qualities", "0", "--out", str(tmp_path / "o")])
+    with pytest.raises(ValueError, match="--jpeg-qualities: JPEG qualities must be in 1..100"):
+        CompareConfig(qualities=(0,))  # the library's check names the option too; the CLI refuses it while parsing
     with pytest.raises(InputError, match="no such INR store"):
         _cli([str(root), "--store", str(tmp_path / "nope.inr"), "--out", str(tmp_path / "o")])
     with pytest.raises(InputError, match="no split 'val'"):
@@ -225,6 +225,44 @@ def test_summary_md_places_inr_on_the_curve_with_the_paired_interval(result):
     assert compared and all("INR − JPEG" in ln for ln in compared)
     assert compared and all(f"(t interval, {N} images" in ln for ln in compared), compared
     assert all(" dB [" in ln or "no difference detected [" in ln for ln in compared)
+
+
+@pytest.mark.parametrize("args, flag, message", [
+    (["--weight-images", "0"], "--weight-images", "must be >= 1, got 0"),
+    (["--weight-images", "x"], "--weight-images", "expected an integer"),
+    (["--window", "-1"], "--window", "must be >= 0, got -1"),
+    (["--limit", "0"], "--limit", "must be >= 1, got 0"),
+    (["--jpeg-qualities", "50", "0"], "--jpeg-qualities", "must be in 1..100, got 0"),
+    (["--jpeg-qualities", "101"], "--jpeg-qualities", "must be in 1..100, got 101"),
+    (["--codecs", "jpeg,nope"], "--codecs", "unknown codec 'nope'"),
+    (["--codecs", ","], "--codecs", "needs at least one codec"),
+    (["--reference", "nope"], "--reference", "unknown reference 'nope'"),
+])
+def test_bad_options_name_the_flag_typed(prepared, tmp_path, capsys, args, flag, message):
+    """audit #12: a bad option's error names the flag the user typed, never an internal name
+    (``weight_images``) nor an option they did not pass (``batch``): one line, exit 2, nothing written."""
+    from bench.cli import main
+
+    root, _ = prepared
+    assert main(["compare", str(root), *args, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("inrbench: error:"), err
+    assert flag in err[0] and message in err[0], err[0]
+    for internal in ("weight_images", "batch", "qualities must", "inr_bytes", " window must"):
+        assert internal not in err[0].replace(flag, ""), err[0]
+    assert not (tmp_path / "o").exists()
+
+
+def test_library_config_errors_name_the_cli_flags():
+    for kw, flag in ((dict(weight_images=0), "--weight-images"), (dict(window=-1), "--window"),
+                     (dict(match="x"), "--match"), (dict(subsampling="x"), "--subsampling"),
+                     (dict(inr_bytes="x"), "--inr-bytes"), (dict(codecs=("x",)), "--codecs"),
+                     (dict(reference="x"), "--reference")):
+        with pytest.raises(ValueError, match=flag):
+            CompareConfig(**kw)
+    with pytest.raises(ValueError, match=r"^batch \(images per INR forward\) must be >= 1") as e:
+        CompareConfig(batch=0)  # no CLI option: named as the library's, alone
+    assert "weight" not in str(e.value)
 
 
 def test_inrbench_compare_bad_input_exits_2_with_one_line(tmp_path, capsys):

@@ -94,9 +94,9 @@ CASES = [
     (["perf", "expand", "--repeats", "0"], "argument --repeats: must be >= 1, got 0"),
     (["perf", "expand", "--threads", "0"], "argument --threads: must be >= 1, got 0"),
     (["perf", "expand", "--batch-size", "0"], "argument --batch-size: must be >= 1, got 0"),
-    (CMP + ["--jpeg-qualities", "0"], "JPEG qualities must be in 1..100"),
-    (CMP + ["--limit", "0"], "--limit must be >= 1"),
-    (CMP + ["--window", "-1"], "window must be >= 0"),
+    (CMP + ["--jpeg-qualities", "0"], "argument --jpeg-qualities: a quality must be in 1..100, got 0"),
+    (CMP + ["--limit", "0"], "argument --limit: must be >= 1, got 0"),
+    (CMP + ["--window", "-1"], "argument --window: must be >= 0, got -1"),
 ]
 
 

@@ -20,7 +20,19 @@ def _reference_names() -> tuple[str, ...]:
     return DATASETS
 
 
+def quality(text: str) -> int:
+    """A codec quality, an integer in 1..100 (``argparse`` type of ``--jpeg-qualities``)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer quality in 1..100, got {text!r}") from None
+    if not 1 <= v <= 100:
+        raise argparse.ArgumentTypeError(f"a quality must be in 1..100, got {v}")
+    return v
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from bench.argtypes import nonnegative_int, positive_int
     from bench.cli import list_names
     from bench.compare.config import DEFAULT_QUALITIES, INR_BYTES, MATCH_CHOICES, SUBSAMPLINGS
 
@@ -31,15 +43,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="use stores that record no source pixels hash (not from `inrbench encode`); "
                         "default: refuse them, since they cannot be tied to PREPARED_DIR")
     p.add_argument("--split", default="train", help="split to compare (default train)")
-    p.add_argument("--jpeg-qualities", type=int, nargs="+", default=list(DEFAULT_QUALITIES), metavar="Q",
+    p.add_argument("--jpeg-qualities", type=quality, nargs="+", default=list(DEFAULT_QUALITIES), metavar="Q",
                    help=f"JPEG quality sweep (default {' '.join(map(str, DEFAULT_QUALITIES))})")
-    p.add_argument("--limit", type=int, help="only the first N images of the split")
+    p.add_argument("--limit", type=positive_int, help="only the first N images of the split")
     p.add_argument("--match", choices=MATCH_CHOICES, default="both",
                    help="JPEG bytes that must fit the INR's bytes per image: whole file, "
                         "header-free (entropy-coded data only) or both (default)")
     p.add_argument("--exhaustive-jpeg", action="store_true",
                    help="try all 100 qualities per image instead of binary search + repair window")
-    p.add_argument("--window", type=int, default=5,
+    p.add_argument("--window", type=nonnegative_int, default=5,
                    help="repair window of the binary search (qualities tried above its answer; default 5)")
     p.add_argument("--subsampling", choices=SUBSAMPLINGS, default="4:2:0", help="JPEG chroma subsampling")
     list_names(p.add_argument("--codecs", default="jpeg", metavar="LIST",
@@ -52,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inr-bytes", choices=INR_BYTES, default="file",
                    help="what an INR image costs: file (its share of the whole store file, default) or payload "
                         "(its weight arrays only: codes, scales, masks; no store header, as COIN counts it)")
-    p.add_argument("--weight-images", type=int, default=256, help="images sampled for the weight histograms")
+    p.add_argument("--weight-images", type=positive_int, default=256, help="images sampled for the weight histograms")
     p.add_argument("--out", required=True, help="output folder (written atomically, replaced if present)")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar (there is none anyway where stderr is not a terminal)")

@@ -41,18 +41,18 @@ class CompareConfig:
 
     def __post_init__(self) -> None:
         if not self.qualities or any(not (1 <= int(q) <= 100) for q in self.qualities):
-            raise ValueError(f"JPEG qualities must be in 1..100, got {list(self.qualities)}")
+            raise ValueError(f"--jpeg-qualities: JPEG qualities must be in 1..100, got {list(self.qualities)}")
         object.__setattr__(self, "qualities", tuple(sorted({int(q) for q in self.qualities})))
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"--limit must be >= 1, got {self.limit}")
         if self.match not in MATCH_CHOICES:
-            raise ValueError(f"match must be one of {MATCH_CHOICES}, got {self.match!r}")
+            raise ValueError(f"--match must be one of {', '.join(MATCH_CHOICES)}, got {self.match!r}")
         if self.search not in SEARCH_CHOICES:
-            raise ValueError(f"search must be one of {SEARCH_CHOICES}, got {self.search!r}")
+            raise ValueError(f"search must be one of {', '.join(SEARCH_CHOICES)} (--exhaustive-jpeg: exhaustive), got {self.search!r}")
         if self.window < 0:
-            raise ValueError(f"window must be >= 0, got {self.window}")
+            raise ValueError(f"--window must be >= 0, got {self.window}")
         if self.subsampling not in SUBSAMPLINGS:
-            raise ValueError(f"subsampling must be one of {SUBSAMPLINGS}, got {self.subsampling!r}")
+            raise ValueError(f"--subsampling must be one of {', '.join(SUBSAMPLINGS)}, got {self.subsampling!r}")
         from bench.compare import codecs as registry
 
         names = tuple(dict.fromkeys(str(c).strip().lower() for c in self.codecs if str(c).strip()))
@@ -60,17 +60,19 @@ class CompareConfig:
             raise ValueError("--codecs needs at least one codec")
         for c in names:
             if c not in registry.names():
-                raise ValueError(f"unknown codec {c!r}; known: {', '.join(registry.names())}")
+                raise ValueError(f"--codecs: unknown codec {c!r}; known: {', '.join(registry.names())}")
         object.__setattr__(self, "codecs", names)
         if self.reference is not None:
             from bench.compare.references import DATASETS
 
             if self.reference not in DATASETS:
-                raise ValueError(f"unknown reference {self.reference!r}; known: {', '.join(DATASETS)}")
+                raise ValueError(f"--reference: unknown reference {self.reference!r}; known: {', '.join(DATASETS)}")
         if self.inr_bytes not in INR_BYTES:
-            raise ValueError(f"inr_bytes must be one of {INR_BYTES}, got {self.inr_bytes!r}")
-        if self.weight_images < 1 or self.batch < 1:
-            raise ValueError("weight_images and batch must be >= 1")
+            raise ValueError(f"--inr-bytes must be one of {', '.join(INR_BYTES)}, got {self.inr_bytes!r}")
+        if self.weight_images < 1:
+            raise ValueError(f"--weight-images must be >= 1, got {self.weight_images}")
+        if self.batch < 1:  # no CLI option: a library caller's value
+            raise ValueError(f"batch (images per INR forward) must be >= 1, got {self.batch}")
 
     @property
     def match_keys(self) -> tuple[str, ...]:
