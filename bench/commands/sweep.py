@@ -74,13 +74,7 @@ def run(args: argparse.Namespace) -> int:
                      mode="replace", option="--report")
     summary = run_sweep(cfg, out, data_root=args.data_root, resume=args.resume,
                         progress=not args.no_progress, redo=tuple(args.redo),
-                        keep_stale=args.keep_stale)
-    if summary.stale:
-        print(f"{len(summary.stale)} stale cells (finished under another code version) recomputed: "
-              f"{', '.join(summary.stale)}")
-    if summary.kept_stale:
-        print(f"{len(summary.kept_stale)} stale cells kept (--keep-stale; marked in the report): "
-              f"{', '.join(summary.kept_stale)}")
+                        keep_stale=args.keep_stale, plan=_print_plan)
     counts = {s: list(summary.status.values()).count(s) for s in ("ok", "skip", "error")}
     print(f"sweep {cfg.name}: {len(summary.status)} cells ({counts['ok']} ok, {counts['skip']} skip, "
           f"{counts['error']} error; {len(summary.kept)} kept from before) in {summary.wall_s:.1f} s -> {out}")
@@ -94,6 +88,21 @@ def run(args: argparse.Namespace) -> int:
             print(f"failed cell {cid}: see {_error_log(out, cid)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _print_plan(summary) -> None:
+    """Before the first cell runs: the finished cells whose results this run replaces (settings changed,
+    stale) or keeps although stale, so that a rerun with other settings never replaces results unannounced."""
+    if summary.changed:
+        print(f"{len(summary.changed)} finished cells changed (their fields, command line or a cell they depend "
+              "on): each runs again, and its earlier results are deleted when it starts (to keep them, stop now "
+              f"and run the changed file with another --out): {', '.join(summary.changed)}", flush=True)
+    if summary.stale:
+        print(f"{len(summary.stale)} stale cells (finished under another code version) recomputed: "
+              f"{', '.join(summary.stale)}", flush=True)
+    if summary.kept_stale:
+        print(f"{len(summary.kept_stale)} stale cells kept (--keep-stale; marked in the report): "
+              f"{', '.join(summary.kept_stale)}", flush=True)
 
 
 def _error_log(out: Path, cell_id: str) -> Path:

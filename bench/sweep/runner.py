@@ -29,7 +29,9 @@ config hashes) plus the code identity (``bench.envinfo.code_identity``: the pack
 and the torch/torchvision/DALI/PIL versions), both recorded in the marker with ``code``. A finished
 cell whose config hash matches but whose code identity does not is *stale*: it is recomputed, or
 kept as it is with ``keep_stale`` (the report marks it). Changing a cell
-(or anything upstream) redoes exactly what it affects. The config hash covers ``Cell.identity``:
+(or anything upstream) redoes exactly what it affects, replacing the results it had: a cell folder holds
+the results of the cell as the file now describes it (``changed``, said through ``plan`` before any cell
+runs). The config hash covers ``Cell.identity``:
 a ``bench`` cell's ``nproc``/``nnodes`` when not 1 (the world size changes the measurement), not an
 ``encode`` cell's (its store does not depend on them), never the rendezvous. Killing the sweep (SIGKILL, SIGINT)
 leaves no marker for the running cell; the child gets SIGTERM when its parent dies
@@ -48,7 +50,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +89,8 @@ class SweepSummary:
     """Counts of this run: ``kept`` finished earlier, ``ran`` executed now; statuses of all cells."""
 
     kept: list[str] = field(default_factory=list)
+    # finished with other settings (fields, command line or a cell upstream): run again, results replaced
+    changed: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)  # finished under other code: recomputed now
     kept_stale: list[str] = field(default_factory=list)  # finished under other code: kept (keep_stale)
     ran: list[str] = field(default_factory=list)
@@ -231,10 +235,13 @@ def _run_cell(cell: Cell, cmd: list[str], cell_dir: Path) -> tuple[str, str, int
 
 def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = None,
               resume: bool = False, progress: bool = True, redo: tuple[str, ...] = (),
-              keep_stale: bool = False) -> SweepSummary:
+              keep_stale: bool = False, plan: Callable[[SweepSummary], None] | None = None) -> SweepSummary:
     """Run every cell not already finished; return what was kept, run and each cell's status.
 
     A cell finished under another code identity (stale) is run again, or kept with ``keep_stale``.
+    A cell finished with other settings (``changed``) is run again, its earlier results replaced.
+    plan: called once before the first cell runs, with the summary's ``kept``, ``changed``, ``stale``
+    and ``kept_stale`` filled in (what will be replaced, said before it is).
 
     redo: glob patterns over cell ids to run again even if finished (e.g. after a code change
     made their outputs stale); every cell depending on a re-run cell is re-run too.
@@ -288,6 +295,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = 
             # same config, other code (a marker from before code identities: its hash is the config hash)
             stale = done and m.get("hash") != hashes[cell.id] and \
                 m.get("config_hash", m.get("hash")) == config_hashes[cell.id]
+            changed = done and m.get("config_hash", m.get("hash")) != config_hashes[cell.id]
             if done and not redone and not upstream and (m.get("hash") == hashes[cell.id] or (stale and keep_stale)):
                 status[cell.id] = (m["status"], m.get("reason", ""))
                 summary.kept.append(cell.id)
@@ -297,10 +305,14 @@ def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = 
                 todo.append(cell)
                 if stale:
                     summary.stale.append(cell.id)
+                elif changed:
+                    summary.changed.append(cell.id)
         redone_fits = [c for c in todo if c.kind == "encode"
                        and (c.id in summary.stale or any(fnmatch.fnmatchcase(c.id, p) for p in redo))]
         if redone_fits:  # redone fits must not come back from the cache of the stale ones
             shutil.rmtree(ctx.shared_dir(EncodeCell.FIT_CACHE), ignore_errors=True)
+        if plan is not None:
+            plan(summary)
         bar = progress_bar(len(cfg.cells), cfg.name, "cell", enabled=progress, initial=len(summary.kept),
                            dynamic_ncols=True)
         try:
