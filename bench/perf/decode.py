@@ -24,7 +24,6 @@ GPU-sized batch per call (``inr_batch``). The CPU JPEG rows (PIL, one image per 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -32,6 +31,8 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from bench import jsontext
 
 HELP = "images/s of INR decode vs PIL / torchvision / TorchCodec / DALI JPEG decode, and INR GFLOP/s vs matmul peak"
 SMALL_ARCH, LARGE_ARCH = (5, 13), (10, 32)  # Rapid-INR's CIFAR-10 and Flowers102 configurations
@@ -405,5 +406,5 @@ def run(args: argparse.Namespace) -> int:
                 if not args.json:
                     print(_line(row), flush=True)
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(jsontext.dumps(results, indent=2))
     return 0

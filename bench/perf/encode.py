@@ -48,6 +48,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench import jsontext
 from bench.argtypes import nonnegative_int, positive_float, positive_int
 
 HELP = "image-iterations/s of the batched INR encoder vs a one-image-at-a-time loop, ratio, peak memory"
@@ -270,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
         "env": {k: v for k, v in envinfo.collect().items() if k in ("git", "torch", "cpu", "gpu", "versions")},
     }
     if args.json:
-        print(json.dumps(result, indent=2, sort_keys=True, default=str))
+        print(jsontext.dumps(result, indent=2, sort_keys=True, default=str))
         return 0
     preset = result["config"]["preset"]
     print(f"perf encode: SIREN {args.layers}x{args.hidden}, {args.size}x{args.size}, {args.iterations} iterations/image, "

@@ -18,9 +18,10 @@ more than 1 point lower test accuracy, on the point estimates, said to be no res
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
+
+from bench import jsontext
 
 HELP = "training time and accuracy of network expansion (--method expand) against dense, with intervals"
 DEFAULT_SCHEDULE = "0.5:1:2,0.75:1:2,1:2:4"
@@ -91,7 +92,7 @@ def _run(args: argparse.Namespace, expand, tmp: Path, out: Path) -> int:
     met = bool(exp["speedup"] >= 1.3 and drop <= 1.0)
     mc = exp["mcnemar"]
     if args.json:
-        print(json.dumps({"comparison": M.fmt_comparison(comp, UNITS).to_dict("records"),
+        print(jsontext.dumps({"comparison": M.fmt_comparison(comp, UNITS).to_dict("records"),
                           "stages": st.to_dict("records"), "speedup": exp["speedup"],
                           "speedup_ci": [exp["lo"], exp["hi"]],
                           "cpu_ratio": exp["cpu_ratio"], "cpu_ratio_ci": [exp["cpu_lo"], exp["cpu_hi"]], "accuracy_drop_points": drop,

@@ -52,6 +52,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import jsontext
+
 FIGURE_TAG = "inr-bench perf init"  # the PNG's Software text: bench.outputs recognizes the figure by it
 HELP = "learned init (meta-init) vs random init: iterations to the same PSNR, 8-bit/pruned PSNR, meta-training cost"
 
@@ -396,7 +398,7 @@ def run(args: argparse.Namespace) -> int:
            "seconds": time.perf_counter() - t0,
            "env": {k: v for k, v in envinfo.collect().items() if k in ("git", "torch", "cpu", "gpu")}}
     if args.json:
-        print(json.dumps(doc, indent=2, sort_keys=True, default=str))
+        print(jsontext.dumps(doc, indent=2, sort_keys=True, default=str))
         return 0
     print_table(doc)
     return 0

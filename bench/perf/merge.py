@@ -28,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench import jsontext
+
 HELP = "peak memory of the streamed shard merge (inr.merge) vs the in-memory merge, against the store size"
 OLD_IMAGES = 8192  # the in-memory merge's images by default (at most --images)
 
@@ -196,7 +198,7 @@ def _run(args: argparse.Namespace, job: dict, tmp: Path) -> int:
                       "old_images": args.old_images}, "rows": rows, "old_and_streamed_identical": identical,
            "generate_seconds": gen_s}
     if args.json:
-        print(json.dumps(doc))
+        print(jsontext.dumps(doc))
         return 0
     import pandas as pd
 

@@ -1,0 +1,27 @@
+"""Strict JSON text for ``--json`` outputs: a non-finite float (NaN, inf) is written as ``null``.
+
+Python's ``json`` writes NaN and Infinity as bare tokens that are not JSON: ``jq``, JavaScript and
+most other readers refuse the whole document. An absent interval bound is NaN in ``bench.stats``;
+in a ``--json`` document it reads ``null``.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+
+def finite_or_null(obj: Any) -> Any:
+    """``obj`` with every non-finite float, at any depth of dicts, lists and tuples, replaced by None."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_or_null(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_or_null(v) for v in obj]
+    return obj
+
+
+def dumps(obj: Any, **kwargs: Any) -> str:
+    """``json.dumps`` of ``finite_or_null(obj)``, refusing anything that would still not be JSON."""
+    return json.dumps(finite_or_null(obj), allow_nan=False, **kwargs)
