@@ -193,13 +193,31 @@ def run_rank(body: Callable[[], int]) -> int:
     if not owner:
         return rc
     shutdown()
+    record_status(rc)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
+
+
+def record_status(rc: int) -> None:
+    """Leave this rank's exit status for ``launch`` (``rank<R>`` in ``STATUS_DIR_ENV``'s folder; nothing
+    outside ``launch``). A rank records it once it has said why it ends (its one line, its traceback,
+    or rank 0's summary), so ``torchrun_quiet`` adds no line of its own for it."""
     status_dir = os.environ.get(STATUS_DIR_ENV)
     if status_dir:
         with contextlib.suppress(OSError):
             (Path(status_dir) / f"rank{from_env().rank}").write_text(str(rc))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(rc)
+
+
+def recorded_statuses(status_dir: str | Path | None) -> dict[int, int]:
+    """rank -> the exit status it recorded (``record_status``); ranks killed before they could: absent."""
+    got: dict[int, int] = {}
+    if not status_dir:
+        return got
+    for f in Path(status_dir).glob("rank*"):
+        with contextlib.suppress(OSError, ValueError):
+            got[int(f.name[len("rank"):])] = int(f.read_text().strip())
+    return got
 
 
 def launch_status(status_dir: str | Path, torchrun_rc: int) -> int:
@@ -207,10 +225,7 @@ def launch_status(status_dir: str | Path, torchrun_rc: int) -> int:
     recorded status (2 bad input, 3 out of memory, 1 crash), else torchrun's (a rank killed)."""
     if torchrun_rc == 0:
         return 0
-    got = set()
-    for f in Path(status_dir).glob("rank*"):
-        with contextlib.suppress(OSError, ValueError):
-            got.add(int(f.read_text().strip()))
+    got = set(recorded_statuses(status_dir).values())
     for code in _STATUS_PRIORITY:
         if code in got:
             return code
@@ -300,6 +315,12 @@ def launch(args: Any, command: str, argv: list[str] | None = None) -> int:
 
     ``argv`` defaults to the command line ``bench.cli.main`` parsed (``args._argv``) after the subcommand.
     """
+    return launch_ranks(args, command, argv)[0]
+
+
+def launch_ranks(args: Any, command: str, argv: list[str] | None = None) -> tuple[int, dict[int, int]]:
+    """``launch``, and the statuses the ranks recorded (``recorded_statuses``): a rank absent there
+    ended before it said why (killed, or stopped by torchrun), so its caller may say it instead."""
     if argv is None:
         raw = list(getattr(args, "_argv", None) or sys.argv[1:])
         argv = raw[raw.index(command) + 1:] if command in raw else raw
@@ -311,13 +332,15 @@ def launch(args: Any, command: str, argv: list[str] | None = None) -> int:
     quiet = [cmd[0], "-m", "bench.dist", *cmd[3:]]
     with tempfile.TemporaryDirectory(prefix="inrbench-ranks-") as status_dir:
         rc = subprocess.call(quiet, env={**os.environ, STATUS_DIR_ENV: status_dir})
-        return launch_status(status_dir, rc)
+        return launch_status(status_dir, rc), recorded_statuses(status_dir)
 
 
 def torchrun_quiet(argv: list[str]) -> int:
     """``torchrun <argv>`` (``torch.distributed.run``), its status; when ranks fail, one line instead of
-    torchrun's report: nothing when every failed rank exited 2 (each printed its one-line error), else
-    ``inrbench: error: torchrun: rank R exited with status S`` (a crash: the rank's traceback is above)."""
+    torchrun's report: nothing when every failed rank said why itself (it exited 2 after its one-line
+    error, or recorded its status, ``record_status``, after its line, its traceback or rank 0's summary),
+    else ``inrbench: error: torchrun: rank R exited with status S`` for the ranks that did not (killed,
+    or stopped by torchrun before they could)."""
     import logging
     import signal
 
@@ -331,7 +354,8 @@ def torchrun_quiet(argv: list[str]) -> int:
     try:
         run(parse_args(argv))
     except ChildFailedError as e:
-        codes = {int(r): f.exitcode for r, f in e.failures.items()}
+        said = recorded_statuses(os.environ.get(STATUS_DIR_ENV))
+        codes = {int(r): f.exitcode for r, f in e.failures.items() if int(r) not in said}
         if any(c != 2 for c in codes.values()):
             def status(c: int) -> str:
                 return f"signal {signal.Signals(-c).name}" if c < 0 and -c in signal.Signals._value2member_map_ \

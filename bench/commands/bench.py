@@ -15,14 +15,17 @@ this command under torchrun, one process per device (``bench.dist.launch``); the
 under ``torchrun`` yourself does the same. Each rank joins the process group (``--dist-timeout``),
 takes ``cuda:LOCAL_RANK`` for ``--device cuda``, trains DDP with ``--batch-size`` per rank, and
 rank 0 writes one run of per-rank and aggregate rows (``bench.harness.ranks``) and prints the
-summary. The exit status through ``--nproc`` is torchrun's: 0, or 1 when any rank exited non-zero
-(the classes above reach torchrun from every rank, torchrun reports its own).
+summary, or the one-line error, once; the ranks then leave together (``_leave``), so torchrun never
+stops rank 0 before it has said why. Through ``--nproc`` the exit status is the ranks' class (above);
+where rank 0 was stopped before it could print (a rank killed), the launcher prints what the ranks
+recorded in the run folder (``_say_recorded``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 HELP = "time a pipeline (loader | replay | train), monitor CPU/RSS/GPU memory, write result rows"
 
@@ -341,10 +344,12 @@ def _launch(args: argparse.Namespace) -> int:
     run_id = results.new_run_id(args.pipeline, args.mode)
     os.environ[RUN_ID_ENV] = run_id
     try:
-        code = dist.launch(args, "bench")
+        code, said = dist.launch_ranks(args, "bench")
     finally:
         os.environ.pop(RUN_ID_ENV, None)
     run_dir = Path(args.out) / results.RUNS_DIR / run_id
+    if code != 0 and 0 not in said and (run_dir / results.ROWS_FILE).exists():
+        _say_recorded(run_dir)  # rank 0 was stopped before it printed; the ranks recorded why
     if code != 0 and not (run_dir / "rows.csv").exists() and is_own(args.out, "results"):  # rank 0 claimed it
         rows = results.RunRows(run_id, args.pipeline, Path(args.data).resolve().name, args.mode,
                                {"pipeline": args.pipeline, "data": str(args.data), "mode": args.mode,
@@ -357,6 +362,24 @@ def _launch(args: argparse.Namespace) -> int:
     return code
 
 
+def _say_recorded(run_dir) -> None:
+    """What rank 0 would have printed of a failed run it did not finish (torchrun stopped it): the run's
+    status lines, from the rows the ranks recorded (``bench.harness.left``), and where they are."""
+    import pandas as pd
+
+    from bench import results
+
+    try:
+        rows = pd.read_csv(run_dir / results.ROWS_FILE, usecols=lambda c: c in ("pipeline", "mode", "rank", "metric",
+                                                                                 "status", "reason"))
+    except (OSError, ValueError):
+        return
+    for _, r in rows[rows.metric == "run"].iterrows():
+        print(_status_line(r))
+    print(f"rows: {run_dir / results.ROWS_FILE}")
+    sys.stdout.flush()
+
+
 def _run_rank(args: argparse.Namespace) -> int:
     """One rank of a data-parallel run (under torchrun), ended by ``bench.dist.run_rank``."""
     from bench import dist
@@ -367,7 +390,9 @@ def _run_rank(args: argparse.Namespace) -> int:
 def _rank_body(args: argparse.Namespace) -> int:
     """Join the group, agree on the config, run.
 
-    Only rank 0 prints (the summary, or the one-line error); every rank returns the run's status.
+    Only rank 0 prints (the summary, or the one-line error); every rank returns the run's status, and
+    they leave together (``_leave``): torchrun stops the whole job (SIGTERM) as soon as one rank exits
+    non-zero, so a rank that left first would cut off rank 0's summary or error line.
     """
     import socket
 
@@ -394,21 +419,38 @@ def _rank_body(args: argparse.Namespace) -> int:
             cfg, error = None, str(e)
         errors = [(r, e) for r, e in enumerate(dist.all_gather_object(error)) if e]
         if errors:
-            if world.is_main:
-                r, e = errors[0]
-                raise InputError(e if all(x == e for _, x in errors) else f"rank {r}: {e}")
-            return EXIT_INPUT
+            r, e = errors[0]
+            return _leave(world, EXIT_INPUT, e if all(x == e for _, x in errors) else f"rank {r}: {e}")
         try:
             outcome = run_bench(cfg, args.out)
-        except InputError:  # the results folder refused (every rank learns it from rank 0)
-            if world.is_main:
-                raise
-            return EXIT_INPUT
+        except InputError as e:  # the results folder refused (every rank learns it from rank 0)
+            return _leave(world, EXIT_INPUT, str(e))
         if world.is_main:
             print(summary_table(outcome.rows))
             print(f"rows: {outcome.run_dir / 'rows.csv'}")
-            if outcome.input_error is not None:
-                raise outcome.input_error
-        return outcome.exit_code
+        if outcome.input_error is not None:
+            return _leave(world, EXIT_INPUT, str(outcome.input_error), together=outcome.broken is None)
+        return _leave(world, outcome.exit_code, together=outcome.broken is None)
     finally:
         dist.shutdown()
+
+
+def _leave(world, code: int, error: str | None = None, together: bool = True) -> int:
+    """End a rank with ``code``: rank 0 prints ``error`` (``inrbench: error: ...``, as ``bench.cli.guarded``
+    would), every rank flushes what it printed and records its status (``bench.dist.record_status``),
+    then, when the group still works (``together``), waits at a barrier for every other rank to have
+    done the same: no rank exits (and makes torchrun stop the others) before rank 0 has said why."""
+    from bench import dist
+    from bench.cli import _one_line
+
+    if error is not None and world.is_main:
+        print(f"inrbench: error: {_one_line(error)}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    dist.record_status(code)
+    if together:
+        try:
+            dist.barrier()
+        except Exception:  # a peer gone meanwhile: this rank has said what it had to say
+            pass
+    return code

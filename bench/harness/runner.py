@@ -149,6 +149,7 @@ class RunOutcome:
     exit_code: int
     rows: results.RunRows
     input_error: InputError | None = None
+    broken: str | None = None  # data parallel: why the process group failed (None: it still works)
 
 
 def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = None) -> RunOutcome:
@@ -342,7 +343,7 @@ def _finish_distributed(cfg: BenchConfig, out: Path, rows: results.RunRows, code
                                  rank=sync.rank)
         merged.status = status
     return RunOutcome(rows.run_id, Path(run_dir), status, code, merged,
-                      InputError(bad_input) if bad_input else None)
+                      InputError(bad_input) if bad_input else None, sync.broken)
 
 
 def _topology(cfg: BenchConfig) -> dict[str, Any]:

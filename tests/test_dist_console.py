@@ -1,0 +1,116 @@
+"""What a data-parallel ``inrbench bench`` (2 gloo processes on the CPU) says on the console: the run's
+reason once, with its exit class, whoever launched it (``--nproc`` or the user's own torchrun)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures_datasets import write_tiny_prepared
+
+from bench import results as R
+
+REPO = Path(__file__).resolve().parent.parent
+
+# an adapter that ignores its rank: every rank iterates the whole split (``__len__`` = the whole split),
+# registered in every process of the launch through ``sitecustomize`` on PYTHONPATH
+IGNORES_RANK = """
+import torch
+from pipelines.base import Batch, register
+from pipelines.crops import normalize_, sample_crops, warp
+from pipelines.raw import RawPipeline
+
+
+@register("test-ignores-rank")
+class IgnoresRank(RawPipeline):
+    def __len__(self):
+        return -(-self.n // self.config.batch_size)
+
+    def __iter__(self):
+        aug, g = self.config.augment, torch.Generator().manual_seed(0)
+        order = torch.randperm(self.n)
+        for s in range(0, self.n, self.config.batch_size):
+            idx = order[s:s + self.config.batch_size]
+            crops = sample_crops(aug, idx.numel(), self.height, self.width, g)
+            yield Batch(images=normalize_(warp(self.images[idx].float(), crops, aug), aug), labels=self.labels[idx])
+"""
+
+
+def _env(*paths: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                            "MASTER_PORT", "TORCHELASTIC_RUN_ID")}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([*map(str, paths), str(REPO), env.get("PYTHONPATH", "")]),
+               **extra)
+    return env
+
+
+def _args(data: Path, out: Path, pipeline: str = "raw", mode: str = "loader") -> list[str]:
+    return ["bench", "--pipeline", pipeline, "--data", str(data), "--mode", mode, "--epochs", "1", "--warmup", "1",
+            "--repeats", "1", "--min-seconds", "0", "--batch-size", "8", "--workers", "1", "--device", "cpu",
+            "--backbone", "small-cnn", "--crop", "random-pad", "--size", "8", "--pad", "2", "--out", str(out),
+            "--dist-timeout", "120"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return write_tiny_prepared(tmp_path_factory.mktemp("ddp") / "tiny", 32, 11)
+
+
+@pytest.fixture(scope="module")
+def plugin(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("plugin")
+    (d / "sitecustomize.py").write_text(IGNORES_RANK)
+    return d
+
+
+REASON = "ranks loaded 64 images in epoch 1 (repeat 0) of a 32-image split"
+
+
+@pytest.mark.parametrize("launcher", ["--nproc", "torchrun"])
+def test_rank_ignoring_adapter_reason_reaches_the_console_once(data, plugin, tmp_path, launcher):
+    """Before: rank 1 returned at once, torchrun stopped rank 0 (SIGTERM) before it printed, and the
+    console said only ``torchrun: rank 0 exited with signal SIGTERM; rank 1 exited with status 1``."""
+    out = tmp_path / "res"
+    argv = _args(data, out, "test-ignores-rank")
+    cmd = ([sys.executable, "-m", "bench", *argv, "--nproc", "2"] if launcher == "--nproc" else
+           [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
+            "-m", "bench", *argv])
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(plugin), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.stdout.count(REASON) == 1, (proc.stdout, proc.stderr[-3000:])
+    assert "an adapter must shard by config.rank/world_size" in proc.stdout
+    assert proc.stdout.count("rows: ") == 1
+    df = R.read_results(out)
+    assert df.reason.item().startswith(f"pipeline test-ignores-rank: {REASON}")
+    if launcher == "--nproc":  # every rank said why (rank 0 for both): no line of torchrun's
+        assert "torchrun: rank" not in proc.stderr and "SIGTERM" not in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_launcher_prints_the_recorded_reason_when_rank_0_was_stopped(data, tmp_path, capsys, monkeypatch):
+    """Rank 0 stopped by torchrun before it printed (it recorded no status): ``--nproc``'s launcher prints
+    the run's status lines from the rows the ranks recorded (``bench.harness.left``), once, exit the ranks'."""
+    from bench import cli, dist
+    from bench.harness import left
+
+    out = tmp_path / "res"
+
+    def ranks_stopped(args, command, argv=None):
+        from bench.harness.runner import RUN_ID_ENV
+
+        (out / R.RUNS_DIR).mkdir(parents=True)
+        run = R.RunRows(os.environ[RUN_ID_ENV], "raw", "tiny", "loader", {})
+        left.record(out, run, 0, 143, "stopped by the launcher (SIGTERM): another rank exited first")
+        left.record(out, run, 1, 1, "RuntimeError: boom")
+        return 1, {1: 1}  # rank 1 said why; rank 0 did not
+
+    monkeypatch.setattr(dist, "launch_ranks", ranks_stopped)
+    rc = cli.main(_args(data, out) + ["--nproc", "2"])
+    got = capsys.readouterr().out
+    assert rc == 1
+    assert got.count("raw loader (rank 0): ERROR: rank 0: stopped by the launcher (SIGTERM)") == 1, got
+    assert got.count("raw loader (rank 1): ERROR: rank 1: RuntimeError: boom") == 1, got
+    assert f"rows: {out / R.RUNS_DIR}" in got
