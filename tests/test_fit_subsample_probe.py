@@ -74,3 +74,104 @@ def test_refuses_a_foreign_folder(probe, tmp_path):
     probe.claim_out(tmp_path / "new")
     (tmp_path / "new" / "curves").mkdir()
     probe.claim_out(tmp_path / "new")  # its own: a rerun resumes
+
+
+def test_samplers_option(probe):
+    assert probe.parse_samplers(None) == probe.DEFAULT_RUNS
+    got = probe.parse_samplers("all, uniform 1/8,ramp 1/8 to all,all")
+    assert got == {"random": ["all", "uniform 1/8", "ramp 1/8 to all"],
+                   "learned": ["all", "uniform 1/8", "ramp 1/8 to all"]}
+    with pytest.raises(SystemExit):
+        probe.parse_samplers("uniform 1/8")  # no 'all': no target, no paired reference
+    with pytest.raises(SystemExit):
+        probe.parse_samplers("all,uniform 1/3")
+
+
+def test_init_names(probe):
+    assert probe.init_names([0]) == [("learned", "init.pt", 0)]  # the first probe's folder layout
+    assert probe.init_names([1, 2]) == [("learned s1", "init-s1.pt", 1), ("learned s2", "init-s2.pt", 2)]
+
+
+def test_rerun_must_repeat_the_settings(probe, tmp_path):
+    probe.check_run(tmp_path, {"test_set": "next-crops", "meta_seeds": [1, 2]})
+    probe.check_run(tmp_path, {"test_set": "next-crops", "meta_seeds": [1, 2]})  # the same: resumes
+    with pytest.raises(SystemExit):
+        probe.check_run(tmp_path, {"test_set": "probe", "meta_seeds": [1, 2]})
+
+
+def test_next_crops_are_fresh(probe, tmp_path):
+    imgs, ids = probe.test_images(tmp_path, "next-crops", 10)
+    base = np.concatenate([np.asarray(probe_data(tmp_path).split(s).images) for s in ("train", "test")])
+    assert imgs.shape == (10, 32, 32, 3) and len(ids) == 10
+    classes = probe_data(tmp_path).manifest["classes"]
+    assert ids[:len(classes)] == [f"{c}:20" for c in classes] and ids[len(classes)] == f"{classes[0]}:21"
+    assert not any((base == im).all(axis=(1, 2, 3)).any() for im in imgs)  # never in the train or test split
+    first, fids = probe.test_images(tmp_path, "probe", 5)
+    np.testing.assert_array_equal(first, np.asarray(probe_data(tmp_path).split("test").images)[:5])
+    assert len(fids) == 5
+
+
+def probe_data(out):
+    from meta_photos32 import data
+
+    return data(out)
+
+
+def test_forward_fn_is_the_engines_psnr(probe):
+    import torch
+
+    from inr.engine import SirenEngine, first_layer_input, to_theta
+    from inr.fit import _psnr_from_rgb
+    from inr.siren import coord_grid, init_weights
+
+    arch, imgs = SirenArch(3, 8), _images(4, 8)
+    coords = coord_grid(8, 8)
+    thetas = list(to_theta(init_weights(arch, 4, seed=1)))
+    t255 = torch.from_numpy(imgs.reshape(4, 64, 3)).permute(0, 2, 1).float().contiguous()
+    ref = _psnr_from_rgb(SirenEngine(arch, coords, 4, backward=False).forward(thetas, need_grad=False), t255)
+    got = probe.forward_fn(arch)(thetas, first_layer_input(coords), t255)
+    np.testing.assert_allclose(got.double().numpy(), ref.double().numpy(), atol=0.05)  # fast sine: 8-bit rounding
+
+
+def test_time_unit_eager_runs(probe):
+    u = probe.time_unit("eager", 8, SirenArch(2, 6), _images(8, 8), iters=3, repeats=2, fwd_iters=2)
+    assert u["pixels"] == 8 and len(u["step_s"]) == 2 and min(u["step_s"] + u["forward_s"]) > 0
+
+
+def test_unit_plan_interleaves(probe):
+    plan = probe.unit_plan(3, 64)
+    assert len(plan) == 12
+    for r in range(3):
+        got = [(k, s) for i, k, s in plan if i == r]
+        assert sorted(got) == sorted([("eager", 64), ("eager", 8), ("compiled", 64), ("compiled", 8)])
+    assert len({plan[4 * r][1:] for r in range(3)}) == 3  # a different configuration first each round
+
+
+def test_unit_ratios_and_modeled_time(probe):
+    P = 64
+    units = [{"kind": k, "pixels": s, "step_s": [t * (1 + 0.01 * i)], "forward_s": [0.4 * (1 + 0.01 * i)]}
+             for i in range(3) for k in probe.STEP_KINDS for s, t in ((P, 1.0), (P // 8, 0.25))]
+    r = probe.unit_ratios(units, P)
+    assert r["eager"]["sub"]["value"] == pytest.approx(0.25) and r["eager"]["fwd"]["value"] == pytest.approx(0.4)
+    assert r["eager"]["sub"]["lo"] < 0.25 < r["eager"]["sub"]["hi"]
+    # with the pixel counts' own prices (a step on Ps pixels costs Ps / P, a check 1/3) the model is the pixel count
+    rng = np.random.default_rng(0)
+    n = 100
+    curves = {("random", "all"): np.cumsum(rng.uniform(0, 0.2, (n + 1, 5)), axis=0),
+              ("random", "uniform 1/8"): np.cumsum(rng.uniform(0, 0.3, (n + 1, 5)), axis=0)}
+    target = np.maximum.accumulate(curves[("random", "all")], axis=0)[-1] - 1.0
+    timing = {"step_s": {str(P): 1.0, str(P // 8): 1 / 8}, "forward_s": 1 / 3}
+    rows = {(x["init"], x["sampler"]): x for x in probe.analyse(curves, target, n, P, timing)}
+    for key, psnr in curves.items():
+        m = probe.modeled_time(psnr, target, probe.VARIANTS[key[1]], n, P, 1 / 8, 1 / 3)
+        p = rows[key]["pixel"]
+        assert m["mean_curve"] == pytest.approx(p["mean_curve_saving"])
+        assert m["encode"] == pytest.approx(p["encode_ratio"])
+    ratios = {k: {"sub": {"value": 0.125, "lo": 0.1, "hi": 0.2}, "fwd": {"value": 1 / 3, "lo": 0.3, "hi": 0.4}}
+              for k in probe.STEP_KINDS}
+    tr = probe.time_rows(curves, target, n, P, ratios)
+    d = next(x for x in tr if x["sampler"] == "uniform 1/8")["compiled"]["mean_curve"]
+    assert d["lo"] < d["value"] < d["hi"]  # cheaper subset steps and checks: a larger saving
+    assert "| random | uniform 1/8 |" in probe.time_table(tr, {**ratios, "eager": {**ratios["eager"], "ms": {
+        str(P): [1.0], str(P // 8): [0.1]}, "fwd_ms": [0.3]}, "compiled": {**ratios["compiled"], "ms": {
+            str(P): [1.0], str(P // 8): [0.1]}, "fwd_ms": [0.3]}}, P)
