@@ -70,14 +70,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="no progress bar (there is none anyway where stderr is not a terminal)")
 
 
-def run(args: argparse.Namespace) -> int:
-    from bench.cli import progress_bar
+def build_config(args: argparse.Namespace):
+    """The validated ``CompareConfig`` of the options (``InputError`` on a bad one); reads no file
+    (``inrbench sweep`` checks its compare cells with it when the sweep file is loaded)."""
     from bench.compare.config import CompareConfig
-    from bench.compare.run import run_compare
     from bench.errors import InputError
 
     try:
-        cfg = CompareConfig(
+        return CompareConfig(
             split=args.split, qualities=tuple(args.jpeg_qualities), limit=args.limit, match=args.match,
             search="exhaustive" if args.exhaustive_jpeg else "binary", window=args.window,
             subsampling=args.subsampling, weight_images=args.weight_images,
@@ -85,6 +85,13 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as e:
         raise InputError(str(e)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from bench.cli import progress_bar
+    from bench.compare.run import run_compare
+
+    cfg = build_config(args)
     bars = []
 
     def progress(total: int):

@@ -55,13 +55,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=positive_int, help="torch CPU threads")
 
 
+def build_config(args: argparse.Namespace):
+    """``(fit config of the preset, MetaConfig)`` of the options, validated (``InputError``); reads no file
+    (``inrbench sweep`` checks its meta-init cells with it when the sweep file is loaded)."""
+    from bench.errors import InputError
+    from inr.fit import preset
+    from inr.meta import MetaConfig
+
+    if args.validation is not None and args.candidates == 1:
+        raise InputError(f"--validation {args.validation} sets train images aside to choose among --candidates; "
+                         "with one candidate nothing is chosen: leave it out, or add --candidates 2 or more")
+    try:
+        fit_cfg = preset(args.preset, layers=args.layers, hidden=args.hidden, w0=args.w0)
+        mcfg = MetaConfig(outer_steps=args.outer_steps, inner_steps=args.inner_steps, meta_batch=args.meta_batch,
+                          inner_lr=args.inner_lr or 0.0, outer_lr=args.outer_lr, pixels=args.pixels,
+                          images=args.images, seed=args.seed, candidates=args.candidates,
+                          validation=VALIDATION if args.validation is None else args.validation)
+    except ValueError as e:
+        raise InputError(f"bad meta-init options: {e}") from None
+    return fit_cfg, mcfg
+
+
 def run(args: argparse.Namespace) -> int:
     from bench.datasets.prepared import open_prepared
     from bench.devices import resolve_device
-    from bench.errors import InputError
     from bench.outputs import claim
-    from inr.fit import preset
-    from inr.meta import MetaConfig, meta_init_dataset, save_init
+    from inr.meta import meta_init_dataset, save_init
     from inr.meta_work import remove_work, work_path
 
     args.device = resolve_device(args.device)
@@ -69,17 +88,7 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    fit_cfg = preset(args.preset, layers=args.layers, hidden=args.hidden, w0=args.w0)
-    if args.validation is not None and args.candidates == 1:
-        raise InputError(f"--validation {args.validation} sets train images aside to choose among --candidates; "
-                         "with one candidate nothing is chosen: leave it out, or add --candidates 2 or more")
-    try:
-        mcfg = MetaConfig(outer_steps=args.outer_steps, inner_steps=args.inner_steps, meta_batch=args.meta_batch,
-                          inner_lr=args.inner_lr or 0.0, outer_lr=args.outer_lr, pixels=args.pixels,
-                          images=args.images, seed=args.seed, candidates=args.candidates,
-                          validation=VALIDATION if args.validation is None else args.validation)
-    except ValueError as e:
-        raise InputError(f"bad meta-init options: {e}") from None
+    fit_cfg, mcfg = build_config(args)
     with claim(args.out, "meta-init", inputs={"prepared dataset": args.prepared},
                mode="replace" if args.overwrite else "new") as out:
         ds = open_prepared(args.prepared)

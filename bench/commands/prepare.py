@@ -50,20 +50,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
 
 
-def run(args: argparse.Namespace) -> int:
-    import time
-
+def build_config(args: argparse.Namespace):
+    """The ``PrepareConfig`` of the options, validated (``InputError``); reads no file. ``resolve`` then
+    checks it against its source (``inrbench sweep`` does both when a sweep file is loaded)."""
     from bench.datasets.config import PrepareConfig
-    from bench.datasets.prepare import prepare_config
-    from bench.datasets.prepared import open_prepared
 
-    t0 = time.perf_counter()
-    cfg = PrepareConfig(
+    return PrepareConfig(
         source=args.source, root=args.root, size=args.size, limit=args.limit,
         jpeg_quality=args.jpeg_quality, on_error=args.on_error, seed=args.seed,
         resize_policy=args.resize_policy, per_class=args.per_class, num_classes=args.num_classes,
         val_fraction=args.val_fraction, workers=args.workers, max_pixels=args.max_pixels, max_side=args.max_side,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    from bench.datasets.prepare import prepare_config
+    from bench.datasets.prepared import open_prepared
+
+    t0 = time.perf_counter()
+    cfg = build_config(args)
     from tqdm import tqdm
 
     # tqdm.write: a line printed while a progress bar is drawn (stdout) does not break the bar

@@ -34,9 +34,16 @@ from bench.errors import InputError
 from bench.outputs import claim, make_temp_dir
 
 
-def resolve(cfg: PrepareConfig) -> PrepareConfig:
-    """Fill the source's defaults (size, resize policy) and check ``root``; returns a new config."""
+def resolve(cfg: PrepareConfig, read_root: bool = True) -> PrepareConfig:
+    """Fill the source's defaults (size, resize policy) and check the config against its source (a known
+    source, ``--root`` given where the source needs one and only there, ``--val-fraction`` only where it
+    splits by ratio); returns a new config. ``read_root``: check that the root is a folder and resolve
+    it; ``False`` looks at no file (``inrbench sweep`` checks its prepare cells so when it loads the file,
+    before ``--data-root`` is known to hold anything)."""
     src = get_source(cfg.source)
+    if cfg.val_fraction is not None and not src.splits_by_ratio:
+        raise InputError(f"--val-fraction {cfg.val_fraction:g} does not apply to {cfg.source}: it has its own "
+                         "fixed splits; leave it out")
     if cfg.native:
         _check_native(cfg, src)
     policy = cfg.resize_policy
@@ -48,12 +55,13 @@ def resolve(cfg: PrepareConfig) -> PrepareConfig:
     if src.needs_root:
         if root is None:
             raise InputError(f"source {cfg.source!r} needs --root (the folder holding the dataset)")
-        p = Path(root).expanduser()
-        if not p.exists():
-            raise InputError("no such file or folder", p)
-        if not p.is_dir():
-            raise InputError("not a folder", p)
-        root = str(p.resolve())
+        if read_root:
+            p = Path(root).expanduser()
+            if not p.exists():
+                raise InputError("no such file or folder", p)
+            if not p.is_dir():
+                raise InputError("not a folder", p)
+            root = str(p.resolve())
     elif root is not None:
         raise InputError(f"source {cfg.source!r} is built in and takes no --root")
     size = cfg.size if cfg.size is not None else src.default_size
@@ -86,9 +94,6 @@ def prepare_config(cfg: PrepareConfig, out: str | Path, overwrite: bool = False,
     """
     cfg = resolve(cfg)
     src = get_source(cfg.source)
-    if cfg.val_fraction is not None and not src.splits_by_ratio:
-        raise InputError(f"--val-fraction {cfg.val_fraction:g} does not apply to {cfg.source}: it has its own "
-                         "fixed splits; leave it out")
     with claim(out, "prepared", inputs={"source root (--root)": cfg.root},
                mode="replace" if overwrite else "new") as out:
         scratch = make_temp_dir(out, ".scratch")

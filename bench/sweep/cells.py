@@ -166,7 +166,32 @@ class Cell:
 
     def check_options(self) -> None:
         """Refuse (``ValueError``), when the sweep is loaded, what the cell's command would refuse without
-        reading a file; nothing by default."""
+        reading a file: its line, parsed by the command's own parser (``command_parser``), then the
+        command's own checks of the parsed options (``check_command``). Nothing for kinds without a
+        ``COMMAND`` (their command is written out in full)."""
+        if self.COMMAND is None:
+            return
+        import contextlib
+        import io
+
+        from bench.cli import _one_line
+        from bench.errors import InputError
+
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(said):
+                ns = command_parser(self.COMMAND).parse_args(self.argv(_ProbeContext())[1:])
+        except SystemExit:
+            raise ValueError(_one_line(said.getvalue()).removeprefix("inrbench: error: ")) from None
+        try:
+            self.check_command(ns)
+        except InputError as e:
+            raise ValueError(str(e)) from None
+
+    def check_command(self, ns: argparse.Namespace) -> None:
+        """The command's own checks (``InputError``) of the cell's parsed line, as the command runs them
+        before its work, except what needs a file; a kind names them. The cell's inputs are other cells'
+        outputs, which do not exist when the sweep is loaded: a check that reads them is left to the run."""
 
     def resume_state(self, ctx: Context) -> tuple[Path, ...]:
         """What an interrupted run of this very cell left in its folder to resume from: kept when the
@@ -226,6 +251,15 @@ class PrepareCell(Cell):
         _opt(argv, "limit", self.limit)
         _opt(argv, "jpeg_quality", self.jpeg_quality)
         return argv + extra_argv(self.args)
+
+    def check_command(self, ns: argparse.Namespace) -> None:
+        """``inrbench prepare``'s checks (``build_config``, then ``resolve`` against the source: a known
+        source, ``root`` where it needs one, ...), except that the root is not read: ``--data-root`` is the
+        sweep's, and the source's files are read when the cell runs."""
+        from bench.commands.prepare import build_config
+        from bench.datasets.prepare import resolve
+
+        resolve(build_config(ns), read_root=False)
 
     def resume_state(self, ctx: Context) -> tuple[Path, ...]:
         out = self.output(ctx)  # prepare's decoded chunks (bench.datasets.resume.work_path)
@@ -354,28 +388,14 @@ class EncodeCell(DistributedCell):
         argv += ["--out", str(self.output(ctx))]
         return argv + extra_argv(self.args)
 
-    def check_options(self) -> None:
+    def check_command(self, ns: argparse.Namespace) -> None:
         """The options ``inrbench encode`` would refuse on this cell's line (``bench.commands.encode.build_config``:
         a pruning option without pruning, QAT with float widths, ...), refused when the sweep is loaded
         instead of as an error cell hours into it. Reads no file (the init is checked when the cell runs)."""
-        import contextlib
-        import io
-
-        from bench.cli import _one_line
         from bench.commands.encode import build_config
-        from bench.errors import InputError
 
-        said = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(said):
-                ns = command_parser(self.COMMAND).parse_args(self.argv(_ProbeContext())[1:])
-        except SystemExit:
-            raise ValueError(_one_line(said.getvalue()).removeprefix("inrbench: error: ")) from None
         ns.init = None  # the init file is another cell's output: it does not exist yet
-        try:
-            build_config(ns)
-        except InputError as e:
-            raise ValueError(str(e)) from None
+        build_config(ns)
 
     def resume_state(self, ctx: Context) -> tuple[Path, ...]:
         out = self.output(ctx)  # encode's finished shards (inr.encode: OUT + WORK_SUFFIX)
@@ -412,6 +432,13 @@ class MetaInitCell(Cell):
             _opt(argv, f, getattr(self, f))
         return argv + ["--out", str(self.output(ctx))] + extra_argv(self.args)
 
+    def check_command(self, ns: argparse.Namespace) -> None:
+        """``inrbench meta-init``'s checks of its options (``build_config``: the preset, the Reptile settings);
+        the dataset (``--validation`` against its train images) is checked when the cell runs."""
+        from bench.commands.meta_init import build_config
+
+        build_config(ns)
+
     def resume_state(self, ctx: Context) -> tuple[Path, ...]:
         out = self.output(ctx)  # meta-init's checkpoints (inr.meta_work.work_path)
         return (out.with_name(f".{out.name}{META_INIT_WORK_SUFFIX}"),)
@@ -443,6 +470,13 @@ class CompareCell(Cell):
         _opt(argv, "jpeg_qualities", self.jpeg_qualities)
         argv += ["--out", str(self.output(ctx))]
         return argv + extra_argv(self.args)
+
+    def check_command(self, ns: argparse.Namespace) -> None:
+        """``inrbench compare``'s checks of its options (``build_config``: qualities, codecs, ...); the dataset
+        and the stores are checked when the cell runs."""
+        from bench.commands.compare import build_config
+
+        build_config(ns)
 
     def labels(self) -> dict[str, str]:
         return {"pipeline": "", "dataset": "", "mode": "compare"}
@@ -496,6 +530,20 @@ class BenchCell(DistributedCell):
             _opt(argv, f, getattr(self, f))
         argv += ["--out", str(self.output(ctx))]
         return argv + extra_argv(self.args)
+
+    def check_command(self, ns: argparse.Namespace) -> None:
+        """``inrbench bench``'s checks (``build_config``) as far as they go without the dataset: a known
+        pipeline, ``--store`` for a pipeline that reads one. ``build_config`` opens ``--data`` next (the
+        prepared folder of an earlier cell, which does not exist yet): that and every check after it (the
+        splits, the store file, the counts in ``BenchConfig``) happen when the cell runs."""
+        from bench.commands.bench import build_config
+        from bench.errors import InputError
+
+        try:
+            build_config(ns)
+        except InputError as e:
+            if e.path != Path(ns.data):  # else build_config reached the dataset: the file-free checks passed
+                raise
 
     def identity(self) -> dict[str, Any]:
         d = super().identity()

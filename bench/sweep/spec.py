@@ -29,7 +29,9 @@ before it (so file order is a valid run order and there are no cycles); ``data``
 over ids). The sweep's ``name`` (default: the file's stem) is a plain file name: it names the default
 folders ``runs/<name>`` and ``reports/<name>``. A typed cell's ``args`` may not set what the kind
 sets itself (``cells.check_args``: its fields, every option its line writes, ``--overwrite``, or a
-prefix argparse completes to one). Any violation is an ``InputError`` naming the file and the cell.
+prefix argparse completes to one), and its whole line is checked by its command's own parser and checks,
+as far as they read no file (``Cell.check_options``). Any violation is an ``InputError`` naming the file
+and the cell.
 The format, for users: ``docs/sweeps.md``.
 """
 
