@@ -192,7 +192,7 @@ def _alike_ranks(rng: np.random.Generator, ranks: int, epochs: int, slow: float 
 
 
 def test_spread_interval_holds_for_the_pair_picked_among_many_ranks():
-    """8 ranks drawn alike: the slowest / fastest pair is picked by its medians, so a plain 95%
+    """8 ranks drawn alike: the slowest / fastest pair is picked by its epoch times, so a plain 95%
     interval of that pair excludes 1.0 in about a fifth of runs. The Bonferroni-level interval
     (28 pairs) keeps false alarms under 5%, and still sees one rank 20% slower every time."""
     rng = np.random.default_rng(1)
@@ -225,3 +225,19 @@ def test_spread_interval_keeps_its_level_with_three_epochs_a_rank():
     assert false <= 5, false  # 0 with this seed
     assert s["n"] == 3 and s["lo"] < s["ratio"] < s["hi"]
     assert RK.fmt_spread(s).endswith(f"(rank {s['slowest']} / rank {s['fastest']}): {S.NO_DIFFERENCE}")
+
+
+def test_slowest_and_fastest_are_picked_by_the_ratio_the_row_prints():
+    """Ranks picked by their medians but compared by geometric means could print a 'slowest / fastest' below 1
+    (rank 1's median 1.1 s > rank 0's 1.0 s, yet rank 0's two 3 s epochs make it the slower by geometric mean:
+    0.71x). The pair is picked by the geometric means the ratio compares, so the row is never below 1."""
+    rows = []
+    for r, eps in ((0, [1.0, 1.0, 1.0, 3.0, 3.0]), (1, [1.1, 1.1, 1.1, 1.1, 1.101])):
+        rr = R.RunRows("dp", "inr", "syn", "loader", rank=r)
+        for e, t in enumerate(eps):
+            rr.add("epoch_s", t, "s", repeat=0, epoch=e + 1)
+        rows += rr.rows()
+    s = RK.spreads(R.to_frame(rows)).iloc[0]
+    assert (s["slowest"], s["fastest"]) == (0, 1)
+    assert s["ratio"] == pytest.approx(np.exp(np.log([1, 1, 1, 3, 3]).mean() - np.log([1.1] * 4 + [1.101]).mean()))
+    assert s["ratio"] >= 1.0 and RK.fmt_spread(s).startswith(f"{s['ratio']:.2f}x")

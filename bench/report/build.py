@@ -500,7 +500,7 @@ def _ranks(doc: _Doc, rank_rows: pd.DataFrame | None) -> None:
             f"`{RK.SPREAD_ROW}`: the slowest rank's geometric-mean epoch time / the fastest rank's, "
             "with Welch's t interval on the logs of their epochs at a level that holds 95% for all "
             "k (k - 1) / 2 pairs of k ranks together (Bonferroni), so it stays valid for the pair "
-            "picked by its medians; one epoch on a rank, or no spread: no interval. The epochs of all ranks start together, and in `train`/`replay` DDP's "
+            "picked by those times; one epoch on a rank, or no spread: no interval. The epochs of all ranks start together, and in `train`/`replay` DDP's "
             "gradient all-reduce makes every step wait for the slowest rank: there epoch times even out, "
             "and a rank that loads data slowly shows as the one with the high wait share (the others' "
             "waiting in the all-reduce counts as compute).")

@@ -7,8 +7,9 @@ tables use; and, where the rows carry the per-step split, the wait share = media
 (median data wait + median compute), as in the epoch-split table. The spread of a pipeline is
 the epoch time of its slowest rank / that of its fastest (the aggregate rows take the slowest
 rank's time): the ratio of the two ranks' geometric-mean epoch times with Welch's t interval on the
-logs of their epochs (``bench.stats.log_ratio_ci``). The two ranks are picked by their medians, out
-of k (k - 1) / 2 possible pairs: a plain 95% interval of the picked pair excludes 1.0 far more often
+logs of their epochs (``bench.stats.log_ratio_ci``). The two ranks are picked by those geometric means
+(so the ratio is never below 1; picked by medians, a rank with a few slow epochs could print 0.7x as
+'slowest / fastest'), out of k (k - 1) / 2 possible pairs: a plain 95% interval of the picked pair excludes 1.0 far more often
 than 5% when all ranks are alike (21 of 100 simulated 8-rank runs, ``tests/test_report_ranks.py``), so
 the interval is at the Bonferroni level ``bench.stats.bonferroni(k (k - 1) / 2)`` (99.82% for 8 ranks),
 which holds for every pair at once and so for the one picked. (It was a bootstrap of the medians,
@@ -54,7 +55,7 @@ def per_rank(rank_rows: pd.DataFrame | None) -> pd.DataFrame:
 
 def spreads(rank_rows: pd.DataFrame | None, per: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per dataset x mode x pipeline with at least two ranks: the slowest and fastest rank (by
-    median epoch time), ``ratio`` = their ratio of geometric-mean epoch times, and Welch's t ``lo``/``hi``
+    geometric-mean epoch time), ``ratio`` = their ratio of geometric-mean epoch times (>= 1), and Welch's t ``lo``/``hi``
     on the logs at the Bonferroni level over the k (k - 1) / 2 rank pairs; ``n`` = the fewer epochs of
     the two; NaN bounds (``why`` says why) with one epoch on a rank, or no spread."""
     per = per_rank(rank_rows) if per is None else per
@@ -62,15 +63,28 @@ def spreads(rank_rows: pd.DataFrame | None, per: pd.DataFrame | None = None) -> 
     for (ds, mode, p), g in per.groupby(["dataset", "mode", "pipeline"], sort=False):
         if len(g) < 2:
             continue
-        slow = g.loc[g["epoch_s"].idxmax()]
-        rest = g.drop(index=slow.name)  # equal medians: still two different ranks
-        fast = rest.loc[rest["epoch_s"].idxmin()]
-        a, b = (_rank_samples(rank_rows, ds, p, mode, int(h["rank"])) for h in (slow, fast))
+        # picked by the geometric means the ratio compares (by medians the printed ratio could fall below 1)
+        samples = {int(r): _rank_samples(rank_rows, ds, p, mode, int(r)) for r in g["rank"]}
+        gm = pd.Series({r: _log_mean(x) for r, x in samples.items()}).dropna()
+        if len(gm) < 2:
+            continue
+        slow = int(gm.idxmax())
+        fast = int(gm.drop(index=slow).idxmin())  # equal means: still two different ranks
+        a, b = samples[slow], samples[fast]
         iv = S.log_ratio_ci(a, b, confidence=S.bonferroni(len(g) * (len(g) - 1) // 2))
-        out.append({"dataset": ds, "mode": mode, "pipeline": p, "slowest": int(slow["rank"]),
-                    "fastest": int(fast["rank"]), "ratio": iv.value, "lo": iv.lo, "hi": iv.hi, "n": iv.n,
+        out.append({"dataset": ds, "mode": mode, "pipeline": p, "slowest": slow,
+                    "fastest": fast, "ratio": iv.value, "lo": iv.lo, "hi": iv.hi, "n": iv.n,
                     "why": iv.why})
     return pd.DataFrame(out, columns=SPREAD_COLUMNS)
+
+
+def _log_mean(x) -> float:
+    """Mean log of the positive finite samples ``x`` (NaN without any): what ``log_ratio_ci`` compares."""
+    import numpy as np
+
+    v = np.asarray(x, dtype=float)
+    v = v[np.isfinite(v) & (v > 0)]
+    return float(np.log(v).mean()) if v.size else float("nan")
 
 
 def _rank_samples(rank_rows: pd.DataFrame, dataset: str, pipeline: str, mode: str, rank: int):
