@@ -114,3 +114,14 @@ def test_one_process_a_side_is_no_result_for_compiled_over_eager_too(fake_steps,
     assert main([*ARGS, "--step", "both"]) == 0
     ce = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("compiled / eager"))
     assert "2.50x (one process a side: no interval, not a result;" in ce
+
+
+def test_equal_rates_in_several_processes_say_no_spread_not_one_process():
+    """Three processes a side with equal rates: no interval for want of spread, never 'one process a side'."""
+    from bench.perf.encode import _fmt_ratio, _process_ratio
+
+    r = _process_ratio([100.0] * 3, [50.0] * 3)
+    assert r["lo"] is None and r["n"] == 3 and r["why"] == "no spread"
+    assert _fmt_ratio(r) == "2.0x (no spread: no interval, not a result)"
+    one = _process_ratio([100.0], [50.0])
+    assert "one process a side" in _fmt_ratio(one)

@@ -342,7 +342,7 @@ def _process_ratio(top: list[float], bottom: list[float]) -> dict[str, Any]:
 
     iv = unit_ratio_ci([[r] for r in top], [[r] for r in bottom])
     lo, hi = _bounds(iv)
-    return {"value": iv.value, "lo": lo, "hi": hi, "n": iv.n, "method": RATIO_METHOD}
+    return {"value": iv.value, "lo": lo, "hi": hi, "n": iv.n, "why": iv.why or None, "method": RATIO_METHOD}
 
 
 def _batched_over_loop(batched: dict[str, Any], loop: dict[str, Any]) -> dict[str, Any]:
@@ -362,7 +362,9 @@ def _fmt_ratio(r: dict[str, Any], digits: int = 1) -> str:
     with one process a side, the ratio said to be no result, as the report says it."""
     from bench.stats import Interval, fmt_ratio
 
-    if r["n"] < 2 or r["lo"] is None:  # one process a side, or no spread: no interval (``_bounds``)
+    if r["n"] >= 2 and r["lo"] is None:  # processes a side, every rate equal: no spread (``_bounds``)
+        return f"{r['value']:.{digits}f}x ({r.get('why') or 'no spread'}: no interval, not a result)"
+    if r["n"] < 2 or r["lo"] is None:  # one process a side: no interval
         return (f"{r['value']:.{digits}f}x (one process a side: no interval, not a result; --repeats N >= 2 "
                 "runs each side in N processes)")
     return f"{fmt_ratio(Interval(r['value'], r['lo'], r['hi'], r['n']))} ({r['n']} processes a side; {RATIO_METHOD})"
