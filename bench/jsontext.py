@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from typing import Any
 
 
 def finite_or_null(obj: Any) -> Any:
     """``obj`` with every non-finite float, at any depth of dicts, lists and tuples, replaced by None."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
+    if isinstance(obj, bool):
+        return obj
+    if isinstance(obj, numbers.Integral):  # int, numpy integers (which json cannot write)
+        return int(obj)
+    if isinstance(obj, numbers.Real):  # float, numpy floats
+        return float(obj) if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {k: finite_or_null(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -8,7 +8,6 @@ import importlib.util
 import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from bench import stats as S

@@ -76,3 +76,12 @@ def test_comparison_text_says_no_spread_apart_from_one_unit():
     row = M.fmt_comparison(c).iloc[1]
     assert row["speedup vs dense [95% CI]"] == "1.4x (no spread: no interval, not a result)"
     assert row["CPU-s ratio [95% CI]"] == "1.5x (no interval: 1 process)"
+
+
+def test_expand_ratio_without_spread_says_so_not_one_run_a_side():
+    from bench.perf.expand import _ratio
+    from bench.stats import NO_SPREAD
+
+    nan = float("nan")
+    assert _ratio(1.4, nan, nan, "shorter", NO_SPREAD) == "1.40x shorter (no spread: no interval, not a result)"
+    assert _ratio(1.4, nan, nan, "shorter") == "1.40x shorter (one run a side: no interval, not a result)"

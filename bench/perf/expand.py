@@ -104,8 +104,8 @@ def _run(args: argparse.Namespace, expand, tmp: Path, out: Path) -> int:
           f"(interleaved, one Python process: units are runs, not OS processes), {args.threads} threads")
     print(table(M.fmt_comparison(comp, UNITS), index=False))
     print(table(st, index=False))
-    print(f"expand vs dense: total training time: {_ratio(exp['speedup'], exp['lo'], exp['hi'], 'shorter')} "
-          f"(CPU seconds: {_ratio(exp['cpu_ratio'], exp['cpu_lo'], exp['cpu_hi'], 'fewer')}), "
+    print(f"expand vs dense: total training time: {_ratio(exp['speedup'], exp['lo'], exp['hi'], 'shorter', exp.get('why'))} "
+          f"(CPU seconds: {_ratio(exp['cpu_ratio'], exp['cpu_lo'], exp['cpu_hi'], 'fewer', exp.get('cpu_why'))}), "
           f"FLOPs per image {1 / exp['flops_rel']:.2f}x fewer (counted, no noise), test accuracy {-drop:+.1f} points "
           f"({ACCURACY_NOTE}; these two models on the same test images, McNemar: {_mcnemar(mc)}); goal (>= 1.3x "
           f"shorter, <= 1 point lower): the point estimates {'meet' if met else 'do not meet'} it ({GOAL_NOTE}; "
@@ -120,17 +120,17 @@ GOAL_NOTE = ("not a result: the accuracy drop is one model each, and the time ra
              "printed beside it")
 
 
-def _ratio(value: float, lo: float, hi: float, what: str) -> str:
+def _ratio(value: float, lo: float, hi: float, what: str, why: str | None = None) -> str:
     """``1.42x shorter [95% CI 1.20-1.68]`` (``bench.stats.fmt_ratio``: bounds rounded outward, never onto 1);
     ``no difference detected [95% CI 0.99-1.08]`` when the interval holds 1.0 (no value: it is no claim);
-    with one run a side (or no spread) the ratio said to be no result."""
+    with one run a side, or no spread (``why``: ``bench.stats.NO_SPREAD``), the ratio said to be no result."""
     import math
 
     from bench import stats as S
 
     if not (math.isfinite(lo) and math.isfinite(hi)):
-        why = "one run a side" if math.isfinite(value) else "no ratio"
-        return f"{value:.2f}x {what} ({why}: no interval, not a result)"
+        reason = "no ratio" if not math.isfinite(value) else S.NO_SPREAD if why == S.NO_SPREAD else "one run a side"
+        return f"{value:.2f}x {what} ({reason}: no interval, not a result)"
     iv = S.Interval(value, lo, hi, 2)
     text = S.fmt_ratio(iv)
     if not iv.excludes(1.0):
