@@ -162,7 +162,7 @@ def guarded(run: Callable[[], int], prefix: str = "", out: str | None = None) ->
     machine, not a bug) -> ``inrbench: error: <prefix><message>``, 2; running out of memory
     (``MemoryError``, a torch allocator error: sizes beyond the machine) -> ``inrbench: error:
     <prefix>out of memory: ...``, 3; ``--help`` or a usage error (``SystemExit``) -> its status;
-    Ctrl-C -> 130; stdout's reader gone (``BrokenPipeError``: ``| head``) -> nothing printed, 141
+    Ctrl-C -> 130 (said once in a data-parallel run: ``bench.dist.interrupt_said_elsewhere``); stdout's reader gone (``BrokenPipeError``: ``| head``) -> nothing printed, 141
     (``stdout_gone``). Anything else is a bug: a traceback. ``out``: the command's ``--out``, named in an
     ``OSError`` line that would otherwise name no file or the lock file beside it.
     """
@@ -182,8 +182,11 @@ def guarded(run: Callable[[], int], prefix: str = "", out: str | None = None) ->
         print(f"inrbench: error: {prefix}{_one_line(_os_error_line(e, out))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("inrbench: interrupted", file=sys.stderr)
-        return 130
+        from bench.dist import EXIT_INTERRUPTED, interrupt_said_elsewhere
+
+        if not interrupt_said_elsewhere():  # a rank: the launcher (or rank 0) says it, once
+            print("inrbench: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as e:
         from bench.errors import EXIT_OUT_OF_MEMORY, is_out_of_memory
 

@@ -40,6 +40,7 @@ LAUNCH_OPTIONS = ("--nproc", "--nnodes", "--rdzv-endpoint", "--rdzv-id")  # --di
 # Set by ``launch`` for the ranks it starts: a folder where each rank leaves its exit status
 # (``rank<R>``), so ``--nproc`` exits with the ranks' class (2 bad input, 3 out of memory), not torchrun's 1.
 STATUS_DIR_ENV = "INRBENCH_RANK_STATUS_DIR"
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C, as ``bench.cli.guarded`` exits
 # The most meaningful status first when ranks disagree: bad input, out of memory, crash.
 _STATUS_PRIORITY = (2, 3, 1)
 
@@ -183,6 +184,10 @@ def run_rank(body: Callable[[], int]) -> int:
     frame), turning a finished run into a failed one. Every file a command writes is closed (and its
     atomic writes fsynced) before ``body`` returns. A caller that joined the group itself (an
     in-process driver, a test) gets the status back instead.
+
+    Ctrl-C (torchrun passes its SIGINT on to every rank): 130, and ``inrbench: interrupted`` from rank 0
+    of the user's own torchrun only; under ``launch`` the launcher says it (``guarded``,
+    ``interrupt_said_elsewhere``).
     """
     import torch.distributed as tdist
 
@@ -197,6 +202,23 @@ def run_rank(body: Callable[[], int]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(rc)
+
+
+def interrupt_said_elsewhere() -> bool:
+    """Whether this process is a rank whose Ctrl-C another process reports: the launcher (``launch``), or
+    rank 0. Further SIGINTs are ignored from now on: the rank is on its way out (torchrun passes one on
+    after the terminal's), and a second KeyboardInterrupt would interrupt that with a traceback."""
+    import signal
+
+    try:
+        world = from_env()
+    except InputError:
+        return False
+    if not world.distributed:
+        return False
+    with contextlib.suppress(ValueError):  # not the main thread
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return bool(os.environ.get(STATUS_DIR_ENV)) or not world.is_main
 
 
 def record_status(rc: int) -> None:
@@ -331,8 +353,32 @@ def launch_ranks(args: Any, command: str, argv: list[str] | None = None) -> tupl
     # multi-screen ChildFailedError report after a rank's own one-line error
     quiet = [cmd[0], "-m", "bench.dist", *cmd[3:]]
     with tempfile.TemporaryDirectory(prefix="inrbench-ranks-") as status_dir:
-        rc = subprocess.call(quiet, env={**os.environ, STATUS_DIR_ENV: status_dir})
+        proc = subprocess.Popen(quiet, env={**os.environ, STATUS_DIR_ENV: status_dir})
+        try:
+            rc = proc.wait()
+        except KeyboardInterrupt:
+            _stop_launch(proc)
+            raise
+        if rc == EXIT_INTERRUPTED:  # torchrun itself was interrupted (``kill -INT`` of it alone)
+            raise KeyboardInterrupt
         return launch_status(status_dir, rc), recorded_statuses(status_dir)
+
+
+def _stop_launch(proc: subprocess.Popen) -> None:
+    """Ctrl-C during ``launch``: the terminal's SIGINT reached torchrun too (one process group), and it
+    stops the ranks (SIGINT, SIGKILL after 30 s); wait for that, so that no rank outlives the command
+    (the ranks run in sessions of their own). Where torchrun did not get it (``kill -INT`` of this
+    process alone) it gets it now; another Ctrl-C meanwhile stops it harder (SIGTERM, then SIGKILL)."""
+    import signal
+
+    for sig, wait_s in ((None, 5.0), (signal.SIGINT, 60.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, None)):
+        try:
+            if sig is not None:
+                proc.send_signal(sig)
+            proc.wait(wait_s)
+            return
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            continue
 
 
 def torchrun_quiet(argv: list[str]) -> int:
@@ -341,18 +387,34 @@ def torchrun_quiet(argv: list[str]) -> int:
     error, or recorded its status, ``record_status``, after its line, its traceback or rank 0's summary),
     else ``inrbench: error: torchrun: rank R exited with status S`` for the ranks that did not (killed,
     or stopped by torchrun before they could)."""
+    import signal
+
+    try:
+        return _torchrun_quiet(argv)
+    except KeyboardInterrupt:  # before torchrun's own handlers were installed (importing torch)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return EXIT_INTERRUPTED
+
+
+def _torchrun_quiet(argv: list[str]) -> int:
     import logging
     import signal
 
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
     # torchrun's own log lines (its OMP_NUM_THREADS banner, "failed (exitcode: 2) local_rank: ..."):
     # ``launch`` printed the command and the ranks print their errors; OMP_NUM_THREADS is documented.
-    for name in ("torch.distributed.run", "torch.distributed.elastic"):
+    # (torch's elastic loggers each set their own level: every one of them, not only the parents)
+    for name in ("torch.distributed.run", "torch.distributed.elastic",
+                 *(n for n in list(logging.root.manager.loggerDict) if n.startswith("torch.distributed."))):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         run(parse_args(argv))
+    except SignalException as e:  # Ctrl-C (or a SIGTERM) reached torchrun: it has stopped the ranks
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return 128 + int(e.sigval)  # the launcher says ``inrbench: interrupted`` (130)
     except ChildFailedError as e:
         said = recorded_statuses(os.environ.get(STATUS_DIR_ENV))
         codes = {int(r): f.exitcode for r, f in e.failures.items() if int(r) not in said}

@@ -114,3 +114,78 @@ def test_launcher_prints_the_recorded_reason_when_rank_0_was_stopped(data, tmp_p
     assert got.count("raw loader (rank 0): ERROR: rank 0: stopped by the launcher (SIGTERM)") == 1, got
     assert got.count("raw loader (rank 1): ERROR: rank 1: RuntimeError: boom") == 1, got
     assert f"rows: {out / R.RUNS_DIR}" in got
+
+
+# ----------------------------------------------------------------------------- Ctrl-C
+
+
+def _interrupt(cmd: list[str], tmp: Path, ready, timeout: float = 120) -> tuple[int, str]:
+    """Start ``cmd`` in a process group of its own, wait until ``ready(stderr so far)``, then SIGINT the
+    group (the terminal's Ctrl-C); (exit status, stderr)."""
+    import signal
+    import time
+
+    err = tmp / "stderr.txt"
+    with open(err, "w") as f:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=f, start_new_session=True)
+    try:
+        t0 = time.monotonic()
+        while not ready(err.read_text()) and proc.poll() is None:
+            assert time.monotonic() - t0 < timeout, err.read_text()
+            time.sleep(0.1)
+        assert proc.poll() is None, f"finished before it was interrupted: {err.read_text()}"
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return rc, err.read_text()
+
+
+def _assert_one_interrupted(rc: int, err: str) -> None:
+    assert rc == 130, err
+    assert err.count("inrbench: interrupted") == 1, err
+    assert "Traceback" not in err and "SignalException" not in err and "KeyboardInterrupt" not in err, err
+    assert "inrbench: error" not in err, err
+
+
+@pytest.mark.parametrize("when", ["starting", "running"])
+def test_ctrl_c_on_bench_nproc_is_one_line_exit_130(data, tmp_path, when):
+    """Before: torchrun's ``SignalException: Process N got signal: 2`` traceback and ``inrbench: interrupted``
+    from the launcher and every rank. ``starting``: the ranks are still importing; ``running``: measuring."""
+    import time
+
+    out = tmp_path / "res"
+    argv = _args(data, out, "raw", "train")
+    argv[argv.index("--min-seconds") + 1] = "600"
+    seen: dict[str, float] = {}
+
+    def ready(err: str) -> bool:
+        if when == "running" and out.exists():  # rank 0 claimed --out: the ranks are in run_bench
+            seen.setdefault("t", time.monotonic())
+            return time.monotonic() - seen["t"] > 3.0
+        if when == "starting" and "inrbench: launching" in err:
+            seen.setdefault("t", time.monotonic())
+            return time.monotonic() - seen["t"] > 1.0
+        return False
+
+    rc, err = _interrupt([sys.executable, "-m", "bench", *argv, "--nproc", "2"], tmp_path, ready)
+    _assert_one_interrupted(rc, err)
+
+
+def test_ctrl_c_on_encode_nproc_is_one_line_exit_130(data, tmp_path):
+    import time
+
+    out = tmp_path / "s.inr"
+    cmd = [sys.executable, "-m", "bench", "encode", str(data), "--preset", "demo", "--iterations", "100000",
+           "--shard-size", "4", "--no-progress", "--out", str(out), "--dist-timeout", "60", "--nproc", "2"]
+    seen: dict[str, float] = {}
+
+    def ready(err: str) -> bool:
+        if "inrbench: launching" in err:
+            seen.setdefault("t", time.monotonic())
+            return time.monotonic() - seen["t"] > 12.0
+        return False
+
+    rc, err = _interrupt(cmd, tmp_path, ready)
+    _assert_one_interrupted(rc, err)
