@@ -189,3 +189,43 @@ def test_ctrl_c_on_encode_nproc_is_one_line_exit_130(data, tmp_path):
 
     rc, err = _interrupt(cmd, tmp_path, ready)
     _assert_one_interrupted(rc, err)
+
+
+# ----------------------------------------------------------------------------- one error line
+
+
+def _error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if "inrbench: error:" in line]
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("launcher", ["--nproc", "torchrun"])
+def test_device_refused_by_every_rank_is_one_line(data, tmp_path, launcher):
+    """``--device cuda:1`` without CUDA: before, each rank printed the same error, run together on one line
+    (``...(torch.cuda.is_available() is False)inrbench: error: --device cuda:1: ...``)."""
+    argv = _args(data, tmp_path / "res")
+    argv[argv.index("--device") + 1] = "cuda:1"
+    cmd = ([sys.executable, "-m", "bench", *argv, "--nproc", "2"] if launcher == "--nproc" else
+           [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
+            "-m", "bench", *argv])
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    lines = _error_lines(proc.stderr)
+    assert lines == ["inrbench: error: --device cuda:1: no CUDA device here (torch.cuda.is_available() is False)"], \
+        proc.stderr
+    assert proc.stderr.endswith("\n")
+    if launcher == "--nproc":  # refused before torchrun, as one process refuses it
+        assert proc.returncode == 2 and "launching" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "res").exists()
+
+
+def test_config_refused_by_every_rank_is_one_line_under_torchrun(data, tmp_path):
+    """An error every rank finds in its config (here ``--eval-split`` naming no split, in train mode) is
+    rank 0's one line, once, exit 2 from every rank."""
+    argv = _args(data, tmp_path / "res", mode="train") + ["--eval-split", "nope"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
+           "-m", "bench", *argv]
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    lines = _error_lines(proc.stderr)
+    assert len(lines) == 1 and lines[0].startswith("inrbench: error: --eval-split 'nope'"), proc.stderr
+    assert "exitcode  : 2" in proc.stderr and "exitcode  : -15" not in proc.stderr  # both ranks exited 2 themselves

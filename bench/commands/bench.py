@@ -337,10 +337,12 @@ def _launch(args: argparse.Namespace) -> int:
 
     from bench import dist, results
     from bench.datasets.prepared import open_prepared
+    from bench.devices import resolve_device
     from bench.harness.runner import RUN_ID_ENV
     from bench.outputs import is_own
 
     _check_names(args, open_prepared(args.data))  # a typo: one line, before torchrun, no error row
+    resolve_device(args.device, missing_cuda_ok=True)  # a device this machine lacks: the same, once
     run_id = results.new_run_id(args.pipeline, args.mode)
     os.environ[RUN_ID_ENV] = run_id
     try:
@@ -404,7 +406,10 @@ def _rank_body(args: argparse.Namespace) -> int:
     from bench.harness.ranks import DistConfig
     from bench.harness.runner import EXIT_INPUT, run_bench
 
-    device = resolve_device(args.device, missing_cuda_ok=True)
+    try:
+        device, early = resolve_device(args.device, missing_cuda_ok=True), None
+    except InputError as e:  # every rank refuses alike: join anyway (gloo), so that rank 0 alone says it
+        device, early = "cpu", str(e)
     # no CUDA here: join with gloo; the run records the skip (as one process does)
     world = dist.init(device if torch.cuda.is_available() else "cpu", args.dist_timeout)
     try:
@@ -413,10 +418,12 @@ def _rank_body(args: argparse.Namespace) -> int:
                                  local_world_size=world.local_world_size,
                                  hosts=tuple(h for h, _ in places), local_ranks=tuple(lr for _, lr in places),
                                  timeout_s=float(args.dist_timeout))
-        try:
-            cfg, error = build_config(args, world, dist_config), None
-        except InputError as e:
-            cfg, error = None, str(e)
+        cfg, error = None, early
+        if error is None:
+            try:
+                cfg = build_config(args, world, dist_config)
+            except InputError as e:
+                error = str(e)
         errors = [(r, e) for r, e in enumerate(dist.all_gather_object(error)) if e]
         if errors:
             r, e = errors[0]
