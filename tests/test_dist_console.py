@@ -229,3 +229,25 @@ def test_config_refused_by_every_rank_is_one_line_under_torchrun(data, tmp_path)
     lines = _error_lines(proc.stderr)
     assert len(lines) == 1 and lines[0].startswith("inrbench: error: --eval-split 'nope'"), proc.stderr
     assert "exitcode  : 2" in proc.stderr and "exitcode  : -15" not in proc.stderr  # both ranks exited 2 themselves
+
+
+def test_launcher_error_row_records_data_and_store_absolute(data, tmp_path, monkeypatch):
+    """No rank wrote the run: ``--nproc``'s own error row records ``cfg.data`` and ``cfg.store`` as absolute
+    paths (as every other row does), not as typed (relative to wherever the command ran)."""
+    from bench import cli, dist
+    from bench.outputs import claim
+
+    out = tmp_path / "res"
+
+    def killed(args, command, argv=None):
+        with claim(out, "results", mode="append", lock=False):  # rank 0 claimed --out, then died
+            pass
+        return 1, {}
+
+    monkeypatch.setattr(dist, "launch_ranks", killed)
+    monkeypatch.chdir(data.parent)
+    rc = cli.main(_args(Path(data.name), Path("..") / tmp_path.name / "res") + ["--nproc", "2"])
+    assert rc == 1
+    df = R.read_results(out)
+    assert df.reason.item().startswith("torchrun exited with status 1 before rank 0 wrote this run")
+    assert df["cfg.data"].item() == str(data) and Path(df["cfg.data"].item()).is_absolute()

@@ -354,7 +354,9 @@ def _launch(args: argparse.Namespace) -> int:
         _say_recorded(run_dir)  # rank 0 was stopped before it printed; the ranks recorded why
     if code != 0 and not (run_dir / "rows.csv").exists() and is_own(args.out, "results"):  # rank 0 claimed it
         rows = results.RunRows(run_id, args.pipeline, Path(args.data).resolve().name, args.mode,
-                               {"pipeline": args.pipeline, "data": str(args.data), "mode": args.mode,
+                               # absolute paths, as build_config records them (symlinks kept)
+                               {"pipeline": args.pipeline, "data": os.path.abspath(args.data),
+                                "store": os.path.abspath(args.store) if args.store else None, "mode": args.mode,
                                 "nproc": args.nproc, "nnodes": args.nnodes, "argv": " ".join(args._argv)})
         rows.error(f"torchrun exited with status {code} before rank 0 wrote this run (a rank was killed "
                    "or crashed hard; its stderr is above)")
