@@ -248,6 +248,17 @@ def test_left_records_every_leaving_rank_and_never_replaces_rank_0s_write(tmp_pa
     assert (run_dir / "rank2.left.json").is_file()
 
 
+def test_a_rank_0_write_that_fails_before_its_rows_keeps_the_left_records_in_charge(tmp_path):
+    from bench.harness import left
+
+    out = tmp_path / "res"
+    run_dir = left.record(out, _rows(), 1, 2, "bad input: x.jpg: truncated")
+    with pytest.raises(OSError), left.rank0_writes(run_dir):  # e.g. a full disk before rows.csv
+        raise OSError(28, "No space left on device")
+    left.record(out, _rows(), 2, 143, "stopped by the launcher (SIGTERM): another rank exited first")
+    assert R.read_results(out)["rank"].tolist() == [1, 2]  # rank 2's reason still reaches the rows
+
+
 def test_sigterm_records_the_rank_with_its_failure_so_far(tmp_path):
     import signal
 

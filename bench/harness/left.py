@@ -97,12 +97,28 @@ def record(out: str | Path, run: results.RunRows, rank: int, exit_code: int, rea
 
 @contextlib.contextmanager
 def rank0_writes(run_dir: Path) -> Iterator[None]:
-    """Rank 0 writing the run: under the lock, the marker gone first (its rows replace any written
-    from left records, and are never replaced by one written later)."""
+    """Rank 0 writing the run, under the lock: once its ``rows.csv`` has replaced any written from left
+    records (an atomic rename: another file), the marker goes, so that no record written later replaces
+    it. Should rank 0's write fail before its rows are on disk, the marker stays and the ranks' records
+    still make the run's rows."""
+    rows_file = run_dir / results.ROWS_FILE
+
+    def identity() -> tuple[int, int] | None:
+        try:
+            st = rows_file.stat()
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_mtime_ns
+
     with _locked(run_dir):
-        with contextlib.suppress(FileNotFoundError):
-            (run_dir / MARKER_FILE).unlink()
-        yield
+        before = identity()
+        try:
+            yield
+        finally:
+            after = identity()
+            if after is not None and after != before:
+                with contextlib.suppress(FileNotFoundError):
+                    (run_dir / MARKER_FILE).unlink()
 
 
 def reason_of(run: results.RunRows) -> str:
