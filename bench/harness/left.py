@@ -11,7 +11,9 @@ it ends, in three cases (``bench.harness.runner``):
 - it leaves at once (``runner._leave_if_peers_may_wait``: NCCL, failed while DDP's collectives may be
   in flight), with its own reason;
 - torchrun stops it (SIGTERM, ``on_sigterm``) because another rank exited first: "stopped by the
-  launcher (SIGTERM) ...", with its own failure so far (a collective that failed), if any;
+  launcher (SIGTERM) ...", with its own failure so far (a collective that failed), if any. Python runs
+  the handler only when the main thread is back in Python code: a rank stuck inside a C++ collective
+  until torchrun's follow-up SIGKILL records nothing;
 - it ends a run whose process group failed before rank 0 could hear from it (rank > 0 only): its
   result may never have reached rank 0.
 
