@@ -97,3 +97,20 @@ def test_the_eval_split_is_checked_in_train_mode_only(data):
     _check_names(args, ds)
     with pytest.raises(InputError, match="has no such split"):
         _check_names(argparse.Namespace(**{**vars(args), "mode": "train"}), ds)
+
+
+def test_absent_metrics_carry_their_reasons_grouped():
+    """``absent here`` names each absent metric with the reason its rows record (before: the names alone),
+    metrics sharing a reason on one line; a metric whose reason differs by repeat shows the first and a count."""
+    rows = _rows(2)
+    for r, secs in enumerate((0.22, 0.31)):
+        rows.unavailable("other_cores_busy", "cores", f"measured region {secs} s, under 0.5 s: too short", repeat=r)
+        rows.unavailable("gpu_mem_used_peak_bytes", "bytes", "no NVML here (CPU device)", repeat=r)
+        rows.unavailable("torch_peak_allocated_bytes", "bytes", "no NVML here (CPU device)", repeat=r)
+    text = summary_table(rows)
+    lines = text.splitlines()
+    at = lines.index("  absent here:")
+    assert lines[at + 1:] == [
+        "    gpu_mem_used_peak_bytes, torch_peak_allocated_bytes: no NVML here (CPU device)",
+        "    other_cores_busy: measured region 0.22 s, under 0.5 s: too short (1 other reason on other repeats)",
+    ]

@@ -278,10 +278,25 @@ def summary_table(rows) -> str:
     if len(per_rank):
         med = per_rank.groupby("rank")["value"].median()
         lines.append("  img/s by rank " + ", ".join(f"{int(k)}: {fmt_num(v)}" for k, v in med.items()))
-    absent = sorted(set(df.loc[df.status == "skip", "metric"]))
-    if absent:
-        lines.append(f"  absent here: {', '.join(absent)}")
+    lines += _absent_lines(df[df.status == "skip"])
     return "\n".join(lines)
+
+
+def _absent_lines(skipped) -> list[str]:
+    """``absent here:`` and, per reason the skip rows record, the metrics it holds for (sorted, one line
+    each); a metric whose reason differs between repeats shows its first and how many others."""
+    if not len(skipped):
+        return []
+    by_reason: dict[str, list[str]] = {}
+    for metric, reasons in skipped.groupby("metric", sort=True)["reason"]:
+        distinct = list(dict.fromkeys(str(r) for r in reasons if isinstance(r, str) and r)) or ["no reason recorded"]
+        why = distinct[0]
+        if len(distinct) > 1:
+            k = len(distinct) - 1
+            why += f" ({k} other reason{'s' if k > 1 else ''} on other repeats)"
+        by_reason.setdefault(why, []).append(str(metric))
+    return ["  absent here:", *(f"    {', '.join(ms)}: {why}" for why, ms in sorted(by_reason.items(),
+                                                                               key=lambda kv: kv[1]))]
 
 
 def _accuracy_line(label: str, df, m, n: int, accuracy, fmt_accuracy) -> str:
