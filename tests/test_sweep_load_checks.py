@@ -45,9 +45,6 @@ def test_a_cell_its_command_would_refuse_is_refused_when_the_sweep_loads(tmp_pat
     assert stdout == "" and not out.exists()  # no cell listed or run, nothing written
 
 
-@pytest.mark.xfail(strict=True, reason="bench's counts are checked after it opens --data (BenchConfig), which a "
-                   "sweep cannot do at load time; needs bench/commands/bench.py to check them on the command "
-                   "line (positive_int): see /tmp/sweep-fix-notes.md")
 def test_bench_counts_are_refused_when_the_sweep_loads(tmp_path, capsys):
     y = tmp_path / "s.yaml"
     y.write_text("name: s\nreport: false\ncells:\n" + PREP + "  - {kind: bench, id: b, data: p, pipeline: raw, epochs: -1}\n")

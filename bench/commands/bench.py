@@ -67,7 +67,7 @@ def _method_names() -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench.argtypes import positive_int, seed
+    from bench.argtypes import nonnegative_int, positive_int, seed
     from bench.cli import list_names
 
     list_names(p.add_argument("--pipeline", required=True, metavar="NAME", help="a registered pipeline: {names}"),
@@ -79,14 +79,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "default: refuse it, since it cannot be tied to --data")
     p.add_argument("--mode", choices=("loader", "replay", "train"), default="loader",
                    help="loader: pipeline alone; replay: model on cached batches; train: end to end")
-    p.add_argument("--epochs", type=int, default=1, help="measured epochs per repeat (default 1)")
-    p.add_argument("--warmup", type=int, default=1, help="warm-up epochs per repeat, reported apart (default 1)")
-    p.add_argument("--repeats", type=int, default=3, help="repeats, each with a fresh pipeline/model (default 3)")
+    p.add_argument("--epochs", type=positive_int, default=1, help="measured epochs per repeat (default 1)")
+    p.add_argument("--warmup", type=nonnegative_int, default=1, help="warm-up epochs per repeat, reported apart (default 1)")
+    p.add_argument("--repeats", type=positive_int, default=3, help="repeats, each with a fresh pipeline/model (default 3)")
     p.add_argument("--min-seconds", type=float, default=1.0, metavar="S",
                    help="autorange: after --epochs, more measured epochs per repeat until they add up to "
                         "S seconds (default 1; 0 = exactly --epochs); the count is recorded (measured_epochs)")
-    p.add_argument("--batch-size", type=int, default=256, help="images per batch, per rank with --nproc")
-    p.add_argument("--workers", type=int, default=2, help="loader workers/threads (default 2)")
+    p.add_argument("--batch-size", type=positive_int, default=256, help="images per batch, per rank with --nproc")
+    p.add_argument("--workers", type=nonnegative_int, default=2, help="loader workers/threads (default 2)")
     p.add_argument("--resident", choices=("all", "shard"), default="all",
                    help="with --nproc: each rank holds the whole split (all, default) or only its fixed shard "
                         "(samples never move between ranks; pipelines/shard.py)")
@@ -131,7 +131,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     h.add_argument("--monitor-period", type=float, default=0.1, help="monitor sampling period, s (default 0.1)")
     h.add_argument("--pss-period", type=float, default=1.0,
                    help="host PSS sampling period, s (default 1; each read costs ~20 ms per process)")
-    h.add_argument("--threads", type=int,
+    h.add_argument("--threads", type=positive_int,
                    help="torch intra-op threads (default: torch's, usually the core count)")
     p.add_argument("--compile", action="store_true", help="let adapters torch.compile their device work")
     p.add_argument("--out", required=True, help="results folder (rows are added to it)")
