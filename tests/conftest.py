@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
 # Two cores on CI: keep torch from oversubscribing when pytest runs helpers/subprocesses.
 os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+# A background job of a non-interactive shell (`cmd &`, nohup) starts with SIGINT ignored, and every
+# process it starts inherits that: the tests that Ctrl-C a command would see it run on. A handled
+# SIGINT is reset to the default at exec, so the commands the tests start get their Ctrl-C back.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):
