@@ -18,14 +18,19 @@ ARGS = ["perf", "encode", "--synthetic", "--iterations", "5", "--batch", "6", "-
 
 @pytest.fixture
 def fake(monkeypatch):
+    return _fake_spawn(monkeypatch, {"loop": [10.0, 12.0, 11.0], "eager": [100.0, 110.0, 90.0]})
+
+
+def _fake_spawn(monkeypatch, rates: dict[str, list[float]]) -> list[str]:
+    """``perf encode``'s workers replaced by fixed rates, one per process, per kind (loop, eager,
+    compiled); the kinds in the order they were started."""
     from bench.perf import encode as pe
 
-    calls = []
-    rates = {"loop": iter([10.0, 12.0, 11.0]), "eager": iter([100.0, 110.0, 90.0])}
+    calls, left = [], {k: iter(v) for k, v in rates.items()}
 
     def spawn(args, method, images, step="eager", **over):
         calls.append(method if method == "loop" else step)
-        r = next(rates[method if method == "loop" else step])
+        r = next(left[calls[-1]])
         out = {"images": 6, "iterations": 5, "image_iterations_per_s": r, "seconds": 30.0 / r,
                "peak_memory_bytes": 0, "memory_kind": "x", "mean_psnr": 20.0, "threads": 1,
                "mean_psnr_first": {"1": 20.0, "2": 20.0}}
@@ -68,22 +73,8 @@ def test_repeats_print_the_interval(fake, capsys):
 @pytest.fixture
 def fake_steps(monkeypatch):
     """``--step both``: the loop, eager and compiled workers with fixed rates (3 processes each)."""
-    from bench.perf import encode as pe
-
-    rates = {"loop": iter([10.0, 12.0, 11.0]), "eager": iter([100.0, 110.0, 90.0]),
-             "compiled": iter([250.0, 300.0, 200.0])}
-
-    def spawn(args, method, images, step="eager", **over):
-        r = next(rates[method if method == "loop" else step])
-        out = {"images": 6, "iterations": 5, "image_iterations_per_s": r, "seconds": 30.0 / r,
-               "peak_memory_bytes": 0, "memory_kind": "x", "mean_psnr": 20.0, "threads": 1,
-               "mean_psnr_first": {"1": 20.0, "2": 20.0}}
-        if method == "batched":
-            out.update(chunk=6, workers=1, achieved_gflops=r / 100, pct_of_peak=1.0, peak_tflops=1.0,
-                       peak_dtype="float32", warmup_seconds=0.0)
-        return out
-
-    monkeypatch.setattr(pe, "_spawn", spawn)
+    _fake_spawn(monkeypatch, {"loop": [10.0, 12.0, 11.0], "eager": [100.0, 110.0, 90.0],
+                              "compiled": [250.0, 300.0, 200.0]})
 
 
 def test_compiled_over_eager_takes_the_same_interval_as_batched_over_loop(fake_steps, capsys):
