@@ -21,9 +21,10 @@ def data(tmp_path_factory):
     return write_tiny_prepared(tmp_path_factory.mktemp("resume") / "data", 10, 2)
 
 
-def _stop_at_shard(monkeypatch, k: int, exc: BaseException) -> None:
-    """``encode_images`` raises ``exc`` when asked for shard ``k`` (0-based): shards 0..k-1 are on disk."""
-    real, calls = E.encode_images, []
+def _stop_at_shard(monkeypatch, k: int, exc: BaseException, module=E) -> None:
+    """``module.encode_images`` (the batched encode's, or ``inr.native``'s) raises ``exc`` when asked for
+    shard ``k`` (0-based): shards 0..k-1 are on disk."""
+    real, calls = module.encode_images, []
 
     def stopping(*a, **kw):
         calls.append(1)
@@ -31,7 +32,7 @@ def _stop_at_shard(monkeypatch, k: int, exc: BaseException) -> None:
             raise exc
         return real(*a, **kw)
 
-    monkeypatch.setattr(E, "encode_images", stopping)
+    monkeypatch.setattr(module, "encode_images", stopping)
 
 
 def test_an_interrupted_encode_says_how_to_resume_and_the_rerun_says_it_resumes(data, tmp_path, capsys, monkeypatch):
@@ -136,15 +137,7 @@ def native_data(tmp_path_factory):
 def _stop_native_at_shard(monkeypatch, k: int, exc: BaseException) -> None:
     import inr.native as N
 
-    real, calls = N.encode_images, []
-
-    def stopping(*a, **kw):
-        calls.append(1)
-        if len(calls) == k + 1:
-            raise exc
-        return real(*a, **kw)
-
-    monkeypatch.setattr(N, "encode_images", stopping)
+    _stop_at_shard(monkeypatch, k, exc, module=N)
 
 
 def test_an_interrupted_native_encode_says_how_to_resume_and_the_rerun_says_it_resumes(native_data, tmp_path, capsys,
