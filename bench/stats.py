@@ -368,11 +368,13 @@ def fmt_diff(iv: Interval, scale: float = 100.0, unit: str = "points", digits: i
     """``-1.2 points [-3.0, -0.1]``, or ``no difference detected [-3.0, 0.6]`` when the interval
     holds 0 (values times ``scale``: a difference of shares in percentage points); bounds rounded outward,
     more digits where a bound would round onto 0 (``+0.2 points [0.04, 0.3]``), never ``-0.0``; ``n`` >= 2
-    units without an interval (no spread): the value, said to be no result; fewer: ``—``."""
+    units without an interval: the value, said to be no result, with ``why`` (all alike: "the same in all
+    ``n``"); fewer: ``—``."""
     if not iv.ok:
         if iv.n >= 2 and math.isfinite(iv.value):
-            return (f"{scale * iv.value:+.{digits}f} {unit}, the same in all {iv.n} "
-                    "(no spread: no interval, not a result)")
+            why = _no_interval(iv)
+            alike = f", the same in all {iv.n}" if why == NO_SPREAD else ""
+            return f"{scale * iv.value:+.{digits}f} {unit}{alike} ({why}: no interval, not a result)"
         return "—"
     v, lo, hi = scale * iv.value, scale * iv.lo, scale * iv.hi
     d = _digits(lo, hi, 0.0, digits)

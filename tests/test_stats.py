@@ -244,3 +244,6 @@ def test_fmt_diff_in_points():
     assert S.fmt_diff(S.Interval(0.1, math.nan, math.nan)) == "—"  # one unit
     assert (S.fmt_diff(S.Interval(0.1, math.nan, math.nan, 3))  # three alike: said, not a result
             == "+10.0 points, the same in all 3 (no spread: no interval, not a result)")
+    # another reason is said as it is, not as "the same in all"
+    assert (S.fmt_diff(S.Interval(0.1, math.nan, math.nan, 4, "fewer than 6 samples a side"))
+            == "+10.0 points (fewer than 6 samples a side: no interval, not a result)")
