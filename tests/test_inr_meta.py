@@ -280,3 +280,30 @@ def test_perf_init_realized_ratio_text_goes_through_fmt_ratio():
     one = _round_ratio(unit_ratio_ci, [2.0], [1.0])
     assert one == {"value": 2.0, "lo": None, "hi": None, "n": 1, "why": "one sample"}
     assert _fmt_round_ratio(one) == "2.00x (one round (worker process): no interval, not a result)"
+
+
+def test_perf_init_prints_every_rounds_seconds(capsys):
+    """Beside the medians and the ratios, the table prints each round's seconds per variant, in round order: a
+    reader can see a slow first round or a drifting machine (the JSON has them as ``seconds``)."""
+    from bench.perf.init import REALIZED, print_table
+
+    variants = {name: {"images": 4, "image_iterations": 100, "iterations_saving": 1.0, "median_seconds": 2.0 + k,
+                       "seconds": [2.0 + k, 2.5 + k, 1.5 + k], "mean_psnr": 30.0, "reached": 4, "max_shortfall_db": 0.0,
+                       "time_saving": {"value": 1.0, "lo": 0.9, "hi": 1.1, "n": 3}}
+                for k, name in enumerate(REALIZED)}
+    for name in REALIZED[3:]:
+        variants[name]["vs_random_early_stop"] = {"iterations": 1.0, "value": 1.0, "lo": 0.9, "hi": 1.1, "n": 3}
+    ends = {"iterations": 30, "fp32": 30.0, "8bit": 29.5}
+    doc = {"threads": 2, "device": "cpu", "seconds": 10.0, "figure": None, "sets": [{
+        "set": "photos 32x32", "arch": "5x13", "iterations": 30, "random_psnr_at_full": 30.0,
+        "learned_psnr_at_full": 31.0, "learned_psnr_at_0": 12.0, "iterations_to_reach": 10, "saving_factor": 3.0,
+        "break_even_images": None, "meta": {"num_images": 8, "seconds": 1.0, "image_iterations": 100},
+        "end_points": {"random": ends, "learned": ends},
+        "realized": {"repeats": 3, "processes": 3, "chunk": 8, "variants": variants}}]}
+    print_table(doc)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    head = next(i for i, line in enumerate(lines) if "wall seconds by round" in line)
+    rows = lines[head + 1:head + 1 + len(REALIZED)]
+    for k, (name, row) in enumerate(zip(REALIZED, rows, strict=True)):
+        assert name in row and row.split()[-3:] == [f"{2.0 + k:.2f}", f"{2.5 + k:.2f}", f"{1.5 + k:.2f}"]

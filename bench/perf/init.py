@@ -473,6 +473,11 @@ def print_table(doc: dict) -> None:
                       f"{d['median_seconds']:>7.2f} s (time {_fmt_round_ratio(d['time_saving'], name == REALIZED[0])})  "
                       f"PSNR {d['mean_psnr']:.2f}  reached {d['reached']}/{d['images']}" +
                       (f" (worst {d['max_shortfall_db']:.2f} dB short)" if d["reached"] < d["images"] else "") + share)
+            if any(len(rz["variants"][name].get("seconds") or []) > 1 for name in REALIZED):
+                print(f"  {r['set']}: wall seconds by round (round 1 first; rounds alternate the variants' order)")
+                for name in REALIZED:
+                    secs = rz["variants"][name].get("seconds") or []
+                    print(f"  {r['set']:<18} {name:<32} " + " ".join(f"{t:7.2f}" for t in secs))
     print(f"meta-init trains on the train split only ({', '.join(str(r['meta']['num_images']) + ' images' for r in results)}); "
           f"total {doc['seconds']:.0f} s" + (f"; figure {fig}" if fig else ""))
 
