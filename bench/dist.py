@@ -107,6 +107,20 @@ def rank_device(device: str, world: World) -> str:
     return f"cuda:{world.local_rank}"
 
 
+@contextlib.contextmanager
+def said_once_per_node(world: World):
+    """Around a rank's checks before it joins the group: an ``InputError`` raised inside is the same on every rank
+    of a node (the same options, the same files), so local rank 0 prints its one line and the node's other ranks
+    end with status 2 in silence (``SystemExit``, which ``bench.cli.guarded`` turns into the status). A node
+    whose files differ from the others' still says why, on its own line."""
+    try:
+        yield
+    except InputError:
+        if world.distributed and world.local_rank != 0:
+            raise SystemExit(2) from None
+        raise
+
+
 def init(device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> World:
     """Join the process group torchrun set up (NCCL for CUDA, gloo otherwise); the ``World`` with its backend.
 

@@ -212,11 +212,13 @@ def run(args: argparse.Namespace) -> int:
     from bench.devices import resolve_device
     from bench.outputs import claim
 
-    args.device = resolve_device(args.device)  # a malformed or absent device: exit 2 before any work
-    if dist.launch_requested(args):
+    launching = dist.launch_requested(args)
+    world = dist.World() if launching else dist.from_env()
+    with dist.said_once_per_node(world):  # under the user's own torchrun: one line per node, not one per rank
+        args.device = resolve_device(args.device)  # a malformed or absent device: exit 2 before any work
+    if launching:
         _precheck(args)
         return dist.launch(args, "encode")
-    world = dist.from_env()
     if world.distributed:
         return _run_rank(args, world)
     # refuse a bad --out (or one another encode is writing) before any work; held until the store is written
@@ -347,15 +349,16 @@ def _encode_distributed(args: argparse.Namespace, world, owner: bool = True) -> 
     from bench.datasets.prepared import open_prepared
     from inr.encode import PeerFailed, encode_split_distributed, shard_ranges
 
-    device = dist.rank_device(args.device, world)
-    cfg = build_config(args)
+    with dist.said_once_per_node(world):  # the same refusal on every rank of a node: said once
+        device = dist.rank_device(args.device, world)
+        cfg = build_config(args)
+        ds = open_prepared(args.prepared)
+        split, n, images, labels, source = _select(args, ds, world.world_size)
     _quiet_compile(cfg)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    ds = open_prepared(args.prepared)
-    split, n, images, labels, source = _select(args, ds, world.world_size)
     world = dist.init(device, args.dist_timeout)
     try:
         if world.is_main:
