@@ -107,17 +107,23 @@ def rank_device(device: str, world: World) -> str:
     return f"cuda:{world.local_rank}"
 
 
+SAID_BY_LOCAL_RANK_0_WAIT_S = 30.0
+
+
 @contextlib.contextmanager
-def said_once_per_node(world: World):
+def said_once_per_node(world: World, wait_s: float = SAID_BY_LOCAL_RANK_0_WAIT_S):
     """Around a rank's checks before it joins the group: an ``InputError`` raised inside is the same on every rank
-    of a node (the same options, the same files), so local rank 0 prints its one line and the node's other ranks
-    end with status 2 in silence (``SystemExit``, which ``bench.cli.guarded`` turns into the status). A node
-    whose files differ from the others' still says why, on its own line."""
+    of a node (the same options, the same files), so local rank 0 prints its one line and exits 2, and the node's
+    other ranks say nothing: they wait for torchrun, which stops every rank once one has failed. A rank that
+    exited first would have torchrun stop local rank 0 before it printed. A rank still running after ``wait_s``
+    (its local rank 0 did not fail: the files differ) prints its own line."""
     try:
         yield
     except InputError:
         if world.distributed and world.local_rank != 0:
-            raise SystemExit(2) from None
+            import time
+
+            time.sleep(wait_s)
         raise
 
 
