@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bench.datasets.config import PrepareConfig
-from bench.datasets.decode import native_meta, orientation_meta, split_from_files
 from bench.datasets.paths import ReadOnce, list_dir
-from bench.datasets.sources import Loaded, Source, register_source
+from bench.datasets.sources import Loaded, Source, loaded_from_files, register_source
 from bench.errors import InputError
 
 if TYPE_CHECKING:
@@ -99,7 +98,7 @@ class Flowers102(Source):
         if labels.min() < 1 or labels.max() > len(CLASS_NAMES):
             raise InputError(f"labels must be 1..{len(CLASS_NAMES)}, found {labels.min()}..{labels.max()}", labels_path)
         num_classes = int(labels.max())
-        splits, skipped, counts, downscaled, oriented, parts = {}, [], {}, [], [], {}
+        counts, parts = {}, {}
         tree = ReadOnce(root)
         for split, key in SPLIT_KEYS:  # every split checked before any is decoded
             ids = _vector(setid, key, setid_path)
@@ -112,18 +111,5 @@ class Flowers102(Source):
                 tree.inside(p)
             counts[split] = int(ids.size)
             parts[split] = (paths, labels[ids - 1] - 1)
-        for k, (split, (paths, split_labels)) in enumerate(parts.items()):
-            r = split_from_files(paths, split_labels, cfg, root, k, progress, scratch,
-                                 None if work is None else work.split(k, split))
-            splits[split] = r.split
-            skipped += r.skipped
-            downscaled += r.downscaled
-            oriented += r.oriented
-        return Loaded(
-            splits=splits,
-            classes=list(CLASS_NAMES[:num_classes]),
-            skipped=skipped,
-            meta={"split_rule": "setid.mat trnid/valid/tstid", "label_shift": -1, "counts_before_limit": counts,
-                  **native_meta(cfg, downscaled), **orientation_meta(oriented)},
-            resize_policy="native" if cfg.native else None,
-        )
+        meta = {"split_rule": "setid.mat trnid/valid/tstid", "label_shift": -1, "counts_before_limit": counts}
+        return loaded_from_files(parts, list(CLASS_NAMES[:num_classes]), meta, cfg, root, progress, scratch, work)

@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bench.datasets.config import PrepareConfig
-from bench.datasets.decode import is_image_name, native_meta, orientation_meta, split_from_files
+from bench.datasets.decode import is_image_name
 from bench.datasets.paths import ReadOnce, list_dir, list_tree
-from bench.datasets.sources import Loaded, Source, register_source
+from bench.datasets.sources import Loaded, Source, loaded_from_files, register_source
 from bench.datasets.splitting import ratio_split
 from bench.errors import InputError
 
@@ -131,19 +131,9 @@ class ImageFolder(Source):
                 tr, va = ratio_split(labels, frac, cfg.seed)
                 parts = {"train": ([paths[i] for i in tr], labels[tr]), "val": ([paths[i] for i in va], labels[va])}
                 rule = f"seeded per-class ratio: val_fraction {frac}, seed {cfg.seed}"
-        splits, skipped, downscaled, oriented = {}, [], [], []
-        for k, (name, (paths, labels)) in enumerate(parts.items()):
-            r = split_from_files(paths, labels, cfg, root, k, progress, scratch,
-                                 None if work is None else work.split(k, name))
-            splits[name] = r.split
-            skipped += r.skipped
-            downscaled += r.downscaled
-            oriented += r.oriented
         counts = {n: len(p) for n, (p, _) in parts.items()}
-        meta = {"split_rule": rule, "counts_before_limit": counts, **native_meta(cfg, downscaled),
-                **orientation_meta(oriented)}
-        return Loaded(splits=splits, classes=classes, skipped=skipped, meta=meta,
-                      resize_policy="native" if cfg.native else None)
+        return loaded_from_files(parts, classes, {"split_rule": rule, "counts_before_limit": counts}, cfg, root,
+                                 progress, scratch, work)
 
 
 def _image_entries(folder: Path) -> list[Path]:

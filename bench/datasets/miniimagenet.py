@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bench.datasets.config import PrepareConfig
-from bench.datasets.decode import native_meta, orientation_meta, split_from_files
 from bench.datasets.paths import cannot_read, inside_root
-from bench.datasets.sources import Loaded, Source, register_source
+from bench.datasets.sources import Loaded, Source, loaded_from_files, register_source
 from bench.datasets.splitting import ratio_split
 from bench.errors import InputError
 
@@ -89,19 +88,10 @@ class MiniImageNet(Source):
         labels = np.asarray([index[w] for _, w in rows], dtype=np.int64)
         frac = cfg.val_fraction if cfg.val_fraction is not None else DEFAULT_VAL_FRACTION
         tr, va = ratio_split(labels, frac, cfg.seed)
-        splits, skipped, downscaled, oriented = {}, [], [], []
-        for k, (name, idx) in enumerate((("train", tr), ("val", va))):
-            r = split_from_files([paths[i] for i in idx], labels[idx], cfg, root, k, progress, scratch,
-                                 None if work is None else work.split(k, name))
-            splits[name] = r.split
-            skipped += r.skipped
-            downscaled += r.downscaled
-            oriented += r.oriented
+        parts = {"train": ([paths[i] for i in tr], labels[tr]), "val": ([paths[i] for i in va], labels[va])}
         meta = {
             "split_rule": f"all csv rows pooled; seeded per-class ratio: val_fraction {frac:.6f}, seed {cfg.seed}",
             "csvs": present,
             "counts_before_limit": {"train": int(tr.size), "val": int(va.size)},
-            **native_meta(cfg, downscaled), **orientation_meta(oriented),
         }
-        return Loaded(splits=splits, classes=classes, skipped=skipped, meta=meta,
-                      resize_policy="native" if cfg.native else None)
+        return loaded_from_files(parts, classes, meta, cfg, root, progress, scratch, work)

@@ -8,7 +8,7 @@ splits in memory (``Loaded``); ``bench.datasets.prepare`` writes them with
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -18,6 +18,8 @@ from bench.datasets.prepared import SplitData
 from bench.errors import InputError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from bench.datasets.resume import PrepareWork
 
 # Modules that define sources, imported on first use (keeps ``inrbench --help`` fast).
@@ -49,6 +51,30 @@ class Loaded:
     skipped: list[dict[str, str]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     resize_policy: str | None = None
+
+
+def loaded_from_files(
+    parts: dict[str, tuple[Sequence[Path], np.ndarray]], classes: list[str], meta: dict[str, Any], cfg: PrepareConfig,
+    root: Path, progress: Callable[[int], None] | None = None, scratch: Path | None = None,
+    work: PrepareWork | None = None,
+) -> Loaded:
+    """What a source reading image files returns: each split of ``parts`` (name -> (image paths, int64
+    labels ``[N]``)) read by ``bench.datasets.decode.split_from_files``, in order (split ``k``'s ``--limit``
+    seed and work folder follow its position); ``meta`` gets the ``--size native`` and EXIF orientation
+    fields added. ``progress``, ``scratch``, ``work``: as ``Source.load`` got them."""
+    from bench.datasets.decode import native_meta, orientation_meta, split_from_files
+
+    splits, skipped, downscaled, oriented = {}, [], [], []
+    for k, (name, (paths, labels)) in enumerate(parts.items()):
+        r = split_from_files(paths, labels, cfg, root, k, progress, scratch,
+                             None if work is None else work.split(k, name))
+        splits[name] = r.split
+        skipped += r.skipped
+        downscaled += r.downscaled
+        oriented += r.oriented
+    return Loaded(splits=splits, classes=classes, skipped=skipped,
+                  meta={**meta, **native_meta(cfg, downscaled), **orientation_meta(oriented)},
+                  resize_policy="native" if cfg.native else None)
 
 
 class Source:
