@@ -126,13 +126,19 @@ def build_parser() -> argparse.ArgumentParser:
         prog="inrbench",
         description="Benchmark training input pipelines: torch-jpeg, torch-nvjpeg, dali, inr (Rapid-INR) and raw.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, modname in COMMANDS.items():
+    add_module_parsers(parser.add_subparsers(dest="command", metavar="COMMAND", required=True), COMMANDS, "_run")
+    return parser
+
+
+def add_module_parsers(sub, modules: dict[str, str], run_dest: str) -> None:
+    """One parser in ``sub`` (``add_subparsers``'s result) per entry of ``modules`` (name -> module path):
+    the module's ``HELP`` as help and description, its ``add_arguments(p)``, and its ``run`` as the
+    default of ``run_dest`` (the attribute the caller then calls with the parsed args)."""
+    for name, modname in modules.items():
         mod = importlib.import_module(modname)
         p = sub.add_parser(name, help=escape_help(mod.HELP), description=mod.HELP)
         mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
-    return parser
+        p.set_defaults(**{run_dest: mod.run})
 
 
 def _one_line(text: str) -> str:

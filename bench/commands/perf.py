@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 
-from bench.cli import escape_help
+from bench.cli import add_module_parsers
 from bench.perf import TARGETS
 
 HELP = "benchmarks that print figures: " + ", ".join(TARGETS)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="target", metavar="TARGET", required=True)
-    for name, modname in TARGETS.items():
-        mod = importlib.import_module(modname)
-        sp = sub.add_parser(name, help=escape_help(mod.HELP), description=mod.HELP)
-        mod.add_arguments(sp)
-        sp.set_defaults(_perf_run=mod.run)
+    add_module_parsers(p.add_subparsers(dest="target", metavar="TARGET", required=True), TARGETS, "_perf_run")
 
 
 def run(args: argparse.Namespace) -> int:
