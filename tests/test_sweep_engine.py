@@ -98,7 +98,9 @@ def test_statuses_errors_and_dependencies(tmp_path):
     assert len(df2) == 6 and not df2["run_id"].duplicated().any()
 
 
-def test_kill_mid_cell_then_rerun_keeps_every_finished_cell_once(tmp_path):
+def _sweep_in_wait_cell(tmp_path: Path):
+    """The fake sweep started as ``inrbench sweep`` into ``tmp_path / "out"``, once its 'wait' cell runs
+    (it finishes when ``go`` is written) -> (yaml, out, counter, go, process, the sweep's child pids)."""
     counter, started, go = tmp_path / "count", tmp_path / "started", tmp_path / "go"
     y = _yaml(tmp_path, counter, started, go)
     out = tmp_path / "out"
@@ -106,6 +108,11 @@ def test_kill_mid_cell_then_rerun_keeps_every_finished_cell_once(tmp_path):
     _wait_for(started, proc)
     child_pids = _children(proc.pid)
     assert child_pids, "the waiting cell should be a child process of the sweep"
+    return y, out, counter, go, proc, child_pids
+
+
+def test_kill_mid_cell_then_rerun_keeps_every_finished_cell_once(tmp_path):
+    y, out, counter, go, proc, child_pids = _sweep_in_wait_cell(tmp_path)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     _assert_gone(child_pids)  # the cell died with its parent
@@ -127,12 +134,7 @@ def test_kill_mid_cell_then_rerun_keeps_every_finished_cell_once(tmp_path):
 
 
 def test_sigint_mid_cell_exits_130_and_resume_completes(tmp_path):
-    counter, started, go = tmp_path / "count", tmp_path / "started", tmp_path / "go"
-    y = _yaml(tmp_path, counter, started, go)
-    out = tmp_path / "out"
-    proc = _sweep_proc(y, out)
-    _wait_for(started, proc)
-    child_pids = _children(proc.pid)
+    y, out, counter, go, proc, child_pids = _sweep_in_wait_cell(tmp_path)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
     assert proc.returncode == 130
