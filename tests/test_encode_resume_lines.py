@@ -35,28 +35,50 @@ def _stop_at_shard(monkeypatch, k: int, exc: BaseException, module=E) -> None:
     monkeypatch.setattr(module, "encode_images", stopping)
 
 
-def test_an_interrupted_encode_says_how_to_resume_and_the_rerun_says_it_resumes(data, tmp_path, capsys, monkeypatch):
+def _interrupted_then_resumed(capsys, monkeypatch, tmp_path, data, args, stop, header: str, images: int,
+                              shards: int) -> None:
+    """Encode ``data`` whole, then again stopped by Ctrl-C at shard 2 (``stop(monkeypatch, k, exc)``) and
+    rerun: both print ``header`` first; the stopped run says its 2 of ``shards`` shards are kept and how to
+    resume, the rerun says it resumes and writes the uninterrupted run's bytes."""
     full = tmp_path / "full.inr"
-    rc, _, err = run_cli(capsys, "encode", data, *ARGS, "--out", full)
+    rc, _, err = run_cli(capsys, "encode", data, *args, "--out", full)
     assert rc == 0, err
 
-    out = tmp_path / "s.inr"
-    work = tmp_path / "s.inr.work"
-    _stop_at_shard(monkeypatch, 2, KeyboardInterrupt())
-    rc, stdout, err = run_cli(capsys, "encode", data, *ARGS, "--out", out)
+    out, work = tmp_path / "s.inr", tmp_path / "s.inr.work"
+    stop(monkeypatch, 2, KeyboardInterrupt())
+    rc, stdout, err = run_cli(capsys, "encode", data, *args, "--out", out)
     assert rc == 130 and err.strip() == "inrbench: interrupted", err
-    assert stdout.splitlines()[-1] == (f"encode: 2 of 4 shards are fitted and kept in {work}: rerun the same command "
-                                       "to resume (or delete it)")
+    lines = stdout.splitlines()
+    assert lines[0].startswith(header)
+    assert lines[-1] == (f"encode: 2 of {shards} shards are fitted and kept in {work}: rerun the same command "
+                         "to resume (or delete it)") and len(lines) == 2
     assert not out.exists() and len(list(work.glob("shard_*.inr"))) == 2
     monkeypatch.undo()
 
-    rc, stdout, err = run_cli(capsys, "encode", data, *ARGS, "--out", out)
+    rc, stdout, err = run_cli(capsys, "encode", data, *args, "--out", out)
     assert rc == 0, err
     lines = stdout.splitlines()
-    assert lines[0].startswith(f"encode {data} [train] 10 images")
-    assert lines[1] == f"encode: resuming, 2 of 4 shards already fitted (work folder {work})"
-    assert lines[2].startswith(f"wrote {out}: 10 images") and len(lines) == 3
+    assert lines[0].startswith(header)
+    assert lines[1] == f"encode: resuming, 2 of {shards} shards already fitted (work folder {work})"
+    assert lines[2].startswith(f"wrote {out}: {images} images") and len(lines) == 3
     assert out.read_bytes() == full.read_bytes() and not work.exists()
+
+
+def _other_settings_refused(capsys, monkeypatch, tmp_path, data, args, stop) -> None:
+    """A work folder left by a run stopped at shard 1 is refused, before the header, to a run with
+    other settings (``--iterations 6``)."""
+    out = tmp_path / "s.inr"
+    stop(monkeypatch, 1, KeyboardInterrupt())
+    assert run_cli(capsys, "encode", data, *args, "--out", out)[0] == 130
+    monkeypatch.undo()
+    rc, stdout, err = run_cli(capsys, "encode", data, *args, "--iterations", "6", "--out", out)
+    assert_one_line_error(rc, err, f"{out}.work", "other settings (encode.fit.iterations differs)")
+    assert stdout == ""
+
+
+def test_an_interrupted_encode_says_how_to_resume_and_the_rerun_says_it_resumes(data, tmp_path, capsys, monkeypatch):
+    _interrupted_then_resumed(capsys, monkeypatch, tmp_path, data, ARGS, _stop_at_shard,
+                              f"encode {data} [train] 10 images", 10, 4)
 
 
 def test_an_error_after_some_shards_says_they_are_kept(data, tmp_path, capsys, monkeypatch):
@@ -81,13 +103,7 @@ def test_a_fresh_run_and_a_stop_before_any_shard_say_nothing_of_resuming(data, t
 
 
 def test_other_settings_are_refused_before_the_header(data, tmp_path, capsys, monkeypatch):
-    out = tmp_path / "s.inr"
-    _stop_at_shard(monkeypatch, 1, KeyboardInterrupt())
-    assert run_cli(capsys, "encode", data, *ARGS, "--out", out)[0] == 130
-    monkeypatch.undo()
-    rc, stdout, err = run_cli(capsys, "encode", data, *ARGS, "--iterations", "6", "--out", out)
-    assert_one_line_error(rc, err, f"{out}.work", "other settings (encode.fit.iterations differs)")
-    assert stdout == ""
+    _other_settings_refused(capsys, monkeypatch, tmp_path, data, ARGS, _stop_at_shard)
 
 
 def test_the_library_reports_through_its_callbacks(tmp_path, monkeypatch):
@@ -142,28 +158,8 @@ def _stop_native_at_shard(monkeypatch, k: int, exc: BaseException) -> None:
 
 def test_an_interrupted_native_encode_says_how_to_resume_and_the_rerun_says_it_resumes(native_data, tmp_path, capsys,
                                                                                        monkeypatch):
-    full = tmp_path / "full.inr"
-    rc, _, err = run_cli(capsys, "encode", native_data, *NATIVE_ARGS, "--out", full)
-    assert rc == 0, err
-
-    out, work = tmp_path / "s.inr", tmp_path / "s.inr.work"
-    _stop_native_at_shard(monkeypatch, 2, KeyboardInterrupt())
-    rc, stdout, err = run_cli(capsys, "encode", native_data, *NATIVE_ARGS, "--out", out)
-    assert rc == 130 and err.strip() == "inrbench: interrupted", err
-    lines = stdout.splitlines()
-    assert lines[0].startswith(f"encode {native_data} [train] 5 images, native sizes (3 size groups)")
-    assert lines[-1] == (f"encode: 2 of 5 shards are fitted and kept in {work}: rerun the same command "
-                         "to resume (or delete it)") and len(lines) == 2
-    assert not out.exists() and len(list(work.glob("shard_*.inr"))) == 2
-    monkeypatch.undo()
-
-    rc, stdout, err = run_cli(capsys, "encode", native_data, *NATIVE_ARGS, "--out", out)
-    assert rc == 0, err
-    lines = stdout.splitlines()
-    assert lines[0].startswith(f"encode {native_data} [train] 5 images, native sizes")
-    assert lines[1] == f"encode: resuming, 2 of 5 shards already fitted (work folder {work})"
-    assert lines[2].startswith(f"wrote {out}: 5 images") and len(lines) == 3
-    assert out.read_bytes() == full.read_bytes() and not work.exists()
+    _interrupted_then_resumed(capsys, monkeypatch, tmp_path, native_data, NATIVE_ARGS, _stop_native_at_shard,
+                              f"encode {native_data} [train] 5 images, native sizes (3 size groups)", 5, 5)
 
 
 def test_a_native_error_after_some_shards_says_they_are_kept_and_a_fresh_run_says_nothing(native_data, tmp_path,
@@ -186,10 +182,4 @@ def test_a_native_error_after_some_shards_says_they_are_kept_and_a_fresh_run_say
 
 def test_a_native_work_folder_of_other_settings_is_refused_before_the_header(native_data, tmp_path, capsys,
                                                                              monkeypatch):
-    out = tmp_path / "s.inr"
-    _stop_native_at_shard(monkeypatch, 1, KeyboardInterrupt())
-    assert run_cli(capsys, "encode", native_data, *NATIVE_ARGS, "--out", out)[0] == 130
-    monkeypatch.undo()
-    rc, stdout, err = run_cli(capsys, "encode", native_data, *NATIVE_ARGS, "--iterations", "6", "--out", out)
-    assert_one_line_error(rc, err, f"{out}.work", "other settings (encode.fit.iterations differs)")
-    assert stdout == ""
+    _other_settings_refused(capsys, monkeypatch, tmp_path, native_data, NATIVE_ARGS, _stop_native_at_shard)
