@@ -36,6 +36,19 @@ def _batch(n: int = 8, size: int = 16, seed: int = 0) -> Batch:
     return Batch(images=torch.randn(n, 3, size, size, generator=g), labels=torch.randint(0, 10, (n,), generator=g))
 
 
+def eval_logits(model: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """``model``'s logits ``[N, classes]`` on ``images [N, 3, H, W]``, in eval mode and without autograd."""
+    model.eval()
+    with torch.no_grad():
+        return model(images)
+
+
+def momentum_snapshot(tr: ExpandTrainer) -> tuple[dict[str, torch.nn.Parameter], dict[str, torch.Tensor]]:
+    """Before a growth: the model's parameters by name, and a copy of each one's SGD momentum buffer."""
+    params = dict(tr.model.named_parameters())
+    return params, {n: tr.opt.state[p]["momentum_buffer"].clone() for n, p in params.items()}
+
+
 def _trained_expand(backbone: str) -> ExpandTrainer:
     torch.manual_seed(0)
     tr = ExpandTrainer(create_backbone(backbone, 10), TrainConfig(lr=0.05), "cpu", 40, ExpandConfig.parse(SCHEDULES[backbone]))
@@ -50,17 +63,12 @@ def test_growth_preserves_function_and_optimizer_state(backbone):
     for stage in range(len(tr.expand.stages) - 1):
         for _ in range(2):  # train a little so the weights, BN statistics and momentum are not the init
             tr.step(b)
-        tr.model.eval()
-        with torch.no_grad():
-            before = tr.model(fixed.images)
-        old = dict(tr.model.named_parameters())
-        momentum = {n: tr.opt.state[p]["momentum_buffer"].clone() for n, p in old.items()}
+        before = eval_logits(tr.model, fixed.images)
+        old, momentum = momentum_snapshot(tr)
         lr = tr.opt.param_groups[0]["lr"]
         tr.grow()
         assert tr.stage == stage + 1
-        tr.model.eval()
-        with torch.no_grad():
-            after = tr.model(fixed.images)
+        after = eval_logits(tr.model, fixed.images)
         bound = TOL * float(before.abs().max())
         assert float((after - before).abs().max()) <= bound, f"{backbone} growth {stage}->{stage + 1}"
         new = dict(tr.model.named_parameters())
@@ -115,15 +123,10 @@ def test_small_cnn_depth_growth_preserves_the_eval_function(schedule):
     for stage in range(len(tr.expand.stages) - 1):
         for _ in range(3):
             tr.step(b)
-        tr.model.eval()
-        with torch.no_grad():
-            before = tr.model(fixed.images)
-        old = dict(tr.model.named_parameters())
-        momentum = {n: tr.opt.state[p]["momentum_buffer"].clone() for n, p in old.items()}
+        before = eval_logits(tr.model, fixed.images)
+        old, momentum = momentum_snapshot(tr)
         tr.grow()
-        tr.model.eval()
-        with torch.no_grad():
-            after = tr.model(fixed.images)
+        after = eval_logits(tr.model, fixed.images)
         err = float((after - before).abs().max()) / float(before.abs().max())
         assert err <= DEPTH_TOL, f"{schedule}: growth {stage}->{stage + 1} relative error {err:.2e}"
         new = dict(tr.model.named_parameters())
@@ -207,19 +210,29 @@ def test_registry_and_method_checks():
     assert isinstance(create_trainer("dense", create_backbone("small-cnn", 4), TrainConfig(), "cpu", 1), Trainer)
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def synthetic16(tmp_path_factory, per_class: int):
+    """A prepared ``synthetic`` dataset of 16 px images, 4 classes of ``per_class`` images; its folder."""
     from bench.datasets.config import PrepareConfig
     from bench.datasets.prepare import prepare_config
 
     out = tmp_path_factory.mktemp("syn") / "synthetic16"
-    prepare_config(PrepareConfig(source="synthetic", size=16, num_classes=4, per_class=16), out)
+    prepare_config(PrepareConfig(source="synthetic", size=16, num_classes=4, per_class=per_class), out)
     return out
 
 
-BASE = ["bench", "--pipeline", "raw", "--mode", "train", "--device", "cpu", "--backbone", "small-cnn",
-        "--crop", "random-pad", "--repeats", "1", "--warmup", "1", "--epochs", "2", "--batch-size", "16",
-        "--workers", "0", "--threads", "1", "--min-seconds", "0"]
+def train_argv(backbone: str) -> list[str]:
+    """``inrbench bench`` arguments of a tiny CPU train run of ``backbone`` (2 epochs, 1 repeat, 1 thread)."""
+    return ["bench", "--pipeline", "raw", "--mode", "train", "--device", "cpu", "--backbone", backbone,
+            "--crop", "random-pad", "--repeats", "1", "--warmup", "1", "--epochs", "2", "--batch-size", "16",
+            "--workers", "0", "--threads", "1", "--min-seconds", "0"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return synthetic16(tmp_path_factory, per_class=16)
+
+
+BASE = train_argv("small-cnn")
 
 
 def test_cli_refuses_a_schedule_not_ending_dense(tiny, tmp_path, capsys):

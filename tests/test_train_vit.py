@@ -20,6 +20,7 @@ from bench.train.loop import TrainConfig
 from bench.train.vit import interleave_plan, vit_subnet
 from pipelines.base import Batch
 from tests.cli_helpers import assert_one_line_error, run_cli
+from tests.test_train_expand import eval_logits, momentum_snapshot, synthetic16, train_argv
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -62,11 +63,8 @@ def test_depth_growth_by_ema_interleaving():
     b, fixed = _batch(), _batch(seed=1)
     for _ in range(5):
         tr.step(b)
-    tr.model.eval()
-    with torch.no_grad():
-        before = tr.model(fixed.images)
-    old = dict(tr.model.named_parameters())
-    momentum = {n: tr.opt.state[p]["momentum_buffer"].clone() for n, p in old.items()}
+    before = eval_logits(tr.model, fixed.images)
+    old, momentum = momentum_snapshot(tr)
     ema_blocks = [{k: v.clone() for k, v in blk.state_dict().items()} for blk in tr.ema.module.blocks]
     # the EMA moved towards the model but lags it
     assert not torch.equal(tr.ema.module.blocks[0].mlp[0].weight, tr.model.blocks[0].mlp[0].weight)
@@ -74,9 +72,7 @@ def test_depth_growth_by_ema_interleaving():
     tr.grow()
     m = tr.model
     assert len(m.blocks) == 6 and num_parameters(m) == num_parameters(create_backbone("vit-tiny", 10))
-    m.eval()
-    with torch.no_grad():
-        after = m(fixed.images)
+    after = eval_logits(m, fixed.images)
     rel = float((after - before).norm() / before.norm())
     assert np.isfinite(rel) and 0 < rel < REL_BOUND, rel  # NOT function preserving: bounded, documented
     # [b0, ema0, b1, ema1, b2, ema2]: odd blocks are the EMA's, even ones the trained blocks
@@ -146,17 +142,10 @@ def test_bad_vit_schedules_are_refused(text, fragment):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from bench.datasets.config import PrepareConfig
-    from bench.datasets.prepare import prepare_config
-
-    out = tmp_path_factory.mktemp("syn") / "synthetic16"
-    prepare_config(PrepareConfig(source="synthetic", size=16, num_classes=4, per_class=8), out)
-    return out
+    return synthetic16(tmp_path_factory, per_class=8)
 
 
-BASE = ["bench", "--pipeline", "raw", "--mode", "train", "--device", "cpu", "--backbone", "vit-tiny",
-        "--crop", "random-pad", "--repeats", "1", "--warmup", "1", "--epochs", "2", "--batch-size", "16",
-        "--workers", "0", "--threads", "1", "--min-seconds", "0"]
+BASE = train_argv("vit-tiny")
 
 
 def test_vit_expand_end_to_end_through_the_cli(tiny, tmp_path, capsys):
