@@ -5,10 +5,11 @@ module and imported; its ``@register("memmap")`` lands in a copy of the registry
 for ``pipelines.base._REGISTRY`` during this module only, so the repository's ``pipelines``
 package is never touched and no other test sees the adapter. The registry-parametrized tests of
 ``tests/test_pipelines.py`` and ``tests/test_pipelines_shard.py`` are then called on it by name:
-the batch contract and ``len`` after ``close``, one visit per epoch, per-image seeded crops and
-their distribution, the ranks' shares of an epoch, fixed shards. Besides: ``ruff`` on the block as
-if it were ``pipelines/memmap.py``, and its host-to-device copies on a faked CUDA device
-(``tests/test_pipelines_sync.py``'s rule: ``crops.to_device``, pinned and non-blocking).
+the batch contract and ``len`` after ``close``, one visit per epoch, per-image seeded crops (the
+same with 0 and 2 workers) and their distribution, the ranks' shares of an epoch, fixed shards.
+Besides: ``ruff`` on the block as if it were ``pipelines/memmap.py``, and its host-to-device copies
+on a faked CUDA device (``tests/test_pipelines_sync.py``'s rule: ``crops.to_device``, pinned and
+non-blocking).
 Tiny datasets, no INR store: seconds.
 """
 
@@ -51,6 +52,7 @@ def example(tmp_path_factory):
     """The example, imported from a file in tmp and registered in a private copy of the registry."""
     path = tmp_path_factory.mktemp("doc") / f"{NAME}_doc_example.py"
     path.write_text(example_code())
+    before = pipelines.names()  # memmap included, should one be pasted in as the doc says
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(base, "_REGISTRY", {k: v for k, v in base._REGISTRY.items() if k != NAME})
         spec = importlib.util.spec_from_file_location(path.stem, path)
@@ -58,7 +60,7 @@ def example(tmp_path_factory):
         spec.loader.exec_module(module)
         assert NAME in pipelines.names(), f"the example does not @register({NAME!r})"
         yield module
-    assert NAME not in pipelines.names()
+    assert pipelines.names() == before, "the example's registration leaked into the real registry"
 
 
 # ------------------------------------------------------------- the shared tests' own datasets
@@ -125,6 +127,10 @@ def test_epoch_visits_every_sample_once(drop_last, coords_data):
 
 def test_crops_are_per_image_and_seeded(coords_data):
     tp.test_crops_are_per_image_and_seeded(NAME, coords_data, STORES)
+
+
+def test_epochs_do_not_depend_on_the_worker_count(coords_data):
+    tp.test_epochs_do_not_depend_on_the_worker_count(NAME, coords_data, STORES)
 
 
 def test_crop_distributions_match_torchvision(measured):

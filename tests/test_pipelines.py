@@ -290,6 +290,24 @@ def test_crops_are_per_image_and_seeded(name, coords_data, stores):
     assert 0 < m["flip"].sum() < COORD_N, "flip is not drawn per image"
 
 
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_epochs_do_not_depend_on_the_worker_count(name, coords_data, stores):
+    """Epoch ``e`` is drawn from ``(seed, e, rank)`` only (``Pipeline``): 0 workers (the calling thread)
+    and 2 (worker processes, decoder threads) give the same two epochs, sample for sample. The other
+    tests run with 0, where a DataLoader's per-worker RNG streams never come into play."""
+    kw = dict(batch_size=4, augment=Augment(crop="random-resized"), seed=5)
+    runs = []
+    for workers in (0, 2):
+        p = make(name, coords_data, stores["coords"], workers=workers, **kw)
+        try:
+            runs.append([epoch(p) for _ in range(2)])
+        finally:
+            p.close()
+    for e, ((xa, ya), (xb, yb)) in enumerate(zip(*runs, strict=True)):
+        assert torch.equal(ya, yb), f"epoch {e}: another sample order with 2 workers than with 0"
+        assert torch.equal(xa, xb), f"epoch {e}: other crops or pixels with 2 workers than with 0"
+
+
 @pytest.fixture(scope="module")
 def measured(coords_data, stores) -> dict:
     """Per adapter: crops read back from 8 epochs (256 samples) of random-resized and random-pad."""
@@ -377,6 +395,56 @@ def test_close_releases_everything(name, coords_data, stores):
         next(iter(p))
     alive = {c.pid for c in me.children(recursive=True) if c.is_running() and c.status() != psutil.STATUS_ZOMBIE}
     assert alive <= before, f"{name}: child processes left running after close(): {alive - before}"
+
+
+def _jpeg_bytes(side: int) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.full((side, side, 3), 90, np.uint8)).save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+DAMAGED = {  # what replaces one JPEG of the split
+    "garbage": lambda: b"garbage\n",  # `echo garbage > 000005.jpg`
+    "wrong-size": lambda: _jpeg_bytes(SIDE // 2),  # a valid JPEG of another size
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGED))
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_a_damaged_jpeg_is_one_input_error_naming_it(name, damage, coords_data, stores, tmp_path):
+    """One JPEG of the split damaged or replaced: an adapter that reads the JPEG tree says so as one
+    ``bench.errors.InputError`` line naming the file, at build or mid-epoch, also from a worker process
+    (a worker's exception reaches the main process as its whole traceback); one that never reads the
+    files gives a whole epoch. ``tests/test_hostile_stores.py`` runs such cases through the CLI."""
+    import shutil
+
+    from bench.errors import InputError
+
+    root = tmp_path / "damaged"
+    shutil.copytree(coords_data.root, root)
+    data = open_prepared(root)
+    bad = data.split("train").jpeg_paths[5]
+    bad.write_bytes(DAMAGED[damage]())
+    aug = Augment(crop="center", flip=False)
+    error = None
+    try:
+        p = make(name, data, stores["coords"], batch_size=8, workers=1, augment=aug)
+        try:
+            images, _ = epoch(p)
+        finally:
+            p.close()
+    except InputError as e:
+        error = str(e)
+    if error is not None:
+        assert "\n" not in error, f"{name}: not one line: {error[:300]!r}"
+        assert str(bad) in error, f"{name}: the message does not name {bad}: {error}"
+        return
+    seen = sorted(read_crops(images, aug)["index"].tolist())
+    assert seen == list(range(COORD_N)), f"{name}: trained on the damaged file ({damage}) as an image"
 
 
 def test_raw_warp_geometry_is_exact():

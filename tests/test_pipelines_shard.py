@@ -102,11 +102,11 @@ def rank_pipes(name: str, data: PreparedDataset, store, world: int, **kw) -> lis
     for r in range(world):
         cfg = PipelineConfig(batch_size=BATCH, augment=AUG, workers=0, seed=SEED, rank=r, world_size=world, **kw)
         try:
-            out.append(pipelines.create(name, data, cfg, store=store[0] if name == "inr" else None))
+            out.append(pipelines.create(name, data, cfg, store=store[0] if pipelines.needs_store(name) else None))
         except Unavailable as e:
             for p in out:
                 p.close()
-            pytest.skip(f"{name} unavailable here: {store[1] if name == 'inr' and store[1] else e}")
+            pytest.skip(f"{name} unavailable here: {store[1] if pipelines.needs_store(name) and store[1] else e}")
     return out
 
 
@@ -307,27 +307,28 @@ def test_fixed_shard_partitions_one_permutation():
         PipelineConfig(resident="half")
 
 
-RESIDENT_ADAPTERS = ("raw", "inr", "torch-nvjpeg")
-
-
 @pytest.mark.parametrize("world", [2, 3])
 @pytest.mark.parametrize("n", [12, 13])
-@pytest.mark.parametrize("name", RESIDENT_ADAPTERS)
+@pytest.mark.parametrize("name", ADAPTERS)
 def test_fixed_shard_holds_one_world_th(name, n, world, index_sets):
-    """A rank's resident bytes with resident="shard" are all/world, to within one image."""
+    """A rank's resident bytes with resident="shard" are all/world, to within one image, for every adapter
+    that keeps anything resident (``resident_bytes()`` with one rank); the others skip. One image: its
+    share of the whole, on the host at most the largest JPEG file (``torch-nvjpeg`` holds the files)."""
     data, store = index_sets[n]
     [whole] = rank_pipes(name, data, store, 1)
+    full = whole.resident_bytes()
+    whole.close()
+    if not any(full.values()):
+        pytest.skip(f"{name} keeps nothing resident: resident='shard' changes no memory")
     pipes = rank_pipes(name, data, store, world, resident="shard")
     try:
-        full = whole.resident_bytes()
         parts = [p.resident_bytes() for p in pipes]
-        assert [len(p.labels) for p in pipes] == [shard_size(n, world, False)] * world
     finally:
-        for p in [whole, *pipes]:
+        for p in pipes:
             p.close()
     one = {"device": full["device"] / n, "host": 0.0}
-    if name == "torch-nvjpeg":
-        one["host"] = max(p.stat().st_size for p in data.split("train").jpeg_paths)
+    if full["host"]:
+        one["host"] = max(full["host"] / n, *(p.stat().st_size for p in data.split("train").jpeg_paths))
     for key in ("device", "host"):
         for part in parts:
             assert abs(part[key] - full[key] / world) <= one[key] + 64, (key, part, full)
