@@ -59,23 +59,24 @@ file the reader's file list names. DALI 2.4 does not report a file its JPEG pars
 refuses: at batches of 32 or more the process dies of SIGSEGV (exit 139, no error line, no error
 row), measured on garbage, on files cut inside their headers (also with an end-of-image marker
 appended), on a zeroed segment length and on a frame of 0 components. So each file gets
-``torch-nvjpeg``'s checks (a frame header of the prepared size: a replaced file of another size is
-refused too, where DALI would crop it and train on it; an end-of-image marker: a file cut inside
-its scan) and must have marker segments that reach the scan as that parser walks them; the first
-file that fails is an ``InputError`` naming it (exit 2, one line, an error row). Of 300 files with
-damaged headers (random bytes, cuts with an end-of-image marker appended, insertions, deletions;
-32 and 224 px; batches of 64 on the CPU backend), the 138 that crashed this adapter were all
-refused; of those accepted, 126 decoded and 34 failed with DALI's own error, which
-``decode_error`` turns into one line naming the file.
-Damage inside the scan data passes the check (the decoder's error then names the file, or the
-pixels are wrong: nothing short of a decode tells). The whole split is checked on every rank:
-which files a rank reads is DALI's choice (a new slice of a new shuffle every epoch, or with fixed
-shards a slice of the reader's own shuffle of the list).
+the check all three JPEG adapters run (``pipelines.jpeg_header``: a frame header of the prepared
+size, so a replaced file of another size is refused where DALI would crop it and train on it;
+markers that walk as that parser walks them, through every scan to an end-of-image marker at the
+end). The first file that fails is an ``InputError`` naming it (exit 2, one line, an error row). Of
+300 files with damaged headers (random bytes, cuts with an end-of-image marker appended,
+insertions, deletions; 32 and 224 px; batches of 64 on the CPU backend), the 138 that crashed this
+adapter were all refused; of those accepted, 126 decoded and 34 failed with DALI's own error, which
+``decode_error`` turns into one line naming the file. Inside a scan, DALI's CPU decoder decodes a
+stray marker (random bytes that make one) that PIL and TorchCodec refuse; the walk refuses it for
+all three. Damage that keeps the markers in place (flipped bits or bytes, a scan cut and an
+end-of-image marker appended) passes: DALI's CPU decoder gives the pixels PIL and TorchCodec give
+for it, bit for bit, and prints libjpeg's "Corrupt JPEG data" warning. The whole split is checked on
+every rank: which files a rank reads is DALI's choice (a new slice of a new shuffle every epoch, or
+with fixed shards a slice of the reader's own shuffle of the list).
 
-The check reads ~4 KB from each file's start (more only where the headers go on past that: EXIF,
-ICC) and its last bytes, never whole files: about 8-9 us per file from the page cache, 60-100 us
-with the file's pages dropped from it, on this project's 2-core VM (2,400 files of 224 px: 22 ms,
-beside ~80 ms for the rest of DALI's CPU build; 1.28M files would take ~11 s). It counts in
+The check reads every file whole (the walk crosses the scans): about 14 us per file at 32 px and
+22 us at 224 px from the page cache on this project's 2-core VM (300 files each; the head-and-tail
+read it replaced took 12 and 15 us), so ~50 ms for 2,400 files of 224 px. It counts in
 ``build_s`` (and so in time to first batch): it is the price of a DALI pipeline that reports a bad
 file instead of crashing, which a user running DALI on files they have not checked does not pay.
 """
@@ -261,7 +262,7 @@ class DaliPipeline(Pipeline):
             device_id, self.hw_jpeg = None, False
         # Every file the reader may hand the decoder, checked before DALI sees any (module docstring).
         self._paths = listed_files(split.root, split.file_list)
-        check_jpeg_files(self._paths, (h, w), segments=True)
+        check_jpeg_files(self._paths, (h, w))
         pipe_fn = pipeline_def(_graph)
         self.pipe = pipe_fn(
             str(split.root), str(split.file_list), config.augment, h, w, config.shuffle, config.seed, gpu,

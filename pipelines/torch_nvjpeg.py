@@ -49,10 +49,11 @@ a side stream of its own anyway. Those syncs are CUDA runtime calls, which
 ``torch.cuda.set_sync_debug_mode`` does not see.
 
 Resident bytes: ``host`` = the JPEG bytes held (whole files, headers included); ``device`` = the
-labels on ``config.device``. Every file's header is checked at build
-(``pipelines.jpeg_header.check_jpeg_bytes``, shared with ``dali``): a file whose frame size is
-not the prepared size (a replaced or damaged file, or a pixel bomb) is refused naming the file,
-before anything is decoded.
+labels on ``config.device``. Every file is checked at build (``pipelines.jpeg_header.check_jpeg_bytes``,
+the check ``dali`` and ``torch-jpeg`` run): a file whose frame size is not the prepared size (a
+replaced or damaged file, or a pixel bomb), or whose markers do not walk through its scans to an
+end-of-image marker at its end (a cut or damaged file: TorchCodec refuses some, decodes others with
+grey blocks), is refused naming the file, before anything is decoded.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ from pipelines.shard import config_epoch, held_samples, num_batches
 
 def read_jpegs(paths: tuple[Path, ...], size: tuple[int, int]) -> list[torch.Tensor]:
     """Each file as a 1-D uint8 view of one contiguous host buffer (their bytes, nothing more: the
-    resident figure is exact); every frame header must be ``size`` (``pipelines.jpeg_header``).
+    resident figure is exact); every file must pass ``pipelines.jpeg_header.check_jpeg_bytes`` for ``size``.
     Files are read straight into the buffer (sized from ``stat``): the build never holds the split twice."""
     try:
         lengths = [p.stat().st_size for p in paths]
@@ -98,7 +99,7 @@ def read_jpegs(paths: tuple[Path, ...], size: tuple[int, int]) -> list[torch.Ten
             raise InputError(f"cannot read JPEG ({e.strerror or e})", p) from None
         if got != n or more:
             raise InputError("changed while it was read (its size is not what it was a moment before)", p)
-        check_jpeg_bytes(bytes(view[at:at + n]), size, p)  # frame size, end-of-image marker (libjpeg would pad a cut scan with grey)
+        check_jpeg_bytes(bytes(view[at:at + n]), size, p)  # frame size, markers through the scans (libjpeg pads a cut scan with grey)
         spans.append((at, n))
         at += n
     buf = torch.frombuffer(whole, dtype=torch.uint8) if whole else torch.empty(0, dtype=torch.uint8)

@@ -1,6 +1,7 @@
 """The JPEG checks the adapters share (``pipelines.jpeg_header``): the file check that ``dali`` runs at
-build says what ``torch-nvjpeg``'s in-memory check says, reads only a file's head and tail, and
-refuses the header damage that crashes DALI; ``torch-jpeg`` refuses a replaced file in its workers.
+build says what ``torch-nvjpeg``'s in-memory check says, and refuses the header damage that crashes
+DALI; ``torch-jpeg`` refuses a replaced file in its workers. Damaged scans:
+``tests/test_jpeg_corrupt_scan.py``.
 
 DALI itself is never handed a damaged file here (it may crash the process): the CLI cases in
 ``tests/test_hostile_stores.py`` do that, in a child process."""
@@ -53,7 +54,7 @@ DAMAGE = {  # name: (bytes, the message of both checks, or None when both accept
     "ok": (OK, None),
     "progressive": (_jpeg(progressive=True), None),
     "zero-padded": (OK + bytes(10), None),
-    "long-zero-padding": (OK + bytes(10_000), None),  # past TAIL_BYTES: read back in growing blocks
+    "long-zero-padding": (OK + bytes(10_000), None),
     "big-app-segments": (_with_app_segments(OK, 3), None),  # SOF ~180 KB in
     "big-app-wrong-size": (_with_app_segments(_jpeg(40), 3), "JPEG is 40x40, the prepared split is 32x32"),
     "garbage": (b"garbage\n", jh.NO_FRAME),
@@ -78,38 +79,19 @@ def _png() -> bytes:
 
 @pytest.mark.parametrize("name", list(DAMAGE))
 def test_file_check_says_what_the_in_memory_check_says(name, tmp_path):
-    """``check_jpeg_file`` (dali, reading head and tail) and ``check_jpeg_bytes`` (torch-nvjpeg, the
-    whole file) give the same verdict and message, with and without the segment walk for files whose
-    segments are sound."""
+    """``check_jpeg_file`` (dali, from disk) and ``check_jpeg_bytes`` (torch-nvjpeg, in memory) give
+    the same verdict and message."""
     raw, message = DAMAGE[name]
     raw = _png() if raw is None else raw
     p = tmp_path / "x.jpg"
     p.write_bytes(raw)
-    for check in (lambda: jh.check_jpeg_bytes(raw, (32, 32), p), lambda: jh.check_jpeg_file(p, (32, 32)),
-                  lambda: jh.check_jpeg_file(p, (32, 32), segments=True)):
+    for check in (lambda: jh.check_jpeg_bytes(raw, (32, 32), p), lambda: jh.check_jpeg_file(p, (32, 32))):
         if message is None:
             check()
         else:
             with pytest.raises(InputError) as e:
                 check()
             assert str(e.value) == f"{p}: {message}" and e.value.path == p
-
-
-@pytest.mark.parametrize(("name", "raw", "most"), [
-    ("224px", _jpeg(224, noise=True), jh.HEAD_BYTES + jh.TAIL_BYTES),
-    # the frame header ~180 KB in: read up to it, not the 60 KB of scan after it
-    ("big-app-segments", _with_app_segments(_jpeg(224, noise=True), 3), 3 * 60_000 + 2 * jh.HEAD_BYTES),
-    # the end-of-image marker behind 20 KB of zeros: read back in growing blocks
-    ("long-zero-padding", _jpeg(224, noise=True) + bytes(20_000), jh.HEAD_BYTES + 2 * 20_000),
-])
-def test_file_check_reads_the_head_and_tail_only(name, raw, most, tmp_path, monkeypatch):
-    p = tmp_path / "x.jpg"
-    p.write_bytes(raw)
-    read = []
-    real = os.pread
-    monkeypatch.setattr(jh.os, "pread", lambda fd, n, at: read.append(n) or real(fd, n, at))
-    jh.check_jpeg_file(p, (224, 224), segments=True)
-    assert sum(read) <= most < len(raw), (read, len(raw))
 
 
 @pytest.mark.parametrize(("damage", "message"), [
@@ -123,16 +105,15 @@ def test_file_check_reads_the_head_and_tail_only(name, raw, most, tmp_path, monk
     (lambda r: _set(r, _at(r, b"\xff\xc4") + 1, b"\xd0"), "damaged JPEG headers: marker 0xFFD0 at byte"),
 ], ids=["zero-length", "cut-in-headers-with-eoi", "no-components", "no-marker", "restart-marker"])
 def test_segment_walk_refuses_what_crashes_dali(damage, message, tmp_path):
-    """Headers that pass the size and end-of-image checks but that nvImageCodec's parser refuses
-    (DALI 2.4 then dies of SIGSEGV): refused with ``segments=True`` only, so torch-nvjpeg's verdicts
-    (its decoders report such files themselves) do not change."""
+    """Headers of the prepared size, ending in an end-of-image marker, that nvImageCodec's parser
+    refuses (DALI 2.4 then dies of SIGSEGV): refused by both checks, so all three adapters refuse them
+    (PIL decodes some of them, a restart marker or a stray byte among the headers)."""
     raw = damage(OK)
     p = tmp_path / "x.jpg"
     p.write_bytes(raw)
-    jh.check_jpeg_bytes(raw, (32, 32), p)
-    jh.check_jpeg_file(p, (32, 32))
-    with pytest.raises(InputError, match=f"^{p}: {message}"):
-        jh.check_jpeg_file(p, (32, 32), segments=True)
+    for check in (lambda: jh.check_jpeg_bytes(raw, (32, 32), p), lambda: jh.check_jpeg_file(p, (32, 32))):
+        with pytest.raises(InputError, match=f"^{p}: {message}"):
+            check()
 
 
 def test_unreadable_paths_are_named(tmp_path):
@@ -148,9 +129,9 @@ def test_check_files_names_the_first_bad_one(tmp_path):
     for i, raw in enumerate((OK, OK, b"garbage", _jpeg(8))):
         paths.append(tmp_path / f"{i}.jpg")
         paths[-1].write_bytes(raw)
-    jh.check_jpeg_files(paths[:2], (32, 32), segments=True)
+    jh.check_jpeg_files(paths[:2], (32, 32))
     with pytest.raises(InputError, match=r"2\.jpg: no JPEG frame header"):
-        jh.check_jpeg_files(paths, (32, 32), segments=True)
+        jh.check_jpeg_files(paths, (32, 32))
 
 
 # ----------------------------------------------------------------------------- the adapters

@@ -224,10 +224,10 @@ def test_bad_files_are_refused_naming_the_file(damage, message, decoder, photos,
         f.write_bytes(data[: len(data) // 2])
     elif damage == "header":
         f.write_bytes(data[:40])
-    else:  # a corrupt Huffman table after the frame header: only the decoder notices
+    else:  # a corrupt Huffman table (every code-length count 255, its length intact): only the decoder notices
         b = bytearray(data)
         i = b.index(b"\xff\xc4")
-        b[i + 2: i + 22] = b"\x00" * 20
+        b[i + 5: i + 21] = b"\xff" * 16
         f.write_bytes(bytes(b))
     with pytest.raises(InputError, match=message.format(decoder=decoder)):
         p = pipelines.create("torch-nvjpeg", open_prepared(root), PipelineConfig(workers=0, shuffle=False))

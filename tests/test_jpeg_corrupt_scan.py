@@ -1,0 +1,232 @@
+"""JPEGs whose headers are sound but whose scan data is damaged: the marker walk
+(``pipelines.jpeg_header.layout_problem``) refuses what it can see in every JPEG adapter, with one
+line naming the file; what it cannot see (damage that leaves the markers in place) decodes to the
+same pixels in every CPU decoder, so no adapter trains on other pixels than the others.
+
+Before the walk, DALI's CPU decoder trained on a scan holding a stray marker that PIL and TorchCodec
+refuse, and ``torch-jpeg`` trained on files the other two refused (data after the end-of-image
+marker, a cut scan followed by zeros); all three trained on a stray restart marker."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipelines
+from bench.datasets.prepared import open_prepared
+from bench.errors import InputError
+from pipelines import Augment, PipelineConfig
+from pipelines import jpeg_header as jh
+
+
+def _jpeg(side: int = 32, **kw) -> bytes:
+    """A crop of skimage's astronaut as JPEG bytes (quality 90, 4:2:0; ``kw`` to PIL)."""
+    from PIL import Image
+    from skimage import data
+
+    buf = io.BytesIO()
+    Image.fromarray(data.astronaut()[100:100 + side, 150:150 + side].copy()).save(buf, "JPEG", quality=90, **kw)
+    return buf.getvalue()
+
+
+def _scan(raw: bytes) -> tuple[int, int]:
+    """``(start, end)`` of the (first) scan's entropy-coded data."""
+    i = raw.index(b"\xff\xda")
+    return i + 2 + ((raw[i + 2] << 8) | raw[i + 3]), len(raw) - 2
+
+
+def _mid(raw: bytes) -> int:
+    """An offset in the middle of the scan data that is not a 0xFF byte nor right after one."""
+    s, e = _scan(raw)
+    m = (s + e) // 2
+    while 0xFF in (raw[m - 1], raw[m], raw[m + 1]):
+        m += 1
+    return m
+
+
+def _put(raw: bytes, at: int, value: bytes) -> bytes:
+    return raw[:at] + value + raw[at + len(value):]
+
+
+OK = _jpeg()
+M = _mid(OK)
+RST = _jpeg(restart_marker_blocks=1)  # a restart interval of 1 MCU: RST0, RST1, ... in the scan
+RST_AT = RST.index(b"\xff\xd1")  # the second restart marker
+
+REFUSED = {  # name: (bytes, the message both checks give)
+    "stray-marker": (_put(OK, M, b"\xff\x13"), f"{jh.SCAN}marker 0xFF13 at byte {M:,}"),
+    "restart-marker-without-interval": (OK[:M] + b"\xff\xd3" + OK[M:],
+                                        f"{jh.SCAN}restart marker RST3 at byte {M:,}, the file sets no restart interval"),
+    "restart-marker-out-of-order": (_put(RST, RST_AT, b"\xff\xd5"),
+                                    f"{jh.SCAN}restart marker RST5 at byte {RST_AT:,}, RST1 expected"),
+    "end-of-image-inside-the-scan": (OK[:M] + b"\xff\xd9" + OK[M:],
+                                     f"damaged JPEG: {len(OK) - M:,} bytes after its end-of-image marker (at byte {M:,})"),
+    "data-after-end-of-image": (OK + b"junk", f"damaged JPEG: 4 bytes after its end-of-image marker (at byte {len(OK) - 2:,})"),
+    "cut-scan-padded-with-zeros": (OK[:M] + bytes(64), jh.NO_EOI),
+    "cut-scan": (OK[:M], jh.NO_EOI),
+}
+ACCEPTED = {  # sound files the walk must pass
+    "baseline": OK,
+    "progressive": _jpeg(progressive=True),
+    "restart-interval": RST,
+    "restart-interval-224px": _jpeg(224, restart_marker_blocks=3),
+    "fill-bytes-before-end-of-image": OK[:-2] + b"\xff\xff\xff\xd9",
+    "zero-padded": OK + bytes(100),
+}
+# Damage the walk cannot see (no marker moves): libjpeg decodes it with a warning, grey or garbled blocks
+UNSEEN = {
+    "bytes-replaced": _put(OK, M, b"\x12\x34\x56\x78\x9a\xbc\xde\xf0"),
+    "bit-flipped": _put(OK, M, bytes([OK[M] ^ 0x10])),
+    "cut-scan-with-end-of-image-appended": OK[:M] + b"\xff\xd9",
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_scan_damage_is_refused_naming_the_file(name, tmp_path):
+    raw, message = REFUSED[name]
+    p = tmp_path / "x.jpg"
+    p.write_bytes(raw)
+    for check in (lambda: jh.check_jpeg_bytes(raw, (32, 32), p), lambda: jh.check_jpeg_file(p, (32, 32))):
+        with pytest.raises(InputError) as e:
+            check()
+        assert str(e.value) == f"{p}: {message}" and e.value.path == p
+
+
+@pytest.mark.parametrize("name", list(ACCEPTED))
+def test_sound_files_pass_the_walk(name):
+    assert jh.layout_problem(ACCEPTED[name]) is None
+
+
+@pytest.mark.parametrize("name", list(UNSEEN))
+def test_damage_the_walk_cannot_see_decodes_alike_everywhere(name, tmp_path):
+    """It passes the check, and PIL (torch-jpeg), torch-nvjpeg's decoder and DALI's CPU decoder give
+    the same wrong pixels, bit for bit: every adapter trains on the same image."""
+    from PIL import Image
+
+    from pipelines.torch_nvjpeg import jpeg_decoder
+
+    raw = UNSEEN[name]
+    jh.check_jpeg_bytes(raw, (32, 32), tmp_path / "x.jpg")
+    with Image.open(io.BytesIO(raw)) as im:
+        pil = np.asarray(im.convert("RGB"))
+    with Image.open(io.BytesIO(OK)) as im:
+        assert not np.array_equal(pil, np.asarray(im.convert("RGB")))  # the damage shows
+    import torch
+
+    nv = jpeg_decoder().decode(torch.frombuffer(bytearray(raw), dtype=torch.uint8), mode="RGB")
+    assert np.array_equal(nv.permute(1, 2, 0).numpy(), pil)
+    pytest.importorskip("nvidia.dali", reason="DALI is not installed")
+    from nvidia.dali import fn, pipeline_def, types
+
+    (tmp_path / "x.jpg").write_bytes(raw)
+    (tmp_path / "list.txt").write_text("x.jpg 0\n")
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None)
+    def decode():
+        jpegs, _ = fn.readers.file(file_root=str(tmp_path), file_list=str(tmp_path / "list.txt"))
+        return fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+
+    pipe = decode()
+    pipe.build()
+    assert np.array_equal(np.asarray(pipe.run()[0][0]), pil)
+
+
+# ----------------------------------------------------------------------------- the adapters
+
+ADAPTERS = ["torch-jpeg", "torch-jpeg-worker", "torch-nvjpeg", "dali"]
+# PIL refuses a stray marker itself, when it decodes; the walk speaks for the rest
+PIL_STRAY = "cannot decode JPEG (OSError: broken data stream when reading image file)"
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    from bench.datasets.prepare import prepare_dataset
+
+    return prepare_dataset("photos", tmp_path_factory.mktemp("cs") / "photos32", size=32, limit=24, jpeg_quality=90)
+
+
+def _damaged(photos: Path, tmp_path: Path, damage: str) -> tuple[Path, Path, str]:
+    """A copy of the set whose train 000005.jpg has ``damage`` done to it: (root, file, message)."""
+    root = Path(shutil.copytree(photos, tmp_path / "copy"))
+    f = root / "train" / "jpeg" / "000005.jpg"
+    raw = f.read_bytes()
+    m = _mid(raw)
+    raw, message = {
+        "stray-marker": (_put(raw, m, b"\xff\x13"), f"{jh.SCAN}marker 0xFF13 at byte {m:,}"),
+        "restart-marker": (raw[:m] + b"\xff\xd3" + raw[m:],
+                           f"{jh.SCAN}restart marker RST3 at byte {m:,}, the file sets no restart interval"),
+        "data-after-end-of-image": (raw + b"junk",
+                                    f"damaged JPEG: 4 bytes after its end-of-image marker (at byte {len(raw) - 2:,})"),
+        "cut-scan-then-zeros": (raw[:-10] + bytes(5000), jh.NO_EOI),  # PIL decodes it, TorchCodec does not
+    }[damage]
+    f.write_bytes(raw)
+    return root, f, message
+
+
+def _run(adapter: str, root: Path) -> None:
+    """Build ``adapter`` on ``root`` and run one epoch."""
+    if adapter == "dali":
+        pytest.importorskip("nvidia.dali", reason="DALI is not installed")
+    name, workers = ("torch-jpeg", 1) if adapter == "torch-jpeg-worker" else (adapter, 0 if adapter != "dali" else 1)
+    cfg = PipelineConfig(workers=workers, batch_size=8, shuffle=False, augment=Augment(crop="center"))
+    p = pipelines.create(name, open_prepared(root), cfg)
+    try:
+        for _ in p:
+            pass
+    finally:
+        p.close()
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+@pytest.mark.parametrize("damage", ["stray-marker", "restart-marker", "data-after-end-of-image", "cut-scan-then-zeros"])
+def test_every_adapter_refuses_a_damaged_scan(damage, adapter, photos, tmp_path):
+    """One line naming the file, in every adapter (``dali`` and ``torch-nvjpeg`` at build)."""
+    root, f, message = _damaged(photos, tmp_path, damage)
+    if adapter.startswith("torch-jpeg") and damage == "stray-marker":
+        message = PIL_STRAY
+    with pytest.raises(InputError) as e:
+        _run(adapter, root)
+    assert str(e.value) == f"{f}: {message}"
+
+
+def test_torch_jpeg_walks_at_build_not_per_sample(photos, monkeypatch):
+    """``torch-jpeg`` walks each file once at build; an epoch only looks the verdicts up."""
+    import pipelines.torch_jpeg as tj
+
+    calls = []
+    real = tj.layout_problem
+    monkeypatch.setattr(tj, "layout_problem", lambda raw: calls.append(1) or real(raw))
+    data = open_prepared(photos)
+    p = pipelines.create("torch-jpeg", data, PipelineConfig(workers=0, batch_size=8, shuffle=False,
+                                                            augment=Augment(crop="center")))
+    assert len(calls) == len(data.split("train"))
+    try:
+        for _ in p:
+            pass
+    finally:
+        p.close()
+    assert len(calls) == len(data.split("train"))
+
+
+@pytest.mark.parametrize("adapter", ["torch-jpeg", "torch-nvjpeg", "dali"])
+def test_bench_refuses_a_damaged_scan_in_one_line(adapter, photos, tmp_path):
+    """The CLI: exit 2 and one ``inrbench: error:`` line naming the file (a child process: were the
+    check to let the file through, a crash in DALI fails the test, not pytest)."""
+    if adapter == "dali":
+        pytest.importorskip("nvidia.dali", reason="DALI is not installed")
+    root, f, message = _damaged(photos, tmp_path, "restart-marker")
+    argv = ["bench", "--pipeline", adapter, "--data", str(root), "--device", "cpu", "--repeats", "1", "--warmup", "0",
+            "--batch-size", "8", "--workers", "1", "--backbone", "small-cnn", "--out", str(tmp_path / "results")]
+    code = "import sys; from bench.cli import main; sys.exit(main(sys.argv[1:]))"
+    p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
+    assert lines[0] == f"inrbench: error: {f}: {message}"
