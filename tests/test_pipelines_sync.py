@@ -82,7 +82,7 @@ def _forbid_host_reads(monkeypatch) -> list[str]:
 def test_steady_state_epoch_has_no_host_round_trip(name, crop, data, store, monkeypatch):
     cfg = PipelineConfig(batch_size=3, augment=Augment(crop=crop, size=12, pad=2, flip=crop != "center"), workers=0, seed=1)
     try:
-        p = pipelines.create(name, data, cfg, store=store if name == "inr" else None)
+        p = pipelines.create(name, data, cfg, store=store if pipelines.needs_store(name) else None)
     except Unavailable as e:
         pytest.skip(f"{name} unavailable here: {e}")
     with p:
