@@ -15,5 +15,6 @@ from pipelines.base import (  # noqa: F401
     create,
     names,
     needs_store,
+    pipeline_class,
     register,
 )

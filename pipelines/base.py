@@ -162,11 +162,45 @@ class Pipeline(abc.ABC):
     def resident_bytes(self) -> dict[str, int]:
         """Bytes this pipeline keeps resident for the dataset: ``{"device": ..., "host": ...}``."""
 
+    def dataset_bytes_per_image(self) -> float | None:
+        """Mean bytes per image of what this pipeline reads the dataset from, for the split it was
+        built on: the uint8 pixels (``raw``: H*W*3), the JPEG files (their sizes), the encoded store
+        (the file's bytes, header amortized, / images). Not what it holds resident (that is
+        ``resident_bytes``): what the dataset costs to keep, per image, in this pipeline's form.
+
+        ``inrbench bench`` records it once per repeat, after the build is timed (the metric
+        ``dataset_bytes_per_image``), and the report's "bytes/image" column reads it, so a new
+        adapter needs no report edit. Cheap: no file is read for it (a manifest entry, a ``stat``,
+        what the build already holds). None: not stated (the row is a skip saying so, the report
+        shows "—"); the shared tests want a positive finite number from every registered adapter.
+        """
+        return None
+
+    @classmethod
+    def libraries(cls) -> dict[str, str | None]:
+        """``{library: version}`` of what this adapter's numbers depend on beyond torch (its decoder,
+        its reader); None: not installed here. ``bench.envinfo`` records them for every registered
+        adapter in ``env.json`` (``pipelines.<name>``) and in the code identity a sweep cell's hash
+        covers (``library_versions``), so a new decoder version makes the cells stale. Read from
+        package metadata (``installed_version``), nothing heavy imported; never raises. Adapters that
+        name one library give the same version string for it (read from the same place)."""
+        return {}
+
     def __enter__(self) -> Pipeline:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def installed_version(dist: str) -> str | None:
+    """The installed version of distribution ``dist`` from its metadata (nothing imported), or None."""
+    import importlib.metadata as md
+
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
 
 
 _REGISTRY: dict[str, type[Pipeline]] = {}
@@ -193,11 +227,16 @@ def needs_store(name: str) -> bool:
     return name in _REGISTRY and _REGISTRY[name].needs_store
 
 
+def pipeline_class(name: str) -> type[Pipeline]:
+    """The class registered as ``name``; unknown names fail loudly with the known ones listed."""
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown pipeline {name!r}; known: {', '.join(names())}")
+    return _REGISTRY[name]
+
+
 def create(name: str, data: PreparedDataset, config: PipelineConfig, store: Path | None = None) -> Pipeline:
     """Build pipeline ``name``; unknown names fail loudly with the known ones listed.
 
     Raises ``Unavailable`` when the adapter cannot run here.
     """
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown pipeline {name!r}; known: {', '.join(names())}")
-    return _REGISTRY[name](data, config, store=store)
+    return pipeline_class(name)(data, config, store=store)

@@ -93,7 +93,7 @@ from bench.datasets.prepared import PreparedDataset
 from bench.errors import InputError
 from pipelines.base import Augment, Batch, Pipeline, PipelineConfig, Unavailable, register
 from pipelines.crops import RRC_TRIES
-from pipelines.jpeg_header import check_jpeg_files
+from pipelines.jpeg_header import check_jpeg_files, jpeg_bytes_per_image
 from pipelines.shard import num_batches, rank_seed
 
 PREFETCH_DEPTH = 2
@@ -351,3 +351,16 @@ class DaliPipeline(Pipeline):
     def resident_bytes(self) -> dict[str, int]:
         """DALI's pools are not visible here (use NVML); nothing dataset-sized is held."""
         return {"device": 0, "host": 0}
+
+    def dataset_bytes_per_image(self) -> float | None:
+        """The split's JPEG files, mean bytes (``jpeg_header.jpeg_bytes_per_image``)."""
+        return jpeg_bytes_per_image(self.data, self.config.split)
+
+    @classmethod
+    def libraries(cls) -> dict[str, str | None]:
+        """The installed DALI wheels (``nvidia-dali-cuda130 2.4.0``; two CUDA builds: both), from metadata."""
+        import importlib.metadata as md
+
+        dali = sorted(f"{d.metadata['Name']} {d.version}" for d in md.distributions()
+                      if (d.metadata["Name"] or "").lower().startswith("nvidia-dali"))
+        return {"nvidia-dali": ", ".join(dali) or None}

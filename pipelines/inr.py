@@ -130,3 +130,8 @@ class InrPipeline(Pipeline):
             return {"device": 0, "host": 0}
         labels = self.labels.numel() * self.labels.element_size()
         return {"device": int(self.stored.resident_bytes()) + labels, "host": 0}
+
+    def dataset_bytes_per_image(self) -> float | None:
+        """The store file's bytes (header amortized) / the split's images (``inrbench inspect``'s
+        bytes/image): one ``stat``, whatever ``resident`` holds."""
+        return Path(self.store).stat().st_size / self.n if self.store is not None and self.n else None

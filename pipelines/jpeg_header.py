@@ -20,6 +20,9 @@ scan cut and an end-of-image marker appended). libjpeg decodes such a file with 
 stderr from TorchCodec and DALI, none from PIL), grey or garbled blocks where the data broke; PIL,
 TorchCodec and DALI's CPU decoder give the same pixels for it, bit for bit. JPEG has no checksum.
 
+``jpeg_bytes_per_image`` is what the three state as ``Pipeline.dataset_bytes_per_image``: the mean
+size of the split's files.
+
 ``check_jpeg_bytes`` checks a file in memory (``torch-nvjpeg`` reads every file at build);
 ``check_jpeg_file`` reads one from disk (``dali``). Both raise ``bench.errors.InputError`` naming
 the file. ``torch-jpeg`` walks every file at build too (``layout_problem``) and reports a file's
@@ -31,8 +34,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.errors import InputError
+
+if TYPE_CHECKING:
+    from bench.datasets.prepared import PreparedDataset
 
 # Start-of-frame markers (baseline, extended, progressive, lossless; Huffman and arithmetic).
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
@@ -194,3 +201,18 @@ def check_jpeg_files(paths: tuple[Path, ...] | list[Path], size: tuple[int, int]
     """``check_jpeg_file`` on every path, in order: the first bad one is raised."""
     for p in paths:
         check_jpeg_file(p, size)
+
+
+def jpeg_bytes_per_image(data: PreparedDataset, split: str) -> float | None:
+    """Mean bytes of split ``split``'s JPEG files (whole files, headers included), as ``prepare`` wrote
+    them: its manifest's ``jpeg_bytes`` / ``count``, so nothing is read or ``stat``-ed (the build checks
+    every file's header, not its length); a manifest without ``jpeg_bytes`` sums the files' ``stat``
+    sizes. None for an empty split."""
+    info = data.manifest["splits"][split]
+    n = int(info["count"])
+    if n == 0:
+        return None
+    total = info.get("jpeg_bytes")
+    if total is None:
+        total = sum(os.stat(p).st_size for p in data.split(split, verify=False).jpeg_paths)
+    return float(total) / float(n)

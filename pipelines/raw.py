@@ -94,3 +94,7 @@ class RawPipeline(Pipeline):
         """``device``: bytes held on ``config.device`` (even when that is the CPU); ``host``: 0."""
         held = sum(t.numel() * t.element_size() for t in (self.images, self.labels) if t is not None)
         return {"device": held, "host": 0}
+
+    def dataset_bytes_per_image(self) -> float:
+        """The uint8 pixels of one image: H*W*3."""
+        return float(self.height * self.width * 3)

@@ -50,9 +50,9 @@ import torch
 
 from bench.datasets.prepared import PreparedDataset
 from bench.errors import InputError
-from pipelines.base import Augment, Batch, Pipeline, PipelineConfig, register
+from pipelines.base import Augment, Batch, Pipeline, PipelineConfig, installed_version, register
 from pipelines.crops import batch_slices, normalize_
-from pipelines.jpeg_header import layout_problem, read_file, size_mismatch
+from pipelines.jpeg_header import jpeg_bytes_per_image, layout_problem, read_file, size_mismatch
 from pipelines.shard import batch_seeds, epoch_shard
 
 
@@ -248,3 +248,15 @@ class TorchJpegPipeline(Pipeline):
     def resident_bytes(self) -> dict[str, int]:
         """Nothing resident: the JPEG files stay on disk (the page cache is the OS's)."""
         return {"device": 0, "host": 0}
+
+    def dataset_bytes_per_image(self) -> float | None:
+        """The split's JPEG files, mean bytes (``jpeg_header.jpeg_bytes_per_image``)."""
+        return jpeg_bytes_per_image(self.data, self.config.split)
+
+    @classmethod
+    def libraries(cls) -> dict[str, str | None]:
+        """PIL decodes (which one: Pillow or pillow-simd), torchvision's transforms crop."""
+        from bench.envinfo import pil_info
+
+        pil = pil_info()
+        return {"PIL": f"{pil['flavor']} {pil['version']}", "torchvision": installed_version("torchvision")}

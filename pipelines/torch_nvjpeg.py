@@ -68,7 +68,7 @@ import torch
 
 from bench.datasets.prepared import PreparedDataset
 from bench.errors import InputError
-from pipelines.base import Batch, Pipeline, PipelineConfig, Unavailable, register
+from pipelines.base import Batch, Pipeline, PipelineConfig, Unavailable, installed_version, register
 from pipelines.crops import (
     batch_slices,
     normalize_,
@@ -76,7 +76,7 @@ from pipelines.crops import (
     to_device,
     warp,
 )
-from pipelines.jpeg_header import check_jpeg_bytes
+from pipelines.jpeg_header import check_jpeg_bytes, jpeg_bytes_per_image
 from pipelines.shard import config_epoch, held_samples, num_batches
 
 
@@ -245,3 +245,13 @@ class TorchNvjpegPipeline(Pipeline):
         host = sum(t.numel() for t in self.jpegs) if self.jpegs is not None else 0
         device = self.labels.numel() * self.labels.element_size() if self.labels is not None else 0
         return {"device": device, "host": host}
+
+    def dataset_bytes_per_image(self) -> float | None:
+        """The split's JPEG files, mean bytes (``jpeg_header.jpeg_bytes_per_image``: all of them, also
+        when this rank holds only its shard's)."""
+        return jpeg_bytes_per_image(self.data, self.config.split)
+
+    @classmethod
+    def libraries(cls) -> dict[str, str | None]:
+        """The two libraries ``jpeg_decoder`` may decode with (which one did: ``JpegDecoder.info``)."""
+        return {"torchcodec": installed_version("torchcodec"), "torchvision": installed_version("torchvision")}
