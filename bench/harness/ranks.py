@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 #   rate: global images/s = sum over ranks of (rate x seconds) / the slowest rank's seconds
 #   slowest: the value of the rank whose epoch_s is largest (the split of that epoch's time)
 #   mean: over ranks (train_loss: each rank's mean over the same number of steps)
-#   same: identical on every rank (all-reduced): rank 0's, checked equal
+#   same: identical on every rank (all-reduced, or a property of the split): rank 0's, checked equal
 AGGREGATE: dict[str, str] = {
     **dict.fromkeys(("epoch_s", "warmup_epoch_s", "ttfb_s", "build_s", "time_to_first_batch_s",
                      "first_batch_s", "replay_cache_s", "eval_s", "measured_s", "measured_epochs", "steps",
@@ -80,7 +80,7 @@ AGGREGATE: dict[str, str] = {
     "images_per_s": "rate", "warmup_images_per_s": "rate", "images_per_cpu_s": "per_cpu",
     "data_wait_s": "slowest", "compute_s": "slowest",
     "train_loss": "mean", "gpu_util_mean_pct": "mean",
-    **dict.fromkeys(("test_acc", "test_loss", "test_images", "epoch_test_acc"), "same"),
+    **dict.fromkeys(("test_acc", "test_loss", "test_images", "epoch_test_acc", "dataset_bytes_per_image"), "same"),
 }
 RATE_SECONDS = {"images_per_s": "epoch_s", "warmup_images_per_s": "warmup_epoch_s"}
 

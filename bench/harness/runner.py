@@ -3,6 +3,9 @@
 Per repeat (every repeat builds a fresh pipeline and, for replay/train, a fresh model):
 
 1. ``build_s``: ``pipelines.create(...)`` (loading a store, starting workers, copying to the device).
+   Then, outside every timed region: ``resident_device_bytes``/``resident_host_bytes``
+   (``Pipeline.resident_bytes``) and ``dataset_bytes_per_image`` (``Pipeline.dataset_bytes_per_image``:
+   what the pipeline reads the dataset from, per image; the report's bytes/image).
 2. ``ttfb_s``: ``iter()`` on the fresh pipeline until its first batch is on the device (the
    first batch of the repeat's first epoch; in replay, of the caching epoch). It excludes
    ``build_s``: an adapter that prefetches while it is built (DALI) shows a tiny ttfb and
@@ -59,6 +62,7 @@ together when the run ends, so a failed run never leaves partial rows that read 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 import traceback
@@ -77,6 +81,8 @@ from bench.harness.timing import DeviceClock, EpochTiming, clock_for, timed_epoc
 from bench.train.expand import ExpandConfig
 from bench.train.loop import TrainConfig
 from pipelines.base import PipelineConfig, Unavailable
+
+DATASET_BYTES = "dataset_bytes_per_image"
 
 EXIT_OK, EXIT_ERROR, EXIT_INPUT, EXIT_OOM = 0, 1, 2, 3
 AUTORANGE_MAX_EPOCHS = 10_000  # per repeat: a bound on the autorange whatever min_seconds says
@@ -441,6 +447,7 @@ def _repeat_body(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clo
         held = pipe.resident_bytes()
         rows.add("resident_device_bytes", held.get("device", 0), "bytes", repeat=r)
         rows.add("resident_host_bytes", held.get("host", 0), "bytes", repeat=r)
+        _add_dataset_bytes(rows, pipe, r)
         counted = CountingSource(pipe)
         steps_per_epoch = len(pipe)
         source: Any = counted
@@ -468,6 +475,21 @@ def _repeat_body(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clo
         sync.ddp = False
     finally:
         pipe.close()
+
+
+def _add_dataset_bytes(rows: results.RunRows, pipe: Any, r: int) -> None:
+    """``dataset_bytes_per_image``: what the pipeline reads the dataset from, per image, as the adapter
+    states it (``Pipeline.dataset_bytes_per_image``; the report's bytes/image); a skip row with the
+    reason where it states none or no positive number."""
+    value = pipe.dataset_bytes_per_image()
+    if value is None:
+        rows.unavailable(DATASET_BYTES, "bytes", "the pipeline does not state its bytes per image "
+                         "(Pipeline.dataset_bytes_per_image)", repeat=r)
+    elif not (math.isfinite(value) and value > 0):
+        rows.unavailable(DATASET_BYTES, "bytes", f"the pipeline states {value} bytes per image, "
+                         "not a positive number", repeat=r)
+    else:
+        rows.add(DATASET_BYTES, float(value), "bytes", repeat=r)
 
 
 def _add_time_to_first_batch(rows: results.RunRows, r: int) -> None:
