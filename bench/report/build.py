@@ -288,6 +288,8 @@ def _environment(doc: _Doc, x: ReportInputs, all_rows: pd.DataFrame | None = Non
                    if pil.get("libjpeg_turbo_version") else
                    f"libjpeg {pil.get('libjpeg')}{' (turbo)' if pil.get('libjpeg_turbo') else ''}")),
         ("torch-nvjpeg decoder", _nvjpeg_decoder(env.get("torch_nvjpeg"))),
+        # each adapter's own libraries (Pipeline.libraries), in env.json since that hook existed
+        *([("pipeline libraries", _pipeline_libraries(env["pipelines"]))] if env.get("pipelines") else []),
         ("CPU", f"{cpu.get('model')}, {cpu.get('logical_cores')} logical cores "
                 f"({cpu.get('affinity_cores')} usable), {T.fmt_bytes(cpu.get('memory_bytes') or float('nan'))} RAM"),
         ("GPU", gpu_s),
@@ -299,6 +301,15 @@ def _environment(doc: _Doc, x: ReportInputs, all_rows: pd.DataFrame | None = Non
     items += [("warning", w) for w in dict.fromkeys([*env.get("warnings", []), *([mismatch] if mismatch else [])])]
     doc.table(pd.DataFrame(items, columns=["", "value"]), index=False)
     _code_versions(doc, x)
+
+
+def _pipeline_libraries(libs: dict[str, dict[str, str | None]]) -> str:
+    """env.json's ``pipelines``: ``dali: nvidia-dali-cuda130 2.4.0; torch-jpeg: PIL Pillow 13.0.0, ...``."""
+    def one(lib: str, version: str | None) -> str:
+        return "not installed" if version is None else version if str(version).startswith(lib) else f"{lib} {version}"
+
+    parts = [f"{p}: {', '.join(one(lib, v) for lib, v in sorted(d.items()))}" for p, d in sorted(libs.items()) if d]
+    return "; ".join(parts) or "none"
 
 
 def _nvjpeg_decoder(d: dict | None) -> str:
@@ -511,7 +522,10 @@ def _resources(doc: _Doc, rows: pd.DataFrame) -> None:
         doc.table(t)
 
 
-JPEG_PIPELINES = ("torch-jpeg", "torch-nvjpeg", "dali")
+# Rows written before ``dataset_bytes_per_image`` existed (inrbench bench records the adapter's own figure
+# now): what the built-in adapters read then, by name. A pipeline's newer rows never come here.
+LEGACY_JPEG_PIPELINES = ("torch-jpeg", "torch-nvjpeg", "dali")
+LEGACY_PIPELINES = ("raw", "inr", *LEGACY_JPEG_PIPELINES)
 
 
 def _base(pipeline: str) -> str:
@@ -520,12 +534,24 @@ def _base(pipeline: str) -> str:
 
 
 def _bytes_per_image(x: ReportInputs, dataset: str, pipeline: str, store_cell: str | None) -> float:
+    """What (dataset, pipeline) keeps per image: the ``dataset_bytes_per_image`` its rows record (the
+    adapter's own figure, ``Pipeline.dataset_bytes_per_image``; NaN where they record it skipped), or
+    for rows written before that metric, ``_legacy_bytes_per_image``."""
+    if (dataset, pipeline) in x.recorded_bytes:
+        value = x.recorded_bytes[(dataset, pipeline)][0]
+        return float("nan") if value is None else value
+    return _legacy_bytes_per_image(x, dataset, pipeline, store_cell)
+
+
+def _legacy_bytes_per_image(x: ReportInputs, dataset: str, pipeline: str, store_cell: str | None) -> float:
+    """Rows without ``dataset_bytes_per_image``: the built-in adapters' bytes as they were computed here
+    (raw pixels and JPEG bytes from the prepared manifest, the store file / the split's images)."""
     m = x.manifests.get(dataset)
     base = _base(pipeline)
     if base == "raw" and m and "image_size" in m:
         h, w = m["image_size"]
         return float(h * w * 3)
-    if base in JPEG_PIPELINES:
+    if base in LEGACY_JPEG_PIPELINES:
         return jpeg_bytes_per_image(m) or float("nan")
     if base == "inr" and store_cell:
         return x.store_bytes.get(store_cell, float("nan"))
@@ -538,9 +564,12 @@ def _bytes_unknown(x: ReportInputs, dataset: str, pipeline: str, store_cell: str
     """Why ``_bytes_per_image`` is NaN for a (dataset, pipeline), or None where it is known."""
     if not math.isnan(_bytes_per_image(x, dataset, pipeline, store_cell)):
         return None
+    if (dataset, pipeline) in x.recorded_bytes:
+        return f"{dataset}, {pipeline}: {x.recorded_bytes[(dataset, pipeline)][1] or 'not recorded'}"
     base = _base(pipeline)
-    if base not in ("raw", "inr", *JPEG_PIPELINES):
-        return f"{pipeline}: this report does not know what the pipeline keeps per image"
+    if base not in LEGACY_PIPELINES:
+        return (f"{pipeline}: its runs do not record `dataset_bytes_per_image` (written by an inrbench "
+                "older than that metric)")
     if base == "inr" and (dataset, pipeline) in x.sizes_missing:
         return f"{dataset}, {pipeline}: {x.sizes_missing[(dataset, pipeline)]}"
     if dataset in x.sizes_missing:

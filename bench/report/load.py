@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,11 @@ class ReportInputs:
     sizes_missing: dict[Any, str] = field(default_factory=dict)
     # runs kept apart by a path that may be one input spelled two ways (``settings.spelled_apart``)
     spelled_apart: list[str] = field(default_factory=list)
+
+    @cached_property
+    def recorded_bytes(self) -> dict[tuple[str, str], tuple[float | None, str]]:
+        """``recorded_bytes_per_image(self.rows)``, computed once."""
+        return recorded_bytes_per_image(self.rows)
 
 
 def load(results_dir: str | Path) -> ReportInputs:
@@ -378,6 +384,27 @@ def _split_count(manifest: dict[str, Any] | None, split: str) -> int | None:
         return int(manifest["splits"][split]["count"])  # type: ignore[index]
     except (TypeError, KeyError, ValueError):
         return None
+
+
+def recorded_bytes_per_image(rows: Any) -> dict[tuple[str, str], tuple[float | None, str]]:
+    """(dataset, pipeline) -> (the median bytes per image its rows record, None where they record it
+    only as skipped; the first skip reason) for the pairs whose rows carry the metric
+    (``names.BYTES_PER_IMAGE``: ``dataset_bytes_per_image``, which ``inrbench bench`` writes from
+    ``Pipeline.dataset_bytes_per_image``). Pairs absent: their rows predate the metric."""
+    from bench.report import names as N
+
+    if rows.empty or "metric" not in rows.columns:
+        return {}
+    metric = N.first_present(rows["metric"].dropna().unique(), N.BYTES_PER_IMAGE)
+    if metric is None:
+        return {}
+    m = rows[rows["metric"] == metric]
+    out: dict[tuple[str, str], tuple[float | None, str]] = {}
+    for (ds, p), g in m.groupby(["dataset", "pipeline"], sort=True):
+        ok = g.loc[g["status"] == "ok", "value"].dropna()
+        why = g.loc[g["status"] != "ok", "reason"].dropna()
+        out[(str(ds), str(p))] = (float(ok.median()) if len(ok) else None, str(why.iloc[0]) if len(why) else "")
+    return out
 
 
 def jpeg_bytes_per_image(manifest: dict[str, Any] | None, split: str = "train") -> float | None:
