@@ -1,11 +1,17 @@
-"""Run metadata (``env.json``): commit, code version, library versions, which PIL, which JPEG decoder
-``torch-nvjpeg`` uses (TorchCodec or torchvision.io), CPU, GPU, driver.
+"""Run metadata (``env.json``): commit, code version, library versions, which PIL, the libraries each
+registered pipeline names (``pipelines``: ``Pipeline.libraries``), CPU, GPU, driver.
 
 ``code_identity()`` is what ties a result to the code that produced it (a sweep cell's identity
 includes it): the code version of the package folders ``bench/``, ``pipelines/``, ``inr/`` (in a
 git checkout: their git trees at HEAD plus a hash of their uncommitted changes, untracked files
-included; elsewhere: a hash of the package files) and the versions of torch, torchvision, DALI
-and PIL. A commit that changes no package file leaves it as it was.
+included; elsewhere: a hash of the package files) and the versions of torch and of every library a
+registered pipeline names (``library_versions``: torchvision, TorchCodec, DALI and PIL for the
+built-in ones; a new adapter's decoder with it). A commit that changes no package file leaves it as
+it was.
+
+Kept for readers of runs written before ``pipelines`` existed: ``versions`` (a fixed list, the
+pipelines' libraries among them) and ``torch_nvjpeg`` (which decoder that adapter uses,
+``torch_nvjpeg_decoder``; the report's environment table reads it).
 
 Every run writes one; every value is read, never assumed. Absent facts are recorded
 with the reason (``{"available": false, "reason": ...}``), never as zeros.
@@ -169,13 +175,24 @@ def code_version(root: str | Path | None = None) -> dict[str, Any]:
     return {"id": cid, "label": f"package files {cid[:8]}", "commit": None, "dirty": None, "source": "files"}
 
 
+def pipeline_libraries() -> dict[str, dict[str, str | None]]:
+    """``{pipeline: {library: version}}`` of every registered pipeline (``Pipeline.libraries``)."""
+    import pipelines
+
+    return {name: dict(pipelines.pipeline_class(name).libraries()) for name in pipelines.names()}
+
+
 def library_versions() -> dict[str, str | None]:
-    """torch, torchvision, TorchCodec, DALI and PIL versions from package metadata (nothing heavy imported)."""
-    dali = sorted(f"{d.metadata['Name']} {d.version}" for d in md.distributions()
-                  if (d.metadata["Name"] or "").lower().startswith("nvidia-dali"))
-    pil = pil_info()
-    return {"torch": _version("torch"), "torchvision": _version("torchvision"), "torchcodec": _version("torchcodec"),
-            "nvidia-dali": ", ".join(dali) or None, "PIL": f"{pil['flavor']} {pil['version']}"}
+    """torch's version and those of every library a registered pipeline names (``pipeline_libraries``),
+    from package metadata (nothing heavy imported). Two pipelines that name one library with different
+    strings: both, ``" | "``-joined."""
+    out: dict[str, str | None] = {"torch": _version("torch")}
+    for libs in pipeline_libraries().values():
+        for lib, version in libs.items():
+            if lib in out and out[lib] != version:
+                version = " | ".join(sorted({str(out[lib]), str(version)}))
+            out[lib] = version
+    return out
 
 
 def code_identity(root: str | Path | None = None) -> dict[str, Any]:
@@ -333,7 +350,8 @@ def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
         "torch_cuda_available": torch.cuda.is_available(),
         "torch_num_threads": torch.get_num_threads(),
         "pil": pil_info(),
-        "torch_nvjpeg": torch_nvjpeg_decoder(),  # the JPEG decoder the torch-nvjpeg pipeline uses
+        "pipelines": pipeline_libraries(),  # {pipeline: {library: version}}
+        "torch_nvjpeg": torch_nvjpeg_decoder(),  # kept for older readers: the JPEG decoder torch-nvjpeg uses
         "cpu": cpu_info(),
         "gpu": gpu_info(),
         "distributed": dict(distributed) if distributed else {"world_size": 1},
