@@ -5,7 +5,7 @@ module and imported; its ``@register("memmap")`` lands in a copy of the registry
 for ``pipelines.base._REGISTRY`` during this module only, so the repository's ``pipelines``
 package is never touched and no other test sees the adapter. The registry-parametrized tests of
 ``tests/test_pipelines.py`` and ``tests/test_pipelines_shard.py`` are then called on it by name:
-the batch contract and ``len`` after ``close``, one visit per epoch, per-image seeded crops (the
+the batch contract and ``len`` after ``close``, the bytes per image it states, one visit per epoch, per-image seeded crops (the
 same with 0 and 2 workers) and their distribution, the ranks' shares of an epoch, fixed shards.
 Besides: ``ruff`` on the block as if it were ``pipelines/memmap.py``, and its host-to-device copies
 on a faked CUDA device (``tests/test_pipelines_sync.py``'s rule: ``crops.to_device``, pinned and
@@ -140,6 +140,11 @@ def test_crop_distributions_match_torchvision(measured):
 
 def test_close_releases_everything(coords_data):
     tp.test_close_releases_everything(NAME, coords_data, STORES)
+
+
+def test_dataset_bytes_per_image_and_libraries(labels_data):
+    tp.test_dataset_bytes_per_image_is_what_it_reads(NAME, labels_data, STORES)
+    tp.test_libraries_are_named_with_versions(NAME)
 
 
 @pytest.mark.parametrize("drop_last", [False, True])

@@ -249,9 +249,10 @@ def test_bad_input_is_one_line_input_error(tmp_path):
 def test_every_registered_pipeline_runs_through_the_harness(name, data, tmp_path):
     """Each built-in adapter, loader mode, one short repeat: ok rows, or one skip row (exit 0).
     An adapter that needs a store (``inr``) gets one fitted briefly (quality is irrelevant here)."""
+    from bench.datasets.prepared import open_prepared
+
     store = None
-    if name == "inr":
-        from bench.datasets.prepared import open_prepared
+    if base.needs_store(name):
         from inr.testing import fit_store_for_tests
 
         store = str(fit_store_for_tests(open_prepared(data), tmp_path / "train.inr", iterations=20))
@@ -266,6 +267,23 @@ def test_every_registered_pipeline_runs_through_the_harness(name, data, tmp_path
     assert out.exit_code == EXIT_OK, df.iloc[0].reason
     assert _ok(df, "images").value.tolist() == [N_TRAIN]
     assert _ok(df, "pipeline_batches").value.tolist() == [3]
+    # the row carries what the adapter states it reads per image (the report's bytes/image)
+    with base.create(name, open_prepared(data), PipelineConfig(workers=0), store=store) as p:
+        assert _ok(df, "dataset_bytes_per_image").value.tolist() == [p.dataset_bytes_per_image()]
+
+
+@pytest.mark.parametrize(("stated", "reason"), [(12.5, None), (None, "does not state"), (float("nan"), "nan"),
+                                                (0.0, "not a positive")])
+def test_dataset_bytes_per_image_row(data, tmp_path, monkeypatch, stated, reason):
+    """One ``dataset_bytes_per_image`` row per repeat: the adapter's number, or a skip row saying why not."""
+    monkeypatch.setattr(CountingFake, "dataset_bytes_per_image", lambda self: stated)
+    assert run_bench(_cfg(data, "loader", epochs=1, warmup=0), tmp_path).exit_code == EXIT_OK
+    rows = R.read_results(tmp_path).query("metric == 'dataset_bytes_per_image'")
+    assert rows.repeat.tolist() == [0, 1] and (rows.unit == "bytes").all()
+    if reason is None:
+        assert (rows.status == "ok").all() and (rows.value == stated).all()
+    else:
+        assert (rows.status == "skip").all() and rows.value.isna().all() and rows.reason.str.contains(reason).all()
 
 
 def test_cleanup_failing_after_a_sticky_cuda_error_keeps_the_error_row(data, tmp_path, monkeypatch, capsys):

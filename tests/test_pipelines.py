@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 
 import numpy as np
 import psutil
@@ -28,6 +29,8 @@ import torch
 
 import pipelines
 from bench.datasets.prepared import PreparedDataset, SplitData, open_prepared, write_prepared
+from bench.report.build import LEGACY_JPEG_PIPELINES, _legacy_bytes_per_image
+from bench.report.load import ReportInputs
 from pipelines import Augment, PipelineConfig, Unavailable
 from pipelines.crops import Crops, sample_crops, warp
 
@@ -395,6 +398,55 @@ def test_close_releases_everything(name, coords_data, stores):
         next(iter(p))
     alive = {c.pid for c in me.children(recursive=True) if c.is_running() and c.status() != psutil.STATUS_ZOMBIE}
     assert alive <= before, f"{name}: child processes left running after close(): {alive - before}"
+
+
+def _mean_file_bytes(paths) -> float:
+    return sum(os.stat(f).st_size for f in paths) / len(paths)
+
+
+# What each built-in reads the dataset from, per image, measured here independently of the adapter
+# (the JPEG files' sizes from the disk, not from the manifest the adapters read).
+EXPECTED_BYTES_PER_IMAGE = {
+    "raw": lambda data, store: float(np.prod(data.split("train").image_size) * 3),
+    "torch-jpeg": lambda data, store: _mean_file_bytes(data.split("train").jpeg_paths),
+    "torch-nvjpeg": lambda data, store: _mean_file_bytes(data.split("train").jpeg_paths),
+    "dali": lambda data, store: _mean_file_bytes(data.split("train").jpeg_paths),
+    "inr": lambda data, store: os.stat(store).st_size / len(data.split("train")),
+}
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_dataset_bytes_per_image_is_what_it_reads(name, labels_data, stores):
+    """``dataset_bytes_per_image``: a positive finite number (the report's bytes/image; ``inrbench bench``
+    records it), the same after ``close()`` and with ``resident="shard"``; for a built-in, what it
+    reads per image (raw pixels, JPEG file sizes, the store file / images)."""
+    p = make(name, labels_data, stores["labels"], batch_size=4)
+    got = p.dataset_bytes_per_image()
+    p.close()
+    assert isinstance(got, float) and math.isfinite(got) and got > 0, f"{name}: {got!r}"
+    assert p.dataset_bytes_per_image() == got
+    shard = make(name, labels_data, stores["labels"], batch_size=4, rank=1, world_size=2, resident="shard")
+    assert shard.dataset_bytes_per_image() == got, "a rank's figure is the split's, the same on every rank"
+    shard.close()
+    if name in EXPECTED_BYTES_PER_IMAGE:
+        assert got == pytest.approx(EXPECTED_BYTES_PER_IMAGE[name](labels_data, stores["labels"][0]), rel=1e-12)
+    if name in ("raw", *LEGACY_JPEG_PIPELINES):  # what the report computed by name for rows before the metric
+        x = ReportInputs(root=labels_data.root, name="", description="", rows=None, env=None,
+                         manifests={"d": labels_data.manifest})
+        assert got == _legacy_bytes_per_image(x, "d", name, None)
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_libraries_are_named_with_versions(name):
+    """``Pipeline.libraries()``: ``{library: version or None}``, recorded in env.json and the code identity."""
+    from bench import envinfo
+
+    libs = pipelines.pipeline_class(name).libraries()
+    assert isinstance(libs, dict) and all(isinstance(k, str) and k for k in libs)
+    assert all(v is None or isinstance(v, str) for v in libs.values()), libs
+    assert envinfo.pipeline_libraries()[name] == libs
+    versions = envinfo.library_versions()
+    assert all(lib in versions for lib in libs), f"{name}: {sorted(set(libs) - set(versions))} not in the code identity"
 
 
 def _jpeg_bytes(side: int) -> bytes:

@@ -296,3 +296,75 @@ def test_a_mixed_dali_cuda_stack_is_a_warning(names, warned):
         assert got is None
     else:
         assert got is not None and f"DALI's CUDA builds are mixed ({warned}" in got and "README" in got
+
+
+def test_a_registered_adapter_s_bytes_reach_the_report_without_a_report_edit(tmp_path, monkeypatch):
+    """A new adapter states what it reads per image (``Pipeline.dataset_bytes_per_image``); ``bench``
+    records it and the report's bytes/image shows it, in the headline and the accuracy table, with no
+    name of it anywhere in ``bench/report``. Its libraries reach env.json and the environment table."""
+    from fixtures_datasets import write_tiny_prepared
+
+    import pipelines.base as base
+    from bench.harness.runner import EXIT_OK, BenchConfig, run_bench
+    from pipelines import Augment, PipelineConfig
+    from pipelines.raw import RawPipeline
+
+    class Stated(RawPipeline):
+        def dataset_bytes_per_image(self) -> float:
+            return 1234.5
+
+        @classmethod
+        def libraries(cls) -> dict[str, str | None]:
+            return {"libtestcodec": "9.8.7"}
+
+    monkeypatch.setitem(base._REGISTRY, "test-stated", Stated)
+    data = write_tiny_prepared(tmp_path / "tiny", 16, 8)
+    pipe = PipelineConfig(batch_size=8, augment=Augment(crop="random-pad", size=8, pad=2), workers=0)
+    for mode in ("loader", "train"):
+        cfg = BenchConfig(pipeline="test-stated", data=str(data), mode=mode, epochs=1, warmup=0, repeats=1,
+                          pipe=pipe, backbone="small-cnn", monitor_period_s=0.05)
+        assert run_bench(cfg, tmp_path / "res").exit_code == EXIT_OK
+    build_report(tmp_path / "res", tmp_path / "rep")
+    text = (tmp_path / "rep" / "README.md").read_text()
+    tables = parse_tables(text)
+    assert parse_tables(text)["tiny — headline"][0].set_index("pipeline").loc["test-stated", "bytes/image"] == "1,234"
+    acc = tables["Accuracy (test split, original pixels, evaluation transform)"][0].set_index("pipeline")
+    assert acc.loc["test-stated", "bytes/image"] == "1,234"
+    assert "bytes/image \"—\"" not in text
+    env = tables["Environment"][0].set_index("")
+    assert "test-stated: libtestcodec 9.8.7" in env.loc["pipeline libraries", "value"]
+    src = "".join(p.read_text() for p in Path(build_report.__code__.co_filename).parent.glob("*.py"))
+    assert "test-stated" not in src
+
+
+def _bytes_rows(out: Path, pipeline: str, metric_rows: list[tuple[str, float, str]]) -> None:
+    """One run of ``pipeline`` on ``syn``: an epoch, plus ``(status, value, reason)`` rows of
+    ``dataset_bytes_per_image``."""
+    from bench import results as R
+
+    run = R.RunRows(f"r-{pipeline}", pipeline, "syn", "loader", {"pipe": {"device": "cpu"}})
+    run.add("epoch_s", 1.0, "s", repeat=0, epoch=1)
+    run.add("images_per_s", 100.0, "img/s", repeat=0, epoch=1)
+    for r, (status, value, reason) in enumerate(metric_rows):
+        if status == "ok":
+            run.add("dataset_bytes_per_image", value, "bytes", repeat=r)
+        else:
+            run.unavailable("dataset_bytes_per_image", "bytes", reason, repeat=r)
+    R.write_run(out, run)
+
+
+def test_bytes_per_image_from_rows_then_the_older_rows_rule(tmp_path):
+    """The rows' ``dataset_bytes_per_image`` wins, even for a built-in name; a skip row's reason is
+    the note under the table; rows without the metric (written before it) keep the older rule:
+    a built-in by name, anything else "—" saying its rows predate the metric."""
+    out = tmp_path / "results"
+    _bytes_rows(out, "raw", [("ok", 111.0, ""), ("ok", 113.0, "")])  # the median of the repeats
+    _bytes_rows(out, "mystery", [])
+    _bytes_rows(out, "silent", [("skip", float("nan"), "the pipeline does not state its bytes per image")])
+    build_report(out, tmp_path / "rep")
+    text = (tmp_path / "rep" / "README.md").read_text()
+    h = parse_tables(text)["syn — headline"][0].set_index("pipeline")
+    assert h.loc["raw", "bytes/image"] == "112"
+    assert h.loc["mystery", "bytes/image"] == "—" and h.loc["silent", "bytes/image"] == "—"
+    assert "mystery: its runs do not record `dataset_bytes_per_image`" in text
+    assert "syn, silent: the pipeline does not state its bytes per image" in text
