@@ -176,15 +176,35 @@ def check_jpeg_bytes(raw: bytes, size: tuple[int, int], path: Path) -> None:
         raise InputError(problem, path)
 
 
-def read_file(path: Path) -> bytes:
-    """The bytes of the file at ``path``; ``InputError`` naming it when it cannot be read (a FIFO
-    named .jpg fails, never hangs: it is opened non-blocking)."""
+def max_jpeg_bytes(size: tuple[int, int]) -> int:
+    """More bytes than any JPEG of ``size`` = ``(height, width)`` that ``prepare`` writes can hold: 4 bytes per
+    sample (a baseline Huffman code spends at most about 26 bits on a coefficient, 3.3 bytes a sample)
+    plus 1 MiB of header segments. A longer file is refused before it is read (a video or a disk image
+    named .jpg would otherwise be read whole, or not fit in memory)."""
+    return 4 * 3 * int(size[0]) * int(size[1]) + 2**20
+
+
+def too_long(n_bytes: int, size: tuple[int, int]) -> str | None:
+    """The problem of a file of ``n_bytes`` in a split of ``size`` (``max_jpeg_bytes``), or None."""
+    limit = max_jpeg_bytes(size)
+    if n_bytes <= limit:
+        return None
+    return f"{n_bytes:,} bytes, more than a {size[0]}x{size[1]} JPEG can hold ({limit:,}): not a prepared JPEG"
+
+
+def read_file(path: Path, size: tuple[int, int]) -> bytes:
+    """The bytes of the file at ``path``, a JPEG of a split of ``size`` = ``(height, width)``; ``InputError``
+    naming it when it cannot be read or is longer than such a JPEG can be (``too_long``: refused before it is
+    read). A FIFO named .jpg fails, never hangs: it is opened non-blocking."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
         raise InputError(f"cannot read JPEG ({e.strerror or e})", path) from None
     try:
-        return os.pread(fd, os.fstat(fd).st_size, 0)
+        n = os.fstat(fd).st_size
+        if (problem := too_long(n, size)) is not None:
+            raise InputError(problem, path)
+        return os.pread(fd, n, 0)
     except OSError as e:
         raise InputError(f"cannot read JPEG ({e.strerror or e})", path) from None
     finally:
@@ -192,9 +212,9 @@ def read_file(path: Path) -> bytes:
 
 
 def check_jpeg_file(path: Path, size: tuple[int, int]) -> None:
-    """``check_jpeg_bytes`` for a file on disk, read whole (the walk crosses every scan). Raises
-    ``InputError`` naming ``path``, also when it cannot be read."""
-    check_jpeg_bytes(read_file(path), size, path)
+    """``check_jpeg_bytes`` for a file on disk, read whole (the walk crosses every scan) unless it is longer
+    than a JPEG of ``size`` can be. Raises ``InputError`` naming ``path``, also when it cannot be read."""
+    check_jpeg_bytes(read_file(path, size), size, path)
 
 
 def check_jpeg_files(paths: tuple[Path, ...] | list[Path], size: tuple[int, int]) -> None:

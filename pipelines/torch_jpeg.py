@@ -41,6 +41,7 @@ stops with one line naming it, so the three JPEG adapters refuse the same files.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +53,13 @@ from bench.datasets.prepared import PreparedDataset
 from bench.errors import InputError
 from pipelines.base import Augment, Batch, Pipeline, PipelineConfig, installed_version, register
 from pipelines.crops import batch_slices, normalize_
-from pipelines.jpeg_header import jpeg_bytes_per_image, layout_problem, read_file, size_mismatch
+from pipelines.jpeg_header import (
+    jpeg_bytes_per_image,
+    layout_problem,
+    read_file,
+    size_mismatch,
+    too_long,
+)
 from pipelines.shard import batch_seeds, epoch_shard
 
 
@@ -99,13 +106,21 @@ def collate(items: list[Any]) -> Any:
 JPEG_FORMATS = {"JPEG", "MPO"}  # PIL's names for a JPEG file (MPO: a camera's multi-picture JPEG)
 
 
-def walk_problems(paths: tuple[Path, ...]) -> dict[int, str]:
-    """``{position: layout_problem}`` for the files of ``paths`` whose markers do not walk, each read
-    once. A file that cannot be read or is no JPEG is left out: PIL names it when it is reached."""
+def walk_problems(paths: tuple[Path, ...], size: tuple[int, int]) -> dict[int, str]:
+    """``{position: problem}`` for the files of ``paths`` whose markers do not walk (``layout_problem``) or that
+    are longer than a JPEG of ``size`` can be (``jpeg_header.too_long``, not read), each read once. A file that
+    cannot be read or is no JPEG is left out: PIL names it when it is reached."""
     out = {}
     for k, p in enumerate(paths):
         try:
-            raw = read_file(p)
+            n = os.stat(p).st_size
+        except OSError:
+            continue
+        if (problem := too_long(n, size)) is not None:
+            out[k] = problem
+            continue
+        try:
+            raw = read_file(p, size)
         except InputError:
             continue
         if raw[:2] == b"\xff\xd8" and (problem := layout_problem(raw)) is not None:
@@ -209,7 +224,7 @@ class TorchJpegPipeline(Pipeline):
         self.device = torch.device(config.device)
         h, w = split.image_size
         self.dataset = JpegFiles(split.jpeg_paths, split.labels.tolist(), build_transform(config.augment, h, w), (h, w),
-                                 walk_problems(split.jpeg_paths))
+                                 walk_problems(split.jpeg_paths, (h, w)))
         self.sampler = ShardSampler(self.dataset, config)
         self.batches = EpochBatches(self.sampler, config.batch_size, config.drop_last)
         self.loader: torch.utils.data.DataLoader | None = torch.utils.data.DataLoader(

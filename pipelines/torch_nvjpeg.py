@@ -76,7 +76,7 @@ from pipelines.crops import (
     to_device,
     warp,
 )
-from pipelines.jpeg_header import check_jpeg_bytes, jpeg_bytes_per_image
+from pipelines.jpeg_header import check_jpeg_bytes, jpeg_bytes_per_image, too_long
 from pipelines.shard import config_epoch, held_samples, num_batches
 
 
@@ -88,6 +88,9 @@ def read_jpegs(paths: tuple[Path, ...], size: tuple[int, int]) -> list[torch.Ten
         lengths = [p.stat().st_size for p in paths]
     except OSError as e:
         raise InputError(f"cannot read JPEG ({e.strerror or e})", Path(e.filename or "")) from None
+    for p, n in zip(paths, lengths, strict=True):  # before the buffer is sized: a huge file is refused, not allocated
+        if (problem := too_long(n, size)) is not None:
+            raise InputError(problem, p)
     whole = bytearray(sum(lengths))
     view, spans, at = memoryview(whole), [], 0
     for p, n in zip(paths, lengths, strict=True):

@@ -230,3 +230,33 @@ def test_bench_refuses_a_damaged_scan_in_one_line(adapter, photos, tmp_path):
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
     assert lines[0] == f"inrbench: error: {f}: {message}"
+
+
+def test_a_file_too_long_for_a_prepared_jpeg_is_refused_unread_by_every_jpeg_adapter(tmp_path):
+    """A huge file named .jpg (here a sparse 1 TiB one, nothing on disk) in the prepared tree: each JPEG adapter's
+    build refuses it in one line naming it, from its size, before reading it. Before: the whole file was read (or
+    a buffer of its size allocated) and the build died of ``MemoryError``, the line naming no file."""
+    from tests.fixtures_datasets import write_tiny_prepared
+
+    data = write_tiny_prepared(tmp_path / "d", 8, 2)
+    ds = open_prepared(data)
+    victim = ds.split("train").jpeg_paths[3]
+    with open(victim, "r+b") as f:
+        f.truncate(2**40)
+    assert jh.max_jpeg_bytes((8, 8)) < 2 * 2**20  # the bound is about a 8x8 JPEG, not about this machine
+    cfg = PipelineConfig(workers=0, batch_size=4, shuffle=False, augment=Augment(crop="center"))
+    tested = []
+    for name in ("torch-jpeg", "torch-nvjpeg", "dali"):
+        try:
+            with pytest.raises(InputError, match=r"1,099,511,627,776 bytes, more than a 8x8 JPEG can hold") as e:
+                p = pipelines.create(name, ds, cfg)
+                try:
+                    for _ in p:  # torch-jpeg says it when the epoch reaches the file
+                        pass
+                finally:
+                    p.close()
+        except pipelines.Unavailable:
+            continue
+        assert e.value.path == victim, name
+        tested.append(name)
+    assert "torch-jpeg" in tested and "torch-nvjpeg" in tested  # both run on any machine; dali where installed
