@@ -7,8 +7,15 @@ start-of-image through every scan to an end-of-image marker at its end (trailing
 allowed), is damaged or replaced. The walk refuses a header segment of length under 2 or past the
 end of the file, a marker no decoder knows (or a second frame), a frame of 0, 2 or more than 4
 components, a marker inside a scan's data other than a restart marker in sequence (``RST0``,
-``RST1``, ... where a restart interval is set), a file cut inside a scan, and data after the
-end-of-image marker. The decoders disagree on such files: DALI 2.4 crashes the whole process
+``RST1``, ... where a restart interval is set), a file cut inside a scan, data after the
+end-of-image marker, and a multi-picture file (MPO, CIPA DC-007: an APP2 segment starting with
+``MPF`` and a zero byte, as cameras and Ultra HDR gain maps write, the further images appended
+after the first's end-of-image marker). PIL names an MPO ``"MPO"`` and decodes its first image, as
+TorchCodec and DALI's CPU decoder do (the same pixels; nvJPEG not checked), but ``prepare`` writes
+single-image JPEGs: one in a split is a replaced file, and its appended images would be read every
+epoch, and counted in the split's bytes per image, without being decoded. All three adapters refuse
+it (``multi_picture``), as ``torch-jpeg``'s format check does (``pipelines.torch_jpeg.JPEG_FORMATS``).
+The decoders disagree on the other files: DALI 2.4 crashes the whole process
 (SIGSEGV) on headers nvImageCodec's parser refuses, and decodes a scan broken by a stray marker
 that PIL and TorchCodec refuse; PIL decodes some files TorchCodec refuses (a cut scan followed by
 zeros); all of them decode a stray restart marker, or an end-of-image marker inside a scan, with
@@ -16,9 +23,18 @@ grey or garbled blocks. So the three JPEG adapters run this one check at build a
 files: ``dali`` and ``torch-nvjpeg`` at build, ``torch-jpeg`` when an epoch reaches the file.
 
 What no walk sees: damage that leaves the markers in place (flipped bits or bytes inside a scan, a
-scan cut and an end-of-image marker appended). libjpeg decodes such a file with a warning (on
-stderr from TorchCodec and DALI, none from PIL), grey or garbled blocks where the data broke; PIL,
-TorchCodec and DALI's CPU decoder give the same pixels for it, bit for bit. JPEG has no checksum.
+scan cut and an end-of-image marker appended). libjpeg decodes such a file with a warning, grey or
+garbled blocks where the data broke; PIL, TorchCodec and DALI's CPU decoder give the same pixels for
+it, bit for bit. JPEG has no checksum. The warning ("Corrupt JPEG data: 101 extraneous bytes before
+marker 0xd9", "Corrupt JPEG data: premature end of data segment") goes to stderr from TorchCodec
+(``torch-nvjpeg`` on the CPU) and DALI's CPU decoder, every time the file is decoded (every epoch),
+naming no file; PIL (``torch-jpeg``) prints and reports none (Pillow's ``JpegDecode.c`` sets
+libjpeg's ``output_message`` to a no-op and does not read its warning count). No walk can name such a
+file at build: libjpeg counts the bytes it skips before the scan's closing marker once it has
+Huffman-decoded every MCU of the scan (where the last MCU's bits end is known only by decoding
+them), and a premature end is the decoder running out of bits before the last MCU: both take a
+Huffman decode of every scan, which none of these libraries offers apart from a full decode (PIL's,
+silent), where the walk reads markers only (~11-21 us a file).
 
 ``jpeg_bytes_per_image`` is what the three state as ``Pipeline.dataset_bytes_per_image``: the mean
 size of the split's files.
@@ -45,6 +61,7 @@ if TYPE_CHECKING:
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 _NO_LENGTH = {0x01, *range(0xD0, 0xD9)}  # TEM, RSTn, SOI, EOI: markers without a length field
 _SOS, _DRI, _EOI = 0xDA, 0xDD, 0xD9
+_APP2, _MPF = 0xE2, b"MPF\0"  # an APP2 segment starting "MPF\0": a multi-picture file (CIPA DC-007)
 # Markers with a segment a decoder reads: frames, DHT, DAC, SOS, DQT, DNL, DRI, APPn, COM.
 _SEGMENT = _SOF | {0xC4, 0xCC, _SOS, 0xDB, 0xDC, _DRI, 0xFE, *range(0xE0, 0xF0)}
 # In entropy-coded data every 0xFF byte is followed by 0x00 (a stuffed data byte); anything else is
@@ -56,6 +73,11 @@ NO_FRAME = "no JPEG frame header (truncated, or not a JPEG)"
 NO_EOI = "truncated JPEG (no end-of-image marker)"
 HEADERS = "damaged JPEG headers: "
 SCAN = "damaged JPEG scan data: "
+
+
+def multi_picture(at: int) -> str:
+    """The message for a multi-picture JPEG (MPO), its MPF segment at byte ``at``."""
+    return f"a multi-picture JPEG (MPO: MPF segment at byte {at:,}); a prepared split holds single-image JPEGs"
 
 
 def size_mismatch(got: tuple[int, int], want: tuple[int, int]) -> str:
@@ -140,6 +162,8 @@ def layout_problem(data: bytes) -> str | None:
         length = (data[i + 2] << 8) | data[i + 3]
         if length < 2:
             return f"{where}segment length {length} at byte {i:,}"
+        if marker == _APP2 and data[i + 4:i + 8] == _MPF:
+            return multi_picture(i)
         if marker in _SOF and i + 9 < n:
             components = data[i + 9]
             if components not in (1, 3, 4):

@@ -27,7 +27,8 @@ are copied with ``non_blocking=True``; the normalization constants live on the d
 The per-batch seeds are read from a CPU tensor (a host read, not a device sync).
 
 Bad files: each worker checks every file after ``Image.open`` has parsed its header and before it
-decodes: a JPEG (PIL's format), of the prepared size (a replaced file of another size would
+decodes: a JPEG (PIL's format ``JPEG``; an ``MPO``, a multi-picture JPEG, is refused with the walk's
+line below), of the prepared size (a replaced file of another size would
 otherwise be cropped and trained on). That costs a comparison per sample, nothing read twice. A
 file PIL decodes but whose markers do not walk (``pipelines.jpeg_header.layout_problem``: a stray
 restart marker in a scan, an end-of-image marker inside one, data after it, a cut scan followed by
@@ -103,7 +104,9 @@ def collate(items: list[Any]) -> Any:
     return torch.utils.data.default_collate(items)
 
 
-JPEG_FORMATS = {"JPEG", "MPO"}  # PIL's names for a JPEG file (MPO: a camera's multi-picture JPEG)
+# PIL's format names accepted: a single-image JPEG. Not "MPO" (a camera's multi-picture JPEG, which PIL decodes
+# the first image of): the walk refuses it in every JPEG adapter (``jpeg_header.multi_picture``), with its line
+JPEG_FORMATS = {"JPEG"}
 
 
 def walk_problems(paths: tuple[Path, ...], size: tuple[int, int]) -> dict[int, str]:
@@ -149,8 +152,8 @@ class JpegFiles(torch.utils.data.Dataset):
 
         with Image.open(self.paths[i]) as im:
             # open() has parsed the header: these checks cost nothing, and come before any decode
-            if im.format not in JPEG_FORMATS:
-                return BadJpeg(str(self.paths[i]), f"not a JPEG (a {im.format} file)")
+            if im.format not in JPEG_FORMATS:  # an MPO: the walk's line, as ``dali`` and ``torch-nvjpeg`` give it
+                return BadJpeg(str(self.paths[i]), self.problems.get(i) or f"not a JPEG (a {im.format} file)")
             if (im.height, im.width) != self.size:
                 return BadJpeg(str(self.paths[i]), size_mismatch((im.height, im.width), self.size))
             rgb = im.convert("RGB")  # a file PIL cannot decode raises here (``__getitems__``)
