@@ -68,3 +68,16 @@ def seed(text: str) -> int:
     v = _parse(text, int, "an integer")
     _check(0 <= v <= SEED_MAX, f"a seed must be an integer in 0..{SEED_MAX}, got {v}")
     return v
+
+
+def pixel_fraction(text: str) -> float:
+    """A fraction in (0, 1], as a number (``0.125``) or a ratio of integers (``1/8``)."""
+    num, sep, den = text.partition("/")
+    if sep:
+        a, b = _parse(num.strip(), int, "a number or a ratio like 1/8"), _parse(den.strip(), int, "a number or a ratio like 1/8")
+        _check(b != 0, f"must be in (0, 1], got {text}")
+        v = a / b
+    else:
+        v = _parse(text, float, "a number or a ratio like 1/8")
+    _check(0 < v <= 1, f"must be in (0, 1], got {text}")
+    return v

@@ -63,7 +63,9 @@ class Shared:
     """What the workers read (start weights, targets) and write (results), indexed by image.
 
     thetas0 / kept: per layer ``[N, out, in + 1]`` (``inr.engine`` layout) on the device; targets: uint8
-    ``[N, P, 3]``; stop_at: float64 ``[N]`` (dB); ran: int64 ``[N]`` on the CPU (iterations run).
+    ``[N, P, 3]``; stop_at: float64 ``[N]`` (dB); ran: int64 ``[N]`` on the CPU (iterations run); ids: int64
+    ``[N]`` on the CPU, each image's index in the whole encode, and seed: the fit's seed (together they choose
+    the pixels of a subsampled step, ``inr.subsample``).
     """
 
     thetas0: list[torch.Tensor]
@@ -73,12 +75,16 @@ class Shared:
     ran: torch.Tensor
     queue: Queue
     lock: threading.Lock
+    ids: np.ndarray
+    seed: int = 0
 
     @staticmethod
-    def make(thetas0: list[torch.Tensor], targets: torch.Tensor, stop_at: torch.Tensor) -> Shared:
+    def make(thetas0: list[torch.Tensor], targets: torch.Tensor, stop_at: torch.Tensor, ids: np.ndarray | None = None,
+             seed: int = 0) -> Shared:
         n = targets.shape[0]
+        ids = np.arange(n, dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
         return Shared(thetas0, targets, stop_at.to(targets.device, torch.float64), [T.clone() for T in thetas0],
-                      torch.zeros(n, dtype=torch.int64), Queue(n), threading.Lock())
+                      torch.zeros(n, dtype=torch.int64), Queue(n), threading.Lock(), ids, seed)
 
 
 def _adam_factors(it: torch.Tensor, iterations: int, lr: float, lr_min: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,10 +108,15 @@ def _index(a: np.ndarray, dev: torch.device) -> torch.Tensor:
 
 
 def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int, lr: float, lr_min: float,
-              chunk: int, step: str = "eager", threads: int = 1) -> None:
+              chunk: int, step: str = "eager", threads: int = 1, per_step: int = 0) -> None:
     """One worker: fit images from ``sh.queue`` in a chunk of ``chunk`` rows until the queue is empty
-    and every row is done; results go to ``sh.kept`` and ``sh.ran``."""
-    from inr.fast_step import ADAM_BETAS, ADAM_EPS
+    and every row is done; results go to ``sh.kept`` and ``sh.ran``.
+
+    per_step: pixels each step sees (``inr.subsample``; 0 or ``P``: all). A subsampled step's loss is over its
+    pixels only, so keep-best moves to an all-pixel forward pass at each check and when a row completes the
+    schedule (each image's kept weights are the best of those passes); a row runs ``iterations`` steps, not
+    ``iterations + 1`` (the all-pixel loop's last pass only measures)."""
+    from inr.fast_step import _adam, _keep_best
     from inr.fit import _psnr_from_rgb
 
     dev = sh.targets.device
@@ -129,14 +140,32 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
     coords = coords.to(dev, torch.float32)
     a0 = first_layer_input(coords)
     sizes = drain_sizes(B, step)
-    fn = eng = None
-    if step == "compiled":  # no engine: the graph keeps its own activations (``inr.fit.fit_bytes_per_image``)
-        from inr.fast_step import compiled_iteration
+    sub = 0 < per_step < P
+    order = maps = None
+    if sub:
+        from inr import subsample
 
-        fn = compiled_iteration(arch, B, P, dev, threads)
-    else:
-        eng = SirenEngine(arch, coords, B)
-    b1, b2 = ADAM_BETAS
+        maps = [torch.from_numpy(x).to(dev) for x in subsample.cycle_maps(P, sh.seed)]
+        order = _index(subsample.image_orders(sh.ids[img], P, sh.seed), dev)  # [B, P]
+    fn = eng = chk = None
+
+    def build(B: int) -> None:
+        nonlocal fn, eng, chk
+        if step == "compiled":  # no engine: the graph keeps its own activations (``inr.fit.fit_bytes_per_image``)
+            from inr.fast_step import compiled_check, compiled_iteration, compiled_sub_iteration
+
+            if sub:
+                fn = compiled_sub_iteration(arch, B, P, per_step, dev, threads)
+                chk = compiled_check(arch, B, P, dev, threads)
+            else:
+                fn = compiled_iteration(arch, B, P, dev, threads)
+        elif sub:
+            eng = SirenEngine(arch, coords[:per_step], B)  # buffers for the subset; each pass brings its pixels
+            chk = SirenEngine(arch, coords, B, backward=False)
+        else:
+            eng = SirenEngine(arch, coords, B)
+
+    build(B)
     passes = 0
 
     def record(rows: np.ndarray, ran: np.ndarray) -> None:
@@ -148,27 +177,42 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
         live[rows] = False
         img[rows] = -1
 
+    def check_all_pixels() -> None:
+        """Keep-best on every pixel, of the weights as they are (a subsampled fit's keep-best)."""
+        if step == "compiled":
+            chk(thetas, best, best_p, a0, t01)
+            return
+        _keep_best(thetas, best, best_p, _psnr_from_rgb(chk.forward(thetas, need_grad=False), t255, exact=False))
+
     with torch.no_grad():
         while True:
             step_size, sqrt_bc2 = _adam_factors(it_dev, iterations, lr, lr_min)
-            if fn is not None:  # step, keep-best and Adam in one graph
+            if sub:
+                if fn is not None:  # gather, step and Adam in one graph
+                    fn(thetas, m, v, a0, t01, order, it_dev, *maps, step_size, sqrt_bc2)
+                else:
+                    a0s, t01s = subsample.gather(a0, t01, subsample.window(order, it_dev, per_step, *maps))
+                    rgb = eng.forward(thetas, a0=a0s)
+                    _adam(thetas, eng.backward(rgb.sub_(t01s).mul_(2.0 / (3 * per_step))), m, v, step_size, sqrt_bc2)
+                it += 1  # the weights have had ``it`` updates; measure them on every pixel where it counts
+                it_dev += 1.0
+                passes += 1
+                full = np.nonzero(live & (it == iterations))[0]
+                if len(full) or not passes % STOP_CHECK_EVERY:
+                    check_all_pixels()
+            elif fn is not None:  # step, keep-best and Adam in one graph
                 fn(thetas, m, v, best, best_p, a0, t01, step_size, sqrt_bc2)
             else:
                 rgb = eng.forward(thetas)
-                p = _psnr_from_rgb(rgb, t255, exact=False)
-                better = p > best_p
-                best_p.copy_(torch.where(better, p, best_p))
-                for bt, T in zip(best, thetas, strict=True):
-                    bt.copy_(torch.where(better.view(-1, 1, 1), T, bt))
-                for T, g, mi, vi in zip(thetas, eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * P))), m, v, strict=True):
-                    mi.mul_(b1).add_(g, alpha=1.0 - b1)
-                    vi.mul_(b2).addcmul_(g, g, value=1.0 - b2)
-                    T.sub_(step_size * mi / (vi.sqrt() / sqrt_bc2 + ADAM_EPS))
-            passes += 1
-            # this pass measured the weights after the whole schedule: those rows are done (its update is discarded)
-            full = np.nonzero(live & (it == iterations))[0]
-            it += 1
-            it_dev += 1.0
+                _keep_best(thetas, best, best_p, _psnr_from_rgb(rgb, t255, exact=False))
+                _adam(thetas, eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * P))), m, v, step_size, sqrt_bc2)
+            if not sub:
+                passes += 1
+                # this pass measured the weights after the whole schedule: those rows are done (its update is
+                # discarded)
+                full = np.nonzero(live & (it == iterations))[0]
+                it += 1
+                it_dev += 1.0
             if len(full):
                 record(full, np.full(len(full), iterations, dtype=np.int64))
             if passes % STOP_CHECK_EVERY and live.any():
@@ -195,6 +239,8 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
                 t255[r] = sh.targets[k].permute(0, 2, 1).to(torch.float32)
                 t01[r] = t255[r] / 255.0
                 target[r] = sh.stop_at[k]
+                if sub:
+                    order[r] = _index(subsample.image_orders(sh.ids[new], P, sh.seed), dev)
                 img[rows], it[rows], live[rows] = new, 0, True
                 it_dev.index_fill_(0, r, 0.0)
             n_live = int(live.sum())
@@ -208,14 +254,13 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
             keep = _index(keep_np, dev)
             thetas, m, v, best = ([T[keep].contiguous() for T in ts] for ts in (thetas, m, v, best))
             best_p, t255, t01, target, it_dev = (x[keep].contiguous() for x in (best_p, t255, t01, target, it_dev))
+            if sub:
+                order = order[keep].contiguous()
             img, it, live = img[keep_np], it[keep_np], live[keep_np]
             live[n_live:] = False
             img[n_live:] = -1
             B = size
-            if fn is not None:
-                fn = compiled_iteration(arch, B, P, dev, threads)
-            else:
-                eng = SirenEngine(arch, coords, B)
+            build(B)
 
 
 def drain_sizes(chunk: int, step: str) -> list[int]:
@@ -226,15 +271,18 @@ def drain_sizes(chunk: int, step: str) -> list[int]:
 
 def optimize_queue(thetas0: list[torch.Tensor], targets: torch.Tensor, coords: torch.Tensor, arch: SirenArch,
                    iterations: int, lr: float, lr_min: float, stop_at: torch.Tensor, chunk: int, workers: int,
-                   step: str, threads: int) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+                   step: str, threads: int, per_step: int = 0, ids: np.ndarray | None = None,
+                   seed: int = 0) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Fit ``N`` images (start weights ``[N, out, in + 1]`` per layer, uint8 targets ``[N, P, 3]``) with early
-    stop at ``stop_at`` ``[N]`` dB, ``workers`` chunks of ``chunk`` rows at once (CPU threads; one on a GPU).
+    stop at ``stop_at`` ``[N]`` dB, ``workers`` chunks of ``chunk`` rows at once (CPU threads; one on a GPU),
+    each step on ``per_step`` pixels (0: all; ``fit_queue``), chosen by ``seed`` and the images' ``ids`` (int64
+    ``[N]``, default ``0..N-1``).
     Returns (kept weights per layer ``[N, out, in + 1]``, iterations run ``[N]`` int64 on the CPU)."""
-    sh = Shared.make(thetas0, targets, stop_at)
+    sh = Shared.make(thetas0, targets, stop_at, ids, seed)
     n = targets.shape[0]
     n_workers = max(1, min(workers, -(-n // max(chunk, 1))))
     if n_workers == 1:
-        fit_queue(sh, coords, arch, iterations, lr, lr_min, min(chunk, n), step, threads)
+        fit_queue(sh, coords, arch, iterations, lr, lr_min, min(chunk, n), step, threads, per_step)
     else:
         from concurrent.futures import ThreadPoolExecutor
 
@@ -242,7 +290,7 @@ def optimize_queue(thetas0: list[torch.Tensor], targets: torch.Tensor, coords: t
         torch.set_num_threads(1)
         try:
             with ThreadPoolExecutor(n_workers) as ex:
-                for f in [ex.submit(fit_queue, sh, coords, arch, iterations, lr, lr_min, chunk, step, 1)
+                for f in [ex.submit(fit_queue, sh, coords, arch, iterations, lr, lr_min, chunk, step, 1, per_step)
                           for _ in range(n_workers)]:
                     f.result()
         finally:

@@ -84,6 +84,7 @@ class SirenEngine:
         # two ping-pong buffers for the activation gradients (fresh large allocations cost page faults)
         self.gbuf = [torch.empty(B, arch.hidden, P, device=dev) for _ in range(2 if backward else 0)]
         self.scaled: list[torch.Tensor] = []
+        self.x0 = self.a0  # the first layer's input of the last forward
 
     def _mm(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         if self.mm_dtype is None:
@@ -94,13 +95,16 @@ class SirenEngine:
             return out
         return r
 
-    def forward(self, thetas: list[torch.Tensor], need_grad: bool = True) -> torch.Tensor:
-        """``thetas`` (``[B, out, in + 1]`` per layer) -> RGB ``[B, 3, P]`` (a reused buffer)."""
+    def forward(self, thetas: list[torch.Tensor], need_grad: bool = True, a0: torch.Tensor | None = None) -> torch.Tensor:
+        """``thetas`` (``[B, out, in + 1]`` per layer) -> RGB ``[B, 3, P]`` (a reused buffer).
+
+        a0: the first layer's input for this pass, ``[B, 3, P]`` (each row its own ``P`` pixels: coordinates
+        and ones, ``inr.subsample``) instead of the engine's shared ``[3, P]``; ``backward`` uses it too."""
         if need_grad and not self.has_backward:
             raise ValueError("this engine was built forward-only (backward=False): forward(..., need_grad=False)")
         L = self.arch.layers
         self.scaled = []
-        x = self.a0
+        x = self.x0 = self.a0 if a0 is None else a0
         for li in range(L):
             T = thetas[li] * self.scale[li]
             self.scaled.append(T)
@@ -108,7 +112,8 @@ class SirenEngine:
             if li == 0:
                 # [B, h, 3] @ [3, P] with K = 3: three fused multiply-adds beat a tiny-K matmul;
                 # always fp32 (the coordinates: see ``mm_dtype``)
-                torch.mul(T[:, :, 0:1], x[0], out=z).addcmul_(T[:, :, 1:2], x[1]).add_(T[:, :, 2:3])
+                x0, x1 = (x[:, 0:1], x[:, 1:2]) if x.dim() == 3 else (x[0], x[1])  # [B, 1, P] or [P]
+                torch.mul(T[:, :, 0:1], x0, out=z).addcmul_(T[:, :, 1:2], x1).add_(T[:, :, 2:3])
             else:
                 self._mm(T, x, out=z)  # [B, h, in+1] @ [B, in+1, P] (first layer: @ [3, P], broadcast)
             a = self.acts[li % len(self.acts)]
@@ -129,7 +134,7 @@ class SirenEngine:
         grads: list[torch.Tensor] = [None] * (L + 1)  # type: ignore[list-item]
         g = grad_out
         for li in range(L, -1, -1):
-            x = self.a0 if li == 0 else self.acts[li - 1]
+            x = self.x0 if li == 0 else self.acts[li - 1]
             # [B, out, in+1]; the first layer's gradient against the coordinates stays fp32
             gT = torch.matmul(g, x.transpose(-1, -2)) if li == 0 else self._mm(g, x.transpose(-1, -2))
             gT.mul_(self.scale[li])

@@ -34,37 +34,54 @@ _LOCK = threading.Lock()
 _CACHE: dict = {}
 
 
-def _step(thetas: list[torch.Tensor], a0: torch.Tensor, t01: torch.Tensor, scales: tuple[float, ...],
-          sin_fn) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """thetas ``[B, out, in + 1]`` per layer, a0 ``[3, P]`` (coords + ones), t01 ``[B, 3, P]`` targets in [0, 1].
-
-    Returns (gradients of ``sum_b mean (rgb - t)^2`` w.r.t. thetas, PSNR ``[B]`` float32 of the 8-bit rgb).
-    """
+def _forward(thetas: list[torch.Tensor], a0: torch.Tensor, scales: tuple[float, ...], sin_fn, keep: bool):
+    """The SIRENs' forward: thetas ``[B, out, in + 1]`` per layer, a0 ``[3, P]`` (coords + ones, shared by every
+    row) or ``[B, 3, P]`` (each row its own pixels: ``inr.subsample``) -> rgb ``[B, 3, P]``, and when ``keep``
+    what the backward needs: the sine and cosine of every sine layer ``[B, h, P]`` and the scaled weights."""
     L = len(thetas) - 1
-    P = a0.shape[1]
     acts: list[torch.Tensor] = []
     coss: list[torch.Tensor] = []
     Ws: list[torch.Tensor] = []
+    x0, x1 = (a0[:, 0:1], a0[:, 1:2]) if a0.dim() == 3 else (a0[0], a0[1])  # [B, 1, P] or [P]
     T0 = thetas[0] * scales[0]
-    z = T0[:, :, 0:1] * a0[0] + T0[:, :, 1:2] * a0[1] + T0[:, :, 2:3]
+    z = T0[:, :, 0:1] * x0 + T0[:, :, 1:2] * x1 + T0[:, :, 2:3]
     x = sin_fn(z)
-    acts.append(x)
-    coss.append(sin_fn(z + HALF_PI))
+    if keep:
+        acts.append(x)
+        coss.append(sin_fn(z + HALF_PI))
     for li in range(1, L):
         T = thetas[li] * scales[li]
         W, b = T[:, :, :-1], T[:, :, -1:]
         Ws.append(W)
         z = torch.bmm(W, x) + b
         x = sin_fn(z)
-        acts.append(x)
-        coss.append(sin_fn(z + HALF_PI))
+        if keep:
+            acts.append(x)
+            coss.append(sin_fn(z + HALF_PI))
     T = thetas[L]
     W, b = T[:, :, :-1] * 0.5, T[:, :, -1:] * 0.5 + 0.5
     Ws.append(W)
-    rgb = torch.bmm(W, x) + b
+    return torch.bmm(W, x) + b, acts, coss, Ws
+
+
+def _psnr8(rgb: torch.Tensor, t01: torch.Tensor) -> torch.Tensor:
+    """PSNR ``[B]`` float32 of the 8-bit ``rgb [B, 3, P]`` against ``t01 [B, 3, P]`` (the ``bench.metrics`` convention)."""
     q = torch.round(rgb.clamp(0.0, 1.0) * 255.0) - t01 * 255.0
     mse = (q * q).flatten(1).mean(dim=1)
-    psnr = 10.0 * torch.log10(65025.0 / mse)
+    return 10.0 * torch.log10(65025.0 / mse)
+
+
+def _step(thetas: list[torch.Tensor], a0: torch.Tensor, t01: torch.Tensor, scales: tuple[float, ...],
+          sin_fn) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """thetas ``[B, out, in + 1]`` per layer, a0 ``[3, P]`` (coords + ones) or ``[B, 3, P]`` (per row), t01
+    ``[B, 3, P]`` targets in [0, 1].
+
+    Returns (gradients of ``sum_b mean (rgb - t)^2`` w.r.t. thetas, PSNR ``[B]`` float32 of the 8-bit rgb).
+    """
+    L = len(thetas) - 1
+    P = a0.shape[-1]
+    rgb, acts, coss, Ws = _forward(thetas, a0, scales, sin_fn, keep=True)
+    psnr = _psnr8(rgb, t01)
     g = (rgb - t01) * (2.0 / (3 * P))
     grads: list[torch.Tensor] = [None] * (L + 1)  # type: ignore[list-item]
     for li in range(L, 0, -1):
@@ -74,7 +91,7 @@ def _step(thetas: list[torch.Tensor], a0: torch.Tensor, t01: torch.Tensor, scale
         gb = g.sum(dim=2, keepdim=True)
         grads[li] = torch.cat([gW, gb], dim=2) * s
         g = torch.bmm(Ws[li - 1].transpose(1, 2), g) * coss[li - 1]
-    gW = torch.matmul(g, a0.t())  # [B, h, 3]: coordinates and the ones row (bias) at once
+    gW = torch.matmul(g, a0.transpose(-1, -2))  # [B, h, 3]: coordinates and the ones row (bias) at once
     grads[0] = gW * scales[0]
     return grads, psnr
 
@@ -85,18 +102,47 @@ ADAM_EPS = 1e-8
 
 def _iteration(thetas, m, v, best, best_p, a0, t01, step_size, sqrt_bc2, scales, sin_fn) -> None:
     """One whole fit iteration in place: step (``_step``), keep-best of the weights it measured, then
-    Adam (``torch.optim.Adam``'s update: ``T -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps)``).
-    ``step_size`` (``lr / bc1``) and ``sqrt_bc2`` are 0-d tensors (no recompilation per iteration), or
-    ``[B, 1, 1]`` with one value per row (``inr.early_stop``: every image at its own iteration)."""
+    Adam (``_adam``). ``step_size`` (``lr / bc1``) and ``sqrt_bc2`` are 0-d tensors (no recompilation per
+    iteration), or ``[B, 1, 1]`` with one value per row (``inr.early_stop``: every image at its own iteration)."""
     grads, psnr = _step(thetas, a0, t01, scales, sin_fn)
+    _keep_best(thetas, best, best_p, psnr)
+    _adam(thetas, grads, m, v, step_size, sqrt_bc2)
+
+
+def _keep_best(thetas, best, best_p, psnr) -> None:
+    """Rows whose ``psnr [B]`` beats ``best_p [B]`` (float64) keep ``thetas`` in ``best``."""
     better = psnr.double() > best_p
     best_p.copy_(torch.where(better, psnr.double(), best_p))
-    b1, b2 = ADAM_BETAS
-    for T, g, mi, vi, bt in zip(thetas, grads, m, v, best, strict=True):
+    for T, bt in zip(thetas, best, strict=True):
         bt.copy_(torch.where(better.view(-1, 1, 1), T, bt))
+
+
+def _adam(thetas, grads, m, v, step_size, sqrt_bc2) -> None:
+    """``torch.optim.Adam``'s update in place: ``T -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps)``."""
+    b1, b2 = ADAM_BETAS
+    for T, g, mi, vi in zip(thetas, grads, m, v, strict=True):
         mi.mul_(b1).add_(g, alpha=1.0 - b1)
         vi.mul_(b2).addcmul_(g, g, value=1.0 - b2)
         T.sub_(step_size * mi / (vi.sqrt() / sqrt_bc2 + ADAM_EPS))
+
+
+def _sub_iteration(thetas, m, v, a0, t01, order, it, maps_a, maps_b, step_size, sqrt_bc2, per_step, scales,
+                   sin_fn) -> None:
+    """A fit iteration on a subset of each row's pixels (``inr.subsample``), in place: gather the ``per_step``
+    pixels of each row's next window (order ``[B, P]``, it ``[B]``: its iterations run), step on them, Adam. No
+    keep-best: a subset's PSNR is not the image's (``_check`` measures all pixels)."""
+    from inr import subsample
+
+    a0s, t01s = subsample.gather(a0, t01, subsample.window(order, it, per_step, maps_a, maps_b))
+    grads, _ = _step(thetas, a0s, t01s, scales, sin_fn)
+    _adam(thetas, grads, m, v, step_size, sqrt_bc2)
+
+
+def _check(thetas, best, best_p, a0, t01, scales, sin_fn) -> None:
+    """Keep-best on every pixel: a forward-only pass of ``thetas`` (a0 ``[3, P]``, t01 ``[B, 3, P]``), its PSNR
+    against ``best_p``; rows that improve keep ``thetas`` in ``best``."""
+    rgb, *_ = _forward(thetas, a0, scales, sin_fn, keep=False)
+    _keep_best(thetas, best, best_p, _psnr8(rgb, t01))
 
 
 def _sine_setup(arch: SirenArch, fast_sine: bool):
@@ -130,6 +176,32 @@ def compiled_iteration(arch: SirenArch, B: int, P: int, device: torch.device, th
     return _compiled("iteration", arch, B, P, device, threads, fast_sine, make)
 
 
+def compiled_sub_iteration(arch: SirenArch, B: int, P: int, per_step: int, device: torch.device, threads: int,
+                           fast_sine: bool = True):
+    """The compiled ``_sub_iteration`` (``per_step`` of ``P`` pixels a step) for one chunk shape (cached)."""
+
+    def make(scales, sin_fn):
+        def it(thetas, m, v, a0, t01, order, its, maps_a, maps_b, step_size, sqrt_bc2):
+            _sub_iteration(thetas, m, v, a0, t01, order, its, maps_a, maps_b, step_size, sqrt_bc2, per_step, scales,
+                           sin_fn)
+
+        return it
+
+    return _compiled(f"sub-iteration-{per_step}", arch, B, P, device, threads, fast_sine, make)
+
+
+def compiled_check(arch: SirenArch, B: int, P: int, device: torch.device, threads: int, fast_sine: bool = True):
+    """The compiled ``_check`` (all-pixel keep-best) for one chunk shape (cached)."""
+
+    def make(scales, sin_fn):
+        def check(thetas, best, best_p, a0, t01):
+            _check(thetas, best, best_p, a0, t01, scales, sin_fn)
+
+        return check
+
+    return _compiled("check", arch, B, P, device, threads, fast_sine, make)
+
+
 def _raise_recompile_limit() -> None:
     from torch import _dynamo
 
@@ -157,10 +229,13 @@ def eager_step(arch: SirenArch, fast_sine: bool = False):
 
 
 def warm(arch: SirenArch, shapes: list[tuple[int, int]], device: torch.device, threads: int, fused: bool = False,
-         per_row: bool = False) -> None:
+         per_row: bool = False, per_step: int = 0) -> None:
     """Compile the step for each ``(B, P)`` before worker threads use it (compilation is not thread-parallel).
     ``per_row``: the fused iteration as ``inr.early_stop`` calls it, with ``[B, 1, 1]`` Adam factors
-    (one per row: each image at its own iteration) instead of 0-d ones."""
+    (one per row: each image at its own iteration) instead of 0-d ones. ``per_step`` (with ``per_row``): the
+    subsampled iteration on that many pixels and the all-pixel check instead (``inr.subsample``)."""
+    from inr.subsample import MAPS
+
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -169,12 +244,17 @@ def warm(arch: SirenArch, shapes: list[tuple[int, int]], device: torch.device, t
                 thetas = [torch.zeros(B, o, i + 1, device=device) for i, o in arch.shapes]
                 a0 = torch.ones(3, P, device=device)
                 t01 = torch.zeros(B, 3, P, device=device)
-                if fused:
-                    z = [torch.zeros_like(T) for T in thetas]
-                    compiled_iteration(arch, B, P, device, threads)(
-                        thetas, z, [torch.zeros_like(T) for T in thetas], [torch.zeros_like(T) for T in thetas],
-                        torch.zeros(B, dtype=torch.float64, device=device), a0, t01,
-                        *(torch.full((B, 1, 1) if per_row else (), x, device=device) for x in (1e-3, 1.0)))
+                factors = [torch.full((B, 1, 1) if per_row else (), x, device=device) for x in (1e-3, 1.0)]
+                zeros = [[torch.zeros_like(T) for T in thetas] for _ in range(3)]
+                best_p = torch.zeros(B, dtype=torch.float64, device=device)
+                if fused and per_step:
+                    maps = torch.ones(MAPS, dtype=torch.int64, device=device)
+                    order = torch.arange(P, device=device).expand(B, P).contiguous()
+                    compiled_sub_iteration(arch, B, P, per_step, device, threads)(
+                        thetas, zeros[0], zeros[1], a0, t01, order, best_p.clone(), maps, maps.clone(), *factors)
+                    compiled_check(arch, B, P, device, threads)(thetas, zeros[2], best_p, a0, t01)
+                elif fused:
+                    compiled_iteration(arch, B, P, device, threads)(thetas, *zeros, best_p, a0, t01, *factors)
                 else:
                     compiled_step(arch, B, P, device, threads)(thetas, a0, t01)
     finally:

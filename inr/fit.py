@@ -63,6 +63,10 @@ class FitConfig:
     many dB, keeps those weights, and the next image takes its row (continuous batching). The schedule
     stays the ``iterations``-long cosine: a stopped image has run a prefix of it. Images that never
     get there run all ``iterations``.
+    pixel_fraction: each fit step sees this fraction of each image's pixels (``inr.subsample``: a new
+    subset every step, chosen by ``seed`` and the image's index; 1 = all). Its keep-best runs on every pixel
+    at the early-stop checks and at the schedule's end (``inr.early_stop``), with or without ``target_psnr``.
+    fp32 only; the fit stage only (prune fine-tuning and QAT see every pixel).
     """
 
     arch: SirenArch
@@ -80,6 +84,7 @@ class FitConfig:
     init: str = ""
     init_sha256: str = ""
     target_psnr: float = 0.0
+    pixel_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
@@ -103,6 +108,10 @@ class FitConfig:
             raise ValueError(f"target_psnr must be >= 0 dB (0: off) and finite, got {self.target_psnr}")
         if self.target_psnr and self.autocast != "none":
             raise ValueError("early stop (target_psnr) runs in fp32 only (autocast none)")
+        if not 0.0 < self.pixel_fraction <= 1.0:
+            raise ValueError(f"pixel_fraction must be in (0, 1], got {self.pixel_fraction}")
+        if self.pixel_fraction < 1.0 and self.autocast != "none":
+            raise ValueError("a subsampled fit (pixel_fraction < 1) runs in fp32 only (autocast none)")
 
     @property
     def eval_interval(self) -> int:
@@ -121,6 +130,8 @@ class FitConfig:
             del d["init_sha256"]
         if not self.target_psnr:
             del d["target_psnr"]
+        if self.pixel_fraction == 1.0:
+            del d["pixel_fraction"]
         return d
 
     @staticmethod
@@ -411,6 +422,9 @@ def optimize(
     step: str = "eager",
     stop_at: torch.Tensor | None = None,
     report: dict | None = None,
+    pixel_fraction: float = 1.0,
+    seed: int = 0,
+    first_index: int = 0,
 ) -> tuple[Weights, torch.Tensor]:
     """Adam + cosine schedule for ``B`` images; returns the best weights per image and their PSNR.
 
@@ -438,6 +452,10 @@ def optimize(
             (``inr.early_stop``: continuous batching). fp32 only; not with ``masks`` or ``transform``.
         report: if given, ``report["iterations_run"]`` is set to the iterations each image ran
             (int64 ``[B]`` ndarray).
+        pixel_fraction: each step on this fraction of each image's pixels (``inr.subsample``; runs in
+            ``inr.early_stop``'s loop, with ``stop_at`` or without: then no image stops early). The subsets
+            are chosen by ``seed`` and each image's index ``first_index + k``. fp32 only; not with ``masks``
+            or ``transform``.
     The starting weights are the first keep-best candidate (a fine-tune never returns worse).
     Returns:
         (best weights float32 on ``targets.device``, best PSNR ``[B]`` float64: the
@@ -451,9 +469,15 @@ def optimize(
 
     n_workers = min(cpu_workers(workers), len(ranges)) if dev.type == "cpu" else 1
     step_threads = 1 if n_workers > 1 else torch.get_num_threads()
+    if pixel_fraction < 1.0 and stop_at is None:  # the subsampled loop is the early-stop loop: no image stops
+        stop_at = torch.full((B,), math.inf, dtype=torch.float64)
     if stop_at is not None:
+        from inr.subsample import pixels_per_step
+
+        per_step = pixels_per_step(targets.shape[1], pixel_fraction) if pixel_fraction < 1.0 else 0
         return _optimize_early_stop(weights, targets, coords, arch, iterations, lr, lr_final_factor, masks, transform,
-                                    autocast, min(chunk, max(B, 1)), n_workers, step, step_threads, stop_at, report)
+                                    autocast, min(chunk, max(B, 1)), n_workers, step, step_threads, stop_at, report,
+                                    per_step, seed, first_index)
 
     def one(se: tuple[int, int]) -> tuple[Weights, torch.Tensor]:
         s, e = se
@@ -487,24 +511,28 @@ def optimize(
 
 
 def _optimize_early_stop(weights, targets, coords, arch, iterations, lr, lr_final_factor, masks, transform, autocast,
-                         chunk, workers, step, threads, stop_at, report) -> tuple[Weights, torch.Tensor]:
-    """``optimize`` with ``stop_at``: ``inr.early_stop.optimize_queue``, then the decoded PSNR of what it kept."""
+                         chunk, workers, step, threads, stop_at, report, per_step=0, seed=0,
+                         first_index=0) -> tuple[Weights, torch.Tensor]:
+    """``optimize`` with ``stop_at`` (or subsampled steps: ``per_step`` pixels, 0 = all):
+    ``inr.early_stop.optimize_queue``, then the decoded PSNR of what it kept."""
     from inr.early_stop import drain_sizes, optimize_queue
 
     if masks is not None or transform is not None:
-        raise ValueError("early stop (stop_at) is for the plain fit: not with masks or a transform")
+        raise ValueError("early stop (stop_at) and subsampled steps are for the plain fit: not with masks or a "
+                         "transform")
     if autocast != "none":
-        raise ValueError(f"early stop (stop_at) runs in fp32 only, not autocast {autocast!r}")
+        raise ValueError(f"early stop (stop_at) and subsampled steps run in fp32 only, not autocast {autocast!r}")
     dev = targets.device
     B = targets.shape[0]
     if step == "compiled" and B:
         from inr.fast_step import warm
 
-        warm(arch, [(x, targets.shape[1]) for x in drain_sizes(chunk, step)], dev, threads, fused=True, per_row=True)
+        warm(arch, [(x, targets.shape[1]) for x in drain_sizes(chunk, step)], dev, threads, fused=True, per_row=True,
+             per_step=per_step)
     thetas0 = [T.to(dev, torch.float32).contiguous() for T in to_theta([(W.detach(), b.detach()) for W, b in weights])]
     kept_t, ran = optimize_queue(thetas0, targets, coords.to(dev, torch.float32), arch, iterations, lr,
                                     lr * lr_final_factor, torch.as_tensor(stop_at, dtype=torch.float64), chunk, workers,
-                                    step, threads)
+                                    step, threads, per_step, first_index + np.arange(B, dtype=np.int64), seed)
     if report is not None:
         report["iterations_run"] = ran.numpy()
     kept = from_theta(kept_t)
@@ -567,7 +595,7 @@ def fit(
     chunk = auto_batch(config, max(n, 1), h * w, dev)
     workers = cpu_workers(config.cpu_workers) if dev.type == "cpu" else 1
     step = chunk * workers * (2 if workers > 1 else 1)  # images per progress report
-    if stop_at is not None or config.target_psnr:
+    if stop_at is not None or config.target_psnr or config.pixel_fraction < 1.0:
         step *= 8  # early stop refills chunks from a queue: a longer queue, a shorter drain at its end
     parts: list[Weights] = []
     psnrs: list[np.ndarray] = []
@@ -593,7 +621,7 @@ def fit(
             w0, tg, coords, arch, config.iterations, config.lr, config.lr_final_factor,
             config.eval_interval, autocast=config.autocast, chunk=chunk, workers=workers, step=config.step,
             stop_at=None if stop_at is None else torch.as_tensor(stop_at[s:e], dtype=torch.float64, device=dev),
-            report=rep,
+            report=rep, pixel_fraction=config.pixel_fraction, seed=config.seed, first_index=first_index + s,
         )
         ran.append(rep["iterations_run"])
         p = decode_psnr(best, imgs[s:e], arch)

@@ -235,7 +235,7 @@ def test_perf_init_realized_saving(photos, tmp_path, capsys):
     """``perf init``'s realized saving: real encodes, timed and interleaved, with consistent counts."""
     from scipy import stats
 
-    from bench.perf.init import REALIZED, _realized, print_table
+    from bench.perf.init import REALIZED, SUBSAMPLE, _realized, print_table
     from inr.meta import MetaConfig, meta_train, save_init
 
     _, imgs = photos
@@ -252,6 +252,9 @@ def test_perf_init_realized_saving(photos, tmp_path, capsys):
         assert len(d["seconds"]) == 2 and all(t > 0 for t in d["seconds"])
         assert 0 < d["image_iterations"] <= 4 * 150 and 0 <= d["reached"] <= 4
         assert d["iterations_saving"] == pytest.approx(600 / d["image_iterations"])
+        # the subsampled variant's steps see 1/8 of the pixels: in all-pixel units its image-iterations are 1/8
+        assert d["pixel_iterations_saving"] == pytest.approx(600 / (d["image_iterations"] * d["pixel_fraction"]))
+        assert d["pixel_fraction"] == (SUBSAMPLE if name.endswith("1/8 px") else 1.0)
         # one value per round (each round a worker process): ratio of geometric means, Welch's t on the logs
         gm = np.exp(np.mean(np.log(ref["seconds"])) - np.mean(np.log(d["seconds"])))
         assert d["time_saving"]["value"] == pytest.approx(gm) and d["time_saving"]["n"] == 2
@@ -265,7 +268,7 @@ def test_perf_init_realized_saving(photos, tmp_path, capsys):
     es = rz["variants"]["random, early stop"]
     assert es["image_iterations"] <= 4 * 150 and es["mean_psnr"] == pytest.approx(ref["mean_psnr"], abs=0.1)
     assert "vs_random_early_stop" not in es and "vs_random_early_stop" not in ref
-    for name in ("learned, early stop", "learned, early stop, compiled"):
+    for name in REALIZED[3:]:
         vs = rz["variants"][name]["vs_random_early_stop"]
         assert vs["iterations"] == pytest.approx(es["image_iterations"] / rz["variants"][name]["image_iterations"])
         gm = np.exp(np.mean(np.log(es["seconds"])) - np.mean(np.log(rz["variants"][name]["seconds"])))
@@ -281,5 +284,6 @@ def test_perf_init_realized_saving(photos, tmp_path, capsys):
     print_table(doc)
     text = capsys.readouterr().out
     assert all(name in text for name in REALIZED) and f"{ref['image_iterations']:>8} img-it (1.00x)" in text
-    assert text.count("vs random early stop:") == 2 and "2 rounds, each in its own worker process" in text
+    assert text.count(" of 0.125 px = ") == 1  # the subsampled variant's steps, in all-pixel units too
+    assert text.count("vs random early stop:") == len(REALIZED) - 3 and "2 rounds, each in its own worker process" in text
     assert "no difference detected [" in text or "x [" in text  # intervals, through bench.stats.fmt_ratio

@@ -38,6 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from bench.argtypes import (
         nonnegative_float,
         nonnegative_int,
+        pixel_fraction,
         positive_float,
         positive_int,
         seed,
@@ -66,6 +67,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--target-psnr", type=positive_float, metavar="DB",
                    help="early stop: an image stops fitting once its PSNR reaches DB (checked every 25 iterations, "
                         "on the prefix of the full schedule); images that never get there run all iterations")
+    g.add_argument("--pixel-fraction", type=pixel_fraction, metavar="F",
+                   help="each fit step sees this fraction of each image's pixels, e.g. 1/8 (a new subset every step, "
+                        "seeded by image; keep-best on all pixels every 25 iterations; default 1: all)")
     g.add_argument("--fit-step", choices=["eager", "compiled"],
                    help="eager (reference, default) or compiled (torch.compile, polynomial sine; fp32)")
     g = p.add_argument_group("pruning (--prune: iterative, an exact fraction; --prune-budget-db: dynamic, per image)")
@@ -183,6 +187,7 @@ def build_config(args: argparse.Namespace):
             args.preset, iterations=args.iterations, layers=args.layers, hidden=args.hidden, w0=args.w0,
             w0_first=args.w0_first, lr=args.lr, seed=args.seed, batch=args.batch,
             memory_budget_mb=args.memory_mb, autocast=args.autocast, step=args.fit_step, target_psnr=args.target_psnr,
+            pixel_fraction=args.pixel_fraction,
         )
         if args.init:  # refused here (one line, exit 2) when it is not an init for this architecture
             from dataclasses import replace
@@ -263,7 +268,8 @@ def _header(args: argparse.Namespace, cfg, ds, split, n: int, where: str) -> str
     prune = f"dynamic <= {cfg.prune.budget_db:g} dB" if cfg.prune.budget_db is not None else f"{cfg.prune.ratio:g}"
     return (f"encode {ds.root} [{args.split}] {n} images {split.image_size[0]}x{split.image_size[1]}: {cfg.fit.arch}, "
             f"{cfg.fit.iterations} iterations, {cfg.fit.step} fit step, lr {cfg.fit.lr}, bits {list(cfg.quant.bits)}, "
-            f"prune {prune}, " + (f"early stop at {cfg.fit.target_psnr:g} dB, " if cfg.fit.target_psnr else "") + where)
+            f"prune {prune}, " + (f"early stop at {cfg.fit.target_psnr:g} dB, " if cfg.fit.target_psnr else "")
+            + (f"each step on {cfg.fit.pixel_fraction:g} of the pixels, " if cfg.fit.pixel_fraction < 1 else "") + where)
 
 
 def _quiet_compile(cfg) -> None:

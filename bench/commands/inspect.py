@@ -107,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _fit_lines(fit: dict) -> list[str]:
-    return [f"  fit            {fit.get('iterations')} iterations, lr {fit.get('lr')}, seed {fit.get('seed')}"]
+    sub = f", each step on {fit['pixel_fraction']:g} of the pixels" if fit.get("pixel_fraction", 1.0) < 1 else ""
+    return [f"  fit            {fit.get('iterations')} iterations, lr {fit.get('lr')}, seed {fit.get('seed')}{sub}"]
 
 
 def _early_stop_lines(es: dict) -> list[str]:

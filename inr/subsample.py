@@ -1,0 +1,74 @@
+"""Which pixels a subsampled fit step sees (``FitConfig.pixel_fraction``, ``inrbench encode --pixel-fraction``).
+
+A step on ``Ps = pixels_per_step(P, f)`` of an image's ``P`` pixels costs about ``Ps / P`` of a full step's
+matmul work and gives Adam an unbiased estimate of the full gradient (a mean over a uniform sample of the
+pixels). Each image walks through its pixels in *cycles*: a cycle is ``ceil(P / Ps)`` steps whose windows
+together cover every pixel once (the last window wraps around, so a few pixels are seen twice); each cycle
+visits the pixels in a new order. The order is ``perm[(a_c * j + b_c) mod P]`` for position ``j`` of the
+cycle: ``perm`` a random permutation of the image's pixels (seeded by the fit's seed and the image's index,
+``image_orders``), ``(a_c, b_c)`` one of ``MAPS`` affine maps of ``0..P-1`` onto itself (``a_c`` coprime
+with ``P``), chosen by the cycle number (``cycle_maps``). So which pixels a step sees depends only on the
+image and on how many of its own iterations it has run: not on its chunk, its row or its worker, and a
+resumed or re-chunked encode sees the same pixels (``inr.early_stop``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+MAPS = 64  # affine maps of the pixel positions, cycled through (cycle c uses map c mod MAPS)
+
+
+def pixels_per_step(pixels: int, fraction: float) -> int:
+    """Pixels a step sees: ``ceil(fraction * pixels)``, at least 1 and at most ``pixels``."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"pixel fraction must be in (0, 1], got {fraction}")
+    return max(1, min(pixels, math.ceil(fraction * pixels - 1e-9)))
+
+
+def image_orders(ids: np.ndarray, pixels: int, seed: int) -> np.ndarray:
+    """int64 ``[len(ids), pixels]``: each image's own random permutation of its pixels, from ``(seed, id)``."""
+    ids = np.asarray(ids, dtype=np.int64)
+    out = np.empty((len(ids), pixels), dtype=np.int64)
+    for r, i in enumerate(ids):
+        out[r] = np.random.default_rng([seed, int(i), 0x5AB5]).permutation(pixels)
+    return out
+
+
+def cycle_maps(pixels: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``MAPS`` affine maps ``j -> (a * j + b) mod pixels`` of the pixel positions onto themselves:
+    int64 ``a [MAPS]`` (coprime with ``pixels``: a bijection) and ``b [MAPS]``. Map 0 is the identity."""
+    rng = np.random.default_rng([seed, pixels, 0xC7C1])
+    units = [a for a in range(1, pixels + 1) if math.gcd(a, pixels) == 1] if pixels > 1 else [1]
+    a = rng.choice(np.asarray(units, dtype=np.int64), size=MAPS)
+    b = rng.integers(0, max(pixels, 1), size=MAPS, dtype=np.int64)
+    a[0], b[0] = 1, 0
+    return a, b
+
+
+def window(order: torch.Tensor, it: torch.Tensor, per_step: int, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The pixels each row's next step sees: int64 ``[B, per_step]``.
+
+    order: int64 ``[B, P]`` (``image_orders`` of the rows' images); it: ``[B]`` (any real or integer dtype,
+    whole numbers) the iterations each row has run; a, b: int64 ``[MAPS]`` (``cycle_maps``). Plain tensor
+    arithmetic: runs eagerly or inside a compiled graph, on any device, with no host sync.
+    """
+    P = order.shape[1]
+    steps = -(-P // per_step)  # steps per cycle
+    itl = it.to(torch.int64)
+    cycle = torch.div(itl, steps, rounding_mode="floor")
+    k = torch.remainder(cycle, a.shape[0])
+    j = torch.remainder(itl, steps).unsqueeze(1) * per_step + torch.arange(per_step, device=order.device)
+    pos = torch.remainder(a[k].unsqueeze(1) * j + b[k].unsqueeze(1), P)
+    return order.gather(1, pos)
+
+
+def gather(a0: torch.Tensor, t01: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows' subsets: ``a0 [3, P]`` (coordinates + ones) and ``t01 [B, 3, P]`` at ``idx [B, Ps]`` ->
+    ``([B, 3, Ps], [B, 3, Ps])``."""
+    a0s = a0[:, idx].permute(1, 0, 2)
+    t01s = t01.gather(2, idx.unsqueeze(1).expand(-1, t01.shape[1], -1))
+    return a0s, t01s
