@@ -15,7 +15,7 @@ most 24 passes: 0.5% of a 5,000-iteration schedule, 7% of a 300-iteration one), 
 fitting any more: then the check comes at once (and the next ones count from it).
 
 When the queue is empty the chunk drains: the eager step cuts its tensors to the rows still
-fitting; the compiled step (``inr.fast_step.compiled_iteration``) shrinks through
+fitting; the compiled step (``inr.fast_step.compiled_queue_iteration``) shrinks through
 ``bucket_sizes`` (one graph each, compiled before the fit), padding rows holding a size.
 """
 
@@ -87,17 +87,14 @@ class Shared:
                       torch.zeros(n, dtype=torch.int64), Queue(n), threading.Lock(), ids, seed)
 
 
-def _adam_factors(it: torch.Tensor, iterations: int, lr: float, lr_min: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row, at its iteration ``it`` (float64 ``[B]`` on the device): ``lr_t / bc1`` and ``sqrt(bc2)``
-    as float32 ``[B, 1, 1]`` (the cosine schedule and torch.optim.Adam's bias corrections). Computed on
-    the device: no host copy, so a GPU's queue of kernels never waits on the host."""
-    from inr.fast_step import ADAM_BETAS
+def _adam_factors(it: torch.Tensor, sched: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, at its iteration ``it`` (float64 ``[B]`` on the device): ``lr_t / bc1`` and ``sqrt(bc2)`` as float32
+    ``[B, 1, 1]`` (``inr.fast_step.schedule``; ``sched``: float64 ``[3]`` on the device, lr, final lr, schedule
+    length). Computed on the device: no host copy, so a GPU's queue of kernels never waits on the host. The
+    compiled steps compute them inside their graph."""
+    from inr.fast_step import schedule
 
-    b1, b2 = ADAM_BETAS
-    lr_t = lr_min + 0.5 * (lr - lr_min) * (1.0 + torch.cos(it * (math.pi / iterations)))
-    step = lr_t / (1.0 - torch.pow(b1, it + 1.0))
-    bc2 = torch.sqrt(1.0 - torch.pow(b2, it + 1.0))
-    return step.float().view(-1, 1, 1), bc2.float().view(-1, 1, 1)
+    return schedule(it, sched)
 
 
 def _index(a: np.ndarray, dev: torch.device) -> torch.Tensor:
@@ -128,6 +125,7 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
     live = np.ones(B, dtype=bool)
     it = np.zeros(B, dtype=np.int64)  # updates applied to each row's weights (host copy: no sync to read it)
     it_dev = torch.zeros(B, dtype=torch.float64, device=dev)  # the same, where the Adam factors are computed
+    sched = _index(np.array([lr, lr_min, iterations], dtype=np.float64), dev)  # the schedule (``_adam_factors``)
     ix = _index(img, dev)
     thetas = [T[ix].contiguous() for T in sh.thetas0]
     m = [torch.zeros_like(T) for T in thetas]
@@ -145,20 +143,24 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
     if sub:
         from inr import subsample
 
-        maps = [torch.from_numpy(x).to(dev) for x in subsample.cycle_maps(P, sh.seed)]
+        maps = [_index(x, dev) for x in subsample.cycle_maps(P, sh.seed)]
         order = _index(subsample.image_orders(sh.ids[img], P, sh.seed), dev)  # [B, P]
     fn = eng = chk = None
 
     def build(B: int) -> None:
         nonlocal fn, eng, chk
         if step == "compiled":  # no engine: the graph keeps its own activations (``inr.fit.fit_bytes_per_image``)
-            from inr.fast_step import compiled_check, compiled_iteration, compiled_sub_iteration
+            from inr.fast_step import (
+                compiled_check,
+                compiled_queue_iteration,
+                compiled_sub_iteration,
+            )
 
             if sub:
                 fn = compiled_sub_iteration(arch, B, P, per_step, dev, threads)
                 chk = compiled_check(arch, B, P, dev, threads)
             else:
-                fn = compiled_iteration(arch, B, P, dev, threads)
+                fn = compiled_queue_iteration(arch, B, P, dev, threads)
         elif sub:
             eng = SirenEngine(arch, coords[:per_step], B)  # buffers for the subset; each pass brings its pixels
             chk = SirenEngine(arch, coords, B, backward=False)
@@ -186,11 +188,11 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
 
     with torch.no_grad():
         while True:
-            step_size, sqrt_bc2 = _adam_factors(it_dev, iterations, lr, lr_min)
             if sub:
-                if fn is not None:  # gather, step and Adam in one graph
-                    fn(thetas, m, v, a0, t01, order, it_dev, *maps, step_size, sqrt_bc2)
+                if fn is not None:  # gather, step and Adam (at each row's point of the schedule) in one graph
+                    fn(thetas, m, v, a0, t01, order, it_dev, *maps, sched)
                 else:
+                    step_size, sqrt_bc2 = _adam_factors(it_dev, sched)
                     a0s, t01s = subsample.gather(a0, t01, subsample.window(order, it_dev, per_step, *maps))
                     rgb = eng.forward(thetas, a0=a0s)
                     _adam(thetas, eng.backward(rgb.sub_(t01s).mul_(2.0 / (3 * per_step))), m, v, step_size, sqrt_bc2)
@@ -200,9 +202,10 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
                 full = np.nonzero(live & (it == iterations))[0]
                 if len(full) or not passes % STOP_CHECK_EVERY:
                     check_all_pixels()
-            elif fn is not None:  # step, keep-best and Adam in one graph
-                fn(thetas, m, v, best, best_p, a0, t01, step_size, sqrt_bc2)
+            elif fn is not None:  # step, keep-best and Adam (at each row's point of the schedule) in one graph
+                fn(thetas, m, v, best, best_p, a0, t01, it_dev, sched)
             else:
+                step_size, sqrt_bc2 = _adam_factors(it_dev, sched)
                 rgb = eng.forward(thetas)
                 _keep_best(thetas, best, best_p, _psnr_from_rgb(rgb, t255, exact=False))
                 _adam(thetas, eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * P))), m, v, step_size, sqrt_bc2)

@@ -109,6 +109,24 @@ def _iteration(thetas, m, v, best, best_p, a0, t01, step_size, sqrt_bc2, scales,
     _adam(thetas, grads, m, v, step_size, sqrt_bc2)
 
 
+def schedule(it: torch.Tensor, sched: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row at its iteration ``it`` (float64 ``[B]``, whole numbers): ``lr_t / bc1`` and ``sqrt(bc2)`` as float32
+    ``[B, 1, 1]``, the cosine schedule and ``torch.optim.Adam``'s bias corrections; ``sched``: float64 ``[3]``
+    = (peak lr, final lr, schedule length). Tensor maths only: eager (``inr.early_stop``) or inside a graph."""
+    b1, b2 = ADAM_BETAS
+    lr, lr_min, n = sched[0], sched[1], sched[2]
+    lr_t = lr_min + 0.5 * (lr - lr_min) * (1.0 + torch.cos(it * (math.pi / n)))
+    step = lr_t / (1.0 - torch.pow(b1, it + 1.0))
+    bc2 = torch.sqrt(1.0 - torch.pow(b2, it + 1.0))
+    return step.float().view(-1, 1, 1), bc2.float().view(-1, 1, 1)
+
+
+def _queue_iteration(thetas, m, v, best, best_p, a0, t01, it, sched, scales, sin_fn) -> None:
+    """``_iteration`` with every row at its own iteration ``it [B]`` (``inr.early_stop``), the schedule's factors
+    computed in the graph (``schedule``): no eager ops per pass."""
+    _iteration(thetas, m, v, best, best_p, a0, t01, *schedule(it, sched), scales, sin_fn)
+
+
 def _keep_best(thetas, best, best_p, psnr) -> None:
     """Rows whose ``psnr [B]`` beats ``best_p [B]`` (float64) keep ``thetas`` in ``best``."""
     better = psnr.double() > best_p
@@ -126,16 +144,16 @@ def _adam(thetas, grads, m, v, step_size, sqrt_bc2) -> None:
         T.sub_(step_size * mi / (vi.sqrt() / sqrt_bc2 + ADAM_EPS))
 
 
-def _sub_iteration(thetas, m, v, a0, t01, order, it, maps_a, maps_b, step_size, sqrt_bc2, per_step, scales,
-                   sin_fn) -> None:
+def _sub_iteration(thetas, m, v, a0, t01, order, it, maps_a, maps_b, sched, per_step, scales, sin_fn) -> None:
     """A fit iteration on a subset of each row's pixels (``inr.subsample``), in place: gather the ``per_step``
-    pixels of each row's next window (order ``[B, P]``, it ``[B]``: its iterations run), step on them, Adam. No
-    keep-best: a subset's PSNR is not the image's (``_check`` measures all pixels)."""
+    pixels of each row's next window (order ``[B, P]``, it float64 ``[B]``: its iterations run), step on them,
+    Adam at each row's point of the schedule (``schedule``). No keep-best: a subset's PSNR is not the image's
+    (``_check`` measures all pixels)."""
     from inr import subsample
 
     a0s, t01s = subsample.gather(a0, t01, subsample.window(order, it, per_step, maps_a, maps_b))
     grads, _ = _step(thetas, a0s, t01s, scales, sin_fn)
-    _adam(thetas, grads, m, v, step_size, sqrt_bc2)
+    _adam(thetas, grads, m, v, *schedule(it, sched))
 
 
 def _check(thetas, best, best_p, a0, t01, scales, sin_fn) -> None:
@@ -181,13 +199,25 @@ def compiled_sub_iteration(arch: SirenArch, B: int, P: int, per_step: int, devic
     """The compiled ``_sub_iteration`` (``per_step`` of ``P`` pixels a step) for one chunk shape (cached)."""
 
     def make(scales, sin_fn):
-        def it(thetas, m, v, a0, t01, order, its, maps_a, maps_b, step_size, sqrt_bc2):
-            _sub_iteration(thetas, m, v, a0, t01, order, its, maps_a, maps_b, step_size, sqrt_bc2, per_step, scales,
-                           sin_fn)
+        def it(thetas, m, v, a0, t01, order, its, maps_a, maps_b, sched):
+            _sub_iteration(thetas, m, v, a0, t01, order, its, maps_a, maps_b, sched, per_step, scales, sin_fn)
 
         return it
 
     return _compiled(f"sub-iteration-{per_step}", arch, B, P, device, threads, fast_sine, make)
+
+
+def compiled_queue_iteration(arch: SirenArch, B: int, P: int, device: torch.device, threads: int,
+                             fast_sine: bool = True):
+    """The compiled ``_queue_iteration`` (every row at its own iteration) for one chunk shape (cached)."""
+
+    def make(scales, sin_fn):
+        def it(thetas, m, v, best, best_p, a0, t01, its, sched):
+            _queue_iteration(thetas, m, v, best, best_p, a0, t01, its, sched, scales, sin_fn)
+
+        return it
+
+    return _compiled("queue-iteration", arch, B, P, device, threads, fast_sine, make)
 
 
 def compiled_check(arch: SirenArch, B: int, P: int, device: torch.device, threads: int, fast_sine: bool = True):
@@ -231,9 +261,9 @@ def eager_step(arch: SirenArch, fast_sine: bool = False):
 def warm(arch: SirenArch, shapes: list[tuple[int, int]], device: torch.device, threads: int, fused: bool = False,
          per_row: bool = False, per_step: int = 0) -> None:
     """Compile the step for each ``(B, P)`` before worker threads use it (compilation is not thread-parallel).
-    ``per_row``: the fused iteration as ``inr.early_stop`` calls it, with ``[B, 1, 1]`` Adam factors
-    (one per row: each image at its own iteration) instead of 0-d ones. ``per_step`` (with ``per_row``): the
-    subsampled iteration on that many pixels and the all-pixel check instead (``inr.subsample``)."""
+    ``per_row``: the fused iteration as ``inr.early_stop`` calls it, every row at its own iteration
+    (``compiled_queue_iteration``); with ``per_step`` the subsampled iteration on that many pixels and the
+    all-pixel check instead (``inr.subsample``)."""
     from inr.subsample import MAPS
 
     old = torch.get_num_threads()
@@ -244,17 +274,21 @@ def warm(arch: SirenArch, shapes: list[tuple[int, int]], device: torch.device, t
                 thetas = [torch.zeros(B, o, i + 1, device=device) for i, o in arch.shapes]
                 a0 = torch.ones(3, P, device=device)
                 t01 = torch.zeros(B, 3, P, device=device)
-                factors = [torch.full((B, 1, 1) if per_row else (), x, device=device) for x in (1e-3, 1.0)]
                 zeros = [[torch.zeros_like(T) for T in thetas] for _ in range(3)]
                 best_p = torch.zeros(B, dtype=torch.float64, device=device)
-                if fused and per_step:
+                its = torch.zeros(B, dtype=torch.float64, device=device)
+                sched = torch.full((3,), 100.0, dtype=torch.float64, device=device)  # (a fill: no host copy)
+                if fused and per_row and per_step:
                     maps = torch.ones(MAPS, dtype=torch.int64, device=device)
                     order = torch.arange(P, device=device).expand(B, P).contiguous()
                     compiled_sub_iteration(arch, B, P, per_step, device, threads)(
-                        thetas, zeros[0], zeros[1], a0, t01, order, best_p.clone(), maps, maps.clone(), *factors)
+                        thetas, zeros[0], zeros[1], a0, t01, order, its, maps, maps.clone(), sched)
                     compiled_check(arch, B, P, device, threads)(thetas, zeros[2], best_p, a0, t01)
+                elif fused and per_row:
+                    compiled_queue_iteration(arch, B, P, device, threads)(thetas, *zeros, best_p, a0, t01, its, sched)
                 elif fused:
-                    compiled_iteration(arch, B, P, device, threads)(thetas, *zeros, best_p, a0, t01, *factors)
+                    compiled_iteration(arch, B, P, device, threads)(
+                        thetas, *zeros, best_p, a0, t01, *(torch.full((), x, device=device) for x in (1e-3, 1.0)))
                 else:
                     compiled_step(arch, B, P, device, threads)(thetas, a0, t01)
     finally:

@@ -235,8 +235,16 @@ def auto_batch(cfg: FitConfig, n: int, pixels: int, device: torch.device) -> int
             budget = 2 * 2**30
     b = max(1, int(budget // fit_bytes_per_image(cfg.arch, pixels, cfg.step)))
     if device.type != "cuda":
-        b = min(b, cfg.cpu_batch_cap, COMPILED_CPU_BATCH_CAP if cfg.step == "compiled" else cfg.cpu_batch_cap)
+        b = min(b, cfg.cpu_batch_cap, compiled_cpu_cap(cfg.pixel_fraction) if cfg.step == "compiled" else cfg.cpu_batch_cap)
     return max(1, min(b, n))
+
+
+def compiled_cpu_cap(pixel_fraction: float = 1.0) -> int:
+    """The compiled step's CPU chunk cap: ``COMPILED_CPU_BATCH_CAP`` rows of every pixel; a subsampled step
+    (``pixel_fraction``) keeps the same working set with ``1 / pixel_fraction`` times as many rows. Development
+    measurement, 64 images x 1,000 steps of 1/8 at 5x13/32 px, 2 workers: chunks of 8, 16 and 32 took 1.44, 1.02
+    and 0.83 s (twice each, within 0.02 s); ``cpu_batch_cap`` (32) bounds it."""
+    return COMPILED_CPU_BATCH_CAP * max(1, int(1.0 / pixel_fraction + 1e-9))
 
 
 def _psnr_from_rgb(rgb: torch.Tensor, target255: torch.Tensor, exact: bool = True) -> torch.Tensor:
@@ -464,7 +472,8 @@ def optimize(
     B = targets.shape[0]
     dev = targets.device
     if not chunk:
-        chunk = auto_batch(FitConfig(arch=arch, step=step), max(B, 1), targets.shape[1], dev)
+        chunk = auto_batch(FitConfig(arch=arch, step=step, pixel_fraction=pixel_fraction), max(B, 1), targets.shape[1],
+                           dev)
     ranges = [(s, min(B, s + chunk)) for s in range(0, B, chunk)] or [(0, 0)]
 
     n_workers = min(cpu_workers(workers), len(ranges)) if dev.type == "cpu" else 1

@@ -193,10 +193,12 @@ def test_fit_iterations_do_not_sync_with_the_host(path):
         assert many == [], many
 
 
+@pytest.mark.parametrize("fraction", [1.0, 0.25])
 @pytest.mark.parametrize("step", ["eager", "compiled"])
-def test_early_stop_syncs_only_at_its_checks(step):
+def test_early_stop_syncs_only_at_its_checks(step, fraction):
     """Early stop reads the host only at its checks (every 25 passes, one read of who reached the target): the
-    rows it records and refills go to the device without waiting (pinned, non-blocking copies)."""
+    rows it records and refills go to the device without waiting (pinned, non-blocking copies). Subsampled steps
+    (``pixel_fraction``) too: each row's pixels are chosen on the device, its order copied at refills."""
     import linecache
 
     from inr.fit import images_to_targets, optimize
@@ -211,7 +213,7 @@ def test_early_stop_syncs_only_at_its_checks(step):
 
     def run():
         rep = {}
-        optimize(w0, tg, coords, arch, 110, 1e-2, chunk=4, step=step, stop_at=stop, report=rep)
+        optimize(w0, tg, coords, arch, 110, 1e-2, chunk=4, step=step, stop_at=stop, report=rep, pixel_fraction=fraction)
         return rep
 
     run()  # compiles (compiled step) and warms up

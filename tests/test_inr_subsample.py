@@ -58,6 +58,17 @@ def test_pixels_per_step():
         subsample.pixels_per_step(10, 0.0)
 
 
+def test_compiled_cpu_chunks_grow_as_steps_see_fewer_pixels():
+    """The compiled step's CPU chunk cap bounds its working set (rows x pixels per step): 8 rows of every pixel,
+    16 of half, 32 (``cpu_batch_cap``) of an eighth; the eager step keeps its own cap."""
+    from inr.fit import auto_batch
+
+    cpu = torch.device("cpu")
+    for f, want in ((1.0, 8), (0.5, 16), (0.25, 32), (0.125, 32)):
+        assert auto_batch(preset("cifar10", step="compiled", pixel_fraction=f), 1000, 1024, cpu) == want
+    assert auto_batch(preset("cifar10", pixel_fraction=0.125), 1000, 1024, cpu) == 32
+
+
 def test_engine_and_compiled_maths_on_per_row_pixels_equal_autograd():
     """Each row its own pixels (``a0 [B, 3, Ps]``): the eager engine's and the compiled step's maths (with the exact
     sine) give autograd's gradients of the per-row mean squared error on those pixels."""
