@@ -17,6 +17,13 @@ fitting any more: then the check comes at once (and the next ones count from it)
 When the queue is empty the chunk drains: the eager step cuts its tensors to the rows still
 fitting; the compiled step (``inr.fast_step.compiled_queue_iteration``) shrinks through
 ``bucket_sizes`` (one graph each, compiled before the fit), padding rows holding a size.
+
+Subsampled steps (``FitConfig.pixel_fraction``, ``inr.subsample``) run in this loop too, with or without
+targets: each pass, each row takes Adam's step on ``per_step`` of its image's pixels (chosen by the image
+and its own iteration). Their loss is not the image's, so keep-best is an all-pixel forward pass
+(``inr.fast_step.compiled_check`` or a forward-only engine) of the start weights, of every row at each
+check, and of a row that has just run the whole schedule (that row only): an image is measured at the
+same iterations whatever its chunk-mates do.
 """
 
 from __future__ import annotations
@@ -179,43 +186,69 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
         live[rows] = False
         img[rows] = -1
 
-    def check_all_pixels() -> None:
-        """Keep-best on every pixel, of the weights as they are (a subsampled fit's keep-best)."""
+    def measure(rows: np.ndarray | None) -> None:
+        """A subsampled fit's keep-best: an all-pixel forward pass of the weights as they are, kept by ``rows``
+        (indices) or every row where they beat the best so far (only the rows due a measurement: an image's
+        measurements do not depend on its chunk-mates)."""
+        mask = torch.ones(len(img), dtype=torch.bool, device=dev)
+        if rows is not None:
+            flags = np.zeros(len(img), dtype=bool)
+            flags[rows] = True
+            mask = _index(flags, dev)
         if step == "compiled":
-            chk(thetas, best, best_p, a0, t01)
-            return
-        _keep_best(thetas, best, best_p, _psnr_from_rgb(chk.forward(thetas, need_grad=False), t255, exact=False))
+            chk(thetas, best, best_p, a0, t01, mask)
+        else:
+            _keep_best(thetas, best, best_p, _psnr_from_rgb(chk.forward(thetas, need_grad=False), t255, exact=False),
+                       mask)
 
+    def pass_all() -> np.ndarray:
+        """Every pixel: keep-best of the weights this pass measures, then Adam. Returns the rows whose measured
+        weights had run the whole schedule (done: their update is discarded); a row runs ``iterations + 1``
+        passes."""
+        nonlocal passes
+        if fn is not None:  # step, keep-best and Adam (at each row's point of the schedule) in one graph
+            fn(thetas, m, v, best, best_p, a0, t01, it_dev, sched)
+        else:
+            step_size, sqrt_bc2 = _adam_factors(it_dev, sched)
+            rgb = eng.forward(thetas)
+            _keep_best(thetas, best, best_p, _psnr_from_rgb(rgb, t255, exact=False))
+            _adam(thetas, eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * P))), m, v, step_size, sqrt_bc2)
+        passes += 1
+        full = np.nonzero(live & (it == iterations))[0]
+        it[:] += 1
+        it_dev.add_(1.0)
+        return full
+
+    def pass_sub() -> np.ndarray:
+        """``per_step`` pixels a row: Adam on them, then the all-pixel keep-best (``measure``) of the rows due
+        one: every row at a check, a row that has just run the whole schedule. Fresh rows (the start, a refill)
+        have their start weights measured first. Returns the rows that have run the whole schedule; a row runs
+        ``iterations`` passes."""
+        nonlocal passes, fresh
+        if fresh is not None:
+            measure(fresh)
+            fresh = None
+        if fn is not None:  # gather, step and Adam (at each row's point of the schedule) in one graph
+            fn(thetas, m, v, a0, t01, order, it_dev, *maps, sched)
+        else:
+            step_size, sqrt_bc2 = _adam_factors(it_dev, sched)
+            a0s, t01s = subsample.gather(a0, t01, subsample.window(order, it_dev, per_step, *maps))
+            rgb = eng.forward(thetas, a0=a0s)
+            _adam(thetas, eng.backward(rgb.sub_(t01s).mul_(2.0 / (3 * per_step))), m, v, step_size, sqrt_bc2)
+        passes += 1
+        it[:] += 1
+        it_dev.add_(1.0)
+        full = np.nonzero(live & (it == iterations))[0]
+        if not passes % STOP_CHECK_EVERY:
+            measure(None)
+        elif len(full):
+            measure(full)
+        return full
+
+    fresh: np.ndarray | None = np.arange(B)  # rows whose start weights a subsampled pass measures first
     with torch.no_grad():
         while True:
-            if sub:
-                if fn is not None:  # gather, step and Adam (at each row's point of the schedule) in one graph
-                    fn(thetas, m, v, a0, t01, order, it_dev, *maps, sched)
-                else:
-                    step_size, sqrt_bc2 = _adam_factors(it_dev, sched)
-                    a0s, t01s = subsample.gather(a0, t01, subsample.window(order, it_dev, per_step, *maps))
-                    rgb = eng.forward(thetas, a0=a0s)
-                    _adam(thetas, eng.backward(rgb.sub_(t01s).mul_(2.0 / (3 * per_step))), m, v, step_size, sqrt_bc2)
-                it += 1  # the weights have had ``it`` updates; measure them on every pixel where it counts
-                it_dev += 1.0
-                passes += 1
-                full = np.nonzero(live & (it == iterations))[0]
-                if len(full) or not passes % STOP_CHECK_EVERY:
-                    check_all_pixels()
-            elif fn is not None:  # step, keep-best and Adam (at each row's point of the schedule) in one graph
-                fn(thetas, m, v, best, best_p, a0, t01, it_dev, sched)
-            else:
-                step_size, sqrt_bc2 = _adam_factors(it_dev, sched)
-                rgb = eng.forward(thetas)
-                _keep_best(thetas, best, best_p, _psnr_from_rgb(rgb, t255, exact=False))
-                _adam(thetas, eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * P))), m, v, step_size, sqrt_bc2)
-            if not sub:
-                passes += 1
-                # this pass measured the weights after the whole schedule: those rows are done (its update is
-                # discarded)
-                full = np.nonzero(live & (it == iterations))[0]
-                it += 1
-                it_dev += 1.0
+            full = pass_sub() if sub else pass_all()
             if len(full):
                 record(full, np.full(len(full), iterations, dtype=np.int64))
             if passes % STOP_CHECK_EVERY and live.any():
@@ -244,6 +277,7 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
                 target[r] = sh.stop_at[k]
                 if sub:
                     order[r] = _index(subsample.image_orders(sh.ids[new], P, sh.seed), dev)
+                    fresh = rows
                 img[rows], it[rows], live[rows] = new, 0, True
                 it_dev.index_fill_(0, r, 0.0)
             n_live = int(live.sum())
@@ -259,6 +293,8 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
             best_p, t255, t01, target, it_dev = (x[keep].contiguous() for x in (best_p, t255, t01, target, it_dev))
             if sub:
                 order = order[keep].contiguous()
+                if fresh is not None:  # the refilled rows, where the drain put them
+                    fresh = np.nonzero(np.isin(keep_np[:n_live], fresh))[0]
             img, it, live = img[keep_np], it[keep_np], live[keep_np]
             live[n_live:] = False
             img[n_live:] = -1

@@ -127,9 +127,12 @@ def _queue_iteration(thetas, m, v, best, best_p, a0, t01, it, sched, scales, sin
     _iteration(thetas, m, v, best, best_p, a0, t01, *schedule(it, sched), scales, sin_fn)
 
 
-def _keep_best(thetas, best, best_p, psnr) -> None:
-    """Rows whose ``psnr [B]`` beats ``best_p [B]`` (float64) keep ``thetas`` in ``best``."""
+def _keep_best(thetas, best, best_p, psnr, rows: torch.Tensor | None = None) -> None:
+    """Rows whose ``psnr [B]`` beats ``best_p [B]`` (float64) keep ``thetas`` in ``best`` (only ``rows``, bool
+    ``[B]``, when given)."""
     better = psnr.double() > best_p
+    if rows is not None:
+        better = better & rows
     best_p.copy_(torch.where(better, psnr.double(), best_p))
     for T, bt in zip(thetas, best, strict=True):
         bt.copy_(torch.where(better.view(-1, 1, 1), T, bt))
@@ -156,11 +159,11 @@ def _sub_iteration(thetas, m, v, a0, t01, order, it, maps_a, maps_b, sched, per_
     _adam(thetas, grads, m, v, *schedule(it, sched))
 
 
-def _check(thetas, best, best_p, a0, t01, scales, sin_fn) -> None:
+def _check(thetas, best, best_p, a0, t01, rows, scales, sin_fn) -> None:
     """Keep-best on every pixel: a forward-only pass of ``thetas`` (a0 ``[3, P]``, t01 ``[B, 3, P]``), its PSNR
-    against ``best_p``; rows that improve keep ``thetas`` in ``best``."""
+    against ``best_p``; of ``rows`` (bool ``[B]``), those that improve keep ``thetas`` in ``best``."""
     rgb, *_ = _forward(thetas, a0, scales, sin_fn, keep=False)
-    _keep_best(thetas, best, best_p, _psnr8(rgb, t01))
+    _keep_best(thetas, best, best_p, _psnr8(rgb, t01), rows)
 
 
 def _sine_setup(arch: SirenArch, fast_sine: bool):
@@ -224,8 +227,8 @@ def compiled_check(arch: SirenArch, B: int, P: int, device: torch.device, thread
     """The compiled ``_check`` (all-pixel keep-best) for one chunk shape (cached)."""
 
     def make(scales, sin_fn):
-        def check(thetas, best, best_p, a0, t01):
-            _check(thetas, best, best_p, a0, t01, scales, sin_fn)
+        def check(thetas, best, best_p, a0, t01, rows):
+            _check(thetas, best, best_p, a0, t01, rows, scales, sin_fn)
 
         return check
 
@@ -262,7 +265,7 @@ def warm(arch: SirenArch, shapes: list[tuple[int, int]], device: torch.device, t
          per_row: bool = False, per_step: int = 0) -> None:
     """Compile the step for each ``(B, P)`` before worker threads use it (compilation is not thread-parallel).
     ``per_row``: the fused iteration as ``inr.early_stop`` calls it, every row at its own iteration
-    (``compiled_queue_iteration``); with ``per_step`` the subsampled iteration on that many pixels and the
+    (``compiled_queue_iteration``). ``per_step``: the subsampled iteration on that many pixels (per row) and the
     all-pixel check instead (``inr.subsample``)."""
     from inr.subsample import MAPS
 
@@ -278,12 +281,13 @@ def warm(arch: SirenArch, shapes: list[tuple[int, int]], device: torch.device, t
                 best_p = torch.zeros(B, dtype=torch.float64, device=device)
                 its = torch.zeros(B, dtype=torch.float64, device=device)
                 sched = torch.full((3,), 100.0, dtype=torch.float64, device=device)  # (a fill: no host copy)
-                if fused and per_row and per_step:
+                if per_step:  # the subsampled loop (always per row) and its all-pixel check
                     maps = torch.ones(MAPS, dtype=torch.int64, device=device)
                     order = torch.arange(P, device=device).expand(B, P).contiguous()
                     compiled_sub_iteration(arch, B, P, per_step, device, threads)(
                         thetas, zeros[0], zeros[1], a0, t01, order, its, maps, maps.clone(), sched)
-                    compiled_check(arch, B, P, device, threads)(thetas, zeros[2], best_p, a0, t01)
+                    compiled_check(arch, B, P, device, threads)(thetas, zeros[2], best_p, a0, t01,
+                                                                torch.ones(B, dtype=torch.bool, device=device))
                 elif fused and per_row:
                     compiled_queue_iteration(arch, B, P, device, threads)(thetas, *zeros, best_p, a0, t01, its, sched)
                 elif fused:

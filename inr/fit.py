@@ -484,6 +484,7 @@ def optimize(
         from inr.subsample import pixels_per_step
 
         per_step = pixels_per_step(targets.shape[1], pixel_fraction) if pixel_fraction < 1.0 else 0
+        per_step = per_step if per_step < targets.shape[1] else 0  # rounded up to every pixel: the all-pixel loop
         return _optimize_early_stop(weights, targets, coords, arch, iterations, lr, lr_final_factor, masks, transform,
                                     autocast, min(chunk, max(B, 1)), n_workers, step, step_threads, stop_at, report,
                                     per_step, seed, first_index)

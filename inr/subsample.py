@@ -4,7 +4,8 @@ A step on ``Ps = pixels_per_step(P, f)`` of an image's ``P`` pixels costs about 
 matmul work and gives Adam an unbiased estimate of the full gradient (a mean over a uniform sample of the
 pixels). Each image walks through its pixels in *cycles*: a cycle is ``ceil(P / Ps)`` steps whose windows
 together cover every pixel once (the last window wraps around, so a few pixels are seen twice); each cycle
-visits the pixels in a new order. The order is ``perm[(a_c * j + b_c) mod P]`` for position ``j`` of the
+visits them in one of ``MAPS`` orders (cycle ``c`` uses order ``c mod MAPS``: at 1/8 of the pixels the sequence
+repeats after 512 steps). The order is ``perm[(a_c * j + b_c) mod P]`` for position ``j`` of the
 cycle: ``perm`` a random permutation of the image's pixels (seeded by the fit's seed and the image's index,
 ``image_orders``), ``(a_c, b_c)`` one of ``MAPS`` affine maps of ``0..P-1`` onto itself (``a_c`` coprime
 with ``P``), chosen by the cycle number (``cycle_maps``). So which pixels a step sees depends only on the
@@ -42,10 +43,14 @@ def cycle_maps(pixels: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """``MAPS`` affine maps ``j -> (a * j + b) mod pixels`` of the pixel positions onto themselves:
     int64 ``a [MAPS]`` (coprime with ``pixels``: a bijection) and ``b [MAPS]``. Map 0 is the identity."""
     rng = np.random.default_rng([seed, pixels, 0xC7C1])
-    units = [a for a in range(1, pixels + 1) if math.gcd(a, pixels) == 1] if pixels > 1 else [1]
-    a = rng.choice(np.asarray(units, dtype=np.int64), size=MAPS)
+    a = np.ones(MAPS, dtype=np.int64)
+    for k in range(1, MAPS):  # a multiplier coprime with ``pixels``: drawn until one is (P / phi(P) draws on average)
+        while pixels > 1:
+            a[k] = rng.integers(1, pixels)
+            if math.gcd(int(a[k]), pixels) == 1:
+                break
     b = rng.integers(0, max(pixels, 1), size=MAPS, dtype=np.int64)
-    a[0], b[0] = 1, 0
+    b[0] = 0
     return a, b
 
 

@@ -128,8 +128,8 @@ def test_a_subsampled_fit_runs_on_its_pixels_and_keeps_the_best_on_all(fits, mon
     from inr.fit import decode_psnr
 
     assert np.allclose(decode_psnr(res[0.125].weights, imgs, cfg.arch), eighth, atol=1e-9)
-    # each step's engine sees 128 of the 1,024 pixels; the check's forward-only engine all of them, once per
-    # STOP_CHECK_EVERY steps
+    # each step's engine sees 128 of the 1,024 pixels; the check's forward-only engine all of them: the start
+    # weights, then once per STOP_CHECK_EVERY steps
     from inr.engine import SirenEngine
 
     seen: list[tuple[int, bool]] = []
@@ -141,7 +141,7 @@ def test_a_subsampled_fit_runs_on_its_pixels_and_keeps_the_best_on_all(fits, mon
 
     monkeypatch.setattr(SirenEngine, "forward", counting)
     fit(imgs[:2], replace(cfg, pixel_fraction=0.125, iterations=50))
-    assert seen.count((128, True)) == 50 and seen.count((1024, False)) == 50 // STOP_CHECK_EVERY, seen
+    assert seen.count((128, True)) == 50 and seen.count((1024, False)) == 1 + 50 // STOP_CHECK_EVERY, seen
 
 
 def test_a_subsampled_fit_does_not_depend_on_its_chunk_or_worker(fits):
@@ -207,3 +207,87 @@ def test_config_and_cli(photos, tmp_path, capsys):
     for bad in ("0", "3/2", "1/0", "x"):
         rc, _, err = run_cli(capsys, "encode", str(prepared), "--pixel-fraction", bad, "--out", str(tmp_path / "u.inr"))
         assert_one_line_error(rc, err, "--pixel-fraction")
+
+
+def test_a_subsampled_fine_tune_never_returns_worse_than_its_start(photos):
+    """The start weights are the first keep-best candidate, measured on every pixel, as in the all-pixel loops:
+    a fine-tune whose subsampled steps diverge (lr 0.1) returns its start, not the 10 dB its steps reach."""
+    from inr.fit import images_to_targets, optimize
+
+    _, imgs = photos
+    arch = preset("cifar10").arch
+    tg, coords = images_to_targets(imgs[:2]), coord_grid(32, 32)
+    start, p0 = optimize(init_weights(arch, 2, seed=0), tg, coords, arch, 200, 3e-3, workers=1)
+    for f in (1.0, 0.25):
+        _, p = optimize(start, tg, coords, arch, 50, 0.1, workers=1, pixel_fraction=f)
+        assert (p.numpy() >= p0.numpy() - 1e-6).all(), (f, p, p0)
+
+
+def test_where_a_subsampled_image_stops_does_not_depend_on_its_chunk(photos):
+    """With refills at other phases (an image leaves at its first check, the next takes its row) and a schedule
+    that is not a multiple of the check interval (60), every image keeps the same weights and stops at the same
+    iteration with chunks of 1, 2 or 3 on one or two workers (which measurements make that so: next test)."""
+    _, imgs = photos
+    cfg = preset("cifar10", iterations=60, lr=3e-3, cpu_workers=1, pixel_fraction=0.125)
+    first = fit(imgs, replace(cfg, batch=8))
+    target = np.full(8, np.inf)
+    target[[0, 3, 5]] = -np.inf  # these leave at their first check (25): the queue refills their rows
+    target[6] = float(first.psnr[6]) - 0.3  # reached at a later check
+    ref = fit(imgs, replace(cfg, batch=1), stop_at=target)
+    ran = ref.extra["iterations_run"]
+    assert list(ran[[0, 3, 5]]) == [25, 25, 25] and ran[1] == 60 and 25 <= ran[6] <= 60, ran
+    for batch, workers in ((2, 1), (3, 2)):
+        res = fit(imgs, replace(cfg, batch=batch, cpu_workers=workers), stop_at=target)
+        assert np.array_equal(res.extra["iterations_run"], ran), (batch, workers, res.extra["iterations_run"])
+        for (W1, b1), (W2, b2) in zip(res.weights, ref.weights, strict=True):
+            assert torch.equal(W1, W2) and torch.equal(b1, b2), (batch, workers)
+
+
+def test_a_fraction_that_rounds_up_to_every_pixel_is_the_all_pixel_fit(photos):
+    from inr.fit import images_to_targets, optimize
+
+    _, imgs = photos
+    arch = preset("cifar10").arch
+    small = np.ascontiguousarray(imgs[:2, :8, :8])
+    tg, coords, w0 = images_to_targets(small), coord_grid(8, 8), init_weights(arch, 2, seed=0)
+    assert subsample.pixels_per_step(64, 0.99) == 64
+    a, pa = optimize(w0, tg, coords, arch, 30, 3e-3, workers=1, pixel_fraction=0.99)
+    b, pb = optimize(w0, tg, coords, arch, 30, 3e-3, workers=1, stop_at=torch.full((2,), np.inf))
+    assert torch.equal(pa, pb) and all(torch.equal(x[0], y[0]) for x, y in zip(a, b, strict=True))
+
+
+def test_the_compiled_subsampled_graphs_are_compiled_once(photos):
+    """Warm-up compiles the subsampled step and the all-pixel check for every drain size; a second fit with
+    another lr, schedule and targets compiles nothing more (the schedule and the rows' iterations are tensors)."""
+    from torch._dynamo.utils import counters
+
+    _, imgs = photos
+    cfg = preset("cifar10", iterations=50, lr=3e-3, batch=4, cpu_workers=1, step="compiled", pixel_fraction=0.25)
+    fit(imgs, cfg, stop_at=np.full(8, 20.0))
+    graphs = counters["stats"]["unique_graphs"]
+    res = fit(imgs, replace(cfg, iterations=75, lr=1e-3), stop_at=np.full(8, 22.0))
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert (res.extra["iterations_run"] < 75).any()  # images stopped, rows refilled and drained
+
+
+def test_a_row_that_ends_its_schedule_between_checks_is_measured_alone(photos, monkeypatch):
+    """Chunk of 2, 60 iterations: image 0 leaves at its first check (25) and image 2 takes its row; image 1 ends
+    its schedule 10 passes after the check at 50, when image 2 is at its iteration 35. That measurement keeps
+    image 1's weights only (measuring image 2 there too would give it a candidate it has in no other chunking).
+    Off the check schedule there are exactly two partial measurements: image 2's start weights and image 1's end."""
+    import inr.fast_step as fs
+
+    _, imgs = photos
+    masks: list[list[bool] | None] = []
+    keep_best = fs._keep_best
+
+    def spy(thetas, best, best_p, psnr, rows=None):
+        masks.append(None if rows is None else rows.tolist())
+        return keep_best(thetas, best, best_p, psnr, rows)
+
+    monkeypatch.setattr(fs, "_keep_best", spy)
+    cfg = preset("cifar10", iterations=60, lr=3e-3, cpu_workers=1, batch=2, pixel_fraction=0.125)
+    res = fit(imgs[:3], cfg, stop_at=np.array([-np.inf, np.inf, np.inf]))
+    assert list(res.extra["iterations_run"]) == [25, 60, 60]
+    partial = [m for m in masks if m is not None and not all(m)]
+    assert partial == [[True, False], [False, True]], masks  # row 0 refilled (image 2); row 1 (image 1) ends

@@ -180,8 +180,8 @@ def _realized(imgs, cfg, iters: int, init: tuple[str, str], repeats: int, device
         d["seconds"] = secs[name]
         d["median_seconds"] = float(np.median(secs[name])) if secs[name] else float("nan")
         d["iterations_saving"] = ref_it / max(d["image_iterations"], 1)
-        # a subsampled step touches a fraction of the pixels: its image-iterations in all-pixel units
-        d["pixel_iterations_saving"] = ref_it / max(d["image_iterations"] * cfgs[name].pixel_fraction, 1e-9)
+        # a subsampled step touches a fraction of the pixels: its cost in all-pixel iterations (``_round``)
+        d["pixel_iterations_saving"] = ref_it / max(d.get("pixel_iterations", d["image_iterations"]), 1e-9)
         d["pixel_fraction"] = cfgs[name].pixel_fraction
         d["time_saving"] = _round_ratio(unit_ratio_ci, secs[REALIZED[0]], secs[name])  # > 1: faster than the reference
     for name in REALIZED[3:]:  # the learned init's own share: against random init with the same early stop
@@ -249,10 +249,28 @@ def _round(spec_path: str) -> dict[str, dict[str, Any]]:
         sync()
         t = time.perf_counter() - t0
         ran = res.extra["iterations_run"]
-        out[name] = {"seconds": t, "image_iterations": int(ran.sum()), "mean_psnr": float(res.psnr.mean()),
+        out[name] = {"seconds": t, "image_iterations": int(ran.sum()), "pixel_iterations": _pixel_iterations(
+                         ran, cfgs[name].pixel_fraction, imgs.shape[1] * imgs.shape[2]), "mean_psnr": float(res.psnr.mean()),
                      "reached": int(np.count_nonzero(res.psnr >= target - 1e-9)), "images": n,
                      "max_shortfall_db": float(np.max(target - res.psnr))}
     return out
+
+
+def _pixel_iterations(ran, fraction: float, pixels: int) -> float:
+    """What image-iterations ``ran`` ``[N]`` cost in all-pixel iterations (docs/encoding-cost.md's unit): a step on
+    ``per_step`` pixels counts ``per_step / pixels``, and a subsampled fit's all-pixel measurements (its start
+    weights, each check, the end of the schedule: ``inr.early_stop``) count 1/3 each (a forward pass alone, 2 of
+    the 6 FLOPs per weight and pixel of a step)."""
+    import numpy as np
+
+    from inr.early_stop import STOP_CHECK_EVERY
+    from inr.subsample import pixels_per_step
+
+    ran = np.asarray(ran, dtype=np.float64)
+    per_step = pixels_per_step(pixels, fraction)
+    if per_step >= pixels:
+        return float(ran.sum())
+    return float((ran * per_step / pixels + (1.0 + np.ceil(ran / STOP_CHECK_EVERY)) / 3.0).sum())
 
 
 def settings(name: str, args: argparse.Namespace) -> tuple[int, int, dict[str, int]]:
