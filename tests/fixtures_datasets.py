@@ -145,3 +145,13 @@ def write_tiny_prepared(out: Path, n_train: int, n_test: int, num_classes: int =
         splits[name] = SplitData(images=images, labels=labels.astype(np.int64))
     classes = [chr(ord("a") + k) for k in range(num_classes)]
     return write_prepared(out, splits, {"source": "test", "classes": classes, "resize_policy": "none"})
+
+
+def photos32_train(folder: Path, n: int = 8) -> tuple[Path, np.ndarray]:
+    """The built-in ``photos`` set prepared at 32x32 (2 crops per photograph, JPEG 90) under ``folder``, and the
+    first ``n`` train images, uint8 ``[n, 32, 32, 3]`` (the fit tests' real photographs)."""
+    from bench.datasets.prepare import prepare_dataset
+    from bench.datasets.prepared import open_prepared
+
+    out = prepare_dataset("photos", folder / "photos32", size=32, per_class=2, jpeg_quality=90)
+    return out, np.array(open_prepared(out).split("train").images[:n])

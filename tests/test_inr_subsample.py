@@ -100,11 +100,9 @@ def test_engine_and_compiled_maths_on_per_row_pixels_equal_autograd():
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory):
-    from bench.datasets.prepare import prepare_dataset
-    from bench.datasets.prepared import open_prepared
+    from tests.fixtures_datasets import photos32_train
 
-    out = prepare_dataset("photos", tmp_path_factory.mktemp("sub") / "photos32", size=32, per_class=2, jpeg_quality=90)
-    return out, np.array(open_prepared(out).split("train").images[:8])
+    return photos32_train(tmp_path_factory.mktemp("sub"))
 
 
 @pytest.fixture(scope="module")
