@@ -64,8 +64,9 @@ class FitConfig:
     stays the ``iterations``-long cosine: a stopped image has run a prefix of it. Images that never
     get there run all ``iterations``.
     pixel_fraction: each fit step sees this fraction of each image's pixels (``inr.subsample``: a new
-    subset every step, chosen by ``seed`` and the image's index; 1 = all). Its keep-best runs on every pixel
-    at the early-stop checks and at the schedule's end (``inr.early_stop``), with or without ``target_psnr``.
+    subset every step, chosen by ``seed`` and the image's index; 1 = all). Its keep-best runs on every pixel:
+    the start weights, each early-stop check and the schedule's end (``inr.early_stop``), with or without
+    ``target_psnr``.
     fp32 only; the fit stage only (prune fine-tuning and QAT see every pixel).
     """
 
