@@ -72,12 +72,13 @@ def seed(text: str) -> int:
 
 def pixel_fraction(text: str) -> float:
     """A fraction in (0, 1], as a number (``0.125``) or a ratio of integers (``1/8``)."""
+    kind = "a number or a ratio like 1/8"
     num, sep, den = text.partition("/")
     if sep:
-        a, b = _parse(num.strip(), int, "a number or a ratio like 1/8"), _parse(den.strip(), int, "a number or a ratio like 1/8")
+        a, b = _parse(num.strip(), int, kind), _parse(den.strip(), int, kind)
         _check(b != 0, f"must be in (0, 1], got {text}")
         v = a / b
     else:
-        v = _parse(text, float, "a number or a ratio like 1/8")
+        v = _parse(text, float, kind)
     _check(0 < v <= 1, f"must be in (0, 1], got {text}")
     return v

@@ -94,16 +94,6 @@ class Shared:
                       torch.zeros(n, dtype=torch.int64), Queue(n), threading.Lock(), ids, seed)
 
 
-def _adam_factors(it: torch.Tensor, sched: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row, at its iteration ``it`` (float64 ``[B]`` on the device): ``lr_t / bc1`` and ``sqrt(bc2)`` as float32
-    ``[B, 1, 1]`` (``inr.fast_step.schedule``; ``sched``: float64 ``[3]`` on the device, lr, final lr, schedule
-    length). Computed on the device: no host copy, so a GPU's queue of kernels never waits on the host. The
-    compiled steps compute them inside their graph."""
-    from inr.fast_step import schedule
-
-    return schedule(it, sched)
-
-
 def _index(a: np.ndarray, dev: torch.device) -> torch.Tensor:
     """Host indices (int64 ``[k]``) as a tensor on ``dev``. On CUDA through pinned memory, asynchronously:
     ``torch.from_numpy(a).to(cuda)`` copies from pageable memory and waits for the copy (a stream sync)."""
@@ -120,7 +110,7 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
     pixels only, so keep-best moves to an all-pixel forward pass at each check and when a row completes the
     schedule (each image's kept weights are the best of those passes); a row runs ``iterations`` steps, not
     ``iterations + 1`` (the all-pixel loop's last pass only measures)."""
-    from inr.fast_step import _adam, _keep_best
+    from inr.fast_step import _adam, _keep_best, schedule
     from inr.fit import _psnr_from_rgb
 
     dev = sh.targets.device
@@ -132,7 +122,7 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
     live = np.ones(B, dtype=bool)
     it = np.zeros(B, dtype=np.int64)  # updates applied to each row's weights (host copy: no sync to read it)
     it_dev = torch.zeros(B, dtype=torch.float64, device=dev)  # the same, where the Adam factors are computed
-    sched = _index(np.array([lr, lr_min, iterations], dtype=np.float64), dev)  # the schedule (``_adam_factors``)
+    sched = _index(np.array([lr, lr_min, iterations], dtype=np.float64), dev)  # (peak lr, final lr, length): ``fast_step.schedule``
     ix = _index(img, dev)
     thetas = [T[ix].contiguous() for T in sh.thetas0]
     m = [torch.zeros_like(T) for T in thetas]
@@ -209,7 +199,7 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
         if fn is not None:  # step, keep-best and Adam (at each row's point of the schedule) in one graph
             fn(thetas, m, v, best, best_p, a0, t01, it_dev, sched)
         else:
-            step_size, sqrt_bc2 = _adam_factors(it_dev, sched)
+            step_size, sqrt_bc2 = schedule(it_dev, sched)
             rgb = eng.forward(thetas)
             _keep_best(thetas, best, best_p, _psnr_from_rgb(rgb, t255, exact=False))
             _adam(thetas, eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * P))), m, v, step_size, sqrt_bc2)
@@ -231,7 +221,7 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
         if fn is not None:  # gather, step and Adam (at each row's point of the schedule) in one graph
             fn(thetas, m, v, a0, t01, order, it_dev, *maps, sched)
         else:
-            step_size, sqrt_bc2 = _adam_factors(it_dev, sched)
+            step_size, sqrt_bc2 = schedule(it_dev, sched)
             a0s, t01s = subsample.gather(a0, t01, subsample.window(order, it_dev, per_step, *maps))
             rgb = eng.forward(thetas, a0=a0s)
             _adam(thetas, eng.backward(rgb.sub_(t01s).mul_(2.0 / (3 * per_step))), m, v, step_size, sqrt_bc2)

@@ -241,9 +241,20 @@ def test_where_a_subsampled_image_stops_does_not_depend_on_its_chunk(photos):
             assert torch.equal(W1, W2) and torch.equal(b1, b2), (batch, workers)
 
 
-def test_a_fraction_that_rounds_up_to_every_pixel_is_the_all_pixel_fit(photos):
+def test_a_fraction_that_rounds_up_to_every_pixel_is_the_all_pixel_fit(photos, monkeypatch):
+    """0.99 of 64 pixels is every pixel: the all-pixel loop runs (the same weights as without a fraction), and the
+    compiled graphs warmed before the workers start are the all-pixel loop's, not the subsampled ones."""
+    import inr.fast_step as fs
     from inr.fit import images_to_targets, optimize
 
+    warmed: list[int] = []
+    warm = fs.warm
+
+    def spy(*a, per_step=0, **k):
+        warmed.append(per_step)
+        return warm(*a, per_step=per_step, **k)
+
+    monkeypatch.setattr(fs, "warm", spy)
     _, imgs = photos
     arch = preset("cifar10").arch
     small = np.ascontiguousarray(imgs[:2, :8, :8])
@@ -252,6 +263,9 @@ def test_a_fraction_that_rounds_up_to_every_pixel_is_the_all_pixel_fit(photos):
     a, pa = optimize(w0, tg, coords, arch, 30, 3e-3, workers=1, pixel_fraction=0.99)
     b, pb = optimize(w0, tg, coords, arch, 30, 3e-3, workers=1, stop_at=torch.full((2,), np.inf))
     assert torch.equal(pa, pb) and all(torch.equal(x[0], y[0]) for x, y in zip(a, b, strict=True))
+    optimize(w0, tg, coords, arch, 3, 3e-3, workers=1, step="compiled", pixel_fraction=0.99)
+    optimize(w0, tg, coords, arch, 3, 3e-3, workers=1, step="compiled", pixel_fraction=0.5)
+    assert warmed == [0, 32], warmed
 
 
 def test_the_compiled_subsampled_graphs_are_compiled_once(photos):
