@@ -82,8 +82,15 @@ def atomic_dir(final: str | Path, kind: str | None = None, overwrite: bool = Fal
             if foreign:  # added while this command ran (``claim`` checked before it started)
                 raise InputError(f"{final}: {outputs.foreign_message(final, foreign)}; refusing to replace it")
             old = outputs.make_temp_dir(final, ".old")
-            os.replace(final, old)  # onto the empty temp folder: atomic
-            os.replace(tmp, final)
+            try:
+                os.replace(final, old)  # onto the empty temp folder: atomic
+                os.replace(tmp, final)
+            except BaseException:  # an interrupt between the renames: the old output goes back
+                if not (final.exists() or final.is_symlink()):
+                    os.replace(old, final)
+                with contextlib.suppress(OSError):
+                    old.rmdir()  # still the empty temp folder
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)

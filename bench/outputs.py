@@ -30,8 +30,8 @@ It also holds a lock beside the output (``.<name>.inrbench-lock``, ``fcntl.flock
 command's duration: a second writer of the same output is refused with the first one's pid,
 and a lock left by a dead process is taken over (the kernel drops it with the process).
 Under the lock, temporary siblings left by killed runs of a command writing the same output
-(``.<name>.inrbench-*.partial|scratch|old|tmp``: names only this project makes, and the
-untagged ``.<name>.XXXXXXXX.partial|scratch`` of inr-bench 0.1) are removed.
+(``.<name>.inrbench-XXXXXXXX.partial|scratch|old|tmp``: names only this project makes) are
+removed, except a replaced output (``.old``) whose new output never arrived: it is put back.
 """
 
 from __future__ import annotations
@@ -417,16 +417,24 @@ def temp_name(out: Path, suffix: str) -> str:
 
 
 def _is_stale_temp(name: str, out: Path) -> bool:
-    if name.startswith(f".{out.name}.{TEMP_TAG}") and name.endswith(TEMP_SUFFIXES):
-        return True
-    # inr-bench 0.1 named them ".<name>.<8 mkdtemp characters>.partial|scratch" (untagged)
-    return re.fullmatch(re.escape(f".{out.name}.") + r"[a-z0-9_]{8}\.(partial|scratch)", name) is not None
+    """Exactly the names ``temp_name`` + ``tempfile`` make (8 random characters): nothing else."""
+    suffixes = "|".join(re.escape(x) for x in TEMP_SUFFIXES)
+    return re.fullmatch(re.escape(f".{out.name}.{TEMP_TAG}") + rf"[a-z0-9_]{{8}}({suffixes})", name) is not None
 
 
 def remove_stale_temps(out: Path) -> list[Path]:
-    """Remove temporaries beside ``out`` left by killed writers of ``out``; call under its lock."""
+    """Remove temporaries beside ``out`` left by killed writers of ``out``; call under its lock.
+
+    An ``.old`` folder is a replaced output: when ``out`` is missing (a replace was killed between
+    its two renames) it is put back at ``out`` instead of being removed.
+    """
     removed = []
     with contextlib.suppress(FileNotFoundError):
+        olds = sorted((c for c in out.parent.iterdir() if c.name.endswith(".old") and _is_stale_temp(c.name, out)
+                       and c.is_dir() and not c.is_symlink() and any(c.iterdir())),
+                      key=lambda c: c.stat().st_mtime, reverse=True)
+        if olds and not (out.exists() or out.is_symlink()):
+            os.replace(olds[0], out)
         for c in out.parent.iterdir():
             if _is_stale_temp(c.name, out):
                 if c.is_dir() and not c.is_symlink():

@@ -221,22 +221,19 @@ def test_stale_lock_of_a_dead_process_is_taken_over(world, capsys):
 
 def test_killed_runs_leftovers_are_removed_but_nothing_else(world, capsys):
     """A killed prepare leaves .partial/.scratch folders: the next run of that command removes them."""
-    leftovers = [world / ".p.inrbench-x1.partial", world / ".p.inrbench-x2.scratch"]
+    leftovers = [world / ".p.inrbench-x1abcdef.partial", world / ".p.inrbench-x2_bcdef.scratch"]
     for d in leftovers:
         d.mkdir()
         (d / "pixels.npy").write_bytes(b"0" * 1000)
-    (world / ".p.inrbench-x3.tmp").write_bytes(b"half")
-    legacy = world / ".p.k2j_9x0a.scratch"  # inr-bench 0.1's untagged name
-    legacy.mkdir()
-    leftovers.append(legacy)
-    mine = [world / ".p.old", world / ".p.partial", world / ".q.inrbench-x.partial",  # not this output's temps
-            world / ".p.my-notes.partial"]
+    (world / ".p.inrbench-x3abcdef.tmp").write_bytes(b"half")
+    mine = [world / ".p.old", world / ".p.partial", world / ".q.inrbench-x1abcdef.partial",  # not this output's
+            world / ".p.my-notes.partial", world / ".p.k2j_9x0a.scratch"]  # temps (untagged: the user's)
     for m in mine:
         m.mkdir()
     rc, _, err = run_cli(capsys, "prepare", "synthetic", "--out", f"{world}/p", "--size", "8", "--per-class", "2",
                          "--num-classes", "2")
     assert rc == 0, err
-    assert not any(d.exists() for d in leftovers) and not (world / ".p.inrbench-x3.tmp").exists()
+    assert not any(d.exists() for d in leftovers) and not (world / ".p.inrbench-x3abcdef.tmp").exists()
     assert all(m.is_dir() for m in mine)
 
 

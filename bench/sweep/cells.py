@@ -113,7 +113,7 @@ def _opt(argv: list[str], name: str, val: Any) -> None:
 class Cell:
     """Fields every cell has.
 
-    id: unique, ``[A-Za-z0-9._-]+`` (it is the cell's folder name).
+    id: unique, ``[A-Za-z0-9][A-Za-z0-9._-]*`` (it is the cell's folder name).
     needs: extra dependencies beyond the reference fields.
     args: extra ``--flag value`` pairs appended to the line (``True`` -> bare flag); on a kind with a
       ``COMMAND``, never one the kind sets itself (``check_args``).

@@ -60,7 +60,7 @@ from bench.errors import InputError
 from bench.outputs import claim
 from bench.sweep import layout
 from bench.sweep.cells import Cell, EncodeCell, Rendezvous
-from bench.sweep.spec import SweepConfig
+from bench.sweep.spec import ID_RE, SweepConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 FINAL = ("ok", "skip")
@@ -75,6 +75,9 @@ class SweepContext:
     rendezvous: Rendezvous = field(default_factory=Rendezvous)
 
     def cell_dir(self, cell_id: str) -> Path:
+        # the folder is emptied before the cell runs: an id of "." or ".." would name a parent
+        if not ID_RE.match(cell_id):
+            raise InputError(f"cell id {cell_id!r} is not a folder name ({ID_RE.pattern})")
         return self.out / layout.CELLS_DIR / cell_id
 
     def shared_dir(self, name: str) -> Path:

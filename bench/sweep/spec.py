@@ -23,7 +23,7 @@ command-line value fills every such cell on the sweep's device that does not set
 itself (a cell pinned to ``device: cpu`` in a GPU sweep stays one process). ``nnodes > 1``
 needs the rendezvous endpoint (``--rdzv-endpoint HOST:PORT``), else an ``InputError``.
 
-Rules: ids are unique and ``[A-Za-z0-9._-]+``; a cell may only reference cells declared
+Rules: ids are unique and ``[A-Za-z0-9][A-Za-z0-9._-]*``; a cell may only reference cells declared
 before it (so file order is a valid run order and there are no cycles); ``data`` must name a
 ``prepare`` cell and ``store``/``stores`` ``encode`` cells (``stores`` items may be globs
 over ids). The sweep's ``name`` (default: the file's stem) is a plain file name: it names the default
@@ -52,7 +52,7 @@ from typing import Any
 from bench.errors import InputError
 from bench.sweep.cells import KINDS, Cell, DistributedCell, Rendezvous, check_args, check_name
 
-ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a folder name: never ".", ".." or hidden
 DEVICES = ("cpu", "cuda")
 TOP_KEYS = {"name", "description", "device", "report", "defaults", "cells"}
 LABEL = "label"  # a matrix dict item's key that only names the item (in the id template)
