@@ -25,7 +25,6 @@ exception: the first batch ever on a device builds the normalization constants
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -33,17 +32,11 @@ import torch
 from bench.datasets.identity import check_store_source
 from bench.datasets.prepared import PreparedDataset
 from bench.errors import InputError
-from pipelines.base import Batch, Pipeline, PipelineConfig, Unavailable, register
-from pipelines.crops import (
-    Crops,
-    batch_slices,
-    crop_theta,
-    normalize_,
-    sample_crops,
-    to_device,
-)
+from pipelines.base import PipelineConfig, Unavailable, register
+from pipelines.crops import Crops, crop_theta, normalize_, to_device
+from pipelines.device_epoch import DeviceEpochPipeline
 from pipelines.inr_decode import SirenDecoder
-from pipelines.shard import config_epoch, held_samples, num_batches
+from pipelines.shard import held_samples
 
 
 def inside_mask(theta: torch.Tensor, size: int) -> torch.Tensor:
@@ -56,7 +49,7 @@ def inside_mask(theta: torch.Tensor, size: int) -> torch.Tensor:
 
 
 @register("inr")
-class InrPipeline(Pipeline):
+class InrPipeline(DeviceEpochPipeline):
     """Holds the ``inr.store.StoredINR`` (quantized weights, labels) on ``config.device``: all the images,
     or the rank's fixed shard (``shard.held_samples``; image ``k`` held is sample ``held[k]``)."""
 
@@ -88,11 +81,6 @@ class InrPipeline(Pipeline):
         # Compiled on the CPU: the polynomial sine (fused, ~3e-5 from torch.sin); CUDA's sine is already cheap.
         fast = config.compile and self.device.type == "cpu"
         self.decoder = SirenDecoder(self.stored.arch, config.augment.size, self.device, compile=config.compile, fast_sine=fast)
-        self.epoch = 0
-
-    def __len__(self) -> int:
-        """Batches per epoch on this rank (``pipelines.shard``: the same on every rank)."""
-        return num_batches(self.n, self.config)
 
     def decode(self, idx: torch.Tensor, crops: Crops) -> torch.Tensor:
         """Images ``idx`` int64 ``[B]`` decoded at ``crops``: float ``[B, 3, size, size]`` in [0, 1].
@@ -106,18 +94,8 @@ class InrPipeline(Pipeline):
             x = x.mul_(inside_mask(theta, self.config.augment.size))
         return x
 
-    def __iter__(self) -> Iterator[Batch]:
-        if self.stored is None:
-            raise RuntimeError("inr pipeline is closed")
-        cfg, aug = self.config, self.config.augment
-        part = config_epoch(self.n, cfg, self.epoch)
-        self.epoch += 1
-        order = to_device(part.positions, self.device)
-        for sl in batch_slices(order.numel(), cfg.batch_size, cfg.drop_last):
-            idx = order[sl]
-            crops = sample_crops(aug, idx.numel(), self.height, self.width, part.generator)
-            x = self.decode(idx, crops)
-            yield Batch(images=normalize_(x, aug, value_range=1.0), labels=self.labels[idx])
+    def render(self, positions: torch.Tensor, positions_dev: torch.Tensor, crops: Crops) -> torch.Tensor:
+        return normalize_(self.decode(positions_dev, crops), self.config.augment, value_range=1.0)
 
     def close(self) -> None:
         self.stored = None

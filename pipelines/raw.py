@@ -14,22 +14,16 @@ the first batch ever on a device builds the normalization constants (``crops.nor
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from bench.datasets.prepared import PreparedDataset
-from pipelines.base import Batch, Pipeline, PipelineConfig, register
-from pipelines.crops import (
-    batch_slices,
-    normalize_,
-    sample_crops,
-    to_device,
-    warp,
-)
-from pipelines.shard import config_epoch, held_samples, num_batches
+from pipelines.base import PipelineConfig, register
+from pipelines.crops import Crops, normalize_, warp
+from pipelines.device_epoch import DeviceEpochPipeline
+from pipelines.shard import held_samples
 
 LOAD_CHUNK_BYTES = 256 << 20  # host memory one step of ``load_nchw`` holds
 
@@ -53,7 +47,7 @@ def load_nchw(images: np.ndarray, rows: np.ndarray | None, device: torch.device)
 
 
 @register("raw")
-class RawPipeline(Pipeline):
+class RawPipeline(DeviceEpochPipeline):
     """Holds ``images`` uint8 ``[M, 3, H, W]`` and ``labels`` int64 ``[M]`` on ``config.device``: the held
     samples (``shard.held_samples``: all ``N``, or the rank's fixed shard)."""
 
@@ -67,24 +61,10 @@ class RawPipeline(Pipeline):
         self.images: torch.Tensor | None = load_nchw(split.images, rows, self.device)
         self.labels: torch.Tensor | None = torch.from_numpy(np.asarray(split.labels)[held]).to(self.device)
         self.height, self.width = split.image_size
-        self.epoch = 0
 
-    def __len__(self) -> int:
-        """Batches per epoch on this rank (``pipelines.shard``: the same on every rank)."""
-        return num_batches(self.n, self.config)
-
-    def __iter__(self) -> Iterator[Batch]:
-        if self.images is None or self.labels is None:
-            raise RuntimeError("raw pipeline is closed")
-        cfg, aug = self.config, self.config.augment
-        part = config_epoch(self.n, cfg, self.epoch)
-        self.epoch += 1
-        order = to_device(part.positions, self.device)
-        for sl in batch_slices(order.numel(), cfg.batch_size, cfg.drop_last):
-            idx = order[sl]
-            crops = sample_crops(aug, idx.numel(), self.height, self.width, part.generator)
-            x = warp(self.images[idx].float(), crops, aug)
-            yield Batch(images=normalize_(x, aug), labels=self.labels[idx])
+    def render(self, positions: torch.Tensor, positions_dev: torch.Tensor, crops: Crops) -> torch.Tensor:
+        """Gather the held pixels, crop/flip/resize in one ``grid_sample``, normalize."""
+        return normalize_(warp(self.images[positions_dev].float(), crops, self.config.augment), self.config.augment)
 
     def close(self) -> None:
         self.images = None

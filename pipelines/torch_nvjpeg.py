@@ -59,7 +59,7 @@ grey blocks), is refused naming the file, before anything is decoded.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,16 +68,11 @@ import torch
 
 from bench.datasets.prepared import PreparedDataset
 from bench.errors import InputError
-from pipelines.base import Batch, Pipeline, PipelineConfig, Unavailable, installed_version, register
-from pipelines.crops import (
-    batch_slices,
-    normalize_,
-    sample_crops,
-    to_device,
-    warp,
-)
+from pipelines.base import PipelineConfig, Unavailable, installed_version, register
+from pipelines.crops import Crops, normalize_, warp
+from pipelines.device_epoch import DeviceEpochPipeline
 from pipelines.jpeg_header import check_jpeg_bytes, jpeg_bytes_per_image, too_long
-from pipelines.shard import config_epoch, held_samples, num_batches
+from pipelines.shard import held_samples
 
 
 def read_jpegs(paths: tuple[Path, ...], size: tuple[int, int]) -> list[torch.Tensor]:
@@ -166,7 +161,7 @@ def _reason(e: Exception) -> str:
 
 
 @register("torch-nvjpeg")
-class TorchNvjpegPipeline(Pipeline):
+class TorchNvjpegPipeline(DeviceEpochPipeline):
     """Holds the split's JPEG files as uint8 tensors on the host and ``labels`` int64 ``[N]`` on the device
     (or only the rank's fixed shard's: ``[M]``, ``shard.held_samples``); ``decoder``: the ``JpegDecoder``
     every batch goes through."""
@@ -192,11 +187,6 @@ class TorchNvjpegPipeline(Pipeline):
         self.labels: torch.Tensor | None = torch.from_numpy(split.labels[held]).to(self.device)
         # CUDA: the decoder runs on its own stream, so that its host sync never waits for training (docstring)
         self.decode_stream = torch.cuda.Stream(self.device) if self.cuda else None
-        self.epoch = 0
-
-    def __len__(self) -> int:
-        """Batches per epoch on this rank (``pipelines.shard``: the same on every rank)."""
-        return num_batches(self.n, self.config)
 
     def _decode_batch(self, idx: list[int]) -> torch.Tensor:
         """uint8 ``[B, 3, H, W]`` on ``config.device`` for the files ``idx``."""
@@ -225,19 +215,9 @@ class TorchNvjpegPipeline(Pipeline):
         return InputError(f"a JPEG of this batch cannot be decoded ({lib}: {_reason(e)})",
                           self.paths[idx[0]].parent)
 
-    def __iter__(self) -> Iterator[Batch]:
-        if self.jpegs is None or self.labels is None:
-            raise RuntimeError("torch-nvjpeg pipeline is closed")
-        cfg, aug = self.config, self.config.augment
-        part = config_epoch(self.n, cfg, self.epoch)
-        self.epoch += 1
-        order = part.positions
-        order_dev = to_device(order, self.device)  # once per epoch, no sync: labels gather on the device
-        for sl in batch_slices(order.numel(), cfg.batch_size, cfg.drop_last):
-            pixels = self._decode_batch(order[sl].tolist())
-            crops = sample_crops(aug, pixels.shape[0], self.height, self.width, part.generator)
-            images = normalize_(warp(pixels.float(), crops, aug), aug)
-            yield Batch(images=images, labels=self.labels[order_dev[sl]])
+    def render(self, positions: torch.Tensor, positions_dev: torch.Tensor, crops: Crops) -> torch.Tensor:
+        aug = self.config.augment
+        return normalize_(warp(self._decode_batch(positions.tolist()).float(), crops, aug), aug)
 
     def close(self) -> None:
         self.jpegs = None
