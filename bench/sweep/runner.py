@@ -11,9 +11,9 @@ Protocol per cell (in file order, which is dependency order):
    dependencies' hashes, the code identity) and ``redo`` does not name it: an interrupted or
    timed-out encode cell continues where it stopped, as ``inrbench encode`` does.
    A dependency that is not ``ok`` -> a ``skip`` marker naming it.
-3. Else the cell's ``process_argv`` (``python -m bench <argv>``; the torchrun line for a cell of
-   ``nproc > 1`` processes) runs with the cell folder as working directory, stdout and
-   stderr to ``stdout.log``/``stderr.log``. Status: rows the cell wrote itself decide first
+3. Else the cell's ``process_argv`` (``python -m bench <argv>``, forked from a server with torch
+   imported, ``bench.sweep.forkserver``; the torchrun line for a cell of ``nproc > 1`` processes)
+   runs with the cell folder as working directory, stdout and stderr to ``stdout.log``/``stderr.log``. Status: rows the cell wrote itself decide first
    (``inrbench bench`` writes a skip row for an ``Unavailable`` pipeline, an error row for a
    crash); otherwise exit 0 -> ok, else error with the tail of stderr.
 4. The marker is written atomically (temp file + rename) after the subprocess has exited.
@@ -42,13 +42,13 @@ past its timeout gets SIGTERM, then SIGKILL after ``KILL_GRACE_S``.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -58,7 +58,7 @@ from typing import Any
 from bench.atomic import atomic_write_json
 from bench.errors import InputError
 from bench.outputs import claim
-from bench.sweep import layout
+from bench.sweep import forkserver, layout
 from bench.sweep.cells import Cell, EncodeCell, Rendezvous
 from bench.sweep.spec import ID_RE, SweepConfig
 
@@ -73,6 +73,7 @@ class SweepContext:
     data_root: Path | None
     cells: dict[str, Cell]
     rendezvous: Rendezvous = field(default_factory=Rendezvous)
+    fork: bool = False  # start ``python -m bench`` cells from the fork server (``bench.sweep.forkserver``)
 
     def cell_dir(self, cell_id: str) -> Path:
         # the folder is emptied before the cell runs: an id of "." or ".." would name a parent
@@ -151,14 +152,6 @@ def _lock(out: Path, data_root: Path | None) -> Iterator[None]:
         yield
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 def stderr_tail(path: Path, lines: int = 3, limit: int = 500) -> str:
     """Last non-empty lines of a log (progress-bar carriage returns split lines), on one line."""
     try:
@@ -200,14 +193,25 @@ def _hand_run_status(cell_dir: Path, output: Path, elsewhere: str) -> tuple[str,
     return ("ok", "") if done else ("skip", elsewhere)
 
 
-def _run_cell(cell: Cell, cmd: list[str], cell_dir: Path) -> tuple[str, str, int | None]:
-    """Execute one cell (``cmd``: its ``process_argv``); returns (status, reason, returncode)."""
+FORK_MIN_CELLS = 3
+
+
+def _forkable(cmd: list[str]) -> bool:
+    return cmd[:3] == [sys.executable, "-m", "bench"]
+
+
+def _run_cell(cell: Cell, cmd: list[str], cell_dir: Path, fork: bool = False) -> tuple[str, str, int | None]:
+    """Execute one cell (``cmd``: its ``process_argv``; ``fork``: from the fork server when it can);
+    returns (status, reason, returncode)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
     with open(cell_dir / "stdout.log", "wb") as so, open(cell_dir / "stderr.log", "wb") as se:
-        proc = subprocess.Popen(cmd, cwd=cell_dir, stdout=so, stderr=se, stdin=subprocess.DEVNULL,
-                                env=env, preexec_fn=_die_with_parent)
+        server = forkserver.server_for(env) if fork and _forkable(cmd) else None
+        proc = server and server.start(cmd[3:], str(cell_dir), so.name, se.name)
+        if proc is None:
+            proc = subprocess.Popen(cmd, cwd=cell_dir, stdout=so, stderr=se, stdin=subprocess.DEVNULL,
+                                    env=env, preexec_fn=forkserver.die_with_parent)
         try:
             rc = proc.wait(timeout=cell.timeout_s)
         except subprocess.TimeoutExpired:
@@ -316,6 +320,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = 
             shutil.rmtree(ctx.shared_dir(EncodeCell.FIT_CACHE), ignore_errors=True)
         if plan is not None:
             plan(summary)
+        # the server pays one interpreter's imports up front: worth it from a few cells on
+        ctx.fork = sum(_forkable(c.process_argv(ctx)) for c in todo) >= FORK_MIN_CELLS
         bar = progress_bar(len(cfg.cells), cfg.name, "cell", enabled=progress, initial=len(summary.kept),
                            dynamic_ncols=True)
         try:
@@ -330,6 +336,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = 
                 bar.update(1)
         finally:
             bar.close()
+            forkserver.close()
         if not todo:
             layout.write_merged(out)
     summary.status = {k: v[0] for k, v in status.items()}
@@ -394,7 +401,7 @@ def _do_cell(cell: Cell, ctx: SweepContext, h: str, status: dict[str, tuple[str,
             marker["elsewhere"] = True
     else:
         atomic_write_json(cell_dir / layout.ATTEMPT, {"resume_key": resume_key, "started_utc": started})
-        st, reason, rc = _run_cell(cell, cell.process_argv(ctx), cell_dir)
+        st, reason, rc = _run_cell(cell, cell.process_argv(ctx), cell_dir, ctx.fork)
     wall = time.perf_counter() - t0
     marker.update({"status": st, "reason": reason, "returncode": rc, "wall_s": wall,
                    "started_utc": started})
