@@ -354,17 +354,19 @@ def _read_rows_csv(path: Path):
     return df
 
 
-# An ok row's duration or rate is a finite number in [0, MAX_MEASURED] (1e308 s overflowed the report's
-# ratios); an epoch's time and throughput are > 0 (a zero dropped the run from the speedup).
-MEASURED_UNITS = ("s", "img/s", "img/cpu-s")
-MAX_MEASURED = 1e12
+# An ok row of the timing protocol's clock readings is a finite number in [0, MAX_MEASURED] (1e308 s
+# overflowed the report's ratios); an epoch's time and throughput are > 0 (a zero dropped the run from the
+# speedup). Not the monitors' CPU seconds: a process tree's CPU time can shrink as a worker exits.
 POSITIVE_METRICS = ("epoch_s", "warmup_epoch_s", "measured_s", "images_per_s", "warmup_images_per_s")
+TIMED_METRICS = (*POSITIVE_METRICS, "build_s", "ttfb_s", "time_to_first_batch_s", "first_batch_s", "data_wait_s",
+                 "compute_s", "replay_cache_s", "eval_s")
+MAX_MEASURED = 1e12
 FIX = "delete this run's folder or restore the file"
 
 
 def _check_values(df, path: Path) -> None:
     """Refuse (one ``InputError`` naming the file and line) a numeric column holding text or a fraction
-    where an integer belongs, and an ok row's duration or rate that cannot be a measurement."""
+    where an integer belongs, and an ok row's clock reading that cannot be a measurement."""
     import numpy as np
     import pandas as pd
 
@@ -381,7 +383,7 @@ def _check_values(df, path: Path) -> None:
                              f"{FIX}", path)
     v = pd.to_numeric(df["value"]).to_numpy(dtype=np.float64)
     ok = df["status"].eq("ok").fillna(False).to_numpy(dtype=bool)
-    timed = ok & df["unit"].isin(MEASURED_UNITS).fillna(False).to_numpy(dtype=bool) & ~np.isnan(v)
+    timed = ok & df["metric"].isin(TIMED_METRICS).fillna(False).to_numpy(dtype=bool) & ~np.isnan(v)
     with np.errstate(invalid="ignore"):
         positive = df["metric"].isin(POSITIVE_METRICS).fillna(False).to_numpy(dtype=bool)
         bad = timed & ((v < 0) | (v > MAX_MEASURED) | (positive & (v == 0)))
