@@ -350,7 +350,48 @@ def _read_rows_csv(path: Path):
     if versions and not versions <= set(READABLE_SCHEMA_VERSIONS):
         raise InputError(f"results schema_version {sorted(versions)}, this inrbench reads "
                          f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}", path)
+    _check_values(df, path)
     return df
+
+
+# An ok row of the timing protocol's clock readings is a finite number in [0, MAX_MEASURED] (1e308 s
+# overflowed the report's ratios); an epoch's time and throughput are > 0 (a zero dropped the run from the
+# speedup). Not the monitors' CPU seconds: a process tree's CPU time can shrink as a worker exits.
+POSITIVE_METRICS = ("epoch_s", "warmup_epoch_s", "measured_s", "images_per_s", "warmup_images_per_s")
+TIMED_METRICS = (*POSITIVE_METRICS, "build_s", "ttfb_s", "time_to_first_batch_s", "first_batch_s", "data_wait_s",
+                 "compute_s", "replay_cache_s", "eval_s")
+MAX_MEASURED = 1e12
+FIX = "delete this run's folder or restore the file"
+
+
+def _check_values(df, path: Path) -> None:
+    """Refuse (one ``InputError`` naming the file and line) a numeric column holding text or a fraction
+    where an integer belongs, and an ok row's clock reading that cannot be a measurement."""
+    import numpy as np
+    import pandas as pd
+
+    for col, dtype in CORE_COLUMNS.items():
+        if dtype == "string":
+            continue
+        num = pd.to_numeric(df[col], errors="coerce")
+        bad = df[col].notna() & (num.isna() | ((num % 1 != 0) if dtype == "Int64" else False))
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            x = df[col].iloc[i]
+            shown = repr(x) if isinstance(x, str) else f"{x:g}"
+            raise InputError(f"line {i + 2}: {col} {shown} is not {'an integer' if dtype == 'Int64' else 'a number'}; "
+                             f"{FIX}", path)
+    v = pd.to_numeric(df["value"]).to_numpy(dtype=np.float64)
+    ok = df["status"].eq("ok").fillna(False).to_numpy(dtype=bool)
+    timed = ok & df["metric"].isin(TIMED_METRICS).fillna(False).to_numpy(dtype=bool) & ~np.isnan(v)
+    with np.errstate(invalid="ignore"):
+        positive = df["metric"].isin(POSITIVE_METRICS).fillna(False).to_numpy(dtype=bool)
+        bad = timed & ((v < 0) | (v > MAX_MEASURED) | (positive & (v == 0)))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        need = "> 0" if positive[i] else ">= 0"
+        raise InputError(f"line {i + 2}: {df['metric'].iloc[i]} {v[i]:g} {df['unit'].iloc[i]} is not a measurement "
+                         f"(a finite number {need}, at most {MAX_MEASURED:g}); {FIX}", path)
 
 
 def _check_records(path: Path) -> None:
@@ -390,9 +431,23 @@ def read_results(out: str | Path):
     files = sorted((out / RUNS_DIR).glob(f"*/{ROWS_FILE}"))
     if not files:
         raise InputError(f"no results (no {RUNS_DIR}/*/{ROWS_FILE}; run `inrbench bench --out {out}`)", out)
-    df = pd.concat([_read_rows_csv(f) for f in files], ignore_index=True)
+    frames, seen = [], {}
+    for f in files:
+        frames.append(_read_rows_csv(f))
+        for rid in frames[-1]["run_id"].dropna().unique():
+            if seen.setdefault(rid, f) != f:  # counted twice, it would narrow every interval
+                raise InputError(f"holds run {rid}, as {seen[rid]} does (a copied run folder?): a run is "
+                                 "counted once; delete one of them", f)
+    df = pd.concat(frames, ignore_index=True)
     cfg_cols = sorted(c for c in df.columns if c.startswith(CFG_PREFIX))
     return _apply_dtypes(df[list(CORE_COLUMNS) + cfg_cols].copy())
+
+
+def check_results(out: str | Path) -> None:
+    """The runs already under ``out`` read (``read_results``'s checks): a ``bench`` appending to a folder
+    whose rows the views and the report cannot read is refused before it measures, not after."""
+    if any((Path(out) / RUNS_DIR).glob(f"*/{ROWS_FILE}")):
+        read_results(out)
 
 
 def rebuild_views(out: str | Path) -> None:

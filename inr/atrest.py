@@ -81,10 +81,14 @@ def unpack(data: bytes, path: str | Path = "") -> tuple[bytes, dict]:
         raise InputError(f"packed INR store {what}: expected {want_len} compressed bytes, file has {len(blob)}", path)
     if zlib.crc32(blob) & 0xFFFFFFFF != want_crc:
         raise InputError("packed INR store: checksum mismatch in the compressed data: file is corrupt", path)
-    try:
-        store_bytes = lzma.decompress(blob)
+    want = header.get("store_length")
+    if type(want) is not int or want < 0:
+        raise InputError(f"packed INR store header is inconsistent (store_length {want!r})", path)
+    try:  # at most one byte past the recorded length: a file that inflates further is refused in bounded memory
+        dec = lzma.LZMADecompressor()
+        store_bytes = dec.decompress(blob, max_length=want + 1)
     except lzma.LZMAError as e:
         raise InputError(f"packed INR store: cannot decompress ({e}): file is corrupt", path) from None
-    if len(store_bytes) != header.get("store_length") or hashlib.sha256(store_bytes).hexdigest() != header.get("store_sha256"):
+    if len(store_bytes) != want or not dec.eof or hashlib.sha256(store_bytes).hexdigest() != header.get("store_sha256"):
         raise InputError("packed INR store: the decompressed store does not match its recorded length / sha256", path)
     return store_bytes, header

@@ -30,10 +30,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.atomic import create_marked_dir
+from bench.atomic import atomic_write_bytes, create_marked_dir
 from bench.datasets.prepared import sha256_array
 from bench.errors import InputError
-from inr import store
+from inr import atrest, store
 from inr.fit import (
     FitConfig,
     FitResult,
@@ -62,6 +62,7 @@ class EncodeConfig:
     qat_iterations: int = 0
     qat_lr: float = 1e-4
     shard_size: int = 1024
+    at_rest: str | None = None  # the store is written packed (inr.atrest); not part of what the fit depends on
 
     def __post_init__(self) -> None:
         if len(self.quant.bits) != self.fit.arch.num_linear:
@@ -71,6 +72,8 @@ class EncodeConfig:
                              f"{self.qat_iterations}")
         if not 0 < self.qat_lr < float("inf"):
             raise ValueError(f"qat_lr must be > 0 and finite, got {self.qat_lr}")
+        if self.at_rest is not None and self.at_rest not in atrest.CODECS:
+            raise ValueError(f"unknown at-rest codec {self.at_rest!r} (known: {', '.join(atrest.CODECS)})")
 
     def to_dict(self) -> dict:
         return {
@@ -416,10 +419,24 @@ def merge_work(sp: _Split, cfg: EncodeConfig, out: Path, source, keep_work: bool
     if cfg.fit.target_psnr:
         heads = [store.read_header(p) for p in paths]
         meta["early_stop"] = early_stop_record([(h["num_images"], h["meta"].get("stages", {})) for h in heads], cfg.fit)
-    merge_stores(out, paths, cfg.fit.arch, (h, w), cfg.quant.bits, cfg.quant.per_channel, meta, labels=sp.labels)
+    write_final(out, sp.work, cfg.at_rest, lambda path: merge_stores(
+        path, paths, cfg.fit.arch, (h, w), cfg.quant.bits, cfg.quant.per_channel, meta, labels=sp.labels))
     if not keep_work:
         shutil.rmtree(sp.work, ignore_errors=True)
     return out
+
+
+def write_final(out: Path, work: Path, at_rest: str | None, write: Callable[[Path], object]) -> None:
+    """``write(path)`` writes the store; to ``out`` itself, or, packed at rest, to the work folder first, and
+    only its complete packed form is renamed to ``out`` (a run killed while packing leaves the work folder to
+    resume from and nothing at ``out``)."""
+    if not at_rest:
+        write(out)
+        return
+    staged = work / "store.inr"
+    write(staged)
+    atomic_write_bytes(out, atrest.pack(staged.read_bytes(), at_rest))
+    staged.unlink()
 
 
 def early_stop_record(shards: list[tuple[int, dict]], fit_cfg: FitConfig) -> dict:

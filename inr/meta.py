@@ -14,7 +14,7 @@ one that reaches random init's PSNR soonest on those images.
 
 Only the *train* split is ever read (``meta_init_dataset`` asserts it): a learned init that has
 seen test images would leak them into every encode that starts from it. The file records which
-split and how many images trained it; ``inrbench encode --init`` records the file's sha256.
+split and how many images trained it; ``inrbench encode --init`` records its sha256 (``content_sha256``).
 
 File: ``torch.save`` of ``{"format", "arch", "weights": [(W [1, in, out], b [1, 1, out])], "meta"}``,
 read back with ``weights_only=True``.
@@ -72,7 +72,7 @@ class MetaConfig:
 
 @dataclass
 class LearnedInit:
-    """weights: float32 ``[(W [1, in, out], b [1, 1, out])]``; sha256 of the file it came from (or '')."""
+    """weights: float32 ``[(W [1, in, out], b [1, 1, out])]``; its ``content_sha256`` (or '')."""
 
     arch: SirenArch
     weights: Weights
@@ -274,21 +274,41 @@ def select_init(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig,
 
 
 def save_init(path: str | Path, arch: SirenArch, weights: Weights, meta: dict) -> str:
-    """Write the init file (atomically); returns its sha256. The caller claims ``path`` (bench.outputs)."""
+    """Write the init file (atomically); returns its ``content_sha256``. The caller claims ``path`` (bench.outputs)."""
     import io
 
     from bench.atomic import atomic_write_bytes
 
     buf = io.BytesIO()
-    torch.save({"format": FORMAT, "arch": arch.to_dict(), "meta": meta,
-                "weights": [(W.detach().cpu().contiguous(), b.detach().cpu().contiguous()) for W, b in weights]}, buf)
-    data = buf.getvalue()
-    atomic_write_bytes(path, data)
-    return hashlib.sha256(data).hexdigest()
+    d = {"format": FORMAT, "arch": arch.to_dict(), "meta": meta,
+         "weights": [(W.detach().cpu().contiguous(), b.detach().cpu().contiguous()) for W, b in weights]}
+    torch.save(d, buf)
+    atomic_write_bytes(path, buf.getvalue())
+    return content_sha256(d)
 
 
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def _untimed(x):
+    """``x`` without its timings (keys ``seconds`` and ``*_seconds``, at any depth)."""
+    if isinstance(x, dict):
+        return {k: _untimed(v) for k, v in x.items() if not (k == "seconds" or str(k).endswith("_seconds"))}
+    if isinstance(x, list | tuple):
+        return [_untimed(v) for v in x]
+    return x
+
+
+def content_sha256(d: dict) -> str:
+    """An init file's identity (``LearnedInit.sha256``, recorded by ``encode --init``): the sha256 of its
+    format, architecture, record without timings and weights' bytes, so identical runs give one hash (the
+    file's own bytes differ by the timings its record keeps)."""
+    import json
+
+    h = hashlib.sha256(json.dumps({"format": d.get("format"), "arch": d.get("arch"), "meta": _untimed(d.get("meta", {})),
+                                   "weights": [[(str(t.dtype), list(t.shape)) for t in wb] for wb in d["weights"]]},
+                                  sort_keys=True, default=str).encode())
+    for wb in d["weights"]:
+        for t in wb:
+            h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
 def load_init(path: str | Path, arch: SirenArch | None = None, expect_sha256: str = "") -> LearnedInit:
@@ -301,9 +321,6 @@ def load_init(path: str | Path, arch: SirenArch | None = None, expect_sha256: st
         data = p.read_bytes()
     except OSError as e:
         raise InputError(f"cannot read the init file: {e.strerror or e}", p) from None
-    sha = hashlib.sha256(data).hexdigest()
-    if expect_sha256 and sha != expect_sha256:
-        raise InputError(f"init file has sha256 {sha[:12]}..., not the {expect_sha256[:12]}... recorded for this encode", p)
     import io
 
     try:
@@ -312,6 +329,12 @@ def load_init(path: str | Path, arch: SirenArch | None = None, expect_sha256: st
         d = None
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise InputError("not a learned initialization written by `inrbench meta-init`", p)
+    try:
+        sha = content_sha256(d)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise InputError("init file's weights are not a list of (W, b) tensors", p) from None
+    if expect_sha256 and sha != expect_sha256:
+        raise InputError(f"init file has sha256 {sha[:12]}..., not the {expect_sha256[:12]}... recorded for this encode", p)
     got = SirenArch.from_dict(d["arch"])
     if arch is not None and got != arch:
         raise InputError(f"init file is for {got.layers}x{got.hidden} (w0_first {got.w0_first:g}, w0 {got.w0:g}), "

@@ -39,6 +39,7 @@ from inr.encode import (
     fresh_work,
     kept_note,
     resume_line,
+    write_final,
 )
 from inr.quantize import QLayer
 
@@ -182,5 +183,6 @@ def _assemble(out: Path, work: Path, shards: list[NativeShard], labels: np.ndarr
         from inr.meta import init_record
 
         meta["init"] = init_record(cfg.fit.init, cfg.fit.init_sha256)
-    store.save(out, cfg.fit.arch, tuple(sizes[0]), labels, layers, psnr=psnr, meta=meta,
-               per_channel=cfg.quant.per_channel, image_sizes=sizes)
+    write_final(out, work, cfg.at_rest, lambda path: store.save(
+        path, cfg.fit.arch, tuple(sizes[0]), labels, layers, psnr=psnr, meta=meta,
+        per_channel=cfg.quant.per_channel, image_sizes=sizes))

@@ -29,9 +29,8 @@ from pathlib import Path
 
 import torch
 
-from bench.datasets.identity import check_store_source
+from bench.datasets.identity import check_store_shape, check_store_source
 from bench.datasets.prepared import PreparedDataset
-from bench.errors import InputError
 from pipelines.base import PipelineConfig, Unavailable, register
 from pipelines.crops import Crops, crop_theta, normalize_, to_device
 from pipelines.device_epoch import DeviceEpochPipeline
@@ -67,11 +66,7 @@ class InrPipeline(DeviceEpochPipeline):
         self.stored = load(Path(store), self.device if config.resident == "all" else "cpu")
         split = data.split(config.split)
         n = len(split)
-        if int(self.stored.labels.shape[0]) != n or tuple(self.stored.image_size) != split.image_size:
-            raise InputError(
-                f"store holds {self.stored.labels.shape[0]} images of {self.stored.image_size}, "
-                f"split {config.split!r} has {n} of {split.image_size}", store,
-            )
+        check_store_shape(self.stored, n, split.image_size, store)
         check_store_source(self.stored, data, config.split, allow_unverified=config.allow_unverified_store)
         if config.resident != "all":
             self.stored = self.stored.select(held_samples(n, config), self.device)

@@ -11,7 +11,7 @@ from bench.errors import InputError
 from inr import atrest, store
 from inr.quantize import QuantConfig, quantize
 from inr.siren import SirenArch
-from tests.cli_helpers import run_cli
+from tests.cli_helpers import assert_one_line_error, run_cli
 
 
 @pytest.fixture()
@@ -85,3 +85,63 @@ def test_encode_at_rest_and_inspect(tmp_path, capsys):
                          "--no-progress", "--overwrite", "--out", str(out))
     assert rc == 0, err
     assert not atrest.is_packed(out.read_bytes())
+
+
+def _packed_file(store_bytes: bytes, recorded_length: int) -> bytes:
+    """A packed file of ``store_bytes`` whose header records ``recorded_length`` (checksums right)."""
+    import hashlib
+    import json
+    import lzma
+    import zlib
+
+    blob = lzma.compress(store_bytes, preset=0)
+    h = json.dumps({"codec": "lzma", "preset": "0", "store_length": recorded_length,
+                    "store_sha256": hashlib.sha256(store_bytes).hexdigest(), "packed_length": len(blob),
+                    "packed_crc32": zlib.crc32(blob) & 0xFFFFFFFF}).encode()
+    return atrest.PREFIX.pack(atrest.MAGIC, atrest.PACK_VERSION, len(h), zlib.crc32(h) & 0xFFFFFFFF) + h + blob
+
+
+def test_a_packed_file_that_inflates_past_its_recorded_length_is_refused_in_bounded_memory(tmp_path, capsys):
+    """64 MB of zeros pack to ~10 KB; a header recording 4 KB: refused after decompressing at most 4 KB + 1
+    (an unbounded ``lzma.decompress`` held all 64 MB: a 469 KB file drove ``inspect`` to 3.2 GB)."""
+    import tracemalloc
+
+    data = _packed_file(b"INRSTORE" + bytes(64 << 20), 4096)
+    assert len(data) < 100_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match="does not match its recorded length"):
+            atrest.unpack(data, "bomb.inrz")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, f"peak {peak / 2**20:.1f} MiB while unpacking"
+    (tmp_path / "bomb.inr").write_bytes(data)
+    rc, _, err = run_cli(capsys, "inspect", str(tmp_path / "bomb.inr"))
+    assert_one_line_error(rc, err, "bomb.inr: packed INR store: the decompressed store does not match")
+
+
+def test_encode_at_rest_killed_while_packing_leaves_nothing_at_out_and_resumes(tmp_path, capsys, monkeypatch):
+    """Ctrl-C while the store is being packed: nothing at ``--out`` (was the unpacked store, and the rerun
+    refused it as "already exists"); the shards stay in the work folder and the rerun completes, packed."""
+    from bench.datasets.prepare import prepare_dataset
+
+    root = prepare_dataset("photos", tmp_path / "p16", size=16, per_class=2)
+    out = tmp_path / "s.inr"
+    argv = ["encode", str(root), "--preset", "demo", "--iterations", "5", "--bits", "8", "--at-rest", "lzma",
+            "--no-progress", "--out", str(out)]
+    real = atrest.pack
+
+    def killed(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atrest, "pack", killed)
+    rc, _, err = run_cli(capsys, *argv)
+    assert rc == 130, err
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["p16", "s.inr.work"]
+    monkeypatch.setattr(atrest, "pack", real)
+    rc, text, err = run_cli(capsys, *argv)
+    assert rc == 0, err
+    assert "resuming, 1 of 1 shards already fitted" in text
+    assert atrest.is_packed(out.read_bytes()) and store.load(out).num_images == 8
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p16", "s.inr"]

@@ -124,6 +124,32 @@ def folder_named_jpg(src, tmp, mp):
     return "imagefolder", [], src / "cat" / "dir.jpg"
 
 
+def _float_tiff(path: Path, value: float, corner: float | None = 0.0) -> Path:
+    """A 12x12 float32 (PIL mode F) TIFF of ``value`` everywhere but its first pixel, ``corner``."""
+    a = np.full((12, 12), value, np.float32)
+    a[0, 0] = value if corner is None else corner
+    Image.fromarray(a, "F").save(path)
+    return path
+
+
+def float_tiff_out_of_range(src, tmp, mp):
+    write_imagefolder(src, per_class=3)
+    return "imagefolder", [], _float_tiff(src / "cat" / "f.tif", 200.0)
+
+
+def float_tiff_nan(src, tmp, mp):
+    write_imagefolder(src, per_class=3)
+    return "imagefolder", [], _float_tiff(src / "cat" / "f.tif", float("nan"))
+
+
+def class_of_unreadable_files(src, tmp, mp):
+    """``--on-error skip`` and a class whose only file is unreadable: it was kept, empty (every label 1)."""
+    write_imagefolder(src, classes=("dog",), per_class=3)
+    (src / "cat").mkdir()
+    (src / "cat" / "x.jpg").write_bytes(b"garbage\n")
+    return "imagefolder", ["--on-error", "skip"], src / "cat" / "x.jpg"
+
+
 REFUSED = [
     ("csv-dotdot", csv_dotdot, "path '../../x.png' resolves outside the dataset root"),
     ("csv-absolute", csv_absolute, "resolves outside the dataset root"),
@@ -139,6 +165,13 @@ REFUSED = [
     # named like an image but not a file: an unreadable image (without --on-error skip), not dropped unseen
     ("dangling-symlink", dangling_symlink, "is a dangling symlink (to "),
     ("folder-named-jpg", folder_named_jpg, "is a folder, not an image file"),
+    # issue 34.7: floats are read as 0..1 (anything else was divided by 255 or 65535: a black image, silently)
+    ("float-tiff-0-200", float_tiff_out_of_range, "a float image with values 0..200: only floats in 0..1 are read"),
+    ("float-tiff-nan", float_tiff_nan, "a float image with NaN or infinite values"),
+    # issue 34.6: refused, and the work folder holding the decoded images removed (a rerun refuses it again)
+    ("class-of-unreadable-files", class_of_unreadable_files,
+     "class 'cat' has no readable image: all its files were skipped as unreadable (--on-error skip skips "
+     "files, not classes)"),
 ]
 
 
@@ -223,7 +256,21 @@ def not_files_skipped(src):
     return ["--on-error", "skip"], check
 
 
+def float_tiff_0_1(src):
+    """A float32 TIFF of 0.5 (values in 0..1) is read as 128, not as a black image (it was 0 or 1)."""
+    write_imagefolder(src, per_class=3)
+    _float_tiff(src / "cat" / "f.tif", 0.5, corner=None)
+
+    def check(out, m):
+        split = next(s for s in ("train", "val") if "cat/f.tif" in read_source_ids(out / s))
+        px = np.load(out / split / "pixels.npy")[read_source_ids(out / split).index("cat/f.tif")]
+        assert px.shape == (8, 8, 3) and (px == 128).all()
+
+    return [], check
+
+
 ACCEPTED = [
+    ("float-tiff-0-1", float_tiff_0_1),
     ("bomb-png-skipped", bomb_skipped),
     ("non-utf8-file-name", non_utf8_name),
     ("newline-file-name", newline_name),

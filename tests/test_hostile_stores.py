@@ -269,6 +269,13 @@ CASES = [
     Case("store-header-wrong-arch", _stored(_wrong_arch), 2, "array 'codes0'"),
     Case("store-header-fewer-layers", _stored(_fewer_layers), 2, "'layers' lists"),
     Case("store-array-size-mismatch", _stored(_short_labels), 2, "array 'labels'"),
+    # 11. a header may claim any image size: compare refuses it as bench does, before decoding (was an 80 GB decode)
+    Case("compare-store-claims-huge-images", _stored(lambda h, body: h.update(image_size=[100000, 100000])), 2,
+         "s.inr: store holds 6 images of 100000x100000, the split has 6 of 8x8"),
+    Case("bench-inr-store-claims-huge-images",
+         lambda b, t: _bench("inr", b["data"], t, "--store", str(rewrite_store(
+             b, t, lambda h, body: h.update(image_size=[100000, 100000])))), 2,
+         "s.inr: store holds 6 images of 100000x100000, the split has 6 of 8x8"),
     Case("inspect-meta-fit-not-an-object",
          lambda b, t: ["inspect", str(rewrite_store(b, t, _meta(fit="garbage")))], 2,
          "s.inr: store header meta 'fit' has an unexpected shape (\"garbage\")"),

@@ -12,7 +12,7 @@ import torch
 
 from bench.datasets.prepare import prepare_dataset
 from bench.datasets.prepared import open_prepared
-from inr.meta import MetaConfig, file_sha256, load_init, meta_init_dataset, meta_train
+from inr.meta import MetaConfig, load_init, meta_init_dataset, meta_train
 from inr.siren import SirenArch
 from tests.cli_helpers import assert_one_line_error, run_cli
 
@@ -135,7 +135,7 @@ def test_init_round_trips_through_the_store_and_a_wrong_arch_is_refused(data, tm
     rc, out, err = run_cli(capsys, "meta-init", data, "--out", init, "--layers", "2", "--hidden", "6",
                            "--outer-steps", "3", "--inner-steps", "2", "--meta-batch", "2", "--images", "4")
     assert rc == 0, err
-    sha = file_sha256(init)
+    sha = load_init(init).sha256
     assert sha in out and load_init(init, ARCH).meta["split"] == "train"
     store = tmp_path / "s.inr"
     rc, _, err = run_cli(capsys, "encode", data, "--layers", "2", "--hidden", "6", "--iterations", "5", "--init", init,
@@ -154,6 +154,37 @@ def test_init_round_trips_through_the_store_and_a_wrong_arch_is_refused(data, tm
     # not an init file at all
     rc, _, err = run_cli(capsys, "encode", data, "--init", store, "--out", tmp_path / "u.inr", "--no-progress")
     assert_one_line_error(rc, err, "not a learned initialization")
+
+
+def test_identical_meta_init_runs_give_one_init_hash(data, tmp_path, capsys):
+    """Two identical runs write files that differ only in the timings they record; the hash ``encode --init``
+    records leaves those out, so it is the same (it was the file's sha256: a new hash every run)."""
+    argv = ["--layers", "2", "--hidden", "6", "--outer-steps", "3", "--inner-steps", "2", "--meta-batch", "2",
+            "--images", "4"]
+    shas = []
+    for name in ("a.pt", "b.pt"):
+        rc, out, err = run_cli(capsys, "meta-init", data, "--out", tmp_path / name, *argv)
+        assert rc == 0, err
+        shas.append(out.rsplit("sha256 ", 1)[1].strip())
+    a, b = load_init(tmp_path / "a.pt"), load_init(tmp_path / "b.pt")
+    assert a.meta["seconds"] != b.meta["seconds"]  # the timings are kept in the file
+    assert shas[0] == shas[1] == a.sha256 == b.sha256
+    # what the hash covers still tells inits apart: another seed, other weights, another hash
+    rc, out, err = run_cli(capsys, "meta-init", data, "--out", tmp_path / "c.pt", *argv, "--seed", "1")
+    assert rc == 0, err
+    assert load_init(tmp_path / "c.pt").sha256 != a.sha256
+
+
+def test_the_init_hash_leaves_out_every_timing_and_nothing_else():
+    from inr.meta import content_sha256
+
+    def d(seconds: float, seed: int = 5, w: float = 0.0) -> dict:
+        return {"format": "f", "arch": {"layers": 2}, "weights": [(torch.full((1, 2, 3), w), torch.zeros(1, 1, 3))],
+                "meta": {"seconds": seconds, "selection": {"candidates": [{"seed": seed, "seconds": seconds,
+                                                                           "validation_seconds": seconds}]}}}
+
+    assert content_sha256(d(1.0)) == content_sha256(d(2.5))
+    assert len({content_sha256(d(1.0)), content_sha256(d(1.0, seed=6)), content_sha256(d(1.0, w=1e-7))}) == 3
 
 
 def test_fast_step_maths_equal_the_engine():

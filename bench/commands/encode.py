@@ -206,7 +206,7 @@ def build_config(args: argparse.Namespace):
         )
         quant = QuantConfig(bits, per_channel=args.per_channel)
         return EncodeConfig(fit=fit_cfg, quant=quant, prune=prune, qat_iterations=args.qat,
-                            qat_lr=_given(args.qat_lr, QAT_LR),
+                            qat_lr=_given(args.qat_lr, QAT_LR), at_rest=getattr(args, "at_rest", None),
                             shard_size=args.shard_size if args.shard_size is not None else (16384 if args.device.startswith("cuda") else 1024))
     except ValueError as e:
         raise InputError(f"bad encode options: {e}") from None
@@ -425,14 +425,12 @@ def _encode_native(args: argparse.Namespace, cfg, ds) -> int:
 
 
 def _finish(out, args: argparse.Namespace, raw_label: str) -> int:
-    """Pack the store at rest if asked, then print its one-line summary."""
+    """Print the written store's one-line summary."""
     import numpy as np
 
     from inr.store import load
 
-    codec = getattr(args, "at_rest", None)
-    _pack(out, codec)
-    if codec:
+    if getattr(args, "at_rest", None):  # written packed (inr.encode.write_final)
         st = load(out, "cpu")
         n, per_image, raw, p, note = st.num_images, st.bytes_per_image, st.raw_bytes_per_image, st.psnr, _packed_note(st)
     else:  # verified in bounded memory (inr.store.StoreStream): a large store is not loaded whole for one line
@@ -449,16 +447,6 @@ def _finish(out, args: argparse.Namespace, raw_label: str) -> int:
           f"({100 * per_image / raw:.1f}% of {raw_label}{note}), "
           f"PSNR mean {p.mean():.2f} dB (min {p.min():.2f})")
     return 0
-
-
-def _pack(out, codec: str | None) -> None:
-    """Replace the store at ``out`` by its packed at-rest form (``--at-rest``), atomically."""
-    if not codec:
-        return
-    from bench.atomic import atomic_write_bytes
-    from inr.atrest import pack
-
-    atomic_write_bytes(out, pack(out.read_bytes(), codec))
 
 
 def _packed_note(st) -> str:

@@ -33,7 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, help="at most N images per split (a seeded subset)")
     p.add_argument("--jpeg-quality", type=int, default=90, help="JPEG quality of the JPEG tree (default 90)")
     p.add_argument("--on-error", choices=("fail", "skip"), default="fail",
-                   help="an unreadable image: stop (default) or skip it and list it in the manifest")
+                   help="an unreadable image: stop (default) or skip it and list it in the manifest "
+                        "(a class whose every image is skipped is refused)")
     p.add_argument("--seed", type=seed, default=0, help="seed of every random choice (default 0)")
     p.add_argument("--resize-policy", choices=RESIZE_POLICIES,
                    help="how file images become S x S (default shorter-side-center-crop)")

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from bench.compare.core import InrDecoded
+from bench.datasets.identity import check_store_shape
 from bench.errors import InputError
 from bench.metrics import to_uint8
 
@@ -99,7 +100,9 @@ def load_variant(
     if check is not None:
         check(store)
     n_store = _count(store)
-    if n_store < n_images:
+    if sizes is None:  # bench's check (native sizes: _decode_native checks each image's size before decoding)
+        check_store_shape(store, n_images, image_size, path, at_least=True)
+    elif n_store < n_images:
         raise InputError(f"store has {n_store} images, the split (after --limit) has {n_images}", path)
     if labels is not None and getattr(store, "labels", None) is not None:
         sl = np.asarray(torch.as_tensor(store.labels).cpu())[:n_images]
@@ -114,8 +117,6 @@ def load_variant(
         for s in range(0, n_images if sizes is None else 0, step):
             idx = torch.arange(s, min(n_images, s + step), device=device)
             x = store.decode(idx)
-            if x.shape[-2:] != tuple(image_size):
-                raise InputError(f"store images are {tuple(x.shape[-2:])}, the split's are {tuple(image_size)}", path)
             decoded.append(to_uint8(x).permute(0, 2, 3, 1).cpu().numpy())
         k = min(n_store, weight_images)
         layers = store.weights(torch.arange(k, device=device))

@@ -105,6 +105,15 @@ def check_store_source(store: Any, ds: PreparedDataset, split: str, *, allow_unv
     )
 
 
+def check_store_shape(store: Any, n: int, image_size: Any, path: Any, *, at_least: bool = False) -> None:
+    """The store holds ``n`` images (``at_least``: n or more) of the split's ``image_size`` (h, w), from its
+    header, before anything is decoded: a header may claim any size (100000x100000 is an 80 GB decode)."""
+    have, (h, w) = int(store.num_images), tuple(store.image_size)
+    if (have < n if at_least else have != n) or (h, w) != tuple(image_size):
+        raise InputError(f"store holds {have} images of {h}x{w}, the split has {n} of "
+                         f"{image_size[0]}x{image_size[1]}", path)
+
+
 def encode_command(ds: PreparedDataset, split: str, limit: Any = None) -> str:
     """The ``inrbench encode`` command line of a store of ``split`` of ``ds`` (the path shell-quoted;
     ``--limit`` where the refused store had one; its fit options are the user's to repeat)."""

@@ -28,7 +28,7 @@ from typing import Any
 from bench.datasets.config import RESIZE_POLICIES, PrepareConfig
 from bench.datasets.prepared import write_prepared
 from bench.datasets.resize import resample_info
-from bench.datasets.resume import PrepareWork, prepare_work
+from bench.datasets.resume import InputRefused, PrepareWork, prepare_work
 from bench.datasets.sources import get_source, native_source_names
 from bench.errors import InputError
 from bench.outputs import claim, make_temp_dir
@@ -127,7 +127,7 @@ def _load_and_write(src, cfg: PrepareConfig, out: Path, scratch: Path, work: Pre
     total = sum(int(s.labels.shape[0]) for s in loaded.splits.values())
     for name, s in loaded.splits.items():
         if s.labels.shape[0] == 0:
-            raise InputError(f"split {name!r} has no images after reading{' and skipping' if loaded.skipped else ''}", cfg.root)
+            raise InputRefused(f"split {name!r} has no images after reading{' and skipping' if loaded.skipped else ''}", cfg.root)
     bar = _bar(progress, f"{cfg.source}: write", total)
     try:
         return write_prepared(

@@ -42,15 +42,30 @@ def to_rgb(img: Image.Image) -> Image.Image:
         bg = Image.new("RGBA", rgba.size, (0, 0, 0, 255))
         return Image.alpha_composite(bg, rgba).convert("RGB")
     if img.mode.startswith("I;16") or img.mode in ("I", "F"):
-        hi = 65535.0 if img.mode.startswith("I;16") or img.getextrema()[1] > 255 else 255.0
+        hi = _full_scale(img)
         w, h = img.size
         out = np.empty((h, w), dtype=np.uint8)
         step = max(1, CHUNK_PIXELS // max(1, w))  # rows at a time: float64 copies stay small
         for y in range(0, h, step):
             a = np.asarray(img.crop((0, y, w, min(h, y + step))), dtype=np.float64)
+            if img.mode == "F" and not np.isfinite(a).all():  # PIL's extrema leave NaN out
+                raise ValueError("a float image with NaN or infinite values: only floats in 0..1 are read")
             out[y : y + step] = np.clip(a / hi * 255.0 + 0.5, 0, 255).astype(np.uint8)
         return Image.fromarray(out).convert("RGB")
     return img.convert("RGB")
+
+
+def _full_scale(img: Image.Image) -> float:
+    """The value read as 255: 1.0 for a float image (mode F), whose values must lie in 0..1 (any other
+    range, NaN or inf is refused, not guessed: 0..1 divided by 255 was a black image); 65535 for 16 bits
+    (or a 32-bit integer image over 255); else 255."""
+    lo, hi = img.getextrema()
+    if img.mode == "F":
+        if not (0.0 <= lo and hi <= 1.0):
+            raise ValueError(f"a float image with values {lo:g}..{hi:g}: only floats in 0..1 are read "
+                             "(save it with 8 or 16 bits per channel)")
+        return 1.0
+    return 65535.0 if img.mode.startswith("I;16") or hi > 255 else 255.0
 
 
 def resize_image(img: Image.Image | np.ndarray, size: int | None, policy: str) -> np.ndarray:

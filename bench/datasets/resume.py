@@ -223,6 +223,12 @@ class PrepareWork:
         return sum(r["end"] - r["start"] for r in recs if isinstance(r, dict) and {"start", "end"} <= set(r))
 
 
+class InputRefused(InputError):
+    """A refusal of the decoded input as a whole (a class or a split left with no image): the same command
+    would decode to it again, and a fixed source no longer matches the decoded chunks, so the work
+    folder is removed rather than kept for a resume."""
+
+
 @contextlib.contextmanager
 def prepare_work(out: Path, cfg: PrepareConfig, log: Callable[[str], None] | None = None) -> Iterator[PrepareWork]:
     """Open (or create, or check) ``out``'s work folder for the resolved ``cfg``; remove it when the
@@ -234,7 +240,7 @@ def prepare_work(out: Path, cfg: PrepareConfig, log: Callable[[str], None] | Non
         yield work
     except BaseException as e:
         kept = work.committed()
-        if not kept:
+        if not kept or isinstance(e, InputRefused):
             shutil.rmtree(folder, ignore_errors=True)
         elif log is not None and not (isinstance(e, InputError) and e.path == folder):  # not a refusal of it
             log(f"prepare: {kept:,} decoded images are kept in {folder}: rerun the same command to resume "

@@ -64,7 +64,7 @@ def loaded_from_files(
     fields added. ``progress``, ``scratch``, ``work``: as ``Source.load`` got them."""
     from bench.datasets.decode import native_meta, orientation_meta, split_from_files
 
-    splits, skipped, downscaled, oriented = {}, [], [], []
+    splits, skipped, downscaled, oriented, lost = {}, [], [], [], {}
     for k, (name, (paths, labels)) in enumerate(parts.items()):
         r = split_from_files(paths, labels, cfg, root, k, progress, scratch,
                              None if work is None else work.split(k, name))
@@ -72,9 +72,25 @@ def loaded_from_files(
         skipped += r.skipped
         downscaled += r.downscaled
         oriented += r.oriented
+        label_of = {str(p): int(c) for p, c in zip(paths, labels, strict=True)}
+        for s in r.skipped:
+            lost.setdefault(label_of[s["file"]], s["file"])
+    _check_no_class_lost(lost, splits, classes)
     return Loaded(splits=splits, classes=classes, skipped=skipped,
                   meta={**meta, **native_meta(cfg, downscaled), **orientation_meta(oriented)},
                   resize_policy="native" if cfg.native else None)
+
+
+def _check_no_class_lost(lost: dict[int, str], splits: dict[str, SplitData], classes: list[str]) -> None:
+    """``--on-error skip`` skips files, never a whole class: a class whose every read file was skipped
+    would stay in ``classes`` with no image (its label never seen), so it is refused. ``lost``: class ->
+    one of its skipped files."""
+    from bench.datasets.resume import InputRefused
+
+    for c, file in sorted(lost.items()):
+        if not any(bool((s.labels == c).any()) for s in splits.values()):
+            raise InputRefused(f"class {classes[c]!r} has no readable image: all its files were skipped as unreadable "
+                             "(--on-error skip skips files, not classes): fix them or remove the class", file)
 
 
 class Source:

@@ -368,6 +368,7 @@ def _claim_results(cfg: BenchConfig, out: str | Path) -> Path:
 
     with claim(out, "results", inputs={"prepared dataset (--data)": cfg.data, "store (--store)": cfg.store},
                mode="append", lock=False) as p:
+        results.check_results(p)
         return p
 
 
