@@ -23,7 +23,7 @@ from bench.datasets.prepared import PreparedDataset, open_prepared
 from bench.errors import InputError
 from pipelines import Augment, PipelineConfig, Unavailable
 from pipelines.jpeg_header import jpeg_size
-from pipelines.torch_nvjpeg import jpeg_decoder
+from pipelines.torch_nvjpeg import jpeg_decoder, quiet_torchvision_decode
 
 # JPEG decoders may differ in IDCT and chroma upsampling: libjpeg-turbo vs libjpeg-turbo (PIL,
 # torchvision and TorchCodec on the CPU) agree exactly; nvJPEG's GPU IDCT and upsampling differ by a
@@ -94,11 +94,7 @@ def test_cpu_decode_is_pils_and_torchvisions_bit_for_bit(decoder, photos):
 
     p = pipelines.create("torch-nvjpeg", photos, PipelineConfig(workers=0))
     got = p._decode_batch(list(range(len(p.paths))))
-    with warnings.catch_warnings():  # the reference call; torchvision 0.29 deprecates it
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from torchvision.io import decode_jpeg
-
-        tv = torch.stack([decode_jpeg(t, mode="RGB") for t in p.jpegs])
+    tv = torch.stack([quiet_torchvision_decode(t, mode="RGB") for t in p.jpegs])  # the reference call
     p.close()
     pil = torch.stack([torch.from_numpy(np.array(Image.open(f).convert("RGB"))).permute(2, 0, 1) for f in p.paths])
     assert got.dtype == torch.uint8 and got.shape == (len(p.paths), 3, 32, 32)
@@ -282,12 +278,8 @@ def test_torchcodec_and_torchvision_cuda_decodes_agree():
     got = jpeg_decoder()
     if got.library != "torchcodec":
         pytest.skip(got.fallback_reason or "torchcodec not importable")
-    from torchvision.io import decode_jpeg
-
     js = _jpegs(64, 224)
-    with warnings.catch_warnings():  # the reference call; torchvision 0.29 deprecates it
-        warnings.simplefilter("ignore", DeprecationWarning)
-        tv = torch.stack(decode_jpeg(js, mode="RGB", device="cuda"))
+    tv = torch.stack(quiet_torchvision_decode(js, mode="RGB", device="cuda"))  # the reference call
     tc = torch.stack(got.decode(js, mode="RGB", device="cuda"))
     psnr, text = _agreement(tc, tv)
     assert psnr >= AGREE_DB, f"torchcodec {got.version} vs torchvision on cuda: {text}"
