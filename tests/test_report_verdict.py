@@ -4,6 +4,7 @@ the details, and the methodology once, at the end (tests/fixtures/results/sweep,
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -97,3 +98,20 @@ def test_the_report_reads_top_down(text):
     prose = [ln for ln in body.splitlines() if ln and not ln.startswith(("|", "#", "!"))]
     assert max(map(len, prose)) < 600, max(prose, key=len)
     assert text.count("Welch's 95% t interval") == 1 and "docs/measurement.md" in text
+
+
+def test_the_headline_places_the_store_inr_trains_from_against_jpeg(tmp_path):
+    """Through the sweep: the bench cells' ``store`` (enc-pruned-8bit) names the compare variant the sentence quotes."""
+    res = tmp_path / "res"
+    shutil.copytree(FIX, res)
+    f = res / "cells" / "compare" / "compare" / "summary.csv"
+    s = pd.read_csv(f)
+    matched = (s["method"] == "jpeg-matched") & (s["match"] == "file")  # fp32, then pruned-8bit (made reachable)
+    s.loc[matched, ["status", "psnr_diff", "psnr_diff_lo", "psnr_diff_hi", "psnr_diff_n"]] = [
+        ["ok", 0.4, 0.1, 0.7, 40], ["ok", -1.2, -1.5, -0.9, 40]]
+    s.to_csv(f, index=False)
+    build_report(res, tmp_path / "rep")
+    verdict = (tmp_path / "rep" / "README.md").read_text().split("## Headline\n\n")[1].split("\n")[0]
+    assert verdict.endswith("At matched bytes, INR minus JPEG PSNR (per image, paired) is -1.20 dB [-1.50, -0.90] "
+                            "for `pruned-8bit`, 700 bytes/image (the store `inr` trains from) and +0.40 dB [0.10, "
+                            "0.70] for `fp32`, 3,300 bytes/image (the best variant)."), verdict

@@ -72,7 +72,8 @@ def inr_sentence(summary: pd.DataFrame, variant: str | None) -> str | None:
 
     def one(r) -> str:
         v = str(r["variant"])
-        size = f", {T.fmt_num(inr.loc[v, 'file_bytes'])} bytes/image" if v in inr.index else ""
+        known = v in inr.index and "file_bytes" in inr and pd.notna(inr.loc[v, "file_bytes"])
+        size = f", {T.fmt_num(inr.loc[v, 'file_bytes'])} bytes/image" if known else ""
         return f"{psnr_diff_text(r)} for `{v}`{size}"
 
     best = s.loc[s["psnr_diff"].idxmax()]
