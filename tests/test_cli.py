@@ -71,6 +71,17 @@ def test_readme_is_one_screen_and_indexes_every_doc():
             f"docs/{doc.name} does not open with the question it answers: {lines[2]!r}"
 
 
+def test_readme_shows_the_committed_demo_headline():
+    """The README's table is the committed demo report's headline, cell for cell: regenerating reports/demo
+    without updating the README fails here."""
+    from bench.report.markdown import parse_tables
+
+    readme = parse_tables((ROOT / "README.md").read_text())["What the demo shows"][0]
+    demo = parse_tables((ROOT / "reports" / "demo" / "README.md").read_text())
+    [headline] = [tabs[0] for heading, tabs in demo.items() if heading.endswith("— headline")]
+    assert readme.equals(headline), f"README:\n{readme}\nreports/demo:\n{headline}"
+
+
 def test_env_records_which_pil_and_no_gpu_reason(capsys):
     assert main(["env"]) == 0
     info = json.loads(capsys.readouterr().out)
