@@ -76,7 +76,7 @@ def cuda_mismatch(versions: dict[str, Any]) -> str | None:
     if major[0] == major[1]:
         return None
     return (f"DALI is built for CUDA {dali_cuda}, torch for CUDA {torch_cuda}: install the DALI wheel of "
-            f"torch's CUDA major (nvidia-dali-cuda{major[0]}0; README, 'Installing on a GPU machine')")
+            f"torch's CUDA major (nvidia-dali-cuda{major[0]}0; docs/gpu-machines.md)")
 
 
 def dali_stack_mismatch(names: list[str] | None = None) -> str | None:
@@ -96,7 +96,7 @@ def dali_stack_mismatch(names: list[str] | None = None) -> str | None:
         return None
     found = ", ".join([f"nvidia-dali-cuda{m}0" for m in sorted(dali)] + other)
     return (f"DALI's CUDA builds are mixed ({found}): they share folders, so its GPU decoder may load another "
-            "CUDA's library; uninstall all but one CUDA major's (README, 'Installing on a GPU machine')")
+            "CUDA's library; uninstall all but one CUDA major's (docs/gpu-machines.md)")
 
 
 def torch_nvjpeg_decoder() -> dict[str, Any]:
@@ -215,7 +215,7 @@ def _dali_cuda() -> str | None:
     DALI keeps it only as ``__cuda_version__ = int('12.9.86'.replace('.', ''))`` (dots lost), so
     the string is read from that line; failing that, the major from the distribution name
     (``nvidia-dali-cuda130`` -> ``"13"``). Differs in major from torch's ``cuda_runtime`` when the
-    installed DALI wheel (default CUDA 13; README for CUDA 12) does not match the torch build
+    installed DALI wheel (default CUDA 13; docs/gpu-machines.md for CUDA 12) does not match the torch build
     (``cuda_mismatch``).
     """
     import re

@@ -10,7 +10,8 @@ see;
 each batch is one ``decode_jpeg(list_of_tensors, mode="RGB", device=config.device)`` call:
 ``torchcodec.decoders.decode_jpeg`` when TorchCodec can be imported, else
 ``torchvision.io.decode_jpeg`` (the same call; torchvision 0.29 deprecates it in favour of
-TorchCodec, with a ``DeprecationWarning`` per call). On CUDA that is nvJPEG, batched (on
+TorchCodec with a ``DeprecationWarning`` per call, which ``quiet_torchvision_decode`` keeps quiet:
+the fallback and its reason are recorded instead). On CUDA that is nvJPEG, batched (on
 A100/H100-class GPUs nvJPEG may use the hardware decoder); without a GPU the same call decodes on
 the CPU (libjpeg-turbo: TorchCodec's own copy, or torchvision's) in the calling thread, one image
 after the other. ``config.workers`` is not used: a pool of decode threads measured slower here
@@ -59,6 +60,7 @@ grey blocks), is refused naming the file, before anything is decoded.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,7 +151,20 @@ def jpeg_decoder() -> JpegDecoder:
     except Exception as e:  # noqa: BLE001 - a broken torchvision install
         raise Unavailable(f"{why}; torchvision.io.decode_jpeg cannot be imported either: "
                           f"{type(e).__name__}: {e}") from None
-    return JpegDecoder("torchvision", torchvision.__version__, decode_jpeg, fallback_reason=why)
+    return JpegDecoder("torchvision", torchvision.__version__, quiet_torchvision_decode, fallback_reason=why)
+
+
+TORCHVISION_DEPRECATION = "The image decoding and encoding capabilities of TorchVision are deprecated"
+
+
+def quiet_torchvision_decode(data, **kwargs):
+    """``torchvision.io.decode_jpeg(data, **kwargs)`` without the ``DeprecationWarning`` torchvision 0.29
+    raises on every call (one per batch, hundreds per run); which decoder ran, and why, is in ``env.json``."""
+    from torchvision.io import decode_jpeg
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=TORCHVISION_DEPRECATION, category=DeprecationWarning)
+        return decode_jpeg(data, **kwargs)
 
 
 _SOURCE_LOCATION = re.compile(r"^[\w:]+, \S+\.(?:cpp|cu|h|hpp):\d+, ")

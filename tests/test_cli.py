@@ -52,11 +52,34 @@ def test_readme_quickstart_is_two_lines_and_ci_runs_the_test_line():
     assert "pytest" in test_line
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test_line in ci, ".ci/run must run the README's test command verbatim"
-    # Any doc that quotes a quickstart command quotes these exact lines.
+    # Any doc that quotes a quickstart command (a fresh venv, then the install) quotes these exact lines.
     for doc in ROOT.glob("docs/*.md"):
         for ln in doc.read_text().splitlines():
-            if "pip install -e" in ln:
+            if "-m venv" in ln and "pip install -e" in ln:
                 assert ln.strip() in lines, f"{doc.name} quotes a different install command: {ln}"
+
+
+def test_readme_is_one_screen_and_indexes_every_doc():
+    """The README stays short (issue #31: at most 150 lines), links every page under docs/, and every page
+    opens with the question it answers (the first paragraph after its title ends in ``?*``)."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150, len(readme.splitlines())
+    for doc in sorted(ROOT.glob("docs/*.md")):
+        assert f"](docs/{doc.name})" in readme, f"README does not link docs/{doc.name}"
+        lines = doc.read_text().splitlines()
+        assert lines[0].startswith("# ") and lines[2].startswith("*") and "?" in lines[2], \
+            f"docs/{doc.name} does not open with the question it answers: {lines[2]!r}"
+
+
+def test_readme_shows_the_committed_demo_headline():
+    """The README's table is the committed demo report's headline, cell for cell: regenerating reports/demo
+    without updating the README fails here."""
+    from bench.report.markdown import parse_tables
+
+    readme = parse_tables((ROOT / "README.md").read_text())["What the demo shows"][0]
+    demo = parse_tables((ROOT / "reports" / "demo" / "README.md").read_text())
+    [headline] = [tabs[0] for heading, tabs in demo.items() if heading.endswith("— headline")]
+    assert readme.equals(headline), f"README:\n{readme}\nreports/demo:\n{headline}"
 
 
 def test_env_records_which_pil_and_no_gpu_reason(capsys):

@@ -291,16 +291,12 @@ def section(doc: Any, x: Any) -> None:
         return
     doc.add("## Training method: dense vs expand")
     doc.add()
-    doc.add("Network expansion (`--method expand`) trains a sub-network (fewer channels and blocks) and grows "
-            "it into the dense backbone on a schedule; `dense` trains the backbone as built, on the same "
-            "pipeline, data and epochs. Total training time: every scheduled epoch (warm-up included), per "
-            "repeat; speedup = dense / expand with processes as units, as the pipeline speedups (each run's median "
-            "total counts once; ratio of geometric means, Welch's 95% t interval; > 1: expand is faster; one "
-            "process a side: no interval, not a result). CPU-s: CPU seconds of the process tree over the measured epochs (all of them only "
-            "without warm-up epochs; per-epoch evaluations included), robust to other jobs on a shared "
-            "machine, compared the same way. FLOPs: forward FLOPs per image counted by `torch.utils.flop_counter`, averaged over the "
-            "epochs. Accuracy: Wilson interval; expand against dense by an exact McNemar test on the same "
-            "test images, one trained model per method (repeats share the seed: they repeat the timing). These runs (`--eval-every-epoch`) are kept out of the pipeline tables above.")
+    doc.add("`expand` trains a sub-network and grows it into the dense backbone on a schedule; `dense` trains the "
+            "backbone as built, on the same pipeline, data and epochs. Total training time: every scheduled epoch, "
+            "warm-up included; speedup = dense / expand over processes, as the pipeline speedups (> 1: expand is "
+            "faster). CPU-s: CPU seconds of the process tree, compared the same way. Accuracy: Wilson interval, "
+            "expand against dense by McNemar (one model per method). These runs are kept out of the pipeline "
+            "tables (inr-bench's `docs/training-methods.md`).")
     doc.add()
     comp = comparison(x.rows, x.predictions)
     table = fmt_comparison(comp)
