@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 HELP = "run a sweep (a built-in one or a YAML file) cell by cell, resumable, then report"
@@ -82,12 +83,21 @@ def run(args: argparse.Namespace) -> int:
         from bench.report import build_report
 
         build_report(out, report_dir)
+        headline = _headline((report_dir / "README.md").read_text(encoding="utf-8"))
+        if headline:
+            print(headline)
         print(f"report -> {report_dir / 'README.md'}")
     if summary.errors:
         for cid in summary.errors:
             print(f"failed cell {cid}: see {_error_log(out, cid)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _headline(report: str) -> str:
+    """The report's headline section (verdict and table), as printed at the end of a sweep."""
+    m = re.search(r"^## Headline\n(.*?)(?=^## |\Z)", report, re.S | re.M)
+    return m.group(1).strip() if m else ""
 
 
 def _print_plan(summary) -> None:
