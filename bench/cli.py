@@ -4,17 +4,22 @@ Each command module defines ``HELP`` (one line), ``add_arguments(parser)`` and
 ``run(args) -> int``, and keeps heavy imports (torch, DALI) inside ``run`` so that
 ``inrbench --help`` stays fast. ``InputError`` becomes one line on stderr and exit 2. Output piped into
 a reader that stops early (``inrbench sweep demo --list | head -1``) ends quietly with exit 141
-(``EXIT_BROKEN_PIPE``), as a command killed by SIGPIPE does.
+(``EXIT_BROKEN_PIPE``), as a command killed by SIGPIPE does, once the command has done its work (a sweep
+runs every cell: ``Stdout``); a stdout that is closed (``>&-``) or full (``> /dev/full``) is one line
+and exit 2, after the same work.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import errno
 import importlib
 import logging
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -231,7 +236,85 @@ def stdout_gone() -> int:
     return EXIT_BROKEN_PIPE
 
 
+class Stdout:
+    """``sys.stdout`` while a command runs. A write or flush that fails (the reader of a pipe went away,
+    ``> /dev/full``, stdout closed with ``>&-``) is kept in ``lost`` and what follows is dropped: the
+    command's work goes on to its end (a sweep runs every cell) instead of stopping midway, and ``main``
+    then says what was lost. Text the encoding cannot hold (``PYTHONIOENCODING=ascii``) is escaped."""
+
+    def __init__(self, stream):
+        if stream is None:  # fd 1 closed (``>&-``): a file opened later must never become fd 1
+            stream = _devnull_stdout()
+            self.lost: OSError | None = OSError(errno.EBADF, "it is closed")
+        else:
+            self.lost = None
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="backslashreplace")
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        if self.lost is None:
+            try:
+                return self.stream.write(text)
+            except OSError as e:
+                self._lose(e)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.lost is None:
+            try:
+                self.stream.flush()
+            except OSError as e:
+                self._lose(e)
+
+    def _lose(self, e: OSError) -> None:
+        self.lost = e
+        stdout_gone()  # what is still buffered drains into os.devnull, at exit too
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+    def status(self, code: int) -> int:
+        """The command's exit status once stdout was lost: a reader that stopped early (``| head``) is
+        ``EXIT_BROKEN_PIPE``, quietly; any other loss is one error line and 2. A failed command keeps
+        its own status (its error line said why)."""
+        if self.lost is None or code != 0:
+            return code
+        if isinstance(self.lost, BrokenPipeError):
+            return EXIT_BROKEN_PIPE
+        why = self.lost.strerror or str(self.lost)
+        print(f"inrbench: error: cannot write to stdout: {why}; the command ran to its end, only what it "
+              "printed there is lost", file=sys.stderr)
+        return 2
+
+
+def _devnull_stdout():
+    """A text stream on ``os.devnull``, put at fd 1 where that is closed."""
+    try:
+        os.fstat(1)
+    except OSError:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        if fd != 1:
+            os.dup2(fd, 1)
+            os.close(fd)
+        return open(1, "w", closefd=False)  # noqa: SIM115 - lives as long as the process
+    return open(os.devnull, "w")  # noqa: SIM115 - the same
+
+
 def main(argv: list[str] | None = None) -> int:
+    out = Stdout(sys.stdout)
+    saved, sys.stdout = sys.stdout, out
+    try:
+        code = _main(argv)
+        out.flush()  # what is still buffered goes now, while a closed pipe can still be told apart from an error
+    finally:
+        sys.stdout = saved if saved is not None else out.stream
+    if argv is None:  # the process ends now: a Ctrl-C while it shuts down (joins threads, runs atexit) has
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # nothing left to stop, and printed "Exception ignored"
+    return out.status(code)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -239,13 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 2
     args._argv = list(sys.argv[1:] if argv is None else argv)  # what --nproc relaunches (bench.dist.launch)
     out = getattr(args, "out", None)
-    code = guarded(lambda: args._run(args), out=out if isinstance(out, str) else None)
-    try:  # what is still buffered goes now, while a closed pipe can still be told apart from an error
-        sys.stdout.flush()
-    except BrokenPipeError:
-        gone = stdout_gone()
-        return gone if code == 0 else code  # a failure's status is not masked by a reader that stopped early
-    return code
+    return guarded(lambda: args._run(args), out=out if isinstance(out, str) else None)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -365,7 +366,22 @@ def claim(path: str | Path, kind: str, *, inputs: Mapping[str, object] | None = 
 
 
 def _lock_path(out: Path) -> Path:
-    return out.with_name(f".{out.name}.{TEMP_TAG}lock")
+    return beside(out, f"{TEMP_TAG}lock")
+
+
+NAME_MAX = 255  # bytes of one file name (Linux, macOS)
+
+
+def beside(out: Path, tail: str, reserve: int = 0) -> Path:
+    """``.<out name>.<tail>`` beside ``out`` (a lock, a temp name's prefix). Where that passes ``NAME_MAX``
+    bytes, with ``reserve`` more that ``tempfile`` appends, the out name is cut and a hash of it added:
+    every legal output name gets legal, distinct side names."""
+    name = f".{out.name}.{tail}"
+    if len(os.fsencode(name)) + reserve <= NAME_MAX:
+        return out.with_name(name)
+    digest = hashlib.sha256(os.fsencode(out.name)).hexdigest()[:16]
+    room = NAME_MAX - reserve - len(os.fsencode(f".~{digest}.{tail}"))
+    return out.with_name(f".{os.fsdecode(os.fsencode(out.name)[:room])}~{digest}.{tail}")
 
 
 _HELD: dict[Path, int] = {}  # lock file -> depth: a command and the library call inside it share one lock
@@ -413,13 +429,15 @@ def output_lock(out: Path, option: str = "--out") -> Iterator[None]:
 def temp_name(out: Path, suffix: str) -> str:
     """Prefix for ``tempfile`` names beside ``out`` (``.<name>.inrbench-XXXX<suffix>``)."""
     assert suffix in TEMP_SUFFIXES, suffix
-    return f".{out.name}.{TEMP_TAG}"
+    return beside(out, TEMP_TAG, reserve=8 + len(suffix)).name  # mkstemp adds 8 characters, then the suffix
 
 
 def _is_stale_temp(name: str, out: Path) -> bool:
     """Exactly the names ``temp_name`` + ``tempfile`` make (8 random characters): nothing else."""
-    suffixes = "|".join(re.escape(x) for x in TEMP_SUFFIXES)
-    return re.fullmatch(re.escape(f".{out.name}.{TEMP_TAG}") + rf"[a-z0-9_]{{8}}({suffixes})", name) is not None
+    suffix = name[name.rfind("."):]
+    if suffix not in TEMP_SUFFIXES:
+        return False
+    return re.fullmatch(re.escape(temp_name(out, suffix)) + r"[a-z0-9_]{8}" + re.escape(suffix), name) is not None
 
 
 def remove_stale_temps(out: Path) -> list[Path]:

@@ -71,6 +71,7 @@ from __future__ import annotations
 import json
 import math
 import secrets
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -298,7 +299,8 @@ def _apply_dtypes(df):
 
 
 def write_run(out: str | Path, run: RunRows) -> Path:
-    """Write a finished run's rows (atomically, all at once) and rebuild the merged views.
+    """Write a finished run's rows (atomically, all at once) and rebuild the merged views. Views that
+    cannot be rebuilt (a full disk, another run's unreadable rows) are a warning: the run is recorded.
 
     Returns the run folder ``out/runs/<run_id>``.
     """
@@ -316,7 +318,13 @@ def write_run(out: str | Path, run: RunRows) -> Path:
         if records:
             atomic_write_bytes(run_dir / name, pd.DataFrame(records).to_csv(index=False).encode("utf-8"))
     atomic_write_bytes(run_dir / ROWS_FILE, df.to_csv(index=False).encode("utf-8"))
-    rebuild_views(out)
+    try:
+        rebuild_views(out)
+    except (OSError, InputError) as e:  # the run is recorded; the views only merge the runs (read_results)
+        why = f"{e.filename or Path(out) / MERGED_CSV}: {e.strerror or e}" if isinstance(e, OSError) else str(e)
+        print(f"inrbench: warning: run {run.run_id} is recorded ({run_dir / ROWS_FILE}), but the merged views were "
+              f"not rebuilt: {' '.join(why.split())}; the next run into this folder rebuilds them (rerunning this "
+              "one would add a second run)", file=sys.stderr)
     return run_dir
 
 

@@ -28,7 +28,9 @@ file with an ``InputError`` that says which check failed.
 from __future__ import annotations
 
 import json
+import math
 import os
+import stat
 import struct
 import zlib
 from collections.abc import Sequence
@@ -303,7 +305,7 @@ def check_header(header: Any, data_len: int, path: Path) -> None:
             raise InputError(f"INR store header is inconsistent: array {name!r} has dtype {e['dtype']!r}", path) from None
         if dt.kind not in "uif" or not all(_is_int(v) and v >= 0 for v in e["shape"]):
             raise InputError(f"INR store header is inconsistent: array {name!r} is {e['dtype']} {e['shape']}", path)
-        want = int(np.prod(e["shape"], dtype=np.int64)) * dt.itemsize
+        want = math.prod(e["shape"]) * dt.itemsize  # Python ints: [2**32, 2**32] must not wrap to 0
         if e["nbytes"] != want:
             raise InputError(f"INR store header is inconsistent: array {name!r} is {e['dtype']} {e['shape']} "
                              f"({want} bytes), header says {e['nbytes']} bytes", path)
@@ -406,6 +408,24 @@ def _parse_header(head: bytes | memoryview, total: int, path: Path) -> tuple[dic
     return header, PREFIX.size + hlen, data_start
 
 
+_NOT_FILES = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+              (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def check_store_path(path: Path) -> None:
+    """``path`` is a regular file (symlinks followed), else an ``InputError`` saying what it is instead:
+    missing, a symlink loop, a folder, a FIFO or a device (which a read would block on or never end)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise InputError("no such INR store file", path) from None
+    except OSError as e:  # a symlink loop (ELOOP), a component that is a file (ENOTDIR), no permission
+        raise InputError(f"cannot open it as an INR store file: {e.strerror or e}", path) from None
+    what = next((name for test, name in _NOT_FILES if test(mode)), None if stat.S_ISREG(mode) else "not a file")
+    if what is not None:
+        raise InputError(f"is {what}, not an INR store file", path)
+
+
 def read_header(path: str | Path) -> dict[str, Any]:
     """The checked header of an unpacked store file (prefix and header only: the data is not read or verified)."""
     path = Path(path)
@@ -427,8 +447,7 @@ def read_verified(path: str | Path, info: dict | None = None) -> tuple[dict[str,
     given, receives ``at_rest`` (its pack header, or None) and ``store_bytes`` (the store's length).
     """
     path = Path(path)
-    if not path.is_file():
-        raise InputError("is a folder, not an INR store file" if path.is_dir() else "no such INR store file", path)
+    check_store_path(path)
     data = path.read_bytes()
     disk_bytes, pack_header = len(data), None
     from inr import atrest
@@ -474,8 +493,7 @@ class StoreStream:
     def __init__(self, path: str | Path, chunk: int = CHUNK_BYTES):
         self.path = path = Path(path)
         self.chunk = int(chunk)
-        if not path.is_file():
-            raise InputError("is a folder, not an INR store file" if path.is_dir() else "no such INR store file", path)
+        check_store_path(path)
         from inr import atrest
 
         with open(path, "rb") as f:

@@ -43,6 +43,7 @@ stops with one line naming it, so the three JPEG adapters refuse the same files.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,6 +103,13 @@ def collate(items: list[Any]) -> Any:
         if isinstance(it, BadJpeg):
             return it
     return torch.utils.data.default_collate(items)
+
+
+def leave_ctrl_c_to_the_parent(worker_id: int) -> None:
+    """A DataLoader worker ignores SIGINT: Ctrl-C reaches the whole process group, and a worker that died
+    of it mid-``put`` printed a multiprocessing ``BrokenPipeError`` traceback. The parent stops it
+    (``close``, or the loader's own shutdown) as it unwinds."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 # PIL's format names accepted: a single-image JPEG. Not "MPO" (a camera's multi-picture JPEG, which PIL decodes
@@ -237,6 +245,7 @@ class TorchJpegPipeline(Pipeline):
             pin_memory=self.device.type == "cuda",
             persistent_workers=config.workers > 0,
             collate_fn=collate,
+            worker_init_fn=leave_ctrl_c_to_the_parent,
         )
         self.epoch = 0
 

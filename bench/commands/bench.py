@@ -212,9 +212,9 @@ def _check_names(args: argparse.Namespace, data) -> None:
     if args.store is None:
         return
     path = Path(args.store)
-    if not path.is_file():
-        raise InputError("is a folder, not an INR store file" if path.is_dir() else "no such INR store file", path)
     from inr import atrest, store
+
+    store.check_store_path(path)
 
     try:
         with open(path, "rb") as f:

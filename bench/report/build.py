@@ -47,8 +47,9 @@ class _Doc:
         self.parts.append(text)
 
     def block(self, text: str) -> None:
-        """A markdown block (heading, paragraph, table, image): ``text`` and the blank line that ends it."""
-        self.add(text)
+        """A markdown block (heading, paragraph, table, image): ``text`` and the blank line that ends it.
+        A heading or an image is one line whatever the names in it hold (``md.one_line``)."""
+        self.add(md.one_line(text) if text.startswith(("#", "![")) else text)
         self.add()
 
     def table(self, df: pd.DataFrame, index: bool = True) -> None:

@@ -10,6 +10,12 @@ def _cell(x) -> str:
     return " ".join(s.split()).replace("|", "\\|")
 
 
+def one_line(text: str) -> str:
+    """A heading or an image link on one line: a line break inside a name (a dataset folder ``a\\nb``)
+    is shown as ``\\n`` instead of ending the heading or the link there."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def table(df: pd.DataFrame, index: bool = True) -> str:
     """A markdown table; with ``index`` the index becomes the first column (named by its name)."""
     d = df.reset_index() if index else df

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import importlib.resources
 import itertools
 import math
@@ -53,6 +54,10 @@ from bench.errors import InputError
 from bench.sweep.cells import KINDS, Cell, DistributedCell, Rendezvous, check_args, check_name
 
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a folder name: never ".", ".." or hidden
+FIELD_RE = re.compile(r"^[A-Za-z_]\w*(\[[^\]]*\])*$")  # an id template's field: name or name[key]
+ID_MAX = 200  # characters of a cell id (its folder's name: at most 255 bytes on most file systems)
+MAX_CELLS = 10_000  # cells of one sweep: each is a process; a matrix beyond it is a mistake
+MAX_NODES = 1_000_000  # values in a sweep file with its YAML aliases expanded (an alias bomb is refused)
 DEVICES = ("cpu", "cuda")
 TOP_KEYS = {"name", "description", "device", "report", "defaults", "cells"}
 LABEL = "label"  # a matrix dict item's key that only names the item (in the id template)
@@ -119,14 +124,15 @@ def load_sweep(name_or_path: str, device: str | None = None, nproc: int | None =
     import yaml
 
     try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise InputError(f"cannot read sweep YAML: {' '.join(str(e).split())}", path) from None
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise InputError(f"cannot read sweep YAML: {' '.join(str(e).split())[:300]}", path) from None
     return parse_sweep(doc, path, device=device, nproc=nproc, nnodes=nnodes, rendezvous=rendezvous)
 
 
 def parse_sweep(doc: Any, path: Path, device: str | None = None, nproc: int | None = None,
                 nnodes: int | None = None, rendezvous: Rendezvous | None = None) -> SweepConfig:
+    _check_size(doc, path)
     if not isinstance(doc, dict):
         raise InputError("a sweep file must be a mapping with 'name' and 'cells'", path)
     unknown = set(doc) - TOP_KEYS
@@ -166,6 +172,8 @@ def parse_sweep(doc: Any, path: Path, device: str | None = None, nproc: int | No
             raise InputError(f"{where}: unknown kind {kind!r}; known: {', '.join(KINDS)}", path)
         known = {fl.name for fl in fields(KINDS[kind])}
         for fields_ in _expand(raw, defaults.get(kind, {}), known, path, where):
+            if len(cells) == MAX_CELLS:
+                raise InputError(f"more than {MAX_CELLS:,} cells, more than a sweep may hold", path)
             cell = _build(KINDS[kind], fields_, dev, path, where, launch)
             if isinstance(cell, DistributedCell) and cell.nnodes > 1 and not rdzv.endpoint:
                 raise InputError(f"cell {cell.id!r}: nnodes {cell.nnodes} needs a rendezvous: pass "
@@ -175,6 +183,56 @@ def parse_sweep(doc: Any, path: Path, device: str | None = None, nproc: int | No
             cells.append(cell)
     return SweepConfig(name=str(name), description=str(doc.get("description", "")), device=dev,
                        report=bool(doc.get("report", True)), cells=tuple(cells), source=str(path), rendezvous=rdzv)
+
+
+def _check_size(doc: Any, path: Path) -> None:
+    """Refuse a document of more than ``MAX_NODES`` values once its aliases are expanded (``&a`` used
+    as ``*a`` nine times per level: a billion values from a few lines), counted without expanding it."""
+    seen, stack = 0, [doc]
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > MAX_NODES:
+            raise InputError(f"more than {MAX_NODES:,} values once its YAML aliases (*name) are expanded: "
+                             "an alias bomb or a mistake", path)
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def _format_id(template: str, fields_: dict, path: Path, where: str) -> str:
+    """A cell's ``id`` template filled in with its fields: ``{name}`` or ``{name[key]}`` fields (no attribute
+    access), widths and precisions of at most ``ID_MAX``; the result at most ``ID_MAX`` long."""
+    import string
+
+    bad = None
+    try:
+        for _, name, spec, _ in string.Formatter().parse(template):
+            if name is None:
+                continue
+            if not FIELD_RE.match(name):
+                bad = f"{{{name}}}: a field is a name, or name[key] (no attribute access)"
+            elif "{" in (spec or "") or any(int(n) > ID_MAX for n in re.findall(r"\d+", spec or "")):
+                bad = f"{{{name}:{spec}}}: widths and precisions are at most {ID_MAX}"
+            if bad:
+                break
+        if bad is None:
+            out = template.format(**fields_)
+    except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
+        bad = f"{type(e).__name__}: {e}"
+    if bad is not None:
+        raise InputError(f"{where}: cannot format id {_short(template)}: {bad[:120]}", path)
+    if len(out) > ID_MAX:
+        raise InputError(f"{where}: id {_short(out)} is {len(out)} characters long, at most {ID_MAX}", path)
+    return out
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """``repr(text)``, cut to ``limit`` characters: a message stays one short line."""
+    r = repr(text)
+    return r if len(r) <= limit else f"{r[:limit]}...' ({len(text)} characters)"
 
 
 def _check_endpoint(endpoint: str | None) -> None:
@@ -202,6 +260,9 @@ def _expand(raw: dict, defaults: dict, known: set[str], path: Path, where: str) 
     matrix = raw.get("matrix") or {}
     if not isinstance(matrix, dict) or not all(isinstance(v, list) and v for v in matrix.values()):
         raise InputError(f"{where}: 'matrix' must map names to non-empty lists", path)
+    n = math.prod(map(len, matrix.values()))
+    if n > MAX_CELLS:
+        raise InputError(f"{where}: 'matrix' makes {n:,} cells, more than a sweep may hold ({MAX_CELLS:,})", path)
     out = []
     for combo in itertools.product(*matrix.values()):
         f = dict(base)
@@ -214,10 +275,7 @@ def _expand(raw: dict, defaults: dict, known: set[str], path: Path, where: str) 
                 f[key] = item
         if "id" not in f:
             raise InputError(f"{where}: missing 'id'", path)
-        try:
-            f["id"] = str(f["id"]).format(**f)
-        except (KeyError, IndexError, ValueError) as e:
-            raise InputError(f"{where}: cannot format id {f['id']!r}: {e!r}", path) from None
+        f["id"] = _format_id(str(f["id"]), f, path, where)
         for key, item in zip(matrix, combo, strict=True):
             if not isinstance(item, dict) and key not in known:
                 del f[key]
@@ -273,8 +331,13 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
     return value
 
 
+@functools.cache
+def _type_hints(cls: type[Cell]) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
 def _build(cls: type[Cell], f: dict, device: str, path: Path, where: str, launch: dict | None = None) -> Cell:
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     known = {fl.name for fl in fields(cls)}
     cid = f.get("id")
     where = f"cell {cid!r}" if cid else where
