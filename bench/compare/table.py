@@ -35,7 +35,9 @@ SUMMARY_COLUMNS = [
     "psnr_diff", "psnr_diff_lo", "psnr_diff_hi", "psnr_diff_interval", "psnr_diff_n", "overhead_bytes", "note",
 ]
 
-CODEC_LABELS = {"jpeg": "JPEG", "webp": "WebP", "avif": "AVIF", "jxl": "JPEG XL", "jp2": "JPEG 2000"}
+CODEC_LABELS = {"jpeg": "JPEG", "webp": "WebP", "avif": "AVIF", "jxl": "JPEG XL", "jp2": "JPEG 2000",
+                "jpeg-opt": "JPEG (optimized, progressive)", "webp-m6": "WebP (method 6)", "avif-s4": "AVIF (speed 4)",
+                "jxl-e9": "JPEG XL (effort 9)"}
 
 
 def codec_label(codec: str) -> str:
