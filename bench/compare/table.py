@@ -427,4 +427,8 @@ def markdown(summary: pd.DataFrame, meta: dict, per_image: pd.DataFrame | None =
             lines.append(f"| inr-{st['name']} | {kind} | {d:.0f} | {d * 8 / px:.2f} | {r:.0f} | {r * 8 / px:.2f} |")
     if meta.get("reference"):
         lines += reference_lines(summary, meta["reference"], px)
+    if meta.get("kodak_check"):
+        from bench.compare import kodak
+
+        lines += kodak.lines(meta["kodak_check"])
     return "\n".join(lines) + "\n"
