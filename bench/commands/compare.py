@@ -61,6 +61,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     list_names(p.add_argument("--reference", metavar="DATASET",
                               help="draw published rate-distortion curves of that dataset ({names}; their numbers "
                                    "on their data) and list them at each INR's bpp"), _reference_names)
+    p.add_argument("--assert-kodak", action="store_true",
+                   help="with --reference kodak: treat the images as the Kodak images for the self-check of each "
+                        "codec against its library's published curve, even where their pixels are not recognised")
     p.add_argument("--inr-bytes", choices=INR_BYTES, default="file",
                    help="what an INR image costs: file (its share of the whole store file, default) or payload "
                         "(its weight arrays only: codes, scales, masks; no store header, as COIN counts it)")
@@ -82,6 +85,7 @@ def build_config(args: argparse.Namespace):
             search="exhaustive" if args.exhaustive_jpeg else "binary", window=args.window,
             subsampling=args.subsampling, weight_images=args.weight_images,
             codecs=tuple(args.codecs.split(",")), reference=args.reference, inr_bytes=args.inr_bytes,
+            assert_kodak=args.assert_kodak,
         )
     except ValueError as e:
         raise InputError(str(e)) from None

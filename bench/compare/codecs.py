@@ -1,4 +1,6 @@
-"""The codec registry of ``inrbench compare``: JPEG, WebP, AVIF, JPEG XL and JPEG 2000.
+"""The codec registry of ``inrbench compare``: JPEG, WebP, AVIF, JPEG XL and JPEG 2000, each at the
+settings of the published run it mirrors, plus named "at its best" variants (``jpeg-opt``, ``webp-m6``,
+``avif-s4``, ``jxl-e9``) and ``jp2-53`` (the published OpenJPEG runs' wavelet); docs/codecs.md has the table and the reasons.
 
 Every codec has one quality scale 1..100 (higher = more bytes, roughly monotone), so the
 matched-bytes search of ``bench.compare.jpeg`` (binary search + repair window, or exhaustive)
@@ -7,7 +9,9 @@ and the quality sweep work unchanged for all of them. A codec:
 * ``encode(image, q) -> bytes`` and ``decode(bytes) -> uint8 [H, W, 3]`` (PIL);
 * ``payload_bytes(data)``: the codec's coded image data inside the file, or ``None`` where it
   cannot be measured; ``file - payload`` is the container overhead reported per row;
-* ``library()`` / ``settings``: what is recorded in ``config.json``;
+* ``options``: the exact keyword arguments of ``PIL.Image.save`` besides ``quality`` (per-image ones,
+  JPEG 2000's resolution levels and rate, are added by ``encode``); ``settings``: what else is
+  recorded; ``library()``, ``options`` and ``settings`` go to ``config.json``;
 * ``unavailable()``: ``None``, or the reason it cannot run here (a skip row, never a crash).
 
 What counts as payload (the rest is container/header overhead):
@@ -67,6 +71,7 @@ class Codec:
     subsampling: str = "4:2:0"
     settings: dict[str, Any] = field(default_factory=dict)
     header_free: bool = False  # offers the "header-free" match key (JPEG only)
+    options: dict[str, Any] = field(default_factory=dict)
 
     def unavailable(self) -> str | None:
         return None
@@ -86,7 +91,8 @@ class Codec:
     def describe(self) -> dict[str, Any]:
         """The ``config.json`` record: availability, library and version, settings."""
         why = self.unavailable()
-        d: dict[str, Any] = {"available": why is None, "quality_scale": "1..100", "settings": dict(self.settings)}
+        d: dict[str, Any] = {"available": why is None, "quality_scale": "1..100",
+                             "settings": {**self.options, **self.settings}}
         if why is not None:
             d["reason"] = why
         else:
@@ -139,9 +145,7 @@ class JpegCodec(Codec):
         return {"library": f"Pillow + {lib}", "version": _pil_version()}
 
     def encode(self, image, quality):
-        from bench.datasets.prepared import encode_jpeg
-
-        return encode_jpeg(np.ascontiguousarray(image), int(quality), self.subsampling)
+        return _save(image, "JPEG", quality=int(quality), **self.options)
 
     def payload_bytes(self, data):
         from bench.compare.jpeg import payload_bytes
@@ -151,13 +155,20 @@ class JpegCodec(Codec):
 
 @register("jpeg")
 def _jpeg(subsampling: str) -> Codec:
-    return JpegCodec("jpeg", subsampling, {"subsampling": subsampling, "optimize": False, "progressive": False,
-                                           "encoder": "bench.datasets.prepared.encode_jpeg"}, header_free=True)
+    # Pillow's defaults: the bytes of bench.datasets.prepared.encode_jpeg (the JPEG tree the loaders read)
+    return JpegCodec("jpeg", subsampling, header_free=True,
+                     options={"subsampling": subsampling, "optimize": False, "progressive": False})
+
+
+@register("jpeg-opt")
+def _jpeg_opt(subsampling: str) -> Codec:
+    # optimized Huffman tables + progressive scans: same pixels, fewer bytes (libjpeg-turbo's best)
+    return JpegCodec("jpeg-opt", subsampling, options={"subsampling": subsampling, "optimize": True, "progressive": True})
 
 
 # ---------------------------------------------------------------- WebP
 
-WEBP_METHOD = 4  # libwebp's (cwebp's) default effort; Pillow's default is 0 (fastest)
+WEBP_METHOD = 4  # libwebp's (cwebp's) and Pillow's default effort, as in the published Pillow run
 
 
 def _riff_chunks(data: bytes):
@@ -181,7 +192,7 @@ class WebpCodec(Codec):
         return {"library": f"Pillow + libwebp {features.version('webp') or ''}".strip(), "version": _pil_version()}
 
     def encode(self, image, quality):
-        return _save(image, "WEBP", quality=int(quality), method=WEBP_METHOD, lossless=False)
+        return _save(image, "WEBP", quality=int(quality), **self.options)
 
     def payload_bytes(self, data):
         return sum(s for cc, s in _riff_chunks(data) if cc in (b"VP8 ", b"VP8L", b"ALPH"))
@@ -189,12 +200,19 @@ class WebpCodec(Codec):
 
 @register("webp")
 def _webp(subsampling: str) -> Codec:
-    return WebpCodec("webp", subsampling, {"method": WEBP_METHOD, "lossless": False, "subsampling": "4:2:0 (VP8 lossy, fixed)"})
+    return WebpCodec("webp", subsampling, {"subsampling": "4:2:0 (VP8 lossy, fixed)"},
+                     options={"method": WEBP_METHOD, "lossless": False})
+
+
+@register("webp-m6")
+def _webp_m6(subsampling: str) -> Codec:
+    return WebpCodec("webp-m6", subsampling, {"subsampling": "4:2:0 (VP8 lossy, fixed)"},
+                     options={"method": 6, "lossless": False})
 
 
 # ---------------------------------------------------------------- AVIF
 
-AVIF_SPEED = 6  # libavif's default speed
+AVIF_SPEED = 6  # libavif's (and Pillow's) default speed
 
 
 def _boxes(data: bytes, start: int = 0, end: int | None = None):
@@ -223,7 +241,7 @@ class AvifCodec(Codec):
         return {"library": f"Pillow + libavif {features.version('avif') or ''}".strip(), "version": _pil_version()}
 
     def encode(self, image, quality):
-        return _save(image, "AVIF", quality=int(quality), speed=AVIF_SPEED, subsampling=self.subsampling, max_threads=1)
+        return _save(image, "AVIF", quality=int(quality), **self.options)
 
     def payload_bytes(self, data):
         return sum(e - s for typ, _, s, e in _boxes(data) if typ == b"mdat")
@@ -231,8 +249,15 @@ class AvifCodec(Codec):
 
 @register("avif")
 def _avif(subsampling: str) -> Codec:
-    return AvifCodec("avif", subsampling, {"speed": AVIF_SPEED, "subsampling": subsampling, "codec": "auto",
-                                           "max_threads": 1})
+    return AvifCodec("avif", subsampling, {"codec": "auto (Pillow's libavif picks aom)"},
+                     options={"speed": AVIF_SPEED, "subsampling": subsampling, "max_threads": 1})
+
+
+@register("avif-s4")
+def _avif_s4(subsampling: str) -> Codec:
+    # speed 4: the fast end of AVIF's documented best range (0-4); 0 costs ~10x more for ~0.1 dB
+    return AvifCodec("avif-s4", subsampling, {"codec": "auto (Pillow's libavif picks aom)"},
+                     options={"speed": 4, "subsampling": subsampling, "max_threads": 1})
 
 
 # ---------------------------------------------------------------- JPEG 2000
@@ -277,8 +302,7 @@ class Jp2Codec(Codec):
     def encode(self, image, quality):
         h, w = image.shape[:2]
         levels = max(1, min(6, int(np.log2(max(1, min(h, w)))) + 1))  # OpenJPEG needs 2**(levels-1) <= side
-        return _save(image, "JPEG2000", quality_mode="rates", quality_layers=[jp2_ratio(quality)],
-                     irreversible=True, num_resolutions=levels)
+        return _save(image, "JPEG2000", quality_layers=[jp2_ratio(quality)], num_resolutions=levels, **self.options)
 
     def payload_bytes(self, data):
         for typ, _, s, e in _boxes(data):
@@ -287,11 +311,26 @@ class Jp2Codec(Codec):
         return None
 
 
+# OpenJPEG's opj_compress defaults (6 levels, 64x64 code-blocks, LRCP, one layer, rate allocation by
+# distortion) with the colour transform on, which Pillow leaves off (mct=0: R, G, B coded apart)
+JP2_OPTIONS = {"quality_mode": "rates", "irreversible": True, "mct": 1, "codeblock_size": (64, 64),
+               "progression": "LRCP"}
+
+
 @register("jp2")
 def _jp2(subsampling: str) -> Codec:
-    return Jp2Codec("jp2", subsampling, {"container": "JP2", "wavelet": "9/7 irreversible", "quality_mode": "rates",
+    return Jp2Codec("jp2", subsampling, {"container": "JP2", "wavelet": "9/7 irreversible",
                                          "ratio": "10 ** (3 * (100 - q) / 99)", "layers": 1,
-                                         "num_resolutions": "min(6, log2(short side) + 1)"})
+                                         "num_resolutions": "min(6, log2(short side) + 1)"}, options=dict(JP2_OPTIONS))
+
+
+@register("jp2-53")
+def _jp2_53(subsampling: str) -> Codec:
+    # the published OpenJPEG runs' wavelet (opj_compress/ffmpeg default: reversible 5/3), colour transform on
+    return Jp2Codec("jp2-53", subsampling, {"container": "JP2", "wavelet": "5/3 reversible",
+                                            "ratio": "10 ** (3 * (100 - q) / 99)", "layers": 1,
+                                            "num_resolutions": "min(6, log2(short side) + 1)"},
+                    options={**JP2_OPTIONS, "irreversible": False})
 
 
 # ---------------------------------------------------------------- JPEG XL
@@ -317,8 +356,7 @@ class JxlCodec(Codec):
         import pillow_jxl  # noqa: F401
 
         # libjxl refuses lossy quality 100 (distance 0 is lossless mode): q=100 encodes as 99
-        return _save(image, "JXL", quality=min(int(quality), 99), effort=JXL_EFFORT, lossless=False, use_container=False,
-                     num_threads=1)
+        return _save(image, "JXL", quality=min(int(quality), 99), **self.options)
 
     def decode(self, data):
         import pillow_jxl  # noqa: F401
@@ -326,10 +364,19 @@ class JxlCodec(Codec):
         return _decode(data)
 
 
+def _jxl_codec(name: str, subsampling: str, effort: int) -> Codec:
+    return JxlCodec(name, subsampling, {"quality": "min(q, 99)", "colour": "XYB (libjxl default)"},
+                    options={"effort": effort, "lossless": False, "use_container": False, "num_threads": 1})
+
+
 @register("jxl")
 def _jxl(subsampling: str) -> Codec:
-    return JxlCodec("jxl", subsampling, {"effort": JXL_EFFORT, "lossless": False, "container": False, "quality": "min(q, 99)",
-                                         "colour": "XYB (libjxl default)"})
+    return _jxl_codec("jxl", subsampling, JXL_EFFORT)
+
+
+@register("jxl-e9")
+def _jxl_e9(subsampling: str) -> Codec:
+    return _jxl_codec("jxl-e9", subsampling, 9)  # libjxl's slowest practical effort
 
 
 # ---------------------------------------------------------------- ladder

@@ -24,7 +24,8 @@ class CompareConfig:
     curves to draw (``bench.compare.references``: ``kodak`` | ``cifar10``) or ``None``;
     inr_bytes: what an INR image costs, i.e. the bytes the codecs must fit and every INR bpp:
     ``file`` (store file / N, its header amortized) or ``payload`` (the packed weight arrays /
-    N: codes, scales, masks, no store header; the network's bits, as COIN counts them)."""
+    N: codes, scales, masks, no store header; the network's bits, as COIN counts them); assert_kodak: run the
+    Kodak self-check (``bench.compare.kodak``) even where the pixels are not recognised as Kodak's."""
 
     split: str = "train"
     qualities: tuple[int, ...] = DEFAULT_QUALITIES
@@ -38,6 +39,7 @@ class CompareConfig:
     codecs: tuple[str, ...] = ("jpeg",)
     reference: str | None = None
     inr_bytes: str = "file"
+    assert_kodak: bool = False
 
     def __post_init__(self) -> None:
         if not self.qualities or any(not (1 <= int(q) <= 100) for q in self.qualities):
@@ -67,6 +69,8 @@ class CompareConfig:
 
             if self.reference not in DATASETS:
                 raise ValueError(f"--reference: unknown reference {self.reference!r}; known: {', '.join(DATASETS)}")
+        if self.assert_kodak and self.reference != "kodak":
+            raise ValueError("--assert-kodak needs --reference kodak")
         if self.inr_bytes not in INR_BYTES:
             raise ValueError(f"--inr-bytes must be one of {', '.join(INR_BYTES)}, got {self.inr_bytes!r}")
         if self.weight_images < 1:

@@ -178,6 +178,10 @@ def _run(prepared, stores, cfg: CompareConfig, out: Path, variants, progress, en
                      resident_bytes_per_image=v.resident_bytes_per_image, at_rest=v.at_rest)
                 for v, c in zip(variants, counted, strict=True)],
     )
+    if cfg.reference == "kodak":
+        from bench.compare import kodak
+
+        meta["kodak_check"] = kodak.check(images, summary, [c.name for c in usable], asserted=cfg.assert_kodak)
     if env:
         from bench import envinfo
 

@@ -35,7 +35,9 @@ SUMMARY_COLUMNS = [
     "psnr_diff", "psnr_diff_lo", "psnr_diff_hi", "psnr_diff_interval", "psnr_diff_n", "overhead_bytes", "note",
 ]
 
-CODEC_LABELS = {"jpeg": "JPEG", "webp": "WebP", "avif": "AVIF", "jxl": "JPEG XL", "jp2": "JPEG 2000"}
+CODEC_LABELS = {"jpeg": "JPEG", "webp": "WebP", "avif": "AVIF", "jxl": "JPEG XL", "jp2": "JPEG 2000",
+                "jpeg-opt": "JPEG (optimized, progressive)", "webp-m6": "WebP (method 6)", "avif-s4": "AVIF (speed 4)",
+                "jxl-e9": "JPEG XL (effort 9)", "jp2-53": "JPEG 2000 (5/3)"}
 
 
 def codec_label(codec: str) -> str:
@@ -425,4 +427,8 @@ def markdown(summary: pd.DataFrame, meta: dict, per_image: pd.DataFrame | None =
             lines.append(f"| inr-{st['name']} | {kind} | {d:.0f} | {d * 8 / px:.2f} | {r:.0f} | {r * 8 / px:.2f} |")
     if meta.get("reference"):
         lines += reference_lines(summary, meta["reference"], px)
+    if meta.get("kodak_check"):
+        from bench.compare import kodak
+
+        lines += kodak.lines(meta["kodak_check"])
     return "\n".join(lines) + "\n"

@@ -8,6 +8,8 @@ YAML layout::
     report: true                     # build the report after the last cell
     defaults:                        # per kind, merged under each cell's own fields
       bench: {epochs: 2, repeats: 3}
+    cpu_defaults:                    # on a CPU run only: merged over ``defaults`` (the description says so)
+      encode: {iterations: 500}
     cells:
       - {kind: prepare, id: prep, source: photos, name: photos32, size: 32}
       - kind: bench
@@ -59,7 +61,7 @@ ID_MAX = 200  # characters of a cell id (its folder's name: at most 255 bytes on
 MAX_CELLS = 10_000  # cells of one sweep: each is a process; a matrix beyond it is a mistake
 MAX_NODES = 1_000_000  # values in a sweep file with its YAML aliases expanded (an alias bomb is refused)
 DEVICES = ("cpu", "cuda")
-TOP_KEYS = {"name", "description", "device", "report", "defaults", "cells"}
+TOP_KEYS = {"name", "description", "device", "report", "defaults", "cpu_defaults", "cells"}
 LABEL = "label"  # a matrix dict item's key that only names the item (in the id template)
 
 
@@ -148,12 +150,18 @@ def parse_sweep(doc: Any, path: Path, device: str | None = None, nproc: int | No
     dev = device or doc.get("device", "cpu")
     if dev not in DEVICES:
         raise InputError(f"device must be one of {'|'.join(DEVICES)}, got {dev!r}", path)
-    defaults = doc.get("defaults") or {}
-    if not isinstance(defaults, dict) or not all(isinstance(v, dict) for v in defaults.values()):
-        raise InputError("'defaults' must map a cell kind to a mapping of fields", path)
-    bad = set(defaults) - set(KINDS)
-    if bad:
-        raise InputError(f"'defaults' names unknown kinds {sorted(bad)}; known: {sorted(KINDS)}", path)
+    description = str(doc.get("description", ""))
+    defaults, on_cpu = (doc.get(k) or {} for k in ("defaults", "cpu_defaults"))
+    for key, d in (("defaults", defaults), ("cpu_defaults", on_cpu)):
+        if not isinstance(d, dict) or not all(isinstance(v, dict) for v in d.values()):
+            raise InputError(f"'{key}' must map a cell kind to a mapping of fields", path)
+        bad = set(d) - set(KINDS)
+        if bad:
+            raise InputError(f"'{key}' names unknown kinds {sorted(bad)}; known: {sorted(KINDS)}", path)
+    if dev == "cpu" and on_cpu:  # e.g. fewer fit iterations than a GPU recipe: said in the report
+        defaults = {k: {**defaults.get(k, {}), **on_cpu.get(k, {})} for k in {**defaults, **on_cpu}}
+        said = "; ".join(f"{k} {', '.join(f'{f}={v}' for f, v in d.items())}" for k, d in on_cpu.items())
+        description = f"{description} On this CPU run, cpu_defaults applied: {said}.".strip()
     rdzv = rendezvous or Rendezvous()
     _check_endpoint(rdzv.endpoint)
     launch = {k: v for k, v in (("nproc", nproc), ("nnodes", nnodes)) if v is not None}
@@ -181,7 +189,7 @@ def parse_sweep(doc: Any, path: Path, device: str | None = None, nproc: int | No
             cell = _check_refs(cell, seen, path)
             seen[cell.id] = cell
             cells.append(cell)
-    return SweepConfig(name=str(name), description=str(doc.get("description", "")), device=dev,
+    return SweepConfig(name=str(name), description=description, device=dev,
                        report=bool(doc.get("report", True)), cells=tuple(cells), source=str(path), rendezvous=rdzv)
 
 
