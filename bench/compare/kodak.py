@@ -40,7 +40,7 @@ SAME_LIBRARY: dict[str, tuple[str, ...]] = {
     "jpeg": ("JPEG",), "jpeg-opt": ("JPEG",),
     "webp": ("WebP",), "webp-m6": ("WebP",),
     "avif": ("AV1 (libaom 4:4:4)",), "avif-s4": ("AV1 (libaom 4:4:4)",),
-    "jp2": ("JPEG 2000", "JPEG 2000 (OpenJPEG, TFC)"), "jp2-53": ("JPEG 2000", "JPEG 2000 (OpenJPEG, TFC)"),
+    "jp2": ("JPEG 2000", "JPEG 2000 (OpenJPEG, TFC)"), "jp2-97": ("JPEG 2000", "JPEG 2000 (OpenJPEG, TFC)"),
 }
 
 

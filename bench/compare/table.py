@@ -37,7 +37,7 @@ SUMMARY_COLUMNS = [
 
 CODEC_LABELS = {"jpeg": "JPEG", "webp": "WebP", "avif": "AVIF", "jxl": "JPEG XL", "jp2": "JPEG 2000",
                 "jpeg-opt": "JPEG (optimized, progressive)", "webp-m6": "WebP (method 6)", "avif-s4": "AVIF (speed 4)",
-                "jxl-e9": "JPEG XL (effort 9)", "jp2-53": "JPEG 2000 (5/3)"}
+                "jxl-e9": "JPEG XL (effort 9)", "jp2-97": "JPEG 2000 (9/7)"}
 
 
 def codec_label(codec: str) -> str:
