@@ -207,7 +207,7 @@ class TorchNvjpegPipeline(Pipeline):
             consumer = torch.cuda.current_stream(self.device)
             with torch.cuda.stream(self.decode_stream):
                 images = self.decoder.decode(data, mode="RGB", device=self.device)
-        except RuntimeError as e:
+        except RuntimeError:
             bad = self._bad_file(idx)
             if bad is None:  # every file decodes on the CPU: the device failed (memory, driver), not the data
                 raise
