@@ -185,8 +185,7 @@ def test_cpu_plumbing_perf_decode_passes_the_device_and_reports_the_figures(tmp_
     step = {s["name"]: s for s in _doc(out)["steps"]}["perf-decode"]
     fig = step["figures"]
     assert step["status"] == "ok" and fig["device"] == "cpu", step
-    for size, batch in ((32, 256), (224, 8)):
-        assert fig[f"{size}px.inr_batch"] == batch and fig[f"{size}px.inr_img_per_s"] > 0
-        assert fig[f"{size}px.pil_img_per_s"] > 0 and fig[f"{size}px.inr_over_pil"] > 0
-        assert fig[f"{size}px.nvjpeg_img_per_s"] > 0 and fig[f"{size}px.inr_over_nvjpeg"] > 0
-        assert 0 < fig[f"{size}px.inr_pct_peak"] and fig[f"{size}px.inr_variant"] == gpucheck.adapter_variant(size, "cpu")
+    # on the CPU one size, and no GPU decoder rows (nvJPEG, DALI mixed: CUDA only)
+    assert fig["32px.inr_batch"] == 256 and fig["32px.inr_img_per_s"] > 0 and "224px.inr_batch" not in fig
+    assert fig["32px.pil_img_per_s"] > 0 and fig["32px.inr_over_pil"] > 0 and fig["32px.torchvision_cpu_img_per_s"] > 0
+    assert 0 < fig["32px.inr_pct_peak"] and fig["32px.inr_variant"] == gpucheck.adapter_variant(32, "cpu")
