@@ -24,6 +24,7 @@ from bench.errors import InputError
 from pipelines import Augment, PipelineConfig, Unavailable
 from pipelines.jpeg_header import jpeg_size
 from pipelines.torch_nvjpeg import jpeg_decoder
+from tests.test_pipelines import unavailable
 
 # JPEG decoders may differ in IDCT and chroma upsampling: libjpeg-turbo vs libjpeg-turbo (PIL,
 # torchvision and TorchCodec on the CPU) agree exactly; nvJPEG's GPU IDCT and upsampling differ by a
@@ -68,8 +69,8 @@ def _epoch(name: str, data: PreparedDataset, device: str = "cpu", **kw) -> tuple
     cfg = PipelineConfig(batch_size=16, augment=aug, device=device, **{"workers": 0, "shuffle": False, **kw})
     try:
         p = pipelines.create(name, data, cfg)
-    except Unavailable as e:
-        pytest.skip(f"{name} unavailable here: {e}")
+    except Unavailable as e:  # on CUDA a missing library is "not installed", anything else a failure
+        unavailable(name, e, device)
     batches = list(p)
     p.close()
     mean = torch.tensor(aug.mean, dtype=torch.float64).view(1, 3, 1, 1)
