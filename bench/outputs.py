@@ -157,7 +157,7 @@ def _report_layout(p: Path, name: str) -> bool:
 
 
 def _gpu_check_layout(p: Path, name: str) -> bool:
-    return name in ("gpu-check.json", "gpu-check.md", "work")
+    return name in ("gpu-check.json", "gpu-check.md", "gpu-check-logs.tar.gz", "work")
 
 
 @dataclass(frozen=True)

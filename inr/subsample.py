@@ -6,8 +6,8 @@ pixels). Each image walks through its pixels in *cycles*: a cycle is ``ceil(P / 
 together cover every pixel once (the last window wraps around, so a few pixels are seen twice); each cycle
 visits them in one of ``MAPS`` orders (cycle ``c`` uses order ``c mod MAPS``: at 1/8 of the pixels the sequence
 repeats after 512 steps). The order is ``perm[(a_c * j + b_c) mod P]`` for position ``j`` of the
-cycle: ``perm`` a random permutation of the image's pixels (seeded by the fit's seed and the image's index,
-``image_orders``), ``(a_c, b_c)`` one of ``MAPS`` affine maps of ``0..P-1`` onto itself (``a_c`` coprime
+cycle: ``perm`` a random permutation of the image's pixels (seeded by the fit's seed and the image's index:
+``image_orders`` on the host, ``device_orders`` drawn on an accelerator, ``orders`` picks), ``(a_c, b_c)`` one of ``MAPS`` affine maps of ``0..P-1`` onto itself (``a_c`` coprime
 with ``P``), chosen by the cycle number (``cycle_maps``). So which pixels a step sees depends only on the
 image and on how many of its own iterations it has run: not on its chunk, its row or its worker, and a
 resumed or re-chunked encode sees the same pixels (``inr.early_stop``).
@@ -37,6 +37,38 @@ def image_orders(ids: np.ndarray, pixels: int, seed: int) -> np.ndarray:
     for r, i in enumerate(ids):
         out[r] = np.random.default_rng([seed, int(i), 0x5AB5]).permutation(pixels)
     return out
+
+
+_MASK = (1 << 32) - 1
+
+
+def _hash32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (``lowbias32``'s shifts, multipliers below 2**31 so that int64 never overflows),
+    elementwise on int64 values in ``0 .. 2**32 - 1``: the same bits on every device."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _MASK
+    x = x ^ (x >> 15)
+    x = (x * 0x5BD1E995) & _MASK
+    return x ^ (x >> 16)
+
+
+def device_orders(ids: np.ndarray, pixels: int, seed: int, device: torch.device | str) -> torch.Tensor:
+    """int64 ``[len(ids), pixels]`` on ``device``: each image's own random permutation of its pixels, from
+    ``(seed, id)``, drawn on the device (pixels sorted by a hash of ``(seed, id, pixel)``, ties by position):
+    no host work at a refill, and the same permutations on every device. Not ``image_orders``' draws."""
+    ids_t = torch.as_tensor(np.asarray(ids, dtype=np.int64), device=device) & _MASK
+    img = _hash32(_hash32(torch.full_like(ids_t, (seed ^ 0x5AB5) & _MASK)) ^ ids_t)  # [B]
+    pos = torch.arange(pixels, dtype=torch.int64, device=device)
+    keys = _hash32((img.unsqueeze(1) + pos * 0x61C88647) & _MASK)  # [B, P]
+    return torch.sort(keys, dim=1, stable=True).indices
+
+
+def orders(ids: np.ndarray, pixels: int, seed: int, device: torch.device | str) -> torch.Tensor:
+    """The rows' pixel orders on ``device``: on the CPU ``image_orders`` (the CPU encode's, bit for bit); on an
+    accelerator ``device_orders``, so that a refill does not leave the device idle while the host draws."""
+    if torch.device(device).type == "cpu":
+        return torch.from_numpy(image_orders(ids, pixels, seed))
+    return device_orders(ids, pixels, seed, device)
 
 
 def cycle_maps(pixels: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

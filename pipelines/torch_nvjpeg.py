@@ -212,23 +212,25 @@ class TorchNvjpegPipeline(DeviceEpochPipeline):
             consumer = torch.cuda.current_stream(self.device)
             with torch.cuda.stream(self.decode_stream):
                 images = self.decoder.decode(data, mode="RGB", device=self.device)
-        except RuntimeError as e:
-            raise self._bad_file(idx, e) from None
+        except RuntimeError:
+            bad = self._bad_file(idx)
+            if bad is None:  # every file decodes on the CPU: the device failed (memory, driver), not the data
+                raise
+            raise bad from None
         consumer.wait_stream(self.decode_stream)  # on the device: the host does not wait here
         for im in images:  # allocated on the decode stream, used on the consumer's
             im.record_stream(consumer)
         return torch.stack(images)
 
-    def _bad_file(self, idx: list[int], e: Exception) -> InputError:
-        """The first file of ``idx`` the decoder cannot decode on the CPU, as one line naming it."""
-        lib = self.decoder.library
+    def _bad_file(self, idx: list[int]) -> InputError | None:
+        """The first file of ``idx`` the decoder cannot decode on the CPU, as one line naming it; None when
+        every one decodes (as ``dali.decode_error``: a device failure is the run's error, not the data's)."""
         for i in idx:
             try:
                 self.decoder.decode(self.jpegs[i], mode="RGB")
             except RuntimeError as err:
-                return InputError(f"cannot decode JPEG ({lib}: {_reason(err)})", self.paths[i])
-        return InputError(f"a JPEG of this batch cannot be decoded ({lib}: {_reason(e)})",
-                          self.paths[idx[0]].parent)
+                return InputError(f"cannot decode JPEG ({self.decoder.library}: {_reason(err)})", self.paths[i])
+        return None
 
     def render(self, positions: torch.Tensor, positions_dev: torch.Tensor, crops: Crops) -> torch.Tensor:
         aug = self.config.augment

@@ -7,8 +7,10 @@ import signal
 
 import pytest
 
-# Two cores on CI: keep torch from oversubscribing when pytest runs helpers/subprocesses.
-os.environ.setdefault("OMP_NUM_THREADS", "2")
+# Two cores on CI: keep torch from oversubscribing when pytest runs helpers/subprocesses. A bigger
+# machine (the 16-core GPU box) keeps torch's own default.
+if (os.cpu_count() or 1) <= 4:
+    os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 # A background job of a non-interactive shell (`cmd &`, nohup) starts with SIGINT ignored, and every
 # process it starts inherits that: the tests that Ctrl-C a command would see it run on. A handled

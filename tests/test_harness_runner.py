@@ -480,3 +480,29 @@ def test_a_rank_leaving_on_nccl_with_bad_input_says_which_file(data, tmp_path, m
     assert err[0] == "inrbench: error: decoder exploded"  # the reason, before the leaving line
     assert "leaving now" in err[1] and "why is recorded in " in err[1]
     assert R.read_results(tmp_path / "res").reason.item() == "rank 0: bad input: decoder exploded"
+
+
+def test_device_memory_is_freed_without_touching_cuda_before_it_starts(monkeypatch):
+    """``bench --device cuda:N`` frees cached memory before each repeat: before CUDA is initialised in the
+    process there is nothing to free, and torch's peak reset would raise (an error row instead of a run)."""
+    from bench.harness import runner
+
+    calls = []
+
+    def reset(device):
+        if not state["initialized"]:
+            raise RuntimeError("Invalid device argument : did you call init?")
+        calls.append(device)
+
+    state = {"initialized": False}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: state["initialized"])
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset)
+    runner._free_device_memory("cuda:1")
+    assert calls == []
+    state["initialized"] = True
+    runner._free_device_memory("cuda:1")
+    assert calls == ["empty", torch.device("cuda", 1)]
+    runner._free_device_memory("cpu")
+    assert len(calls) == 2

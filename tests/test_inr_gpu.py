@@ -222,3 +222,15 @@ def test_early_stop_syncs_only_at_its_checks(step, fraction):
     assert (rep["iterations_run"] < 110).any() and rep["iterations_run"][0] == 110  # refills and drains happened
     lines = {linecache.getline(f, n).strip() for f, n in sites}
     assert lines and all("the one host sync of a check" in x for x in lines), lines  # the checks are seen
+
+
+def test_pixel_orders_drawn_on_cuda_are_the_cpus_and_stay_there():
+    """``inr.subsample.orders`` on CUDA: drawn on the device (no host permutation at a refill), the same
+    permutations as ``device_orders`` computes on the CPU (integer hashing, a stable sort)."""
+    from inr import subsample
+
+    ids = np.array([3, 0, 777, 3])
+    for P in (1024, 224 * 224):
+        got = subsample.orders(ids, P, 5, "cuda")
+        assert got.is_cuda and got.dtype == torch.int64
+        assert torch.equal(got.cpu(), subsample.device_orders(ids, P, 5, "cpu"))

@@ -112,14 +112,31 @@ def stores(labels_data, coords_data, tmp_path_factory) -> dict:
     }
 
 
+def not_installed(e: BaseException) -> bool:
+    """Whether an adapter's ``Unavailable`` is a library that is not installed (a ``ModuleNotFoundError``
+    behind it), not one that is installed and broken (a native library that fails to load, a decoder
+    that cannot run on the device)."""
+    return isinstance(e.__cause__ or e.__context__, ModuleNotFoundError)
+
+
+def unavailable(name: str, e: BaseException | str, device: str) -> None:
+    """An adapter that cannot run: on the CPU a skip with the reason; on an accelerator, where every
+    adapter must run, a skip saying *not installed* for a missing library and a failure for anything else
+    (a skip there must never read as a pass)."""
+    if torch.device(device).type == "cpu":
+        pytest.skip(f"{name} unavailable here: {e}")
+    if isinstance(e, str) or not_installed(e):
+        pytest.skip(f"{name} not installed here: {e}")
+    pytest.fail(f"{name} cannot run on {device}: {type(e).__name__}: {e}", pytrace=False)
+
+
 def make(name: str, data: PreparedDataset, store=None, **kw) -> pipelines.Pipeline:
     kw.setdefault("workers", 0)
     cfg = PipelineConfig(**kw)
     try:
         return pipelines.create(name, data, cfg, store=store[0] if store else None)
-    except Unavailable as e:
-        reason = store[1] if store and store[1] else str(e)
-        pytest.skip(f"{name} unavailable here: {reason}")
+    except Unavailable as e:  # a store's reason: the INR codec cannot be imported here (``_fit_store``)
+        unavailable(name, store[1] if store and store[1] else e, cfg.device)
 
 
 def epoch(p: pipelines.Pipeline) -> tuple[torch.Tensor, torch.Tensor]:
@@ -248,7 +265,7 @@ def test_labels_match_pixels(name, labels_data, stores):
     p.close()
     rgb = unnormalize(images, aug).clamp(0, 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
     seen = recover_labels(rgb, labels_data.num_classes)
-    assert (seen == labels.numpy()).mean() == 1.0
+    assert (seen == labels.cpu().numpy()).mean() == 1.0
 
 
 @pytest.mark.parametrize("drop_last", [False, True])
@@ -260,7 +277,7 @@ def test_epoch_visits_every_sample_once(name, drop_last, coords_data, stores):
         batches = list(p)
         assert len(batches) == len(p) == (COORD_N // 12 if drop_last else math.ceil(COORD_N / 12))
         images = torch.cat([b.images for b in batches])
-        labels = torch.cat([b.labels for b in batches]).numpy()
+        labels = torch.cat([b.labels for b in batches]).cpu().numpy()
         idx = read_crops(images, aug)["index"]
         assert np.array_equal(labels, idx % 10), "label does not belong to the image it came with"
         if drop_last:
@@ -313,8 +330,9 @@ def test_epochs_do_not_depend_on_the_worker_count(name, coords_data, stores):
 
 @pytest.fixture(scope="module")
 def measured(coords_data, stores) -> dict:
-    """Per adapter: crops read back from 8 epochs (256 samples) of random-resized and random-pad."""
-    out: dict = {}
+    """Per adapter: crops read back from 8 epochs (256 samples) of random-resized and random-pad, or why it
+    cannot run (``Unavailable``, or the store's reason); ``"device"``: where they ran."""
+    out: dict = {"device": "cpu"}
     for name in ADAPTERS:
         out[name] = {}
         for crop in ("random-resized", "random-pad"):
@@ -323,7 +341,7 @@ def measured(coords_data, stores) -> dict:
                 p = pipelines.create(name, coords_data, PipelineConfig(batch_size=COORD_N, augment=aug, workers=0, seed=3),
                                      store=stores["coords"][0])
             except Unavailable as e:
-                out[name] = str(e if not stores["coords"][1] else stores["coords"][1])
+                out[name] = stores["coords"][1] or e
                 break
             ms = [read_crops(b.images, aug) for _ in range(8) for b in p]
             p.close()
@@ -331,12 +349,17 @@ def measured(coords_data, stores) -> dict:
     return out
 
 
+def measured_or_skip(name: str, measured: dict) -> dict:
+    """``measured[name]``, or the skip (or on an accelerator the failure) of an adapter that cannot run."""
+    if not isinstance(measured[name], dict):
+        unavailable(name, measured[name], measured["device"])
+    return measured[name]
+
+
 @pytest.mark.parametrize("name", ADAPTERS)
 def test_random_resized_crop_distribution_matches_torchvision(name, measured):
     """Area fraction and aspect ratio vs torchvision's sampler: two-sample KS, p >= 0.001; flips: binomial."""
-    if isinstance(measured[name], str):
-        pytest.skip(f"{name} unavailable here: {measured[name]}")
-    m = measured[name]["random-resized"]
+    m = measured_or_skip(name, measured)["random-resized"]
     ref = torchvision_reference(Augment(), 4000)
     w, h = np.round(m["w"]), np.round(m["h"])  # every adapter crops whole pixels at 32x32
     off = np.abs(np.concatenate([m["w"] - w, m["h"] - h]))
@@ -354,9 +377,7 @@ def test_random_resized_crop_distribution_matches_torchvision(name, measured):
 @pytest.mark.parametrize("name", ADAPTERS)
 def test_random_pad_offsets_uniform(name, measured):
     """RandomCrop(size, padding=4): both offsets uniform on -4..4 (chi-square p >= 0.001)."""
-    if isinstance(measured[name], str):
-        pytest.skip(f"{name} unavailable here: {measured[name]}")
-    m = measured[name]["random-pad"]
+    m = measured_or_skip(name, measured)["random-pad"]
     pad = Augment().pad
     for key in ("left", "top"):
         off = np.round(m[key]).astype(int)
@@ -370,7 +391,7 @@ def test_random_pad_offsets_uniform(name, measured):
 
 def test_crop_statistics_agree_across_adapters(measured):
     """Pairwise two-sample KS on the area fraction between every two available adapters."""
-    avail = [n for n in ADAPTERS if not isinstance(measured[n], str)]
+    avail = [n for n in ADAPTERS if isinstance(measured[n], dict)]
     if len(avail) < 2:
         pytest.skip(f"fewer than two adapters available here: {avail}")
     for i, a in enumerate(avail):
@@ -543,3 +564,73 @@ def test_inr_store_of_another_dataset_is_refused(labels_data, stores):
         pytest.skip(f"inr unavailable here: {stores['coords'][1]}")
     with pytest.raises(InputError, match=r"coords\.inr.*store holds 32 images"):
         pipelines.create("inr", labels_data, PipelineConfig(workers=0), store=stores["coords"][0])
+
+
+# ------------------------------------------- the device tests' own plumbing, checked on the CPU
+
+
+class _DeviceTensor(torch.Tensor):
+    """Stands for a tensor on an accelerator: ``.numpy()`` refuses it, as torch does a CUDA tensor's, until
+    ``.cpu()`` brings it to the host."""
+
+    def numpy(self, *args, **kwargs):
+        raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor "
+                        "to host memory first.")
+
+    def cpu(self, *args, **kwargs):
+        return self.as_subclass(torch.Tensor)
+
+
+class _DeviceLabels:
+    """A pipeline whose batches carry their labels as ``_DeviceTensor``s (what a CUDA pipeline yields)."""
+
+    def __init__(self, p: pipelines.Pipeline):
+        self.p = p
+
+    def __len__(self) -> int:
+        return len(self.p)
+
+    def __iter__(self):
+        import dataclasses
+
+        for b in self.p:
+            yield dataclasses.replace(b, labels=b.labels.as_subclass(_DeviceTensor))
+
+    def close(self) -> None:
+        self.p.close()
+
+
+def test_the_shared_test_bodies_read_labels_from_a_device(labels_data, coords_data, stores, monkeypatch):
+    """``tests/test_pipelines_gpu.py`` runs these bodies on CUDA: labels on the device must be copied to the
+    host before ``.numpy()`` (a bare ``.numpy()`` crashed every pipeline's GPU contract test)."""
+    import sys
+
+    real = make
+    monkeypatch.setattr(sys.modules[__name__], "make", lambda *a, **kw: _DeviceLabels(real(*a, **kw)))
+    with pytest.raises(TypeError, match="cuda:0 device type"):  # the stand-in refuses as CUDA does
+        torch.arange(3).as_subclass(_DeviceTensor).numpy()
+    test_labels_match_pixels("raw", labels_data, stores)
+    test_epoch_visits_every_sample_once("raw", False, coords_data, stores)
+
+
+def test_an_adapter_that_cannot_run_on_a_device_is_not_installed_or_fails(labels_data, monkeypatch):
+    """On the CPU an ``Unavailable`` adapter skips; on CUDA a missing library is a skip saying *not installed*
+    and anything else (an installed library that fails) a test failure, never a skip read as a pass."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # `import nvidia.dali`: ModuleNotFoundError
+    with pytest.raises(Unavailable) as missing:
+        pipelines.create("dali", labels_data, PipelineConfig(workers=1))
+    try:
+        raise RuntimeError("libnvimgcodec.so.0: cannot open shared object file")
+    except RuntimeError:
+        broken = Unavailable("nvidia.dali cannot be imported: RuntimeError: libnvimgcodec.so.0")
+    assert not_installed(missing.value) and not not_installed(broken)
+    with pytest.raises(pytest.skip.Exception, match="^dali unavailable here: nvidia.dali cannot be imported"):
+        unavailable("dali", broken, "cpu")
+    with pytest.raises(pytest.skip.Exception, match="^dali not installed here: nvidia.dali cannot be imported"):
+        unavailable("dali", missing.value, "cuda:1")
+    with pytest.raises(pytest.fail.Exception, match="^dali cannot run on cuda: Unavailable: .*libnvimgcodec"):
+        unavailable("dali", broken, "cuda")
+    with pytest.raises(pytest.skip.Exception, match="^inr not installed here: the INR codec"):  # a store's reason
+        unavailable("inr", "the INR codec is not importable here (No module named 'inr')", "cuda")

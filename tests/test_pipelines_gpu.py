@@ -109,7 +109,7 @@ def test_close_releases_everything_on_device(name, on_device, coords_data, store
 @pytest.fixture(scope="module", params=DEVICES)
 def measured(request, coords_data, stores) -> dict:
     """``tests.test_pipelines.measured`` on the device: crops read back from 8 epochs per crop kind."""
-    out: dict = {}
+    out: dict = {"device": request.param}
     for name in ADAPTERS:
         out[name] = {}
         for crop in ("random-resized", "random-pad"):
@@ -118,7 +118,7 @@ def measured(request, coords_data, stores) -> dict:
             try:
                 p = pipelines.create(name, coords_data, cfg, store=stores["coords"][0])
             except Unavailable as e:
-                out[name] = str(e if not stores["coords"][1] else stores["coords"][1])
+                out[name] = stores["coords"][1] or e
                 break
             ms = [tp.read_crops(b.images, aug) for _ in range(8) for b in p]
             p.close()

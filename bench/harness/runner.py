@@ -409,8 +409,10 @@ def _free_device_memory(device: str) -> None:
 
     if torch.device(device).type == "cuda" and torch.cuda.is_available():
         gc.collect()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
+        # before CUDA is initialised there is nothing cached and no peak to reset, and resetting raises
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(torch.device(device))
 
 
 def _cleanup_device_memory(device: str) -> None:

@@ -1,0 +1,102 @@
+"""``scripts/gpu-check --cpu`` under a copy of the lent GPU machine's conditions: no DALI and no TorchCodec
+to import, and the project not installed (only ``PYTHONPATH``), as ``docs/gpu-check.md``'s command runs it.
+
+``IMAGE`` is a ``sitecustomize`` put first on ``PYTHONPATH``, so every process gpu-check starts (steps,
+``python -m bench``, pytest) sees the same: importing ``nvidia.dali`` or ``torchcodec`` raises
+``ModuleNotFoundError``, and the editable install's finder and distribution record are gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import gpucheck
+
+REPO = Path(__file__).resolve().parent.parent
+
+IMAGE = '''
+import importlib.abc
+import importlib.metadata
+import sys
+
+BLOCKED = ("nvidia.dali", "torchcodec")
+
+
+class _NotOnTheImage(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if any(name == b or name.startswith(b + ".") for b in BLOCKED):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+# the project is not installed: no editable finder, no distribution record
+sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+sys.meta_path.insert(0, _NotOnTheImage())
+_distribution = importlib.metadata.distribution
+
+
+def distribution(name):
+    if name.replace("_", "-").lower() == "inr-bench":
+        raise importlib.metadata.PackageNotFoundError(name)
+    return _distribution(name)
+
+
+importlib.metadata.distribution = distribution
+'''
+
+
+@pytest.fixture
+def image_env(tmp_path) -> dict:
+    site = tmp_path / "image-site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(IMAGE)
+    return {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": f"{site}{os.pathsep}{REPO}"}
+
+
+def test_the_image_copy_hides_dali_torchcodec_and_the_install(image_env):
+    code = ("import importlib.metadata as md, importlib.util as u\n"
+            "for m in ('nvidia.dali', 'torchcodec'):\n"
+            "    try:\n        __import__(m)\n    except ModuleNotFoundError:\n        print(m, 'missing')\n"
+            "try:\n    md.version('inr-bench')\nexcept md.PackageNotFoundError:\n    print('not installed')\n"
+            "import bench\nprint(bench.__file__)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=image_env, cwd="/",
+                       timeout=60)
+    assert r.stdout.splitlines() == ["nvidia.dali missing", "torchcodec missing", "not installed",
+                                     str(REPO / "bench" / "__init__.py")], r.stderr
+
+
+@pytest.mark.slow
+def test_gpu_check_on_the_image_copy_reports_dali_not_installed_and_nothing_failed(tmp_path, image_env):
+    out = tmp_path / "out"
+    out.mkdir()  # the lent machine's $OUT: an existing empty folder
+    t0 = time.time()
+    r = subprocess.run([str(REPO / "scripts" / "gpu-check"), str(out), "--cpu", "--work", str(tmp_path / "work"),
+                        "--steps", "env,setup,cpu-vs-device,dali-crops", "--pipelines", "dali,raw"],
+                       capture_output=True, text=True, env=image_env, cwd=REPO, timeout=400)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert time.time() - t0 < gpucheck.CALL_S
+    plan = [ln for ln in r.stdout.splitlines() if ln.startswith("gpu-check:   ")]
+    assert [ln.split()[1] for ln in plan] == list(gpucheck.STEP_NAMES)  # the parent's plan, every step, in order
+    assert f"sum to {gpucheck.valuable_caps_s():.0f} s" in r.stdout
+    doc = json.loads((out / "gpu-check.json").read_text())
+    assert doc["budget_s"] <= gpucheck.CALL_S and doc["valuable_caps_s"] <= doc["budget_s"]
+    steps = {s["name"]: s for s in doc["steps"]}
+    assert not [s for s in doc["steps"] if s["status"] in ("fail", "killed")], doc["summary"]
+    env = steps["env"]
+    assert env["status"] == "ok" and env["figures"]["modules_imported"] > 50, env
+    assert env["figures"]["nvidia-dali"] == env["figures"]["torchcodec"] == "not installed here"
+    assert doc["env"]["dali"] == "not installed here" and doc["env"]["torch_nvjpeg_decoder"].startswith("torchvision ")
+    cvd = steps["cpu-vs-device"]
+    assert cvd["status"] == "ok" and cvd["figures"]["raw.status"] == "ok"
+    assert cvd["figures"]["dali.status"] == "not installed" and "dali: not installed here" in cvd["error"]
+    assert steps["dali-crops"]["status"] == "not installed"
+    assert "| dali-crops | not installed |" in (out / "gpu-check.md").read_text()
+    assert sorted(p.name for p in out.iterdir()) == [".inrbench.json", "gpu-check-logs.tar.gz", "gpu-check.json",
+                                                     "gpu-check.md"]  # compact: the work is elsewhere
