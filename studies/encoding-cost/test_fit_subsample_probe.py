@@ -1,4 +1,4 @@
-"""scripts/fit-subsample-probe: with every pixel its fit is ``inr.meta.fit_curve`` bit for bit; its cost
+"""studies/encoding-cost/fit-subsample-probe: with every pixel its fit is ``inr.meta.fit_curve`` bit for bit; its cost
 schedule charges a subsampled fit for each all-pixel check it sees; it refuses a folder it did not make."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from inr.siren import SirenArch
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-PATH = Path(__file__).resolve().parents[1] / "scripts" / "fit-subsample-probe"
+PATH = Path(__file__).resolve().parent / "fit-subsample-probe"
 
 
 @pytest.fixture(scope="module")
