@@ -26,8 +26,7 @@ import threading
 
 import torch
 
-from inr.siren import SirenArch
-from pipelines.inr_decode import fast_sin
+from inr.siren import SirenArch, fast_sin
 
 HALF_PI = 0.5 * math.pi
 _LOCK = threading.Lock()

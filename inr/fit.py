@@ -23,7 +23,7 @@ import torch
 from bench.errors import InputError
 from bench.metrics import psnr_per_image
 from inr.engine import SirenEngine, first_layer_input, from_theta, mask_theta, to_theta
-from inr.siren import SirenArch, Weights, coord_grid, forward, init_weights
+from inr.siren import SirenArch, Weights, coord_grid, forward, init_weights, psnr_from_rgb
 
 # Mixed precision for fitting: bf16 only. bf16 keeps fp32's exponent range, so the tiny gradients
 # of a per-image mean over P pixels (``2 / (3P) * err``: ~1e-7 at 224 px) need no loss scaling;
@@ -248,18 +248,6 @@ def compiled_cpu_cap(pixel_fraction: float = 1.0) -> int:
     return COMPILED_CPU_BATCH_CAP * max(1, int(1.0 / pixel_fraction + 1e-9))
 
 
-def _psnr_from_rgb(rgb: torch.Tensor, target255: torch.Tensor, exact: bool = True) -> torch.Tensor:
-    """Float RGB and float targets in 0..255 (same shape ``[B, ...]``) -> ``[B]`` PSNR float64.
-
-    The ``bench.metrics`` convention (clamp, round to 8 bits). ``exact=False`` sums the squared
-    errors in float32 (relative error ~1e-7: fine for choosing the best iterate, cheaper).
-    """
-    q = torch.round(rgb.detach().float().clamp(0.0, 1.0).mul_(255.0))
-    d = q.sub_(target255).pow_(2).flatten(1)
-    mse = d.mean(dim=1, dtype=torch.float64) if exact else d.mean(dim=1).double()
-    return 10.0 * torch.log10(65025.0 / mse)  # inf where identical
-
-
 def _make_adam(params: list[torch.Tensor], lr: float) -> torch.optim.Optimizer:
     try:
         return torch.optim.Adam(params, lr=lr, fused=True)
@@ -336,7 +324,7 @@ def _optimize_chunk(
     def evaluate_fp32(cur: list[torch.Tensor]) -> None:
         e = eng if eng is not None else SirenEngine(arch, coords, B, backward=False)
         e.mm_dtype = None
-        keep_best(_psnr_from_rgb(e.forward(cur, need_grad=False), t255), cur)
+        keep_best(psnr_from_rgb(e.forward(cur, need_grad=False), t255), cur)
         e.mm_dtype = ac_dtype
 
     with torch.no_grad():
@@ -352,7 +340,7 @@ def _optimize_chunk(
                     evaluate_fp32(cur)
                 rgb = eng.forward(cur)
                 if evaluate and ac_dtype is None:
-                    keep_best(_psnr_from_rgb(rgb, t255, exact=False), cur)
+                    keep_best(psnr_from_rgb(rgb, t255, exact=False), cur)
                 grad_out = rgb.sub_(t01).mul_(2.0 / (3 * P))  # d/d rgb of sum_b mean (rgb - t)^2
                 grads = eng.backward(grad_out)
             for T, g, m in zip(thetas, grads, mts, strict=True):
@@ -368,7 +356,7 @@ def _optimize_chunk(
         kept = from_theta(best)
         # report the PSNR of decoding the kept weights with ``siren.forward`` (the decoder everyone uses)
         dec = forward(transform(kept, masks) if transform is not None else kept, coords, arch)
-        best_p = _psnr_from_rgb(dec, targets.to(torch.float32))
+        best_p = psnr_from_rgb(dec, targets.to(torch.float32))
     return kept, best_p
 
 
@@ -400,12 +388,12 @@ def _optimize_chunk_fused(thetas, best, best_p, t01, a0, arch, iterations, lr, l
                torch.full((), math.sqrt(1.0 - b2**t), dtype=torch.float32, device=dev))
         # the weights after the last update are a candidate too (as in the eager loop's final evaluation)
         eng = SirenEngine(arch, coords, B, backward=False)
-        psnr = _psnr_from_rgb(eng.forward(thetas, need_grad=False), targets.permute(0, 2, 1).to(torch.float32))
+        psnr = psnr_from_rgb(eng.forward(thetas, need_grad=False), targets.permute(0, 2, 1).to(torch.float32))
         better = psnr > best_p
         for b, T in zip(best, thetas, strict=True):
             b.copy_(torch.where(better.view(-1, 1, 1), T, b))
         kept = from_theta(best)
-        best_p = _psnr_from_rgb(forward(kept, coords, arch), targets.to(torch.float32))
+        best_p = psnr_from_rgb(forward(kept, coords, arch), targets.to(torch.float32))
     return kept, best_p
 
 
@@ -549,7 +537,7 @@ def _optimize_early_stop(weights, targets, coords, arch, iterations, lr, lr_fina
     kept = from_theta(kept_t)
     # the PSNR of decoding the kept weights with ``siren.forward`` (the decoder everyone uses), chunk by chunk
     with torch.no_grad():
-        p = [_psnr_from_rgb(forward([(W[s:s + chunk], b[s:s + chunk]) for W, b in kept], coords.to(dev), arch),
+        p = [psnr_from_rgb(forward([(W[s:s + chunk], b[s:s + chunk]) for W, b in kept], coords.to(dev), arch),
                             targets[s:s + chunk].to(torch.float32)) for s in range(0, B, max(chunk, 1))]
     return kept, torch.cat(p) if p else torch.zeros(0, dtype=torch.float64, device=dev)
 

@@ -460,15 +460,15 @@ def _rank_body(args: argparse.Namespace) -> int:
 
 
 def _leave(world, code: int, error: str | None = None, together: bool = True) -> int:
-    """End a rank with ``code``: rank 0 prints ``error`` (``inrbench: error: ...``, as ``bench.cli.guarded``
+    """End a rank with ``code``: rank 0 prints ``error`` (``inrbench: error: ...``, as ``bench.errors.guarded``
     would), every rank flushes what it printed and records its status (``bench.dist.record_status``),
     then, when the group still works (``together``), waits at a barrier for every other rank to have
     done the same: no rank exits (and makes torchrun stop the others) before rank 0 has said why."""
     from bench import dist
-    from bench.cli import _one_line
+    from bench.errors import one_line
 
     if error is not None and world.is_main:
-        print(f"inrbench: error: {_one_line(error)}", file=sys.stderr)
+        print(f"inrbench: error: {one_line(error)}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     dist.record_status(code)

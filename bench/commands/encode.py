@@ -1,7 +1,7 @@
 """`inrbench encode PREPARED_DIR --preset NAME --out FILE`: fit, prune, quantize, store (resumable).
 
 ``--nproc N`` (or the same command under ``torchrun``) splits the shards across N processes, one
-per device (``bench.dist``, ``inr.encode.encode_split_distributed``): rank 0 holds ``--out`` and
+per device (``bench.dist``, ``encode_split_distributed``): rank 0 holds ``--out`` and
 merges; the store is the one a single process writes. Bad options, a bad ``--out`` or dataset
 are refused (one line, exit 2) before torchrun starts, and so is an option that would be ignored
 (``check_options``: ``--prune`` with ``--prune-budget-db``, ``--qat`` with float32 ``--bits``, ...).
@@ -14,6 +14,8 @@ shards on disk (Ctrl-C, an error) says they are kept and to rerun the same comma
 from __future__ import annotations
 
 import argparse
+import contextlib
+from typing import Any
 
 # A rank waits at the final barrier for its peers' last shards: up to one shard's fit (16384 images
 # x 5,000 iterations of mini-imagenet can take hours); a dead peer is caught by torchrun anyway.
@@ -353,7 +355,7 @@ def _encode_distributed(args: argparse.Namespace, world, owner: bool = True) -> 
     ``owner``: this call joins the process group and leaves it at the end."""
     from bench import dist
     from bench.datasets.prepared import open_prepared
-    from inr.encode import PeerFailed, encode_split_distributed, shard_ranges
+    from inr.encode import shard_ranges
 
     with dist.said_once_per_node(world):  # the same refusal on every rank of a node: said once
         device = dist.rank_device(args.device, world)
@@ -392,6 +394,94 @@ def _encode_distributed(args: argparse.Namespace, world, owner: bool = True) -> 
     finally:
         if owner:
             dist.shutdown()
+
+
+class PeerFailed(Exception):
+    """Another rank of a distributed encode failed; rank 0 reports it (``encode_split_distributed``)."""
+
+
+def encode_split_distributed(
+    images, labels, cfg, out, world, device: str = "cpu", source: dict | None = None, progress=None,
+    keep_work: bool = False, fit_cache=None, overwrite: bool = False, log=None,
+) -> tuple[Any, list[dict]]:
+    """``inr.encode.encode_split`` as rank ``world.rank`` of ``world.world_size`` processes (``bench.dist``, group joined).
+
+    Rank 0 claims ``out`` (the lock, held to the end) and opens or checks the work folder; then
+    every rank checks its ``config.json`` and fits the shards ``si % world_size == rank`` on
+    ``device`` (this rank's), resumably, as one process does; the ranks exchange their status
+    and rank 0 merges. Every shard's bytes depend only on its images and the configuration, so
+    the store is the one a single process writes (same device type and thread count per process).
+
+    Returns ``(out, per-rank summaries)`` on rank 0 and ``(None, summaries)`` on the others. A
+    failure on any rank is an ``InputError`` on rank 0 naming the rank (finished shards are kept
+    for a rerun) and ``PeerFailed`` on the others, which leave the report to rank 0. ``log`` (rank 0): the
+    ``encode: resuming, K of M shards already fitted`` line when a rerun finds finished shards.
+    """
+    from pathlib import Path
+
+    from bench import dist
+    from bench.errors import InputError
+    from inr.encode import (
+        WORK_SUFFIX,
+        _check_work,
+        _open_work,
+        _split,
+        claim_store,
+        encode_shards,
+        finished_shards,
+        merge_work,
+        resume_line,
+    )
+
+    out = Path(out)
+    sp = status = None
+    with contextlib.ExitStack() as held:
+        if world.is_main:
+            try:
+                out = held.enter_context(claim_store(out, source, fit_cache, overwrite))
+                sp = _split(images, labels, cfg, out, source)
+                if not _open_work(sp.work, sp.job) and log is not None:
+                    every = finished_shards(sp, cfg)  # every rank's: rank 0 speaks for the run
+                    resumed = sum(p is not None for p in every.values())
+                    if resumed:
+                        log(resume_line(resumed, len(every), sp.work))
+            except (InputError, OSError) as e:
+                status = _message(e)
+        status, out = dist.broadcast_object((status, str(out)))
+        out = Path(out)  # rank 0's resolved path
+        if status is not None:
+            if world.is_main:
+                raise InputError(status)
+            raise PeerFailed(status)
+        done: dict = {"rank": world.rank}
+        try:
+            if not world.is_main:
+                sp = _split(images, labels, cfg, out, source)
+                if not (sp.work / "config.json").is_file():
+                    raise InputError(f"rank {world.rank} does not see the work folder rank 0 created (the ranks "
+                                     "need one shared file system)", sp.work)
+                _check_work(sp.work, sp.job)
+            done = encode_shards(sp, cfg, device, progress, fit_cache, world.rank, world.world_size)
+        except (InputError, OSError) as e:
+            status = _message(e)
+        ranks = dist.all_gather_object({**done, "error": status})
+        failed = [r for r in ranks if r["error"] is not None]
+        if failed:
+            if not world.is_main:
+                raise PeerFailed(status)
+            what = "; ".join(f"rank {r['rank']}: {r['error']}" for r in failed)
+            raise InputError(f"{len(failed)} of {world.world_size} ranks failed ({what}); finished shards are kept in "
+                             f"{out.name}{WORK_SUFFIX}: rerun to resume")
+        if not world.is_main:
+            return None, ranks
+        return merge_work(sp, cfg, out, source, keep_work), ranks
+
+
+def _message(e: BaseException) -> str:
+    """One line for an ``InputError`` or ``OSError`` (as ``bench.errors.guarded`` prints it)."""
+    from bench.errors import one_line, os_error_message
+
+    return one_line(os_error_message(e) if isinstance(e, OSError) else str(e))
 
 
 def _encode_native(args: argparse.Namespace, cfg, ds) -> int:

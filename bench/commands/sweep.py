@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"sweep {cfg.name}: {len(summary.status)} cells ({counts['ok']} ok, {counts['skip']} skip, "
           f"{counts['error']} error; {len(summary.kept)} kept from before) in {summary.wall_s:.1f} s -> {out}")
     if cfg.report and not args.no_report:
-        from bench.report import build_report
+        from bench.report.build import build_report
 
         build_report(out, report_dir)
         print(f"report -> {report_dir / 'README.md'}")
