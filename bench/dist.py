@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.argtypes import positive_float, positive_int
 from bench.errors import (
     EXIT_INTERRUPTED,
     STATUS_DIR_ENV,
@@ -314,8 +315,6 @@ def add_launch_arguments(p: Any, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
 
     ``timeout_s``: the command's default ``--dist-timeout`` (encode's ranks legitimately wait for a
     peer's last shard, which can take hours at the paper's 5,000 iterations)."""
-    from bench.argtypes import positive_float, positive_int
-
     g = p.add_argument_group("distributed (torchrun)")
     g.add_argument("--nproc", type=positive_int, default=1,
                    help="processes per node: relaunch this command under torchrun, one process per device "

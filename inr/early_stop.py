@@ -35,7 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from inr import subsample
 from inr.engine import SirenEngine, first_layer_input
+from inr.fast_step import compiled_check, compiled_queue_iteration, compiled_sub_iteration
 from inr.siren import SirenArch, psnr_from_rgb
 
 STOP_CHECK_EVERY = 25
@@ -137,8 +139,6 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
     sub = 0 < per_step < P
     order = maps = None
     if sub:
-        from inr import subsample
-
         maps = [_index(x, dev) for x in subsample.cycle_maps(P, sh.seed)]
         order = _index(subsample.image_orders(sh.ids[img], P, sh.seed), dev)  # [B, P]
     fn = eng = chk = None
@@ -146,11 +146,6 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
     def build(B: int) -> None:
         nonlocal fn, eng, chk
         if step == "compiled":  # no engine: the graph keeps its own activations (``inr.fit.fit_bytes_per_image``)
-            from inr.fast_step import (
-                compiled_check,
-                compiled_queue_iteration,
-                compiled_sub_iteration,
-            )
 
             if sub:
                 fn = compiled_sub_iteration(arch, B, P, per_step, dev, threads)

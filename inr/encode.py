@@ -34,6 +34,7 @@ from bench.atomic import create_marked_dir
 from bench.datasets.prepared import sha256_array
 from bench.errors import InputError
 from bench.jsontext import diff_keys
+from bench.outputs import check_output, claim
 from inr import store
 from inr.fit import (
     FitConfig,
@@ -45,6 +46,8 @@ from inr.fit import (
     images_to_targets,
     optimize,
 )
+from inr.merge import merge_stores
+from inr.meta import init_record
 from inr.prune import PruneConfig, prune_dynamic, prune_iterative
 from inr.quantize import FLOAT_BITS, QLayer, QuantConfig, dequantize, fake_quantize, quantize
 from inr.siren import coord_grid
@@ -279,8 +282,6 @@ def claim_store(out: str | Path, source: dict | None, fit_cache: str | Path | No
     """``bench.outputs.claim`` of the store ``out`` (held while the block runs) and the check of
     ``fit_cache``: neither may overlap the prepared dataset named in ``source``, and the cache may not
     lie in ``OUT.work`` (removed with it after success); yields ``out`` resolved."""
-    from bench.outputs import check_output, claim
-
     inputs = {"prepared dataset": (source or {}).get("prepared"), "fit cache (--fit-cache)": fit_cache}
     with claim(out, "store", inputs=inputs, mode="replace" if overwrite else "new") as claimed:
         if fit_cache is not None:
@@ -392,8 +393,6 @@ def encode_shards(sp: _Split, cfg: EncodeConfig, device, progress, fit_cache, ra
 
 def merge_work(sp: _Split, cfg: EncodeConfig, out: Path, source, keep_work: bool) -> Path:
     """Merge the work folder's shards into the store ``out`` (``inr.merge``, streamed) and remove the folder."""
-    from inr.merge import merge_stores
-
     n, h, w = sp.shape
     paths = [sp.work / f"shard_{si:05d}.inr" for si in range(len(shard_ranges(n, cfg.shard_size)))]
     missing = [p.name for p in paths if not p.is_file()]
@@ -401,7 +400,6 @@ def merge_work(sp: _Split, cfg: EncodeConfig, out: Path, source, keep_work: bool
         raise InputError(f"shards {', '.join(missing[:4])} are missing; rerun to fit them", sp.work)
     meta = {"encode": cfg.to_dict(), "source": source or {}, "fit": cfg.fit.to_dict(), "bits": list(cfg.quant.bits)}
     if cfg.fit.init_sha256:  # the learned init this store was fitted from (inrbench meta-init)
-        from inr.meta import init_record
 
         meta["init"] = init_record(cfg.fit.init, cfg.fit.init_sha256)
     if cfg.fit.target_psnr:

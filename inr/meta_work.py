@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from bench.atomic import atomic_open, atomic_write_json, create_marked_dir
+from bench.datasets.prepared import sha256_array
 from bench.errors import InputError
 from bench.jsontext import diff_keys
 from bench.outputs import TEMP_TAG, _is_own_temp
@@ -69,8 +70,6 @@ def meta_job(cfg, arch, lr: float, iterations: int, device: torch.device, images
              identity: dict) -> dict:
     """What the checkpoints depend on (``work.json``'s job); ``identity``: the train subset's count and hashes."""
     from dataclasses import asdict
-
-    from bench.datasets.prepared import sha256_array
 
     job = {"config": asdict(cfg), "arch": arch.to_dict(), "lr": float(lr),
            "iterations": int(iterations), "device": torch.device(device).type,

@@ -40,6 +40,7 @@ from inr.encode import (
     kept_note,
     resume_line,
 )
+from inr.meta import init_record
 from inr.quantize import QLayer
 
 
@@ -179,7 +180,6 @@ def _assemble(out: Path, work: Path, shards: list[NativeShard], labels: np.ndarr
     if cfg.fit.target_psnr:
         meta["early_stop"] = early_stop_record([(d["images"], d) for d in done], cfg.fit)
     if cfg.fit.init_sha256:  # the learned init this store was fitted from (inrbench meta-init)
-        from inr.meta import init_record
 
         meta["init"] = init_record(cfg.fit.init, cfg.fit.init_sha256)
     store.save(out, cfg.fit.arch, tuple(sizes[0]), labels, layers, psnr=psnr, meta=meta,

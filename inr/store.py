@@ -41,6 +41,7 @@ import torch
 
 from bench.atomic import atomic_write_bytes
 from bench.errors import InputError
+from inr import atrest
 from inr.quantize import FLOAT_BITS, VALID_BITS, QLayer, check_arch, float_from_codes, keep_matrix
 from inr.siren import SirenArch, Weights, coord_grid, forward
 
@@ -431,7 +432,6 @@ def read_verified(path: str | Path, info: dict | None = None) -> tuple[dict[str,
         raise InputError("is a folder, not an INR store file" if path.is_dir() else "no such INR store file", path)
     data = path.read_bytes()
     disk_bytes, pack_header = len(data), None
-    from inr import atrest
 
     if atrest.is_packed(data):
         data, pack_header = atrest.unpack(data, path)
@@ -476,7 +476,6 @@ class StoreStream:
         self.chunk = int(chunk)
         if not path.is_file():
             raise InputError("is a folder, not an INR store file" if path.is_dir() else "no such INR store file", path)
-        from inr import atrest
 
         with open(path, "rb") as f:
             total = os.fstat(f.fileno()).st_size

@@ -17,6 +17,19 @@ import argparse
 import contextlib
 from typing import Any
 
+from bench import dist
+from bench.argtypes import (
+    nonnegative_float,
+    nonnegative_int,
+    pixel_fraction,
+    positive_float,
+    positive_int,
+    seed,
+)
+from bench.cli import list_names, progress_bar, quiet_cuda_home_note
+from bench.dist import add_launch_arguments
+from bench.errors import InputError, one_line, os_error_message
+
 # A rank waits at the final barrier for its peers' last shards: up to one shard's fit (16384 images
 # x 5,000 iterations of mini-imagenet can take hours); a dead peer is caught by torchrun anyway.
 ENCODE_TIMEOUT_S = 24 * 3600.0
@@ -37,16 +50,6 @@ def preset_names() -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench.argtypes import (
-        nonnegative_float,
-        nonnegative_int,
-        pixel_fraction,
-        positive_float,
-        positive_int,
-        seed,
-    )
-    from bench.cli import list_names
-
     p.add_argument("prepared", help="a prepared dataset folder (`inrbench prepare`)")
     list_names(p.add_argument("--preset", default="demo", metavar="NAME", help="fit preset: {names}"), preset_names)
     p.add_argument("--split", default="train", help="split to encode (default train)")
@@ -111,7 +114,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--at-rest", choices=("lzma",),
                    help="write the store entropy-coded for disk and transfer (inr.atrest); it is decoded once "
                         "at load into the same resident layout (inspect/compare report disk and resident bytes)")
-    from bench.dist import add_launch_arguments
 
     add_launch_arguments(p, timeout_s=ENCODE_TIMEOUT_S)
 
@@ -138,7 +140,6 @@ def check_options(args: argparse.Namespace, bits: tuple[int, ...]) -> None:
     """Refuse options that would be ignored (or contradict each other), naming the flags: one line, exit 2.
 
     ``bits``: the parsed ``--bits`` widths (32 = float32)."""
-    from bench.errors import InputError
     from inr.quantize import FLOAT_BITS
 
     if args.prune and args.prune_budget_db is not None:
@@ -178,7 +179,6 @@ def _given(value, default):
 
 def build_config(args: argparse.Namespace):
     """The validated ``EncodeConfig`` from the preset and the command-line overrides."""
-    from bench.errors import InputError
     from inr.encode import EncodeConfig
     from inr.fit import preset
     from inr.prune import PruneConfig
@@ -215,7 +215,6 @@ def build_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench import dist
     from bench.devices import resolve_device
     from bench.outputs import claim
 
@@ -239,7 +238,6 @@ def _inputs(args: argparse.Namespace) -> dict:
 
 def _precheck(args: argparse.Namespace) -> None:
     """What every rank would refuse, refused once here before torchrun starts (one line, exit 2)."""
-    from bench import dist
     from bench.datasets.prepared import open_prepared
     from bench.outputs import check_output
 
@@ -253,7 +251,6 @@ def _select(args: argparse.Namespace, ds, world_size: int = 1, identify: bool = 
     """The split's first ``--limit`` images: ``(split, n, images, labels, source record)`` (the record,
     which hashes the pixels, only with ``identify``)."""
     from bench.datasets.identity import source_record
-    from bench.errors import InputError
 
     if ds.native and world_size > 1:
         raise InputError("a native-size dataset (prepare --size native) is encoded by one process: "
@@ -277,16 +274,12 @@ def _header(args: argparse.Namespace, cfg, ds, split, n: int, where: str) -> str
 def _quiet_compile(cfg) -> None:
     """The compiled fit step builds C++ kernels: drop torch's CUDA_HOME note about it on a CPU machine."""
     if cfg.fit.step == "compiled":
-        from bench.cli import quiet_cuda_home_note
-
         quiet_cuda_home_note()
 
 
 def _progress_bar(args: argparse.Namespace, total: int, desc: str, disable: bool = False):
     """A tqdm bar and the ``progress(n, psnr)`` callback that advances it with the running mean PSNR."""
     import numpy as np
-
-    from bench.cli import progress_bar
 
     psnrs: list[np.ndarray] = []
     bar = progress_bar(total, desc, "img", enabled=not (args.no_progress or disable), dynamic_ncols=True)
@@ -344,8 +337,6 @@ def _run_rank(args: argparse.Namespace, world) -> int:
     owns the process group; the status back to an in-process driver that joined the group itself)."""
     import torch.distributed as tdist
 
-    from bench import dist
-
     owner = not (tdist.is_available() and tdist.is_initialized())
     return dist.run_rank(lambda: _encode_distributed(args, world, owner))
 
@@ -353,7 +344,6 @@ def _run_rank(args: argparse.Namespace, world) -> int:
 def _encode_distributed(args: argparse.Namespace, world, owner: bool = True) -> int:
     """One rank of ``encode`` under torchrun: its shards on its device; rank 0 merges and reports.
     ``owner``: this call joins the process group and leaves it at the end."""
-    from bench import dist
     from bench.datasets.prepared import open_prepared
     from inr.encode import shard_ranges
 
@@ -419,8 +409,6 @@ def encode_split_distributed(
     """
     from pathlib import Path
 
-    from bench import dist
-    from bench.errors import InputError
     from inr.encode import (
         WORK_SUFFIX,
         _check_work,
@@ -479,16 +467,12 @@ def encode_split_distributed(
 
 def _message(e: BaseException) -> str:
     """One line for an ``InputError`` or ``OSError`` (as ``bench.errors.guarded`` prints it)."""
-    from bench.errors import one_line, os_error_message
-
     return one_line(os_error_message(e) if isinstance(e, OSError) else str(e))
 
 
 def _encode_native(args: argparse.Namespace, cfg, ds) -> int:
     """``encode`` of a native-size split (``prepare --size native``): one store, images grouped by size."""
-    from bench.cli import progress_bar
     from bench.datasets.identity import source_record
-    from bench.errors import InputError
     from inr.native import encode_native, size_groups
 
     split = ds.native_split(args.split)

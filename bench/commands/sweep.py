@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bench.argtypes import positive_int
+from bench.cli import list_names
+
 HELP = "run a sweep (a built-in one or a YAML file) cell by cell, resumable, then report"
 
 
@@ -15,9 +18,6 @@ def _builtin_names() -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench.argtypes import positive_int
-    from bench.cli import list_names
-
     list_names(p.add_argument("sweep", metavar="NAME|FILE.yaml",
                               help="a built-in sweep ({names}) or a sweep YAML file"), _builtin_names)
     p.add_argument("--data-root", metavar="DIR",
