@@ -22,14 +22,8 @@ import re
 import signal
 import sys
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
-from bench.errors import InputError
-
-# stdout's reader went away (``| head``): 128 + SIGPIPE (13), the status a shell reports for a command
-# killed by SIGPIPE (``yes | head``), as Ctrl-C is 130 (128 + SIGINT). Not 2 (bad input), not 0: under
-# ``set -o pipefail`` a cut-short listing is not a success, and it reads as what it is.
-EXIT_BROKEN_PIPE = 141
+from bench.errors import EXIT_BROKEN_PIPE, guarded, one_line, stdout_gone
 
 # name -> module; the order is the order ``--help`` lists them in.
 COMMANDS: dict[str, str] = {
@@ -123,7 +117,7 @@ class OneLineParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"inrbench: error: {self.prog}: {_one_line(message)} (see {self.prog} --help)\n")
+        self.exit(2, f"inrbench: error: {self.prog}: {one_line(message)} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,96 +138,6 @@ def add_module_parsers(sub, modules: dict[str, str], run_dest: str) -> None:
         p = sub.add_parser(name, help=escape_help(mod.HELP), description=mod.HELP)
         mod.add_arguments(p)
         p.set_defaults(**{run_dest: mod.run})
-
-
-def _one_line(text: str) -> str:
-    """Messages are one line: embedded newlines (a file name holding one) are shown escaped."""
-    return text.replace("\r", "\\r").replace("\n", "\\n")
-
-
-def _os_error_line(e: OSError, out: str | None) -> str:
-    """``bench.outputs.os_error_message``, naming the command's ``--out`` where the error itself names
-    no file (a write that hit a full disk) or names the lock file beside it (its folder is read-only
-    or missing), which the user never asked for."""
-    from bench.outputs import _lock_path, os_error_message
-
-    if out:
-        if e.filename is not None and Path(os.fsdecode(e.filename)).name == _lock_path(Path(out)).name:
-            where = str(Path(out).parent)
-            return f"--out {out}: cannot write in {where}: {e.strerror or str(e) or type(e).__name__}"
-        if e.filename is None:
-            return f"--out {out}: {os_error_message(e)}"
-    return os_error_message(e)
-
-
-def guarded(run: Callable[[], int], prefix: str = "", out: str | None = None) -> int:
-    """Run a command body and turn what the user must act on into one line on stderr and an exit status.
-
-    ``InputError`` and ``OSError`` (disk full, permission denied, read-only file system: the
-    machine, not a bug) -> ``inrbench: error: <prefix><message>``, 2; running out of memory
-    (``MemoryError``, a torch allocator error: sizes beyond the machine) -> ``inrbench: error:
-    <prefix>out of memory: ...``, 3; ``--help`` or a usage error (``SystemExit``) -> its status;
-    Ctrl-C -> 130 (said once in a data-parallel run: ``bench.dist.interrupt_said_elsewhere``); stdout's reader gone (``BrokenPipeError``: ``| head``) -> nothing printed, 141
-    (``stdout_gone``). Anything else is a bug: a traceback. ``out``: the command's ``--out``, named in an
-    ``OSError`` line that would otherwise name no file or the lock file beside it.
-    """
-    try:
-        return int(run() or 0)
-    except SystemExit as e:
-        return e.code if isinstance(e.code, int) else 2
-    except InputError as e:
-        print(f"inrbench: error: {prefix}{_one_line(str(e))}", file=sys.stderr)
-        return 2
-    except BrokenPipeError as e:
-        if stdout_closed():
-            return stdout_gone()
-        print(f"inrbench: error: {prefix}{_one_line(_os_error_line(e, out))}", file=sys.stderr)  # another pipe
-        return 2
-    except OSError as e:
-        print(f"inrbench: error: {prefix}{_one_line(_os_error_line(e, out))}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        from bench.dist import EXIT_INTERRUPTED, interrupt_said_elsewhere
-
-        if not interrupt_said_elsewhere():  # a rank: the launcher (or rank 0) says it, once
-            print("inrbench: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as e:
-        from bench.errors import EXIT_OUT_OF_MEMORY, is_out_of_memory
-
-        if not is_out_of_memory(e):
-            raise
-        message = _one_line(" ".join(f"{type(e).__name__}: {e}".split()))
-        print(f"inrbench: error: {prefix}out of memory: {message[:500]}", file=sys.stderr)
-        return EXIT_OUT_OF_MEMORY
-
-
-def stdout_closed() -> bool:
-    """Whether stdout is a pipe whose reader has gone (``poll`` reports POLLERR on its write end), so a
-    ``BrokenPipeError`` from a pipe of the command's own (a worker's) is not taken for ``| head``.
-    True where this cannot be told (no ``poll``, no file descriptor)."""
-    try:
-        import select
-
-        p = select.poll()
-        p.register(sys.stdout.fileno(), select.POLLOUT)
-        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in p.poll(0))
-    except (AttributeError, OSError, ValueError):
-        return True
-
-
-def stdout_gone() -> int:
-    """The reader of stdout went away (``inrbench env | head``): point stdout at ``os.devnull``, so the
-    interpreter's final flush of what is still buffered finds no closed pipe (no "Exception ignored ...
-    BrokenPipeError" at exit), as the Python docs recommend (signal module, "Note on SIGPIPE"), and
-    return ``EXIT_BROKEN_PIPE``, printing nothing: the user stopped reading, nothing failed."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (a test's capture)
-        pass
-    return EXIT_BROKEN_PIPE
 
 
 class Stdout:

@@ -31,16 +31,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.errors import InputError
+from bench.argtypes import positive_float, positive_int
+from bench.errors import (
+    EXIT_INTERRUPTED,
+    STATUS_DIR_ENV,
+    InputError,
+    guarded,
+)
 
 # Seconds a collective may wait for a rank before the group gives up (a dead rank must not hang
 # the others forever; the slowest legitimate wait is a rank still encoding its last shard).
 DEFAULT_TIMEOUT_S = 1800.0
 LAUNCH_OPTIONS = ("--nproc", "--nnodes", "--rdzv-endpoint", "--rdzv-id")  # --dist-timeout reaches the ranks
-# Set by ``launch`` for the ranks it starts: a folder where each rank leaves its exit status
-# (``rank<R>``), so ``--nproc`` exits with the ranks' class (2 bad input, 3 out of memory), not torchrun's 1.
-STATUS_DIR_ENV = "INRBENCH_RANK_STATUS_DIR"
-EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C, as ``bench.cli.guarded`` exits
 # The most meaningful status first when ranks disagree: bad input, out of memory, crash.
 _STATUS_PRIORITY = (2, 3, 1)
 
@@ -195,7 +197,7 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
 
 
 def run_rank(body: Callable[[], int]) -> int:
-    """Run one rank's command ``body`` (``bench.cli.guarded``: its InputError is one line, exit 2) and end the rank.
+    """Run one rank's command ``body`` (``bench.errors.guarded``: its InputError is one line, exit 2) and end the rank.
 
     When this call joined no group before ``body`` ran (the usual case: ``body`` joins and leaves it),
     the rank leaves the group, flushes its output, records its status for ``launch`` and ends with
@@ -211,8 +213,6 @@ def run_rank(body: Callable[[], int]) -> int:
     """
     import torch.distributed as tdist
 
-    from bench.cli import guarded
-
     owner = not (tdist.is_available() and tdist.is_initialized())
     rc = guarded(body)
     if not owner:
@@ -222,23 +222,6 @@ def run_rank(body: Callable[[], int]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(rc)
-
-
-def interrupt_said_elsewhere() -> bool:
-    """Whether this process is a rank whose Ctrl-C another process reports: the launcher (``launch``), or
-    rank 0. Further SIGINTs are ignored from now on: the rank is on its way out (torchrun passes one on
-    after the terminal's), and a second KeyboardInterrupt would interrupt that with a traceback."""
-    import signal
-
-    try:
-        world = from_env()
-    except InputError:
-        return False
-    if not world.distributed:
-        return False
-    with contextlib.suppress(ValueError):  # not the main thread
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return bool(os.environ.get(STATUS_DIR_ENV)) or not world.is_main
 
 
 def record_status(rc: int) -> None:
@@ -332,8 +315,6 @@ def add_launch_arguments(p: Any, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
 
     ``timeout_s``: the command's default ``--dist-timeout`` (encode's ranks legitimately wait for a
     peer's last shard, which can take hours at the paper's 5,000 iterations)."""
-    from bench.argtypes import positive_float, positive_int
-
     g = p.add_argument_group("distributed (torchrun)")
     g.add_argument("--nproc", type=positive_int, default=1,
                    help="processes per node: relaunch this command under torchrun, one process per device "

@@ -32,38 +32,6 @@ from typing import Any
 ENV_SCHEMA_VERSION = 1
 
 
-def pil_info() -> dict[str, Any]:
-    """Which PIL is imported: ``Pillow`` or ``pillow-simd``, its version, libjpeg version, SIMD flag."""
-    import PIL
-    from PIL import features
-
-    flavor = "unknown"
-    for dist in ("pillow-simd", "Pillow-SIMD"):
-        try:
-            md.distribution(dist)
-            flavor = "pillow-simd"
-            break
-        except md.PackageNotFoundError:
-            pass
-    else:
-        try:
-            md.distribution("pillow")
-            flavor = "Pillow"
-        except md.PackageNotFoundError:
-            pass
-    # pillow-simd releases carry a ".postN" suffix; a cross-check when metadata is ambiguous.
-    if flavor == "unknown" and ".post" in PIL.__version__:
-        flavor = "pillow-simd"
-    return {
-        "flavor": flavor,
-        "version": PIL.__version__,
-        "libjpeg": features.version("jpg"),  # the libjpeg API version (6.2 for libjpeg-turbo's default)
-        "libjpeg_turbo": bool(features.check_feature("libjpeg_turbo")),
-        "libjpeg_turbo_version": features.version("libjpeg_turbo"),  # the library's own, e.g. 3.1.2
-        "module_path": str(Path(PIL.__file__).parent),
-    }
-
-
 def cuda_mismatch(versions: dict[str, Any]) -> str | None:
     """A warning when DALI and torch were built for different CUDA majors (``versions`` as in
     ``collect()``), else None. Both bundle their own CUDA runtime, so the pair may run under one
@@ -322,6 +290,8 @@ def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
     """
     import torch
 
+    from pipelines.torch_jpeg import pil_info
+
     try:
         import nvidia.dali as dali
 
@@ -349,7 +319,7 @@ def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
         },
         "torch_cuda_available": torch.cuda.is_available(),
         "torch_num_threads": torch.get_num_threads(),
-        "pil": pil_info(),
+        "pil": pil_info(),  # which PIL torch-jpeg decodes with
         "pipelines": pipeline_libraries(),  # {pipeline: {library: version}}
         "torch_nvjpeg": torch_nvjpeg_decoder(),  # kept for older readers: the JPEG decoder torch-nvjpeg uses
         "cpu": cpu_info(),

@@ -30,3 +30,13 @@ def finite_or_null(obj: Any) -> Any:
 def dumps(obj: Any, **kwargs: Any) -> str:
     """``json.dumps`` of ``finite_or_null(obj)``, refusing anything that would still not be JSON."""
     return json.dumps(finite_or_null(obj), allow_nan=False, **kwargs)
+
+
+def diff_keys(a, b, prefix: str = "") -> list[str]:
+    """Dotted keys where two JSON documents differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for k in sorted(set(a) | set(b)):
+            out += diff_keys(a.get(k), b.get(k), f"{prefix}{k}.")
+        return out
+    return [] if a == b else [prefix.rstrip(".") or "(root)"]

@@ -37,7 +37,6 @@ removed, except a replaced output (``.old``) whose new output never arrived: it 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import json
@@ -117,16 +116,6 @@ def _is_meta_init(p: Path) -> bool:
         return False
 
 
-def _is_perf_figure(p: Path) -> bool:
-    """A PNG written by ``inrbench perf init --figure`` (its ``Software`` text names it: bench.perf.init)."""
-    try:
-        with open(p, "rb") as f:
-            head = f.read(4096)
-    except OSError:
-        return False
-    return head.startswith(b"\x89PNG\r\n\x1a\n") and b"inr-bench perf init" in head
-
-
 def _is_gpu_check(p: Path) -> bool:
     m = _json(p / "gpu-check.json")
     return isinstance(m, dict) and m.get("kind") == "gpu-check"
@@ -183,7 +172,6 @@ KINDS: dict[str, OutputKind] = {k.name: k for k in (
     OutputKind("env", "environment record file", False, _is_env),
     OutputKind("gpu-check", "gpu-check output folder", True, _is_gpu_check, _gpu_check_layout),
     OutputKind("meta-init", "learned initialization file", False, _is_meta_init),
-    OutputKind("perf-figure", "perf init figure file", False, _is_perf_figure),
 )}
 
 
@@ -206,14 +194,20 @@ def write_marker(folder: Path, kind: str, *, entries: bool = True) -> None:
     it once the folder is complete. ``False`` for a folder filled after it is marked (gpu-check):
     its kind's layout says what is the command's.
     """
-    from bench.atomic import atomic_write_json
-
     kind_of(kind)
     doc: dict[str, object] = {"kind": kind, "written_by": "inr-bench",
                               "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if entries:
         doc["entries"] = {c.name: _tree_size(c) for c in sorted(folder.iterdir()) if c.name != MARKER}
-    atomic_write_json(folder / MARKER, doc)
+    fd, tmp = make_temp_file(folder / MARKER)  # temp + rename, as bench.atomic (which builds on this module)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+        os.replace(tmp, folder / MARKER)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def _tree_size(p: Path) -> int:
@@ -399,7 +393,10 @@ def output_lock(out: Path, option: str = "--out") -> Iterator[None]:
             _HELD[lp] -= 1
         return
     while True:
-        fd = os.open(lp, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fd = os.open(lp, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:  # a folder that cannot hold the output: name the output, not the lock file beside it
+            raise InputError(f"{option} {out}: cannot write in {out.parent}: {e.strerror or e or type(e).__name__}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -488,27 +485,3 @@ def make_temp_file(out: Path) -> tuple[int, Path]:
     fd, tmp = tempfile.mkstemp(prefix=temp_name(out, ".tmp"), suffix=".tmp", dir=out.parent)
     os.fchmod(fd, 0o666 & ~_umask())
     return fd, Path(tmp)
-
-
-# numpy's ``tofile``/``save`` report a short write (a full disk) as ``OSError("N requested and M written")``,
-# with no errno: the only sign that the disk filled up
-_SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")
-_FREE_SPACE = " (free some space and rerun: finished work is kept and resumed)"
-
-
-def os_error_message(e: OSError) -> str:
-    """One line for an ``OSError`` (disk full, permission denied...) naming the file.
-
-    What happened: the system's words (``strerror``), else the exception's own message (an ``OSError``
-    raised without an errno), else its type. A short write (numpy's ``N requested and M written``) is
-    said to be what it most likely is, a full disk, with the same advice as ``ENOSPC``.
-    """
-    what = e.strerror or " ".join(str(e).split()) or type(e).__name__
-    short = _SHORT_WRITE.fullmatch(what) if e.strerror is None else None
-    if short:
-        what = (f"short write ({short[2]} of {short[1]} bytes written): the disk may be full"
-                f"{_FREE_SPACE}")
-    elif e.errno in (errno.ENOSPC, errno.EDQUOT):
-        what += _FREE_SPACE
-    name = e.filename if e.filename is not None else None
-    return f"{name}: {what}" if name is not None else what

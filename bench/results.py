@@ -78,6 +78,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import envinfo
 from bench.atomic import atomic_write_bytes, atomic_write_json
 from bench.errors import InputError
 
@@ -331,8 +332,6 @@ def write_run(out: str | Path, run: RunRows) -> Path:
 def write_env(run_dir: str | Path, env: Mapping[str, Any] | None = None) -> Path:
     """Write ``env.json`` (``bench.envinfo.collect()`` unless given) atomically into ``run_dir``."""
     if env is None:
-        from bench import envinfo
-
         env = envinfo.collect()
     path = Path(run_dir) / ENV_FILE
     atomic_write_json(path, dict(env))

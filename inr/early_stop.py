@@ -35,8 +35,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from inr import subsample
 from inr.engine import SirenEngine, first_layer_input
-from inr.siren import SirenArch
+from inr.fast_step import compiled_check, compiled_queue_iteration, compiled_sub_iteration
+from inr.siren import SirenArch, psnr_from_rgb
 
 STOP_CHECK_EVERY = 25
 BUCKET_HALVINGS = 3  # a compiled chunk drains to 1/8 at most: four graphs per chunk shape, all compiled up front
@@ -111,7 +113,6 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
     schedule (each image's kept weights are the best of those passes); a row runs ``iterations`` steps, not
     ``iterations + 1`` (the all-pixel loop's last pass only measures)."""
     from inr.fast_step import _adam, _keep_best, schedule
-    from inr.fit import _psnr_from_rgb
 
     dev = sh.targets.device
     P = sh.targets.shape[1]
@@ -138,8 +139,6 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
     sub = 0 < per_step < P
     order = maps = None
     if sub:
-        from inr import subsample
-
         maps = [_index(x, dev) for x in subsample.cycle_maps(P, sh.seed)]
         order = _index(subsample.image_orders(sh.ids[img], P, sh.seed), dev)  # [B, P]
     fn = eng = chk = None
@@ -147,11 +146,6 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
     def build(B: int) -> None:
         nonlocal fn, eng, chk
         if step == "compiled":  # no engine: the graph keeps its own activations (``inr.fit.fit_bytes_per_image``)
-            from inr.fast_step import (
-                compiled_check,
-                compiled_queue_iteration,
-                compiled_sub_iteration,
-            )
 
             if sub:
                 fn = compiled_sub_iteration(arch, B, P, per_step, dev, threads)
@@ -188,7 +182,7 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
         if step == "compiled":
             chk(thetas, best, best_p, a0, t01, mask)
         else:
-            _keep_best(thetas, best, best_p, _psnr_from_rgb(chk.forward(thetas, need_grad=False), t255, exact=False),
+            _keep_best(thetas, best, best_p, psnr_from_rgb(chk.forward(thetas, need_grad=False), t255, exact=False),
                        mask)
 
     def pass_all() -> np.ndarray:
@@ -201,7 +195,7 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
         else:
             step_size, sqrt_bc2 = schedule(it_dev, sched)
             rgb = eng.forward(thetas)
-            _keep_best(thetas, best, best_p, _psnr_from_rgb(rgb, t255, exact=False))
+            _keep_best(thetas, best, best_p, psnr_from_rgb(rgb, t255, exact=False))
             _adam(thetas, eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * P))), m, v, step_size, sqrt_bc2)
         passes += 1
         full = np.nonzero(live & (it == iterations))[0]

@@ -10,7 +10,7 @@ Fitting is seeded per image (``inr.siren.init_weights``) and shards have fixed b
 an interrupted-and-resumed encode writes the same bytes as an uninterrupted one (on the same
 machine, device and thread count).
 
-Distributed (``encode_split_distributed``, under torchrun: ``bench.dist``): shard ``si`` is
+Distributed (``bench.commands.encode.encode_split_distributed``, under torchrun): shard ``si`` is
 fitted by rank ``si % world_size``; rank 0 holds the output and merges. Shards are the same
 files whichever process fits them, so the store is byte-identical to a one-process encode,
 and a rerun after any rank was killed resumes from the shards on disk (with any number of
@@ -33,6 +33,8 @@ import torch
 from bench.atomic import atomic_write_bytes, create_marked_dir
 from bench.datasets.prepared import sha256_array
 from bench.errors import InputError
+from bench.jsontext import diff_keys
+from bench.outputs import check_output, claim
 from inr import atrest, store
 from inr.fit import (
     FitConfig,
@@ -44,6 +46,8 @@ from inr.fit import (
     images_to_targets,
     optimize,
 )
+from inr.merge import merge_stores
+from inr.meta import init_record
 from inr.prune import PruneConfig, prune_dynamic, prune_iterative
 from inr.quantize import FLOAT_BITS, QLayer, QuantConfig, dequantize, fake_quantize, quantize
 from inr.siren import coord_grid
@@ -234,20 +238,10 @@ def _check_work(work: Path, job: dict) -> None:
                          "killed while creating it: delete it to start over)", work)
     old = {**old, "source": {k: v for k, v in old.get("source", {}).items() if k != "prepared"}}
     if old != job:
-        diff = sorted(_diff_keys(old, job))
+        diff = sorted(diff_keys(old, job))
         raise InputError(f"holds shards of an encode with other settings ({', '.join(diff[:6])} "
                          f"{'differs' if len(diff) == 1 else 'differ'}); "
                          "delete it to start over, or rerun with those settings to resume", work)
-
-
-def _diff_keys(a, b, prefix: str = "") -> list[str]:
-    """Dotted keys where two JSON documents differ."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out: list[str] = []
-        for k in sorted(set(a) | set(b)):
-            out += _diff_keys(a.get(k), b.get(k), f"{prefix}{k}.")
-        return out
-    return [] if a == b else [prefix.rstrip(".") or "(root)"]
 
 
 def encode_split(
@@ -291,8 +285,6 @@ def claim_store(out: str | Path, source: dict | None, fit_cache: str | Path | No
     """``bench.outputs.claim`` of the store ``out`` (held while the block runs) and the check of
     ``fit_cache``: neither may overlap the prepared dataset named in ``source``, and the cache may not
     lie in ``OUT.work`` (removed with it after success); yields ``out`` resolved."""
-    from bench.outputs import check_output, claim
-
     inputs = {"prepared dataset": (source or {}).get("prepared"), "fit cache (--fit-cache)": fit_cache}
     with claim(out, "store", inputs=inputs, mode="replace" if overwrite else "new") as claimed:
         if fit_cache is not None:
@@ -404,8 +396,6 @@ def encode_shards(sp: _Split, cfg: EncodeConfig, device, progress, fit_cache, ra
 
 def merge_work(sp: _Split, cfg: EncodeConfig, out: Path, source, keep_work: bool) -> Path:
     """Merge the work folder's shards into the store ``out`` (``inr.merge``, streamed) and remove the folder."""
-    from inr.merge import merge_stores
-
     n, h, w = sp.shape
     paths = [sp.work / f"shard_{si:05d}.inr" for si in range(len(shard_ranges(n, cfg.shard_size)))]
     missing = [p.name for p in paths if not p.is_file()]
@@ -413,7 +403,6 @@ def merge_work(sp: _Split, cfg: EncodeConfig, out: Path, source, keep_work: bool
         raise InputError(f"shards {', '.join(missing[:4])} are missing; rerun to fit them", sp.work)
     meta = {"encode": cfg.to_dict(), "source": source or {}, "fit": cfg.fit.to_dict(), "bits": list(cfg.quant.bits)}
     if cfg.fit.init_sha256:  # the learned init this store was fitted from (inrbench meta-init)
-        from inr.meta import init_record
 
         meta["init"] = init_record(cfg.fit.init, cfg.fit.init_sha256)
     if cfg.fit.target_psnr:
@@ -463,79 +452,3 @@ def _encode_split(images, labels, cfg: EncodeConfig, out: Path, device, source, 
             log(resume_line(resumed, len(finished), sp.work))
         encode_shards(sp, cfg, device, progress, fit_cache, finished=finished)
         return merge_work(sp, cfg, out, source, keep_work)
-
-
-class PeerFailed(Exception):
-    """Another rank of a distributed encode failed; rank 0 reports it (``encode_split_distributed``)."""
-
-
-def encode_split_distributed(
-    images, labels, cfg: EncodeConfig, out: str | Path, world, device: str = "cpu", source: dict | None = None,
-    progress: Callable[[int, np.ndarray], None] | None = None, keep_work: bool = False,
-    fit_cache: str | Path | None = None, overwrite: bool = False, log: Callable[[str], None] | None = None,
-) -> tuple[Path | None, list[dict]]:
-    """``encode_split`` as rank ``world.rank`` of ``world.world_size`` processes (``bench.dist``, group joined).
-
-    Rank 0 claims ``out`` (the lock, held to the end) and opens or checks the work folder; then
-    every rank checks its ``config.json`` and fits the shards ``si % world_size == rank`` on
-    ``device`` (this rank's), resumably, as one process does; the ranks exchange their status
-    and rank 0 merges. Every shard's bytes depend only on its images and the configuration, so
-    the store is the one a single process writes (same device type and thread count per process).
-
-    Returns ``(out, per-rank summaries)`` on rank 0 and ``(None, summaries)`` on the others. A
-    failure on any rank is an ``InputError`` on rank 0 naming the rank (finished shards are kept
-    for a rerun) and ``PeerFailed`` on the others, which leave the report to rank 0. ``log`` (rank 0): the
-    ``encode: resuming, K of M shards already fitted`` line when a rerun finds finished shards.
-    """
-    from bench import dist
-
-    out = Path(out)
-    sp = status = None
-    with contextlib.ExitStack() as held:
-        if world.is_main:
-            try:
-                out = held.enter_context(claim_store(out, source, fit_cache, overwrite))
-                sp = _split(images, labels, cfg, out, source)
-                if not _open_work(sp.work, sp.job) and log is not None:
-                    every = finished_shards(sp, cfg)  # every rank's: rank 0 speaks for the run
-                    resumed = sum(p is not None for p in every.values())
-                    if resumed:
-                        log(resume_line(resumed, len(every), sp.work))
-            except (InputError, OSError) as e:
-                status = _message(e)
-        status, out = dist.broadcast_object((status, str(out)))
-        out = Path(out)  # rank 0's resolved path
-        if status is not None:
-            if world.is_main:
-                raise InputError(status)
-            raise PeerFailed(status)
-        done: dict = {"rank": world.rank}
-        try:
-            if not world.is_main:
-                sp = _split(images, labels, cfg, out, source)
-                if not (sp.work / "config.json").is_file():
-                    raise InputError(f"rank {world.rank} does not see the work folder rank 0 created (the ranks "
-                                     "need one shared file system)", sp.work)
-                _check_work(sp.work, sp.job)
-            done = encode_shards(sp, cfg, device, progress, fit_cache, world.rank, world.world_size)
-        except (InputError, OSError) as e:
-            status = _message(e)
-        ranks = dist.all_gather_object({**done, "error": status})
-        failed = [r for r in ranks if r["error"] is not None]
-        if failed:
-            if not world.is_main:
-                raise PeerFailed(status)
-            what = "; ".join(f"rank {r['rank']}: {r['error']}" for r in failed)
-            raise InputError(f"{len(failed)} of {world.world_size} ranks failed ({what}); finished shards are kept in "
-                             f"{out.name}{WORK_SUFFIX}: rerun to resume")
-        if not world.is_main:
-            return None, ranks
-        return merge_work(sp, cfg, out, source, keep_work), ranks
-
-
-def _message(e: BaseException) -> str:
-    """One line for an ``InputError`` or ``OSError`` (as ``bench.cli.guarded`` prints it)."""
-    from bench.cli import _one_line
-    from bench.outputs import os_error_message
-
-    return _one_line(os_error_message(e) if isinstance(e, OSError) else str(e))

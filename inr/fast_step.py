@@ -15,8 +15,8 @@ Per chunk shape (``B``, ``P``, arch) the function is compiled once (``dynamic=Fa
 it is compiled with the thread count it will run under (inductor bakes the OpenMP team size in),
 and with inductor's C++ wrapper (``cpp_wrapper``): the whole graph is then one C++ call that releases
 the GIL, so the encoder's worker threads (one chunk each, ``inr.fit.optimize``) run their graphs at
-the same time. With the default Python wrapper each generated kernel holds the GIL while it runs,
-and two workers reached 11.4-11.6k img-it/s at 5x13/32 px on 2 cores against 15.4-15.5k with it.
+the same time. With the default Python wrapper each generated kernel holds the GIL while it runs, and
+the workers take turns (docs/encoding-cost.md, section 1).
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ import threading
 
 import torch
 
-from inr.siren import SirenArch
-from pipelines.inr_decode import fast_sin
+from inr.siren import SirenArch, fast_sin
 
 HALF_PI = 0.5 * math.pi
 _LOCK = threading.Lock()

@@ -22,8 +22,12 @@ import torch
 
 from bench.errors import InputError
 from bench.metrics import psnr_per_image
+from inr.early_stop import drain_sizes, optimize_queue
 from inr.engine import SirenEngine, first_layer_input, from_theta, mask_theta, to_theta
-from inr.siren import SirenArch, Weights, coord_grid, forward, init_weights
+from inr.fast_step import ADAM_BETAS, compiled_iteration, compiled_step
+from inr.meta import load_init
+from inr.siren import SirenArch, Weights, coord_grid, forward, init_weights, psnr_from_rgb
+from inr.subsample import pixels_per_step
 
 # Mixed precision for fitting: bf16 only. bf16 keeps fp32's exponent range, so the tiny gradients
 # of a per-image mean over P pixels (``2 / (3P) * err``: ~1e-7 at 224 px) need no loss scaling;
@@ -32,9 +36,7 @@ from inr.siren import SirenArch, Weights, coord_grid, forward, init_weights
 AUTOCAST = {"none": None, "bf16": torch.bfloat16}
 STEPS = ("eager", "compiled")
 # the compiled step's chunk on the CPU: its working set (activations and cosines of every layer) must stay in a
-# core's L2. Measured at 5x13/32 px, one thread, 6 processes each: 16 images ran at 4,000-7,800 img-it/s depending
-# on the process (physical page placement; stable within a process), 8 images at 7,600-8,050 in 3 of 4, 4 at
-# 7,450-7,630; with 2 workers 8 beat 4 (12.5k vs 10.6k: per-iteration Python overhead).
+# core's L2; larger chunks run at two speeds from one process to the next (docs/encoding-cost.md, section 1)
 COMPILED_CPU_BATCH_CAP = 8
 AUTOCAST_EVAL_EVERY = 10  # keep-best interval under bf16 when ``eval_every`` is 0 (auto)
 
@@ -248,18 +250,6 @@ def compiled_cpu_cap(pixel_fraction: float = 1.0) -> int:
     return COMPILED_CPU_BATCH_CAP * max(1, int(1.0 / pixel_fraction + 1e-9))
 
 
-def _psnr_from_rgb(rgb: torch.Tensor, target255: torch.Tensor, exact: bool = True) -> torch.Tensor:
-    """Float RGB and float targets in 0..255 (same shape ``[B, ...]``) -> ``[B]`` PSNR float64.
-
-    The ``bench.metrics`` convention (clamp, round to 8 bits). ``exact=False`` sums the squared
-    errors in float32 (relative error ~1e-7: fine for choosing the best iterate, cheaper).
-    """
-    q = torch.round(rgb.detach().float().clamp(0.0, 1.0).mul_(255.0))
-    d = q.sub_(target255).pow_(2).flatten(1)
-    mse = d.mean(dim=1, dtype=torch.float64) if exact else d.mean(dim=1).double()
-    return 10.0 * torch.log10(65025.0 / mse)  # inf where identical
-
-
 def _make_adam(params: list[torch.Tensor], lr: float) -> torch.optim.Optimizer:
     try:
         return torch.optim.Adam(params, lr=lr, fused=True)
@@ -305,8 +295,6 @@ def _optimize_chunk(
     eval_every = eval_every or (1 if ac_dtype is None else AUTOCAST_EVAL_EVERY)
     fast = eng = None
     if step == "compiled":
-        from inr.fast_step import compiled_step
-
         if ac_dtype is not None:
             raise ValueError("the compiled fit step is fp32 only (autocast none)")
         # no engine: the compiled graph keeps its own activations (an engine's buffers would about double the memory
@@ -336,7 +324,7 @@ def _optimize_chunk(
     def evaluate_fp32(cur: list[torch.Tensor]) -> None:
         e = eng if eng is not None else SirenEngine(arch, coords, B, backward=False)
         e.mm_dtype = None
-        keep_best(_psnr_from_rgb(e.forward(cur, need_grad=False), t255), cur)
+        keep_best(psnr_from_rgb(e.forward(cur, need_grad=False), t255), cur)
         e.mm_dtype = ac_dtype
 
     with torch.no_grad():
@@ -352,7 +340,7 @@ def _optimize_chunk(
                     evaluate_fp32(cur)
                 rgb = eng.forward(cur)
                 if evaluate and ac_dtype is None:
-                    keep_best(_psnr_from_rgb(rgb, t255, exact=False), cur)
+                    keep_best(psnr_from_rgb(rgb, t255, exact=False), cur)
                 grad_out = rgb.sub_(t01).mul_(2.0 / (3 * P))  # d/d rgb of sum_b mean (rgb - t)^2
                 grads = eng.backward(grad_out)
             for T, g, m in zip(thetas, grads, mts, strict=True):
@@ -368,7 +356,7 @@ def _optimize_chunk(
         kept = from_theta(best)
         # report the PSNR of decoding the kept weights with ``siren.forward`` (the decoder everyone uses)
         dec = forward(transform(kept, masks) if transform is not None else kept, coords, arch)
-        best_p = _psnr_from_rgb(dec, targets.to(torch.float32))
+        best_p = psnr_from_rgb(dec, targets.to(torch.float32))
     return kept, best_p
 
 
@@ -384,8 +372,6 @@ def _optimize_chunk_fused(thetas, best, best_p, t01, a0, arch, iterations, lr, l
     The schedule's factors go in as 0-d device tensors made by ``torch.full`` (a fill kernel taking the value as
     an argument): ``torch.tensor(x, device=cuda)`` would copy from pageable host memory and wait for the
     copy, a stream sync per iteration. Tensors, not Python floats, so the graph is not recompiled per value."""
-    from inr.fast_step import ADAM_BETAS, compiled_iteration
-
     dev = t01.device
     B, _, P = t01.shape
     fn = compiled_iteration(arch, B, P, dev, threads)
@@ -400,12 +386,12 @@ def _optimize_chunk_fused(thetas, best, best_p, t01, a0, arch, iterations, lr, l
                torch.full((), math.sqrt(1.0 - b2**t), dtype=torch.float32, device=dev))
         # the weights after the last update are a candidate too (as in the eager loop's final evaluation)
         eng = SirenEngine(arch, coords, B, backward=False)
-        psnr = _psnr_from_rgb(eng.forward(thetas, need_grad=False), targets.permute(0, 2, 1).to(torch.float32))
+        psnr = psnr_from_rgb(eng.forward(thetas, need_grad=False), targets.permute(0, 2, 1).to(torch.float32))
         better = psnr > best_p
         for b, T in zip(best, thetas, strict=True):
             b.copy_(torch.where(better.view(-1, 1, 1), T, b))
         kept = from_theta(best)
-        best_p = _psnr_from_rgb(forward(kept, coords, arch), targets.to(torch.float32))
+        best_p = psnr_from_rgb(forward(kept, coords, arch), targets.to(torch.float32))
     return kept, best_p
 
 
@@ -482,8 +468,6 @@ def optimize(
     if pixel_fraction < 1.0 and stop_at is None:  # the subsampled loop is the early-stop loop: no image stops
         stop_at = torch.full((B,), math.inf, dtype=torch.float64)
     if stop_at is not None:
-        from inr.subsample import pixels_per_step
-
         per_step = pixels_per_step(targets.shape[1], pixel_fraction) if pixel_fraction < 1.0 else 0
         per_step = per_step if per_step < targets.shape[1] else 0  # rounded up to every pixel: the all-pixel loop
         return _optimize_early_stop(weights, targets, coords, arch, iterations, lr, lr_final_factor, masks, transform,
@@ -526,8 +510,6 @@ def _optimize_early_stop(weights, targets, coords, arch, iterations, lr, lr_fina
                          first_index=0) -> tuple[Weights, torch.Tensor]:
     """``optimize`` with ``stop_at`` (or subsampled steps: ``per_step`` pixels, 0 = all):
     ``inr.early_stop.optimize_queue``, then the decoded PSNR of what it kept."""
-    from inr.early_stop import drain_sizes, optimize_queue
-
     if masks is not None or transform is not None:
         raise ValueError("early stop (stop_at) and subsampled steps are for the plain fit: not with masks or a "
                          "transform")
@@ -549,7 +531,7 @@ def _optimize_early_stop(weights, targets, coords, arch, iterations, lr, lr_fina
     kept = from_theta(kept_t)
     # the PSNR of decoding the kept weights with ``siren.forward`` (the decoder everyone uses), chunk by chunk
     with torch.no_grad():
-        p = [_psnr_from_rgb(forward([(W[s:s + chunk], b[s:s + chunk]) for W, b in kept], coords.to(dev), arch),
+        p = [psnr_from_rgb(forward([(W[s:s + chunk], b[s:s + chunk]) for W, b in kept], coords.to(dev), arch),
                             targets[s:s + chunk].to(torch.float32)) for s in range(0, B, max(chunk, 1))]
     return kept, torch.cat(p) if p else torch.zeros(0, dtype=torch.float64, device=dev)
 
@@ -617,8 +599,6 @@ def fit(
         raise ValueError(f"stop_at needs one target per image ({n}), got shape {np.shape(stop_at)}")
     start = None
     if config.init or config.init_sha256:
-        from inr.meta import load_init
-
         start = load_init(config.init, arch, config.init_sha256).weights
     for s in range(0, n, step):
         e = min(n, s + step)

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.atomic import atomic_open
 from bench.errors import InputError
 from inr import store
 from inr.quantize import FLOAT_BITS
@@ -68,8 +69,6 @@ def write_streamed(path: str | Path, header: dict[str, Any], specs: Sequence[Arr
     CRCs, pass 2 writes ``inr.store.file_prefix`` and the data region through a temp file beside
     ``path`` (fsynced, then renamed over it), checking that every array streamed the same bytes.
     """
-    from bench.atomic import atomic_open
-
     path = Path(path)
     table, off, data_crc = [], 0, 0
     for spec in specs:

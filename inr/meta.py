@@ -33,9 +33,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.atomic import atomic_write_bytes
 from bench.errors import InputError
+from bench.stats import geometric_mean_ci
 from inr.engine import SirenEngine, from_theta, to_theta
-from inr.meta_work import NoCheckpoints
+from inr.meta_work import NoCheckpoints, meta_job, open_work
 from inr.siren import SirenArch, Weights, coord_grid, init_weights
 
 FORMAT = "inr-bench meta-init v1"
@@ -170,8 +172,6 @@ def meta_init_dataset(ds, arch: SirenArch, lr: float, cfg: MetaConfig = MetaConf
     another job's folder is refused (``InputError``). The caller removes it once the init file is written
     (``inr.meta_work.remove_work``). The weights are the uninterrupted run's, bit for bit on the CPU.
     """
-    from inr.meta_work import meta_job, open_work
-
     if cfg.candidates > 1 and iterations < 1:
         raise ValueError("choosing among candidate inits needs the fit's iterations")
     assert split == TRAIN_SPLIT, f"meta-init trains on the train split only, not {split!r}"
@@ -276,8 +276,6 @@ def select_init(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig,
 def save_init(path: str | Path, arch: SirenArch, weights: Weights, meta: dict) -> str:
     """Write the init file (atomically); returns its ``content_sha256``. The caller claims ``path`` (bench.outputs)."""
     import io
-
-    from bench.atomic import atomic_write_bytes
 
     buf = io.BytesIO()
     d = {"format": FORMAT, "arch": arch.to_dict(), "meta": meta,
@@ -397,8 +395,6 @@ def per_image_saving(random: np.ndarray, learned: np.ndarray) -> dict:
     iterations, the savings, and the geometric mean saving with a 95% interval over images
     (``bench.stats.geometric_mean_ci``: Student's t on the log savings below 30 images, a bootstrap from 30;
     one image, or all savings equal: no interval, NaN bounds)."""
-    from bench.stats import geometric_mean_ci
-
     iters = random.shape[0] - 1
     its = []
     for i in range(random.shape[1]):

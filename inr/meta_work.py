@@ -46,8 +46,10 @@ import numpy as np
 import torch
 
 from bench.atomic import atomic_open, atomic_write_json, create_marked_dir
+from bench.datasets.prepared import sha256_array
 from bench.errors import InputError
-from bench.outputs import TEMP_TAG
+from bench.jsontext import diff_keys
+from bench.outputs import TEMP_TAG, _is_own_temp
 
 WORK_SUFFIX = f".{TEMP_TAG}meta-init.work"  # the folder is ".<OUT name>" + WORK_SUFFIX (bench.sweep.cells mirrors it)
 WORK_KIND = "meta-init-work"
@@ -68,8 +70,6 @@ def meta_job(cfg, arch, lr: float, iterations: int, device: torch.device, images
              identity: dict) -> dict:
     """What the checkpoints depend on (``work.json``'s job); ``identity``: the train subset's count and hashes."""
     from dataclasses import asdict
-
-    from bench.datasets.prepared import sha256_array
 
     job = {"config": asdict(cfg), "arch": arch.to_dict(), "lr": float(lr),
            "iterations": int(iterations), "device": torch.device(device).type,
@@ -219,9 +219,6 @@ def open_work(folder: Path, job: dict, every_s: float | None = None) -> Iterator
     """Create ``folder`` for ``job``, or check that an existing one holds checkpoints of this very job
     (else one ``InputError`` line naming what differs). If the body fails before anything was kept in
     a folder this call created, the folder is removed: nothing there to resume (``inr.encode.fresh_work``)."""
-    from bench.outputs import _is_own_temp
-    from inr.encode import _diff_keys
-
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise InputError("exists and is not a meta-init work folder; refusing to use or remove it", folder)
     doc = {"kind": WORK_KIND, "written_by": "inr-bench", "schema_version": WORK_SCHEMA, "job": job}
@@ -235,7 +232,7 @@ def open_work(folder: Path, job: dict, every_s: float | None = None) -> Iterator
     elif not created:
         was = {"schema_version": old.get("schema_version"), "job": old.get("job")}
         if was != {"schema_version": WORK_SCHEMA, "job": job}:
-            diff = sorted(_diff_keys(was, {"schema_version": WORK_SCHEMA, "job": job}))
+            diff = sorted(diff_keys(was, {"schema_version": WORK_SCHEMA, "job": job}))
             raise InputError(f"holds the checkpoints of a meta-init with other settings ({', '.join(diff[:6])} "
                              f"{'differs' if len(diff) == 1 else 'differ'}); delete it to start over, or rerun with those settings to resume", folder)
         for c in folder.iterdir():  # a killed writer's temp file (the --out lock is held: none is live)

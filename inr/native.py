@@ -41,6 +41,7 @@ from inr.encode import (
     resume_line,
     write_final,
 )
+from inr.meta import init_record
 from inr.quantize import QLayer
 
 
@@ -180,7 +181,6 @@ def _assemble(out: Path, work: Path, shards: list[NativeShard], labels: np.ndarr
     if cfg.fit.target_psnr:
         meta["early_stop"] = early_stop_record([(d["images"], d) for d in done], cfg.fit)
     if cfg.fit.init_sha256:  # the learned init this store was fitted from (inrbench meta-init)
-        from inr.meta import init_record
 
         meta["init"] = init_record(cfg.fit.init, cfg.fit.init_sha256)
     write_final(out, work, cfg.at_rest, lambda path: store.save(

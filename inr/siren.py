@@ -91,6 +91,33 @@ class SirenArch:
         return f"SIREN {self.layers}x{self.hidden} (w0_first={self.w0_first:g}, w0={self.w0:g}, {self.params_per_image} params/image)"
 
 
+def fast_sin(x: torch.Tensor) -> torch.Tensor:
+    """sin via range reduction to ``[-pi, pi]`` and an odd degree-11 Taylor polynomial.
+
+    Max abs error ~1e-6 on ``[-pi, pi]``, ~|x| * 4e-6 beyond (float32 range reduction): far below
+    one 8-bit level. Only worth it when compiled (eager it is several passes over memory).
+    """
+    r = x - torch.round(x * (1.0 / (2.0 * math.pi))) * (2.0 * math.pi)
+    r2 = r * r
+    p = r2 * -2.5052108385441720e-08 + 2.7557319223985893e-06
+    p = p * r2 - 1.9841269841269841e-04
+    p = p * r2 + 8.3333333333333333e-03
+    p = p * r2 - 1.6666666666666667e-01
+    return r + r * r2 * p
+
+
+def psnr_from_rgb(rgb: torch.Tensor, target255: torch.Tensor, exact: bool = True) -> torch.Tensor:
+    """Float RGB and float targets in 0..255 (same shape ``[B, ...]``) -> ``[B]`` PSNR float64.
+
+    The ``bench.metrics`` convention (clamp, round to 8 bits). ``exact=False`` sums the squared
+    errors in float32 (relative error ~1e-7: fine for choosing the best iterate, cheaper).
+    """
+    q = torch.round(rgb.detach().float().clamp(0.0, 1.0).mul_(255.0))
+    d = q.sub_(target255).pow_(2).flatten(1)
+    mse = d.mean(dim=1, dtype=torch.float64) if exact else d.mean(dim=1).double()
+    return 10.0 * torch.log10(65025.0 / mse)  # inf where identical
+
+
 def coord_grid(h: int, w: int, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Pixel-centre coordinates ``[H*W, 2]`` as ``(x, y)``, row-major (pixel ``(i, j)`` at ``i*W + j``).
 

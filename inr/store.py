@@ -43,6 +43,7 @@ import torch
 
 from bench.atomic import atomic_write_bytes
 from bench.errors import InputError
+from inr import atrest
 from inr.quantize import FLOAT_BITS, VALID_BITS, QLayer, check_arch, float_from_codes, keep_matrix
 from inr.siren import SirenArch, Weights, coord_grid, forward
 
@@ -450,7 +451,6 @@ def read_verified(path: str | Path, info: dict | None = None) -> tuple[dict[str,
     check_store_path(path)
     data = path.read_bytes()
     disk_bytes, pack_header = len(data), None
-    from inr import atrest
 
     if atrest.is_packed(data):
         data, pack_header = atrest.unpack(data, path)
@@ -494,7 +494,6 @@ class StoreStream:
         self.path = path = Path(path)
         self.chunk = int(chunk)
         check_store_path(path)
-        from inr import atrest
 
         with open(path, "rb") as f:
             total = os.fstat(f.fileno()).st_size

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.datasets.identity import source_record
 from inr.fit import decode_psnr, fit, preset
 from inr.quantize import QuantConfig, dequantize, quantize
 from inr.store import save
@@ -31,7 +32,6 @@ def fit_store_for_tests(data, out: str | Path, split: str = "train", iterations:
         torch.set_num_threads(threads)
     layers = quantize(res.weights, QuantConfig((bits,) * cfg.arch.num_linear))
     psnr = decode_psnr(dequantize(layers), s.images, cfg.arch)
-    from bench.datasets.identity import source_record
 
     # the source ties the store to the split, as `inrbench encode` does
     meta = {"fit": cfg.to_dict(), "bits": [bits] * cfg.arch.num_linear, "source": source_record(data, split)}

@@ -18,28 +18,14 @@ Same function as ``inr.siren.forward`` at coordinates ``theta @ (u, v, 1)``, com
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
+from inr.siren import fast_sin
+
 Weights = list[tuple[torch.Tensor, torch.Tensor]]
-
-
-def fast_sin(x: torch.Tensor) -> torch.Tensor:
-    """sin via range reduction to ``[-pi, pi]`` and an odd degree-11 Taylor polynomial.
-
-    Max abs error ~1e-6 on ``[-pi, pi]``, ~|x| * 4e-6 beyond (float32 range reduction): far below
-    one 8-bit level. Only worth it when compiled (eager it is several passes over memory).
-    """
-    r = x - torch.round(x * (1.0 / (2.0 * math.pi))) * (2.0 * math.pi)
-    r2 = r * r
-    p = r2 * -2.5052108385441720e-08 + 2.7557319223985893e-06
-    p = p * r2 - 1.9841269841269841e-04
-    p = p * r2 + 8.3333333333333333e-03
-    p = p * r2 - 1.6666666666666667e-01
-    return r + r * r2 * p
 
 
 def layer_shapes(arch) -> list[tuple[int, int]]:

@@ -42,6 +42,7 @@ stops with one line naming it, so the three JPEG adapters refuse the same files.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import signal
 from collections.abc import Iterator
@@ -81,6 +82,38 @@ def build_transform(aug: Augment, height: int, width: int) -> Any:
         crop = [T.CenterCrop(min(height, width)), T.Resize(aug.size, antialias=True)]
     flip = [T.RandomHorizontalFlip(0.5)] if aug.flip else []
     return T.Compose([*crop, *flip, T.PILToTensor()])
+
+
+def pil_info() -> dict[str, Any]:
+    """Which PIL is imported: ``Pillow`` or ``pillow-simd``, its version, libjpeg version, SIMD flag."""
+    import PIL
+    from PIL import features
+
+    flavor = "unknown"
+    for dist in ("pillow-simd", "Pillow-SIMD"):
+        try:
+            importlib.metadata.distribution(dist)
+            flavor = "pillow-simd"
+            break
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    else:
+        try:
+            importlib.metadata.distribution("pillow")
+            flavor = "Pillow"
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    # pillow-simd releases carry a ".postN" suffix; a cross-check when metadata is ambiguous.
+    if flavor == "unknown" and ".post" in PIL.__version__:
+        flavor = "pillow-simd"
+    return {
+        "flavor": flavor,
+        "version": PIL.__version__,
+        "libjpeg": features.version("jpg"),  # the libjpeg API version (6.2 for libjpeg-turbo's default)
+        "libjpeg_turbo": bool(features.check_feature("libjpeg_turbo")),
+        "libjpeg_turbo_version": features.version("libjpeg_turbo"),  # the library's own, e.g. 3.1.2
+        "module_path": str(Path(PIL.__file__).parent),
+    }
 
 
 @dataclass(frozen=True)
@@ -283,7 +316,5 @@ class TorchJpegPipeline(Pipeline):
     @classmethod
     def libraries(cls) -> dict[str, str | None]:
         """PIL decodes (which one: Pillow or pillow-simd), torchvision's transforms crop."""
-        from bench.envinfo import pil_info
-
         pil = pil_info()
         return {"PIL": f"{pil['flavor']} {pil['version']}", "torchvision": installed_version("torchvision")}

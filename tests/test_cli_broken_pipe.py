@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import cli
+from bench import cli, errors
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +26,7 @@ def _closed_reader(*argv: str) -> subprocess.CompletedProcess:
 
 def test_a_listing_into_a_closed_pipe_exits_141_quietly():
     p = _closed_reader("sweep", "demo", "--list")
-    assert p.returncode == cli.EXIT_BROKEN_PIPE == 141
+    assert p.returncode == errors.EXIT_BROKEN_PIPE == 141
     assert p.stderr == ""  # no "inrbench: error: Broken pipe", no "Exception ignored ... BrokenPipeError"
 
 
@@ -35,12 +35,12 @@ def test_a_broken_pipe_from_the_commands_own_pipe_is_still_an_error(monkeypatch,
     def body():
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr(cli, "stdout_closed", lambda: False)
-    assert cli.guarded(body) == 2
+    monkeypatch.setattr(errors, "stdout_closed", lambda: False)
+    assert errors.guarded(body) == 2
     assert "inrbench: error: Broken pipe" in capsys.readouterr().err
-    monkeypatch.setattr(cli, "stdout_closed", lambda: True)
-    monkeypatch.setattr(cli, "stdout_gone", lambda: cli.EXIT_BROKEN_PIPE)  # no dup2 onto pytest's stdout
-    assert cli.guarded(body) == 141
+    monkeypatch.setattr(errors, "stdout_closed", lambda: True)
+    monkeypatch.setattr(errors, "stdout_gone", lambda: errors.EXIT_BROKEN_PIPE)  # no dup2 onto pytest's stdout
+    assert errors.guarded(body) == 141
     assert capsys.readouterr().err == ""
 
 
@@ -52,10 +52,10 @@ def test_stdout_closed_tells_a_closed_pipe_from_an_open_one(monkeypatch):
                 return w
 
         monkeypatch.setattr(sys, "stdout", Out())
-        assert not cli.stdout_closed()
+        assert not errors.stdout_closed()
         os.close(r)
         r = -1
-        assert cli.stdout_closed()
+        assert errors.stdout_closed()
     finally:
         os.close(w)
         if r >= 0:
@@ -70,8 +70,8 @@ def test_a_failed_command_keeps_its_status_when_the_reader_stopped_early(monkeyp
         def flush(self):
             raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr(cli, "stdout_gone", lambda: cli.EXIT_BROKEN_PIPE)  # no dup2 onto pytest's stdout
-    for status, want in ((1, 1), (3, 3), (0, cli.EXIT_BROKEN_PIPE)):
+    monkeypatch.setattr(cli, "stdout_gone", lambda: errors.EXIT_BROKEN_PIPE)  # no dup2 onto pytest's stdout
+    for status, want in ((1, 1), (3, 3), (0, errors.EXIT_BROKEN_PIPE)):
         monkeypatch.setattr(cli, "guarded", lambda fn, out=None, status=status: status)
         monkeypatch.setattr(sys, "stdout", Closed())
         got = cli.main(["env"])

@@ -104,24 +104,6 @@ def test_compiled_fit_step_on_cuda_matches_eager():
     assert torch.all((res["eager"] - res["compiled"]).abs() < 0.05), res
 
 
-def test_perf_init_runs_on_cuda(capsys):
-    """`perf init --device cuda`: meta-training, both fit curves and the encoder's end points on the GPU."""
-    import json
-
-    from bench.cli import main
-
-    assert main(["perf", "init", "--device", "cuda", "--sets", "32", "--iterations-32", "30", "--test-images", "2",
-                 "--outer-steps", "3", "--no-prune", "--repeats", "1", "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    r = doc["sets"][0]
-    assert doc["device"] == "cuda" and r["held_out_images"] == 2 and len(r["per_image"]["savings"]) == 2
-    assert r["random_psnr_at_full"] > r["random_psnr_at_0"]
-    # the realized saving: real encodes on the GPU, eager and compiled, with early stop
-    v = r["realized"]["variants"]
-    assert v["random, full schedule"]["image_iterations"] == 2 * 30
-    assert all(0 < v[k]["image_iterations"] <= 60 and len(v[k]["seconds"]) == 1 for k in v)
-
-
 @pytest.mark.parametrize("step", ["eager", "compiled"])
 def test_early_stop_on_cuda(step):
     """Early stop with continuous batching on the GPU (per-row Adam factors computed on the device): 12

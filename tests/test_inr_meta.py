@@ -242,38 +242,6 @@ def test_fit_curve_per_image_and_per_image_saving():
     assert s["iterations"] == [2, 4] and s["never"] == 0 and s["savings"] == [2.0, 1.0]
 
 
-def test_perf_init_refuses_a_device_this_machine_lacks(capsys):
-    import pytest
-
-    if torch.cuda.is_available():
-        pytest.skip("this machine has CUDA: the refusal of a missing device cannot be shown here")
-    from bench.cli import main
-
-    assert main(["perf", "init", "--device", "cuda", "--sets", "32"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--device cuda" in err[0] and "no CUDA device" in err[0]
-
-
-def test_perf_init_runs_end_to_end_on_the_cpu(capsys):
-    """`perf init` on the CPU, short: meta-training, both fit curves, the per-image savings (learned, and
-    random against itself), the encoder's end points and the realized encodes, with consistent counts."""
-    from bench.cli import main
-    from bench.perf.init import EARLY_STOP, REALIZED
-
-    assert main(["perf", "init", "--sets", "32", "--iterations-32", "30", "--test-images", "2", "--outer-steps", "3",
-                 "--no-prune", "--repeats", "1", "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    r = doc["sets"][0]
-    assert doc["device"] == "cpu" and r["held_out_images"] == 2 and r["meta"]["split"] == "train"
-    assert r["random_psnr_at_full"] > r["random_psnr_at_0"] and len(r["per_image"]["savings"]) == 2
-    pr = r["per_image_random"]  # random init against itself: never below 1x, every image gets there
-    assert pr["never"] == 0 and all(x >= 1.0 for x in pr["savings"]) and len(pr["savings"]) == 2
-    v = r["realized"]["variants"]
-    assert set(v) == set(REALIZED) and v["random, full schedule"]["image_iterations"] == 32 * 30
-    assert all(0 < v[k]["image_iterations"] <= 32 * 30 and len(v[k]["seconds"]) == 1 for k in v)
-    assert all(("vs_random_early_stop" in v[k]) == (k in EARLY_STOP and k != "random, early stop") for k in v)
-
-
 def test_fit_curve_takes_one_lr_per_layer():
     import numpy as np
     import pytest
@@ -287,54 +255,3 @@ def test_fit_curve_takes_one_lr_per_layer():
     assert not np.array_equal(fit_curve(imgs, arch, 15, [1e-2] * (arch.num_linear - 1) + [3e-2]), same)
     with pytest.raises(ValueError, match="learning rates"):
         fit_curve(imgs, arch, 5, [1e-2])
-
-
-def test_perf_init_per_image_saving_reads_no_difference_when_its_interval_holds_one():
-    from bench.perf.init import _fmt_saving
-
-    assert _fmt_saving({"geomean": 2.7, "lo": 1.6, "hi": 12.9, "n": 8, "never": 1}) == "2.70x [1.60-12.90], 1 never"
-    assert _fmt_saving({"geomean": 1.3, "lo": 0.8, "hi": 2.1, "n": 8, "never": 0}).startswith("no difference detected")
-    assert (_fmt_saving({"geomean": 2.3, "lo": float("nan"), "hi": float("nan"), "n": 1, "never": 0})
-            == "2.3x (n=1: one image, no interval, not a result)")
-    assert (_fmt_saving({"geomean": 1.0, "lo": float("nan"), "hi": float("nan"), "n": 8, "never": 0})  # no spread
-            == "1.0x (n=8: the same on every image, no spread, no interval, not a result)")
-
-
-def test_perf_init_realized_ratio_text_goes_through_fmt_ratio():
-    """The realized-saving ratios print as bench.stats.fmt_ratio does: an interval that holds 1.0 reads "no difference
-    detected" (it printed "(1.01x [0.97-1.06])"), one round (one worker process) is no result."""
-    from bench.perf.init import _fmt_round_ratio, _round_ratio
-    from bench.stats import unit_ratio_ci
-
-    assert _fmt_round_ratio({"value": 1.01, "lo": 0.97, "hi": 1.06, "n": 3}) == "no difference detected [0.97-1.06]"
-    assert _fmt_round_ratio({"value": 2.0, "lo": 1.5, "hi": 2.5, "n": 3}) == "2.00x [1.50-2.50]"
-    one = _round_ratio(unit_ratio_ci, [2.0], [1.0])
-    assert one == {"value": 2.0, "lo": None, "hi": None, "n": 1, "why": "one sample"}
-    assert _fmt_round_ratio(one) == "2.00x (one round (worker process): no interval, not a result)"
-
-
-def test_perf_init_prints_every_rounds_seconds(capsys):
-    """Beside the medians and the ratios, the table prints each round's seconds per variant, in round order: a
-    reader can see a slow first round or a drifting machine (the JSON has them as ``seconds``)."""
-    from bench.perf.init import REALIZED, print_table
-
-    variants = {name: {"images": 4, "image_iterations": 100, "iterations_saving": 1.0, "median_seconds": 2.0 + k,
-                       "seconds": [2.0 + k, 2.5 + k, 1.5 + k], "mean_psnr": 30.0, "reached": 4, "max_shortfall_db": 0.0,
-                       "time_saving": {"value": 1.0, "lo": 0.9, "hi": 1.1, "n": 3}}
-                for k, name in enumerate(REALIZED)}
-    for name in REALIZED[3:]:
-        variants[name]["vs_random_early_stop"] = {"iterations": 1.0, "value": 1.0, "lo": 0.9, "hi": 1.1, "n": 3}
-    ends = {"iterations": 30, "fp32": 30.0, "8bit": 29.5}
-    doc = {"threads": 2, "device": "cpu", "seconds": 10.0, "figure": None, "sets": [{
-        "set": "photos 32x32", "arch": "5x13", "iterations": 30, "random_psnr_at_full": 30.0,
-        "learned_psnr_at_full": 31.0, "learned_psnr_at_0": 12.0, "iterations_to_reach": 10, "saving_factor": 3.0,
-        "break_even_images": None, "meta": {"num_images": 8, "seconds": 1.0, "image_iterations": 100},
-        "end_points": {"random": ends, "learned": ends},
-        "realized": {"repeats": 3, "processes": 3, "chunk": 8, "variants": variants}}]}
-    print_table(doc)
-    out = capsys.readouterr().out
-    lines = out.splitlines()
-    head = next(i for i, line in enumerate(lines) if "wall seconds by round" in line)
-    rows = lines[head + 1:head + 1 + len(REALIZED)]
-    for k, (name, row) in enumerate(zip(REALIZED, rows, strict=True)):
-        assert name in row and row.split()[-3:] == [f"{2.0 + k:.2f}", f"{2.5 + k:.2f}", f"{1.5 + k:.2f}"]

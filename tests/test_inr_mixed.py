@@ -159,8 +159,8 @@ class _Counter:
 def test_keep_best_runs_every_n_iterations(autocast, eval_every, iters, in_loop, monkeypatch):
     arch = SirenArch(2, 8)
     imgs = _smooth(2, 8)
-    psnr = _Counter(F._psnr_from_rgb)
-    monkeypatch.setattr(F, "_psnr_from_rgb", psnr)
+    psnr = _Counter(F.psnr_from_rgb)
+    monkeypatch.setattr(F, "psnr_from_rgb", psnr)
     fwd_calls = {"eval": 0}
     real_fwd = SirenEngine.forward
 

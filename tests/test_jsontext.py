@@ -28,13 +28,6 @@ def test_an_interval_without_bounds_is_written_as_null_at_any_depth():
     assert back["ok"] == 1.5 and back["k"] == 3
 
 
-def test_perf_init_text_reads_a_null_bound_as_no_interval():
-    from bench.perf.init import _fmt_saving
-
-    text = _fmt_saving({"geomean": 4.2, "lo": None, "hi": None, "n": 8, "never": 0})
-    assert "no interval, not a result" in text and "4.2x" in text
-
-
 def test_numpy_scalars_are_plain_json_numbers_and_a_float32_nan_is_null():
     back = _strict(jsontext.dumps({"f32": np.float32("nan"), "f": np.float32(1.5), "i": np.int64(3), "b": True}))
     assert back == {"f32": None, "f": 1.5, "i": 3, "b": True}

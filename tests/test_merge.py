@@ -106,25 +106,3 @@ def test_merge_of_no_shards_is_the_empty_store(tmp_path):
                               meta={"m": 1}, per_channel=True)
     out = merge_stores(tmp_path / "empty.inr", [], ARCH, (8, 8), bits, True, {"m": 1}, labels=[])
     assert out.read_bytes() == want and store.load(out).num_images == 0
-
-
-def test_perf_merge_reports_peak_memory_and_identical_stores(capsys, tmp_path):
-    """``inrbench perf merge`` end to end, tiny: synthetic pruned shards, three merge workers."""
-    import json
-
-    from bench.perf.merge import write_synthetic_shard
-    from tests.cli_helpers import run_cli
-
-    job = {"arch": ARCH.to_dict(), "bits": [8, 5, 32, 12], "per_channel": True, "prune": 0.3, "image_size": [8, 8]}
-    st = store.StoreStream(write_synthetic_shard(tmp_path / "s.inr", job, 5, 1))  # every CRC and the layout hold
-    assert st.num_images == 5 and st.pruned == (True,) * 4 and st.bits == (8, 5, 32, 12)
-    rc, out, err = run_cli(capsys, "perf", "merge", "--preset", "demo", "--images", "40", "--shard-size", "16",
-                           "--old-images", "24", "--bits", "8:6:12", "--prune", "0.3", "--dir", tmp_path, "--json")
-    assert rc == 0, err
-    doc = json.loads(out)
-    assert doc["old_and_streamed_identical"] is True
-    assert [(r["merge"], r["images"], r["shards"]) for r in doc["rows"]] == [
-        ("streamed", 40, 3), ("streamed", 24, 3), ("in-memory", 24, 3)]
-    for r in doc["rows"]:
-        assert 0 < r["start_rss"] <= r["peak_rss"] and r["store_bytes"] > 24 * 100
-    assert not list(tmp_path.glob("perf-merge-*"))  # the temporary stores are gone

@@ -1,4 +1,4 @@
-"""``bench.outputs.os_error_message``: an ``OSError`` raised without an errno still says what happened, and
+"""``bench.errors.os_error_message``: an ``OSError`` raised without an errno still says what happened, and
 numpy's short write (its only sign of a full disk) says that the disk may be full."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from bench.outputs import os_error_message
+from bench.errors import os_error_message
 from tests.cli_helpers import assert_one_line_error, run_cli
 
 SHORT_WRITE = "3932160 requested and 302976 written"  # what np.save raises on a full disk: no errno

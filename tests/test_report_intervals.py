@@ -10,8 +10,8 @@ import pytest
 
 from bench import results as R
 from bench import stats as S
-from bench.report import build_report
 from bench.report import tables as T
+from bench.report.build import build_report
 from bench.report.load import load
 from bench.report.markdown import parse_tables
 

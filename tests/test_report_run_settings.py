@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from bench import results as R
-from bench.report import build_report
+from bench.report.build import build_report
 from bench.report.markdown import parse_tables
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "results" / "sweep"

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from bench import results as R
-from bench.report import build_report
 from bench.report import settings as ST
+from bench.report.build import build_report
 from bench.report.load import load
 from bench.report.markdown import parse_tables
 

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from bench import results as R
-from bench.report import build_report
+from bench.report.build import build_report
 from bench.report.load import by_world_size, load
 from bench.report.markdown import parse_tables
 

@@ -9,7 +9,6 @@ world byte-identical afterwards (no file changed, none added, none removed).
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 import subprocess
@@ -421,35 +420,3 @@ def test_atomic_dir_refuses_a_folder_that_got_a_foreign_entry_while_it_ran(tmp_p
             (tmp / "summary.csv").write_text("b\n")
     assert sorted(p.name for p in final.iterdir()) == [outputs.MARKER, "late.txt", "summary.csv"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp"]  # no temp folder left
-
-
-def _fake_set(name, args, workdir) -> dict:
-    """What ``bench.perf.init.measure_set`` returns, as far as ``figure`` and ``--json`` read it."""
-    end = {"iterations": 4, "fp32": 20.0, "8bit": 19.0}
-    return {"set": name, "arch": "2x4", "held_out_images": 1, "random_psnr_at_full": 20.0,
-            "curve": {"iterations": [0, 1, 4], "random": [10.0, 15.0, 20.0], "learned": [12.0, 18.0, 21.0]},
-            "end_points": {"random": end, "learned": end}}
-
-
-def test_perf_init_figure_is_claimed_before_the_work_and_written_atomically(world, capsys, monkeypatch):
-    """Audit: ``perf init --figure`` overwrote a user's file after all the work, and given a folder wrote
-    ``<folder>.png`` while printing the folder's name."""
-    import bench.perf.init as P
-
-    ran = []
-    monkeypatch.setattr(P, "measure_set", lambda *a: ran.append(a[0]) or _fake_set(*a))
-    argv = ["perf", "init", "--sets", "32", "--json", "--figure"]
-    (world / "fig_user.png").write_bytes(b"\x89PNG\r\n\x1a\nmine")
-    before = snapshot(world, dirs=True)
-    for target, fragment in (("fig_user.png", "file that inr-bench did not write"),
-                             ("thesis", "is a folder, not a perf init figure file"),
-                             ("notes.txt/x.png", "notes.txt is a file, not a folder")):
-        rc, _, err = run_cli(capsys, *argv, world / target)
-        assert_one_line_error(rc, err, f"--figure {world / target}", fragment)
-    assert ran == [] and snapshot(world, dirs=True) == before  # refused before any work, nothing touched
-    for _ in range(2):  # a figure of an earlier perf init is replaced
-        rc, out, err = run_cli(capsys, *argv, world / "curves")
-        assert rc == 0, err
-        assert json.loads(out)["figure"] == str(world / "curves")  # the path written, exactly
-    assert outputs.is_own(world / "curves", "perf-figure") and not (world / "curves.png").exists()
-    assert not [p for p in world.iterdir() if "inrbench" in p.name]  # no temp or lock file left

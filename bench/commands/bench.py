@@ -27,6 +27,11 @@ import argparse
 import os
 import sys
 
+from bench import dist
+from bench.argtypes import nonnegative_int, positive_int, seed
+from bench.cli import list_names
+from bench.errors import InputError, one_line
+
 HELP = "time a pipeline (loader | replay | train), monitor CPU/RSS/GPU memory, write result rows"
 
 # metric -> (label, scale, unit shown) for the summary table
@@ -67,9 +72,6 @@ def _method_names() -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench.argtypes import nonnegative_int, positive_int, seed
-    from bench.cli import list_names
-
     list_names(p.add_argument("--pipeline", required=True, metavar="NAME", help="a registered pipeline: {names}"),
                _pipeline_names)
     p.add_argument("--data", required=True, help="prepared dataset folder (`inrbench prepare`)")
@@ -135,7 +137,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch intra-op threads (default: torch's, usually the core count)")
     p.add_argument("--compile", action="store_true", help="let adapters torch.compile their device work")
     p.add_argument("--out", required=True, help="results folder (rows are added to it)")
-    from bench import dist
 
     dist.add_launch_arguments(p)
 
@@ -149,7 +150,6 @@ def build_config(args: argparse.Namespace, world=None, dist_config=None):
     import pipelines
     from bench.datasets.prepared import open_prepared
     from bench.devices import resolve_device
-    from bench.errors import InputError
     from bench.harness.runner import BenchConfig
     from bench.train.backbones import backbone_names, default_backbone
     from bench.train.loop import TrainConfig
@@ -165,8 +165,6 @@ def build_config(args: argparse.Namespace, world=None, dist_config=None):
     device = resolve_device(args.device, missing_cuda_ok=True)
     rank, world_size = 0, 1
     if world is not None and world.distributed:
-        from bench import dist
-
         device, rank, world_size = dist.rank_device(device, world), world.rank, world.world_size
     size = args.size if args.size is not None else data.image_size[0]
     backbone = default_backbone(size) if args.backbone == "auto" else args.backbone
@@ -203,8 +201,6 @@ def _check_names(args: argparse.Namespace, data) -> None:
     train mode only (the runner's rule), so a loader run on a set without a test split is not refused.
     What only the pipeline can check (the store's images against ``--data``) stays an error row."""
     from pathlib import Path
-
-    from bench.errors import InputError
 
     for option, name in (("--split", args.split), *((("--eval-split", args.eval_split),) if args.mode == "train" else ())):
         if name not in data.splits:
@@ -326,8 +322,6 @@ def _status_line(r) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench import dist
-
     if dist.launch_requested(args):
         return _launch(args)
     if dist.from_env().distributed:
@@ -401,8 +395,6 @@ def _say_recorded(run_dir) -> None:
 
 def _run_rank(args: argparse.Namespace) -> int:
     """One rank of a data-parallel run (under torchrun), ended by ``bench.dist.run_rank``."""
-    from bench import dist
-
     return dist.run_rank(lambda: _rank_body(args))
 
 
@@ -417,9 +409,7 @@ def _rank_body(args: argparse.Namespace) -> int:
 
     import torch
 
-    from bench import dist
     from bench.devices import resolve_device
-    from bench.errors import InputError
     from bench.harness.ranks import DistConfig
     from bench.harness.runner import EXIT_INPUT, run_bench
 
@@ -460,15 +450,12 @@ def _rank_body(args: argparse.Namespace) -> int:
 
 
 def _leave(world, code: int, error: str | None = None, together: bool = True) -> int:
-    """End a rank with ``code``: rank 0 prints ``error`` (``inrbench: error: ...``, as ``bench.cli.guarded``
+    """End a rank with ``code``: rank 0 prints ``error`` (``inrbench: error: ...``, as ``bench.errors.guarded``
     would), every rank flushes what it printed and records its status (``bench.dist.record_status``),
     then, when the group still works (``together``), waits at a barrier for every other rank to have
     done the same: no rank exits (and makes torchrun stop the others) before rank 0 has said why."""
-    from bench import dist
-    from bench.cli import _one_line
-
     if error is not None and world.is_main:
-        print(f"inrbench: error: {_one_line(error)}", file=sys.stderr)
+        print(f"inrbench: error: {one_line(error)}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     dist.record_status(code)

@@ -5,6 +5,17 @@ from __future__ import annotations
 
 import argparse
 
+from bench.argtypes import nonnegative_int, positive_int
+from bench.cli import list_names, progress_bar
+from bench.compare.config import (
+    DEFAULT_QUALITIES,
+    INR_BYTES,
+    MATCH_CHOICES,
+    SUBSAMPLINGS,
+    CompareConfig,
+)
+from bench.errors import InputError
+
 HELP = "compare INR stores with JPEG/WebP/AVIF/JPEG XL/JPEG 2000 at matched bytes: PSNR/SSIM/bytes table, CSV, figures"
 
 
@@ -32,10 +43,6 @@ def quality(text: str) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench.argtypes import nonnegative_int, positive_int
-    from bench.cli import list_names
-    from bench.compare.config import DEFAULT_QUALITIES, INR_BYTES, MATCH_CHOICES, SUBSAMPLINGS
-
     p.add_argument("prepared", metavar="PREPARED_DIR", help="prepared dataset folder (`inrbench prepare`)")
     p.add_argument("--store", nargs="*", default=[], metavar="FILE",
                    help="INR store file(s) of that split (`inrbench encode`); none = JPEG sweep only")
@@ -76,9 +83,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def build_config(args: argparse.Namespace):
     """The validated ``CompareConfig`` of the options (``InputError`` on a bad one); reads no file
     (``inrbench sweep`` checks its compare cells with it when the sweep file is loaded)."""
-    from bench.compare.config import CompareConfig
-    from bench.errors import InputError
-
     try:
         return CompareConfig(
             split=args.split, qualities=tuple(args.jpeg_qualities), limit=args.limit, match=args.match,
@@ -92,7 +96,6 @@ def build_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.cli import progress_bar
     from bench.compare.run import run_compare
 
     cfg = build_config(args)

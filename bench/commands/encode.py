@@ -1,7 +1,7 @@
 """`inrbench encode PREPARED_DIR --preset NAME --out FILE`: fit, prune, quantize, store (resumable).
 
 ``--nproc N`` (or the same command under ``torchrun``) splits the shards across N processes, one
-per device (``bench.dist``, ``inr.encode.encode_split_distributed``): rank 0 holds ``--out`` and
+per device (``bench.dist``, ``encode_split_distributed``): rank 0 holds ``--out`` and
 merges; the store is the one a single process writes. Bad options, a bad ``--out`` or dataset
 are refused (one line, exit 2) before torchrun starts, and so is an option that would be ignored
 (``check_options``: ``--prune`` with ``--prune-budget-db``, ``--qat`` with float32 ``--bits``, ...).
@@ -14,6 +14,21 @@ shards on disk (Ctrl-C, an error) says they are kept and to rerun the same comma
 from __future__ import annotations
 
 import argparse
+import contextlib
+from typing import Any
+
+from bench import dist
+from bench.argtypes import (
+    nonnegative_float,
+    nonnegative_int,
+    pixel_fraction,
+    positive_float,
+    positive_int,
+    seed,
+)
+from bench.cli import list_names, progress_bar, quiet_cuda_home_note
+from bench.dist import add_launch_arguments
+from bench.errors import InputError, one_line, os_error_message
 
 # A rank waits at the final barrier for its peers' last shards: up to one shard's fit (16384 images
 # x 5,000 iterations of mini-imagenet can take hours); a dead peer is caught by torchrun anyway.
@@ -35,16 +50,6 @@ def preset_names() -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench.argtypes import (
-        nonnegative_float,
-        nonnegative_int,
-        pixel_fraction,
-        positive_float,
-        positive_int,
-        seed,
-    )
-    from bench.cli import list_names
-
     p.add_argument("prepared", help="a prepared dataset folder (`inrbench prepare`)")
     list_names(p.add_argument("--preset", default="demo", metavar="NAME", help="fit preset: {names}"), preset_names)
     p.add_argument("--split", default="train", help="split to encode (default train)")
@@ -109,7 +114,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--at-rest", choices=("lzma",),
                    help="write the store entropy-coded for disk and transfer (inr.atrest); it is decoded once "
                         "at load into the same resident layout (inspect/compare report disk and resident bytes)")
-    from bench.dist import add_launch_arguments
 
     add_launch_arguments(p, timeout_s=ENCODE_TIMEOUT_S)
 
@@ -136,7 +140,6 @@ def check_options(args: argparse.Namespace, bits: tuple[int, ...]) -> None:
     """Refuse options that would be ignored (or contradict each other), naming the flags: one line, exit 2.
 
     ``bits``: the parsed ``--bits`` widths (32 = float32)."""
-    from bench.errors import InputError
     from inr.quantize import FLOAT_BITS
 
     if args.prune and args.prune_budget_db is not None:
@@ -176,7 +179,6 @@ def _given(value, default):
 
 def build_config(args: argparse.Namespace):
     """The validated ``EncodeConfig`` from the preset and the command-line overrides."""
-    from bench.errors import InputError
     from inr.encode import EncodeConfig
     from inr.fit import preset
     from inr.prune import PruneConfig
@@ -213,7 +215,6 @@ def build_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench import dist
     from bench.devices import resolve_device
     from bench.outputs import claim
 
@@ -237,7 +238,6 @@ def _inputs(args: argparse.Namespace) -> dict:
 
 def _precheck(args: argparse.Namespace) -> None:
     """What every rank would refuse, refused once here before torchrun starts (one line, exit 2)."""
-    from bench import dist
     from bench.datasets.prepared import open_prepared
     from bench.outputs import check_output
 
@@ -251,7 +251,6 @@ def _select(args: argparse.Namespace, ds, world_size: int = 1, identify: bool = 
     """The split's first ``--limit`` images: ``(split, n, images, labels, source record)`` (the record,
     which hashes the pixels, only with ``identify``)."""
     from bench.datasets.identity import source_record
-    from bench.errors import InputError
 
     if ds.native and world_size > 1:
         raise InputError("a native-size dataset (prepare --size native) is encoded by one process: "
@@ -275,16 +274,12 @@ def _header(args: argparse.Namespace, cfg, ds, split, n: int, where: str) -> str
 def _quiet_compile(cfg) -> None:
     """The compiled fit step builds C++ kernels: drop torch's CUDA_HOME note about it on a CPU machine."""
     if cfg.fit.step == "compiled":
-        from bench.cli import quiet_cuda_home_note
-
         quiet_cuda_home_note()
 
 
 def _progress_bar(args: argparse.Namespace, total: int, desc: str, disable: bool = False):
     """A tqdm bar and the ``progress(n, psnr)`` callback that advances it with the running mean PSNR."""
     import numpy as np
-
-    from bench.cli import progress_bar
 
     psnrs: list[np.ndarray] = []
     bar = progress_bar(total, desc, "img", enabled=not (args.no_progress or disable), dynamic_ncols=True)
@@ -342,8 +337,6 @@ def _run_rank(args: argparse.Namespace, world) -> int:
     owns the process group; the status back to an in-process driver that joined the group itself)."""
     import torch.distributed as tdist
 
-    from bench import dist
-
     owner = not (tdist.is_available() and tdist.is_initialized())
     return dist.run_rank(lambda: _encode_distributed(args, world, owner))
 
@@ -351,9 +344,8 @@ def _run_rank(args: argparse.Namespace, world) -> int:
 def _encode_distributed(args: argparse.Namespace, world, owner: bool = True) -> int:
     """One rank of ``encode`` under torchrun: its shards on its device; rank 0 merges and reports.
     ``owner``: this call joins the process group and leaves it at the end."""
-    from bench import dist
     from bench.datasets.prepared import open_prepared
-    from inr.encode import PeerFailed, encode_split_distributed, shard_ranges
+    from inr.encode import shard_ranges
 
     with dist.said_once_per_node(world):  # the same refusal on every rank of a node: said once
         device = dist.rank_device(args.device, world)
@@ -394,11 +386,93 @@ def _encode_distributed(args: argparse.Namespace, world, owner: bool = True) -> 
             dist.shutdown()
 
 
+class PeerFailed(Exception):
+    """Another rank of a distributed encode failed; rank 0 reports it (``encode_split_distributed``)."""
+
+
+def encode_split_distributed(
+    images, labels, cfg, out, world, device: str = "cpu", source: dict | None = None, progress=None,
+    keep_work: bool = False, fit_cache=None, overwrite: bool = False, log=None,
+) -> tuple[Any, list[dict]]:
+    """``inr.encode.encode_split`` as rank ``world.rank`` of ``world.world_size`` processes (``bench.dist``, group joined).
+
+    Rank 0 claims ``out`` (the lock, held to the end) and opens or checks the work folder; then
+    every rank checks its ``config.json`` and fits the shards ``si % world_size == rank`` on
+    ``device`` (this rank's), resumably, as one process does; the ranks exchange their status
+    and rank 0 merges. Every shard's bytes depend only on its images and the configuration, so
+    the store is the one a single process writes (same device type and thread count per process).
+
+    Returns ``(out, per-rank summaries)`` on rank 0 and ``(None, summaries)`` on the others. A
+    failure on any rank is an ``InputError`` on rank 0 naming the rank (finished shards are kept
+    for a rerun) and ``PeerFailed`` on the others, which leave the report to rank 0. ``log`` (rank 0): the
+    ``encode: resuming, K of M shards already fitted`` line when a rerun finds finished shards.
+    """
+    from pathlib import Path
+
+    from inr.encode import (
+        WORK_SUFFIX,
+        _check_work,
+        _open_work,
+        _split,
+        claim_store,
+        encode_shards,
+        finished_shards,
+        merge_work,
+        resume_line,
+    )
+
+    out = Path(out)
+    sp = status = None
+    with contextlib.ExitStack() as held:
+        if world.is_main:
+            try:
+                out = held.enter_context(claim_store(out, source, fit_cache, overwrite))
+                sp = _split(images, labels, cfg, out, source)
+                if not _open_work(sp.work, sp.job) and log is not None:
+                    every = finished_shards(sp, cfg)  # every rank's: rank 0 speaks for the run
+                    resumed = sum(p is not None for p in every.values())
+                    if resumed:
+                        log(resume_line(resumed, len(every), sp.work))
+            except (InputError, OSError) as e:
+                status = _message(e)
+        status, out = dist.broadcast_object((status, str(out)))
+        out = Path(out)  # rank 0's resolved path
+        if status is not None:
+            if world.is_main:
+                raise InputError(status)
+            raise PeerFailed(status)
+        done: dict = {"rank": world.rank}
+        try:
+            if not world.is_main:
+                sp = _split(images, labels, cfg, out, source)
+                if not (sp.work / "config.json").is_file():
+                    raise InputError(f"rank {world.rank} does not see the work folder rank 0 created (the ranks "
+                                     "need one shared file system)", sp.work)
+                _check_work(sp.work, sp.job)
+            done = encode_shards(sp, cfg, device, progress, fit_cache, world.rank, world.world_size)
+        except (InputError, OSError) as e:
+            status = _message(e)
+        ranks = dist.all_gather_object({**done, "error": status})
+        failed = [r for r in ranks if r["error"] is not None]
+        if failed:
+            if not world.is_main:
+                raise PeerFailed(status)
+            what = "; ".join(f"rank {r['rank']}: {r['error']}" for r in failed)
+            raise InputError(f"{len(failed)} of {world.world_size} ranks failed ({what}); finished shards are kept in "
+                             f"{out.name}{WORK_SUFFIX}: rerun to resume")
+        if not world.is_main:
+            return None, ranks
+        return merge_work(sp, cfg, out, source, keep_work), ranks
+
+
+def _message(e: BaseException) -> str:
+    """One line for an ``InputError`` or ``OSError`` (as ``bench.errors.guarded`` prints it)."""
+    return one_line(os_error_message(e) if isinstance(e, OSError) else str(e))
+
+
 def _encode_native(args: argparse.Namespace, cfg, ds) -> int:
     """``encode`` of a native-size split (``prepare --size native``): one store, images grouped by size."""
-    from bench.cli import progress_bar
     from bench.datasets.identity import source_record
-    from bench.errors import InputError
     from inr.native import encode_native, size_groups
 
     split = ds.native_split(args.split)

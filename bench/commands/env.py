@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from bench.argtypes import nonempty
+
 HELP = "print the environment record (commit, versions, which PIL, CPU, GPU) as JSON"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench.argtypes import nonempty
-
     p.add_argument("--out", type=nonempty, help="also write it atomically to this file (new, or an env record written by inrbench)")
 
 

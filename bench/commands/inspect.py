@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from bench.errors import InputError
+
 HELP = "show an INR store: architecture, bit widths, pruning, bytes/image, % of raw RGB, PSNR summary"
 
 
@@ -138,8 +140,6 @@ def _init_lines(init: dict) -> list[str]:
 def _meta_lines(meta, path: str) -> list[str]:
     """The text lines of the header's ``meta`` (fit, early stop, learned init); a field of the wrong
     shape (a crafted header whose checksums are right) is an ``InputError`` naming it."""
-    from bench.errors import InputError
-
     if not isinstance(meta, dict):
         raise InputError(f"store header 'meta' is {type(meta).__name__}, expected an object", path)
     lines = []

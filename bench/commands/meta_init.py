@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import argparse
 
+from bench.argtypes import positive_float, positive_int, seed
+from bench.cli import list_names
+from bench.commands.encode import preset_names
+from bench.errors import InputError
+
 VALIDATION = 16  # --validation's default (inr.meta.MetaConfig.validation)
 
 HELP = "meta-learn a SIREN initialization (Reptile) on a seeded subset of a prepared train split, for encode --init"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench.argtypes import positive_float, positive_int, seed
-    from bench.cli import list_names
-    from bench.commands.encode import preset_names
-
     p.add_argument("prepared", help="a prepared dataset folder (`inrbench prepare`); only its train split is read")
     list_names(p.add_argument("--preset", default="demo", metavar="NAME",
                               help="the encode preset the init is for (architecture, lr): {names}"), preset_names)
@@ -58,7 +59,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def build_config(args: argparse.Namespace):
     """``(fit config of the preset, MetaConfig)`` of the options, validated (``InputError``); reads no file
     (``inrbench sweep`` checks its meta-init cells with it when the sweep file is loaded)."""
-    from bench.errors import InputError
     from inr.fit import preset
     from inr.meta import MetaConfig
 
@@ -119,8 +119,6 @@ def _check_validation(mcfg, n_train: int, prepared: str) -> None:
     train split; what is left must hold at least ``--meta-batch`` images. Each Reptile outer step adapts to
     ``--meta-batch`` distinct images (``inr.meta.meta_train``); with fewer left the batch would shrink to
     them and every step would see the same few images: not the run that was asked for (one line, exit 2)."""
-    from bench.errors import InputError
-
     if mcfg.candidates < 2:
         return
     subset = min(mcfg.images, n_train)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from bench.datasets.config import DEFAULT_MAX_PIXELS, RESIZE_POLICIES
+from bench.argtypes import seed
+from bench.datasets.config import DEFAULT_MAX_PIXELS, RESIZE_POLICIES, PrepareConfig
 
 HELP = "read a dataset source once and write pixels + labels, a JPEG tree and manifest.json"
 
@@ -20,8 +21,6 @@ def _size(text: str) -> int | str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench.argtypes import seed
-
     p.add_argument("source", metavar="SOURCE", help="dataset source (see `inrbench datasets`)")
     p.add_argument("--root", help="folder holding the dataset (not for built-in photos/synthetic)")
     p.add_argument("--out", required=True, help="output folder (written atomically; an interrupted read of image "
@@ -54,8 +53,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def build_config(args: argparse.Namespace):
     """The ``PrepareConfig`` of the options, validated (``InputError``); reads no file. ``resolve`` then
     checks it against its source (``inrbench sweep`` does both when a sweep file is loaded)."""
-    from bench.datasets.config import PrepareConfig
-
     return PrepareConfig(
         source=args.source, root=args.root, size=args.size, limit=args.limit,
         jpeg_quality=args.jpeg_quality, on_error=args.on_error, seed=args.seed,

@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.report import build_report
+    from bench.report.build import build_report
 
     out = Path(args.out or Path("reports") / Path(args.results).resolve().name)
     build_report(args.results, out)

@@ -6,6 +6,9 @@ import argparse
 import re
 from pathlib import Path
 
+from bench.argtypes import positive_int
+from bench.cli import list_names
+
 HELP = "run a sweep (a built-in one or a YAML file) cell by cell, resumable, then report"
 
 
@@ -16,9 +19,6 @@ def _builtin_names() -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench.argtypes import positive_int
-    from bench.cli import list_names
-
     list_names(p.add_argument("sweep", metavar="NAME|FILE.yaml",
                               help="a built-in sweep ({names}) or a sweep YAML file"), _builtin_names)
     p.add_argument("--data-root", metavar="DIR",
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"sweep {cfg.name}: {len(summary.status)} cells ({counts['ok']} ok, {counts['skip']} skip, "
           f"{counts['error']} error; {len(summary.kept)} kept from before) in {summary.wall_s:.1f} s -> {out}")
     if cfg.report and not args.no_report:
-        from bench.report import build_report
+        from bench.report.build import build_report
 
         build_report(out, report_dir)
         headline = _headline((report_dir / "README.md").read_text(encoding="utf-8"))

@@ -21,6 +21,7 @@ from bench.datasets.config import PrepareConfig
 from bench.datasets.prepared import SplitData
 from bench.datasets.sources import Loaded, Source, register_source
 from bench.datasets.splitting import limit_indices
+from bench.errors import InputError
 
 LEVELS = (40, 128, 216)
 MAX_CLASSES = len(LEVELS) ** 3
@@ -90,8 +91,6 @@ class Synthetic(Source):
     def load(
         self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
     ) -> Loaded:
-        from bench.errors import InputError
-
         size = cfg.size or self.default_size
         k = cfg.num_classes or DEFAULT_CLASSES
         if k > MAX_CLASSES:

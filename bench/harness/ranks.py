@@ -55,7 +55,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bench import results
+from bench import dist, results
 
 if TYPE_CHECKING:
     from bench.harness.epochs import EpochBound
@@ -155,8 +155,6 @@ class Sync:
         return self.world_size > 1
 
     def _gather(self, obj: Any) -> list[Any]:
-        from bench import dist
-
         if self.broken is not None:
             raise RuntimeError(f"the process group failed earlier: {self.broken}")
         try:
@@ -195,7 +193,6 @@ class Sync:
         """Rank 0's ``outcome`` on every rank (after it wrote the run); local when the group failed."""
         if not self.distributed or self.broken is not None:
             return outcome
-        from bench import dist
 
         try:
             return dist.broadcast_object(outcome)

@@ -8,7 +8,5 @@ Each target module defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -
 TARGETS: dict[str, str] = {
     "encode": "bench.perf.encode",
     "decode": "bench.perf.decode",
-    "init": "bench.perf.init",
     "expand": "bench.perf.expand",
-    "merge": "bench.perf.merge",
 }

@@ -33,14 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from bench import jsontext
+from bench.argtypes import nonnegative_float, positive_int
 
 HELP = "images/s of INR decode vs PIL / torchvision / TorchCodec / DALI JPEG decode, and INR GFLOP/s vs matmul peak"
 SMALL_ARCH, LARGE_ARCH = (5, 13), (10, 32)  # Rapid-INR's CIFAR-10 and Flowers102 configurations
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench.argtypes import nonnegative_float, positive_int
-
     p.add_argument("--sizes", type=positive_int, nargs="+", default=[32, 224], help="image sides (default: 32 224)")
     p.add_argument("--threads", type=positive_int, default=1, help="CPU threads for every decoder (default 1: per core)")
     p.add_argument("--seconds", type=nonnegative_float, default=0.3, help="minimum time per repeat (default 0.3)")

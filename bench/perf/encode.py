@@ -21,8 +21,7 @@ same device in the matmul dtype (fp32, or bf16 with ``--autocast bf16``): a GPU'
 the CPU's. Every batched worker measures that rate right after its fit
 (``bench.perf.decode.matmul_peak``, best of 3), and every step's (and the estimate's) % of peak is
 against the same number, the run's peak: the best of all those measurements. One worker's own
-measurement varies with the machine's load (110 vs 73 GFLOP/s for two workers of one run on a
-shared 2-core CPU), which made two steps' percentages incomparable when each had its own.
+measurement varies with the machine's load, which would make two steps' percentages incomparable.
 
 ``--step both`` measures the eager step (``inr.engine``, the reference) and the compiled step
 (``inr.fast_step``) side by side in one run, each in its own worker (compile time reported apart,
@@ -50,6 +49,7 @@ from typing import Any
 
 from bench import jsontext
 from bench.argtypes import nonnegative_int, positive_float, positive_int
+from bench.cli import quiet_cuda_home_note
 
 HELP = "image-iterations/s of the batched INR encoder vs a one-image-at-a-time loop, ratio, peak memory"
 
@@ -147,8 +147,6 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
     if args._worker == "batched":
         step = args._step
         if step == "compiled":
-            from bench.cli import quiet_cuda_home_note
-
             quiet_cuda_home_note()
         cfg = FitConfig(arch=arch, iterations=args.iterations, lr=args.lr, batch=args.chunk, step=step)
         chunk = auto_batch(cfg, imgs.shape[0], args.size * args.size, dev)
@@ -442,8 +440,8 @@ def _estimate(args: argparse.Namespace, steps: list[str], td: Path,
     else:
         small = size <= 64
         cuda = args.device.startswith("cuda")
-        # 224 px: 4 images x 20 iterations on a CPU (about 6 s a measurement); 3 iterations were too few to be
-        # stable (compiled / eager read 0.62x there, against no difference over 60 iterations)
+        # 224 px: 4 images x 20 iterations on a CPU: a few iterations are too few to be stable
+        # (docs/encoding-cost.md, section 1)
         k = (max(args.batch, 32) if not cuda else 8192) if small else (64 if cuda else 4)
         its = args.estimate_iterations or (200 if small else (50 if cuda else 20))
         path = td / f"estimate{size}.npy"

@@ -22,14 +22,14 @@ import tempfile
 from pathlib import Path
 
 from bench import jsontext
+from bench.argtypes import positive_float, positive_int
+from bench.errors import InputError
 
 HELP = "training time and accuracy of network expansion (--method expand) against dense, with intervals"
 DEFAULT_SCHEDULE = "0.5:1:2,0.75:1:2,1:2:4"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from bench.argtypes import positive_float, positive_int
-
     p.add_argument("--source", choices=("photos", "synthetic"), default="photos")
     p.add_argument("--per-class", type=positive_int, default=200, help="images per class (photos: crops per photo; default 200)")
     p.add_argument("--size", type=positive_int, default=16, help="image side (default 16)")
@@ -48,7 +48,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.errors import InputError
     from bench.train.expand import ExpandConfig
 
     try:

@@ -1,5 +1,1 @@
-"""``inrbench report``: tables and figures from result files only (``build_report``)."""
-
-from bench.report.build import build_report
-
-__all__ = ["build_report"]
+"""``inrbench report``: tables and figures from result files only (``bench.report.build.build_report``)."""

@@ -6,7 +6,3 @@ command each (prepare, encode, compare, bench) with typed fields and dependencie
 becomes an argv; ``runner`` runs them one by one in subprocesses, each in its own folder,
 with a completion marker written atomically after the cell's outputs.
 """
-
-from bench.sweep.spec import SweepConfig, load_sweep
-
-__all__ = ["SweepConfig", "load_sweep"]

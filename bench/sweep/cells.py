@@ -174,15 +174,14 @@ class Cell:
         import contextlib
         import io
 
-        from bench.cli import _one_line
-        from bench.errors import InputError
+        from bench.errors import InputError, one_line
 
         said = io.StringIO()
         try:
             with contextlib.redirect_stderr(said):
                 ns = command_parser(self.COMMAND).parse_args(self.argv(_ProbeContext())[1:])
         except SystemExit:
-            raise ValueError(_one_line(said.getvalue()).removeprefix("inrbench: error: ")) from None
+            raise ValueError(one_line(said.getvalue()).removeprefix("inrbench: error: ")) from None
         try:
             self.check_command(ns)
         except InputError as e:

@@ -19,6 +19,8 @@ from collections.abc import Callable
 
 from torch import nn
 
+from bench.train.vit import ViT
+
 _BACKBONES: dict[str, Callable[[int], nn.Module]] = {}
 
 
@@ -86,8 +88,6 @@ def small_cnn(num_classes: int) -> nn.Module:
 
 @register_backbone("vit-tiny")
 def vit_tiny(num_classes: int) -> nn.Module:
-    from bench.train.vit import ViT
-
     return ViT(num_classes, image_size=32, patch=4, dim=96, depth=6, heads=3, mlp_ratio=2.0, drop_path=0.1)
 
 

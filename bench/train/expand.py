@@ -38,9 +38,8 @@ this project's design, after Net2Net-style zero-outgoing growth and torchvision'
   normalizes with batch statistics instead, so the new layer outputs ``relu(sqrt(1 + eps) x (x -
   mean_B) / sqrt(var_B + eps))`` per channel, the identity only where the batch mean is 0 and
   variance 1: no bound holds in general, the train-mode function right after depth growth is NOT
-  preserved (Net2DeeperNet's caveat for BatchNorm; measured on the tests' fixed batch: eval-mode
-  logits change <= 4e-8 relative, train-mode logits 14-28%); the running statistics then move
-  from (0, 1) toward the batch statistics at BatchNorm's momentum.
+  preserved (Net2DeeperNet's caveat for BatchNorm); the running statistics then move from (0, 1)
+  toward the batch statistics at BatchNorm's momentum.
 - optimizer: momentum (any per-parameter state tensor shaped like the parameter) is copied into
   the leading slice of the new tensor, zero elsewhere; new parameters join the same param group;
   the learning-rate schedule is kept (``restart_lr=False``) or restarted as a cosine over the
@@ -65,7 +64,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from bench.train.backbones import SmallCNN
 from bench.train.loop import TrainConfig, Trainer
+from bench.train.vit import ModelEma, ViT, grow_vit, interleave_plan, vit_subnet
 
 
 @dataclass(frozen=True)
@@ -157,8 +158,6 @@ class SkippedLayer(nn.Module):
 
 
 def _is_small_cnn(model: nn.Module) -> bool:
-    from bench.train.backbones import SmallCNN
-
     return isinstance(model, SmallCNN)
 
 
@@ -178,8 +177,6 @@ def _small_cnn_subnet(m: nn.Module, depth: int) -> None:
 
 
 def _is_vit(model: nn.Module) -> bool:
-    from bench.train.vit import ViT
-
     return isinstance(model, ViT)
 
 
@@ -203,8 +200,6 @@ def check_schedule(cfg: ExpandConfig, dense: nn.Module) -> None:
     """``ValueError`` unless every stage fits ``dense`` and the last one IS ``dense``."""
     full = dense_depth(dense)
     if _is_vit(dense):
-        from bench.train.vit import interleave_plan
-
         if any(s.width != 1.0 for s in cfg.stages):
             raise ValueError("width growth is not implemented for the ViT (depth only): use width 1 in every stage")
         depths = [s.depth if s.depth is not None else full for s in cfg.stages]
@@ -233,8 +228,6 @@ def subnet(dense: nn.Module, width: float, depth: int | None) -> nn.Module:
     """A new module with the structure of ``dense`` at ``width``/``depth`` (parameters sliced from
     ``dense``: leading channels, first blocks). ``width=1, depth=None`` is a copy of ``dense``."""
     if _is_vit(dense):
-        from bench.train.vit import vit_subnet
-
         if width != 1.0:
             raise ValueError("width growth is not implemented for the ViT (depth only)")
         return vit_subnet(dense, depth)
@@ -360,7 +353,6 @@ class ExpandTrainer(Trainer):
         """A fresh EMA of the model for ViT depth growth (``None`` for CNNs: they need none)."""
         if not _is_vit(self.model):
             return None
-        from bench.train.vit import ModelEma
 
         return ModelEma(self.model, EMA_DECAY)
 
@@ -393,8 +385,6 @@ class ExpandTrainer(Trainer):
         s = self.expand.stages[self.stage]
         old_model = self.model
         if _is_vit(old_model):
-            from bench.train.vit import grow_vit
-
             depth = s.depth if s.depth is not None else dense_depth(self.template)
             new_model, old_names = grow_vit(old_model, self.ema.module, depth)
             new_model = new_model.to(self.device)

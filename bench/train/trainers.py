@@ -18,7 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from bench.train.loop import TrainConfig
+from bench.train.expand import ExpandConfig, ExpandTrainer
+from bench.train.loop import TrainConfig, Trainer
 
 _TRAINERS: dict[str, Callable[..., Any]] = {}
 _CONFIG_TYPES: dict[str, type | None] = {}
@@ -66,20 +67,14 @@ def create_trainer(method: str, model: nn.Module, cfg: TrainConfig, device: str 
 @register_trainer("dense")
 def _dense(model: nn.Module, cfg: TrainConfig, device: str | torch.device, total_steps: int, _: Any,
            ddp: bool = False) -> Any:
-    from bench.train.loop import Trainer
-
     return Trainer(model, cfg, device, total_steps, ddp=ddp)
 
 
 def _expand_config_type() -> type:
-    from bench.train.expand import ExpandConfig
-
     return ExpandConfig
 
 
 @register_trainer("expand", config_type=_expand_config_type())
 def _expand(model: nn.Module, cfg: TrainConfig, device: str | torch.device, total_steps: int, expand: Any,
             ddp: bool = False) -> Any:
-    from bench.train.expand import ExpandTrainer
-
     return ExpandTrainer(model, cfg, device, total_steps, expand, ddp=ddp)

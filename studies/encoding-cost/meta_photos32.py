@@ -1,4 +1,4 @@
-"""Shared by the learned-init studies (``scripts/meta-init-lr``, ``meta-init-seeds``, ``meta-init-unseen``):
+"""Shared by the learned-init studies (``studies/encoding-cost/meta-init-lr``, ``meta-init-seeds``, ``meta-init-unseen``):
 the ``photos`` 32x32 set they use, its fixed validation split and random init's reference curves.
 
 photos at 32x32, 20 crops per photograph (JPEG quality 90): 128 train and 32 test images with the 8

@@ -1,4 +1,4 @@
-"""scripts/fit-subsample-probe: with every pixel its fit is ``inr.meta.fit_curve`` bit for bit; its cost
+"""studies/encoding-cost/fit-subsample-probe: with every pixel its fit is ``inr.meta.fit_curve`` bit for bit; its cost
 schedule charges a subsampled fit for each all-pixel check it sees; it refuses a folder it did not make."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from inr.siren import SirenArch
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-PATH = Path(__file__).resolve().parents[1] / "scripts" / "fit-subsample-probe"
+PATH = Path(__file__).resolve().parent / "fit-subsample-probe"
 
 
 @pytest.fixture(scope="module")
@@ -121,14 +121,14 @@ def test_forward_fn_is_the_engines_psnr(probe):
     import torch
 
     from inr.engine import SirenEngine, first_layer_input, to_theta
-    from inr.fit import _psnr_from_rgb
+    from inr.siren import psnr_from_rgb
     from inr.siren import coord_grid, init_weights
 
     arch, imgs = SirenArch(3, 8), _images(4, 8)
     coords = coord_grid(8, 8)
     thetas = list(to_theta(init_weights(arch, 4, seed=1)))
     t255 = torch.from_numpy(imgs.reshape(4, 64, 3)).permute(0, 2, 1).float().contiguous()
-    ref = _psnr_from_rgb(SirenEngine(arch, coords, 4, backward=False).forward(thetas, need_grad=False), t255)
+    ref = psnr_from_rgb(SirenEngine(arch, coords, 4, backward=False).forward(thetas, need_grad=False), t255)
     got = probe.forward_fn(arch)(thetas, first_layer_input(coords), t255)
     np.testing.assert_allclose(got.double().numpy(), ref.double().numpy(), atol=0.05)  # fast sine: 8-bit rounding
 

@@ -1,4 +1,4 @@
-"""`inrbench perf init`: how many fit iterations a learned initialization saves, and at what cost.
+"""`python studies/encoding-cost/perf_init.py` (was `inrbench perf init`): how many fit iterations a learned initialization saves, and at what cost.
 
 For each image set (``photos`` at 32x32 with the ``cifar10`` preset's 5x13 SIREN, and ``photos``
 at 224x224 with the ``flowers102`` preset's 10x32 SIREN): meta-train an init (``inr.meta``,
@@ -47,12 +47,15 @@ import argparse
 import contextlib
 import io
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench import jsontext
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's bench, inr
+
+from bench import jsontext, outputs  # noqa: E402
 
 FIGURE_TAG = "inr-bench perf init"  # the PNG's Software text: bench.outputs recognizes the figure by it
 HELP = "learned init (meta-init) vs random init: iterations to the same PSNR, 8-bit/pruned PSNR, meta-training cost"
@@ -62,13 +65,27 @@ SETS = {  # name -> (image side, preset, default iterations, default held-out im
     "224": (224, "flowers102", 300, 1, {"outer_steps": 80, "inner_steps": 4, "meta_batch": 8, "pixels": 2048}),
 }
 # Reptile seeds trained per set, the best kept on 16 validation train images (meta-init --candidates): at 32 px
-# the validation saving ranks seeds as the test saving does (scripts/meta-init-seeds); at 224 px the validation
+# the validation saving ranks seeds as the test saving does (studies/encoding-cost/meta-init-seeds); at 224 px the validation
 # fits would cost a CPU more than the rest of the benchmark
 CANDIDATES = {"32": 4, "224": 1}
 # the realized-saving encodes: (held-out images, chunk) per set; 0 = the curves' images / the encoder's own chunk.
 # At 32 px: every test image in chunks of 8, so that (as in a large encode) there are more images than rows and
 # early stop refills rows from the queue; every variant runs with the same chunk.
 REALIZED_RUN = {"32": (32, 8), "224": (0, 0)}
+
+
+def _is_perf_figure(p: Path) -> bool:
+    """A PNG written by ``perf_init.py --figure`` (its ``Software`` text names it)."""
+    try:
+        with open(p, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head.startswith(b"\x89PNG\r\n\x1a\n") and b"inr-bench perf init" in head
+
+
+# its figure is claimed as an inr-bench output (never a user's file or a folder) of this study's own kind
+outputs.KINDS["perf-figure"] = outputs.OutputKind("perf-figure", "perf init figure file", False, _is_perf_figure)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -209,7 +226,7 @@ def _spawn_round(spec: Path) -> dict[str, dict[str, Any]]:
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, "-m", "bench.cli", "perf", "init", "--_round", str(spec)],
+    r = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--_round", str(spec)],
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"perf init round worker failed:\n{r.stderr[-3000:]}")
@@ -523,3 +540,21 @@ def _fmt_round_ratio(t: dict, reference: bool = False) -> str:
         why = "one round (worker process)" if why == "one sample" else why
         return f"{v:.2f}x ({why}: no interval, not a result)" if v is not None and math.isfinite(v) else "-"
     return fmt_ratio(Interval(v, t["lo"], t["hi"], t.get("n", 0)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python studies/.../perf_init.py [options]``: parse, run, and end as an inrbench command does (one line, exit 2)."""
+    from bench.cli import OneLineParser
+    from bench.errors import guarded
+
+    p = OneLineParser(prog="perf_init.py", description=HELP)
+    add_arguments(p)
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
+    return guarded(lambda: run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""scripts/ddp-cpu-scaling's table: the 2-process / 1-process ratios count each bench run (process) once
+"""studies/ddp-cpu-scaling/ddp-cpu-scaling's table: the 2-process / 1-process ratios count each bench run (process) once
 (bench.stats.unit_ratio_ci), never one process's repeats x epochs pooled; one run a side is no result."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench import results as R
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "ddp-cpu-scaling"
+SCRIPT = Path(__file__).resolve().parent / "ddp-cpu-scaling"
 
 
 def _run(out: Path, run_id: str, pipeline: str, rates: list[float], rank_rows: bool = False) -> None:
@@ -26,7 +26,7 @@ def _table(tmp_path: Path, runs: int) -> str:
     src = SCRIPT.read_text()
     py = src.split("<<'PYEOF'\n", 1)[1].split("\nPYEOF", 1)[0]
     r = subprocess.run([sys.executable, "-", str(tmp_path)], input=py, capture_output=True, text=True,
-                       cwd=SCRIPT.parents[1])
+                       cwd=SCRIPT.parents[2])
     assert r.returncode == 0, r.stderr
     return r.stdout
 

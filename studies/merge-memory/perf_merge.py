@@ -1,4 +1,4 @@
-"""`inrbench perf merge`: peak memory of merging shard stores, streamed (``inr.merge``) vs in memory.
+"""`python studies/merge-memory/perf_merge.py` (was `inrbench perf merge`): peak memory of merging shard stores, streamed (``inr.merge``) vs in memory.
 
 Writes synthetic shard stores of ``--images`` images at a preset's architecture (``--bits``,
 ``--per-channel``, a random ``--prune`` fraction of weights masked): random codes, scales,
@@ -28,7 +28,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import jsontext
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's bench, inr
+
+from bench import jsontext  # noqa: E402
 
 HELP = "peak memory of the streamed shard merge (inr.merge) vs the in-memory merge, against the store size"
 OLD_IMAGES = 8192  # the in-memory merge's images by default (at most --images)
@@ -153,7 +155,7 @@ def _measure(kind: str, job: dict, shards: list[Path], out: Path) -> dict:
 
     from bench.errors import InputError
 
-    cmd = [sys.executable, "-m", "bench", "perf", "merge", "--_worker", kind,
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--_worker", kind,
            "--_job", json.dumps({**job, "shards": [str(p) for p in shards], "out": str(out)})]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -236,3 +238,21 @@ def goal_line(r: dict, images: int) -> str:
                 f"smaller than the process's RSS before the merge, so the ratio measures the interpreter ({what}); "
                 "use --images large enough that the store outweighs it (the default 50000 at mini-imagenet's preset)")
     return f"goal (streamed peak < 2x store at {images} images): {'met' if r['peak_over_store'] < 2 else 'NOT met'} ({what})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python studies/.../perf_merge.py [options]``: parse, run, and end as an inrbench command does (one line, exit 2)."""
+    from bench.cli import OneLineParser
+    from bench.errors import guarded
+
+    p = OneLineParser(prog="perf_merge.py", description=HELP)
+    add_arguments(p)
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
+    return guarded(lambda: run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

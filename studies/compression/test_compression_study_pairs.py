@@ -1,4 +1,4 @@
-"""scripts/compression-study: pairs are the same image (merged on the image id, never by sorted position), and
+"""studies/compression/compression-study: pairs are the same image (merged on the image id, never by sorted position), and
 its differences print through bench.stats.fmt_diff (no difference detected when the interval holds 0)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pandas as pd
 
 from bench import stats as S
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compression-study"
+SCRIPT = Path(__file__).resolve().parent / "compression-study"
 
 
 def _script():
