@@ -21,6 +21,13 @@ from pathlib import Path
 
 from bench.errors import InputError
 
+# MKL's conditional numerical reproducibility (CNR), which MKL reads once, at its first call: before any torch maths
+# of the process (``inrbench``, ``python -m bench``, a sweep's or perf's child commands, the tests' conftest). Strict
+# CNR makes an MKL GEMM's results independent of its thread count and of memory alignment, so a fitted image does not
+# depend on the rows beside it, the worker or the machine's load (docs/measurement.md); its cost was not measurable.
+# A value the user set is kept (e.g. ``COMPATIBLE,STRICT``: the same code path on every x86 CPU, slower).
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+
 # stdout's reader went away (``| head``): 128 + SIGPIPE (13), the status a shell reports for a command
 # killed by SIGPIPE (``yes | head``), as Ctrl-C is 130 (128 + SIGINT). Not 2 (bad input), not 0: under
 # ``set -o pipefail`` a cut-short listing is not a success, and it reads as what it is.
