@@ -24,7 +24,7 @@ from bench.errors import InputError
 # MKL's conditional numerical reproducibility (CNR), which MKL reads once, at its first call: before any torch maths
 # of the process (``inrbench``, ``python -m bench``, a sweep's or perf's child commands, the tests' conftest). Strict
 # CNR makes an MKL GEMM's results independent of its thread count and of memory alignment, so a fitted image does not
-# depend on the rows beside it, the worker or the machine's load (docs/measurement.md); its cost was not measurable.
+# depend on the rows beside it, the worker or the machine's load (docs/measurement.md, with its cost).
 # A value the user set is kept (e.g. ``COMPATIBLE,STRICT``: the same code path on every x86 CPU, slower).
 os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
