@@ -25,6 +25,13 @@ from collections.abc import Callable, Iterable
 
 from bench.errors import EXIT_BROKEN_PIPE, guarded, one_line, stdout_gone
 
+# MKL's conditional numerical reproducibility (CNR), which MKL reads once, at its first call: before any torch maths
+# of the process (``inrbench``, ``python -m bench``, a sweep's or perf's child commands, the tests' conftest). Strict
+# CNR makes an MKL GEMM's results independent of its thread count and of memory alignment, so a fitted image does not
+# depend on the rows beside it, the worker or the machine's load (docs/measurement.md, with its cost).
+# A value the user set is kept (e.g. ``COMPATIBLE,STRICT``: the same code path on every x86 CPU, slower).
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+
 # name -> module; the order is the order ``--help`` lists them in.
 COMMANDS: dict[str, str] = {
     "datasets": "bench.commands.datasets",

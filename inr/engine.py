@@ -4,8 +4,10 @@ Internal layout ("theta"): layer ``l`` of all images is one tensor ``T [B, out, 
 = ``[W^T | b]`` (bias as the last column). Activations are channel-major ``[B, ch + 1, P]``
 with a constant row of ones last, so each layer is *one* batched matmul with the bias
 included and its weight-and-bias gradient is one batched matmul too. The first layer's
-input (coordinates + ones, ``[3, P]``) is shared by all images, so its forward and gradient
-are single matrix products over ``B * hidden`` rows. Per sine layer and iteration this is
+input (coordinates + ones, ``[3, P]``) is shared by all images: its forward is three broadcast
+multiply-adds, its gradient one GEMM per image. Every GEMM is per image, of a shape that does not
+depend on ``B``, so an image's numbers do not depend on the rows beside it (with MKL's strict
+reproducibility mode, ``bench.cli``; docs/measurement.md). Per sine layer and iteration this is
 3 matmuls + ``sin`` + ``cos`` (in place) + one multiply: about the least memory traffic
 eager PyTorch allows. Buffers are allocated once per chunk and reused.
 
@@ -135,8 +137,10 @@ class SirenEngine:
         g = grad_out
         for li in range(L, -1, -1):
             x = self.x0 if li == 0 else self.acts[li - 1]
-            # [B, out, in+1]; the first layer's gradient against the coordinates stays fp32
-            gT = torch.matmul(g, x.transpose(-1, -2)) if li == 0 else self._mm(g, x.transpose(-1, -2))
+            # [B, out, in+1]; the first layer's gradient against the coordinates stays fp32, one GEMM per image
+            # (a shared [3, P] input expanded, not folded into one [B * h, P] GEMM whose shape depends on B)
+            xt = x.transpose(-1, -2)
+            gT = torch.bmm(g, xt.expand(g.shape[0], -1, -1)) if li == 0 else self._mm(g, xt)
             gT.mul_(self.scale[li])
             grads[li] = gT
             if li > 0:

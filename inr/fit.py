@@ -251,6 +251,10 @@ def compiled_cpu_cap(pixel_fraction: float = 1.0) -> int:
 
 
 def _make_adam(params: list[torch.Tensor], lr: float) -> torch.optim.Optimizer:
+    """Adam: fused on CUDA; ``foreach`` on the CPU, whose fused kernel rounds a tensor's last elements (the tail of
+    its vector loop) otherwise than the rest, so an image's update would depend on how many images its chunk holds."""
+    if params[0].device.type == "cpu":
+        return torch.optim.Adam(params, lr=lr, foreach=True)
     try:
         return torch.optim.Adam(params, lr=lr, fused=True)
     except (RuntimeError, TypeError, ValueError):  # pragma: no cover - older torch / unsupported device

@@ -12,6 +12,8 @@ import pytest
 if (os.cpu_count() or 1) <= 4:
     os.environ.setdefault("OMP_NUM_THREADS", "2")
 
+import bench.cli  # noqa: E402,F401  (sets MKL's reproducibility mode before any test imports torch)
+
 # A background job of a non-interactive shell (`cmd &`, nohup) starts with SIGINT ignored, and every
 # process it starts inherits that: the tests that Ctrl-C a command would see it run on. A handled
 # SIGINT is reset to the default at exec, so the commands the tests start get their Ctrl-C back.
