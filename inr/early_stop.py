@@ -140,7 +140,7 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
     order = maps = None
     if sub:
         maps = [_index(x, dev) for x in subsample.cycle_maps(P, sh.seed)]
-        order = _index(subsample.image_orders(sh.ids[img], P, sh.seed), dev)  # [B, P]
+        order = subsample.orders(sh.ids[img], P, sh.seed, dev)  # [B, P]; drawn on an accelerator
     fn = eng = chk = None
 
     def build(B: int) -> None:
@@ -260,7 +260,7 @@ def fit_queue(sh: Shared, coords: torch.Tensor, arch: SirenArch, iterations: int
                 t01[r] = t255[r] / 255.0
                 target[r] = sh.stop_at[k]
                 if sub:
-                    order[r] = _index(subsample.image_orders(sh.ids[new], P, sh.seed), dev)
+                    order[r] = subsample.orders(sh.ids[new], P, sh.seed, dev)
                     fresh = rows
                 img[rows], it[rows], live[rows] = new, 0, True
                 it_dev.index_fill_(0, r, 0.0)
