@@ -136,6 +136,7 @@ def test_monitor_mark_reports_only_the_measured_region():
 def test_cuda_cache_is_emptied_and_peaks_reset_before_each_repeat(monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d=None: calls.append("reset_peak"))
     runner._free_device_memory("cuda:0")

@@ -283,8 +283,20 @@ def _full_disk_at_the_views(tmp: Path, monkeypatch) -> None:
     monkeypatch.setattr(results, "atomic_write_bytes", write)
 
 
-VIEWS = [("another-run-with-empty-rows", _empty_rows, "cannot read results rows"),
-         ("disk-full-at-the-views", _full_disk_at_the_views, "results.csv: No space left on device")]
+VIEWS = [("disk-full-at-the-views", _full_disk_at_the_views, "results.csv: No space left on device")]
+
+
+def test_bench_refuses_a_folder_with_an_unreadable_run_before_measuring(runs, tmp_path, capsys, monkeypatch):
+    """Another run's empty rows.csv is found when bench claims --out: one line, exit 2, no run added
+    (the rerun, once the folder is fixed, records one run)."""
+    import shutil
+
+    shutil.copytree(runs / "results", tmp_path / "results")
+    _empty_rows(tmp_path, monkeypatch)
+    before = {p.name for p in (tmp_path / "results" / results.RUNS_DIR).iterdir()}
+    rc, out, err = run_cli(capsys, *BENCH, "--data", runs / "ds\nx", "--out", tmp_path / "results")
+    assert_one_line_error(rc, err, "rows.csv", "cannot read results rows")
+    assert {p.name for p in (tmp_path / "results" / results.RUNS_DIR).iterdir()} == before
 
 
 @pytest.mark.parametrize("name,damage,why", VIEWS, ids=[v[0] for v in VIEWS])

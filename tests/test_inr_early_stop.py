@@ -33,7 +33,7 @@ def queue_curves(imgs: np.ndarray, cfg: FitConfig) -> np.ndarray:
     An early-stopped image's trajectory is this one, bit for bit, whatever its chunk does (``inr.engine``)."""
     from inr.engine import SirenEngine, to_theta
     from inr.fast_step import _adam, schedule
-    from inr.fit import _psnr_from_rgb
+    from inr.siren import psnr_from_rgb as _psnr_from_rgb
 
     n, h, w, _ = imgs.shape
     thetas = [T.float().contiguous() for T in to_theta(init_weights(cfg.arch, n, seed=cfg.seed))]

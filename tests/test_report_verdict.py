@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.report import build_report
 from bench.report import verdict as V
+from bench.report.build import build_report
 from bench.report.markdown import parse_tables
 from bench.report.tables import SPEEDUP_COLUMNS
 

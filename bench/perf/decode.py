@@ -90,13 +90,14 @@ def rate(fn: Callable[[], int], seconds: float, repeats: int) -> dict[str, float
 
 
 def matmul_peak(seconds: float, repeats: int, dtype: Any = None, device: Any = None) -> float:
-    """Dense ``torch.mm`` GFLOP/s (best of ``repeats``): 2048^3 on the CPU's current threads, 8192^3
-    on a CUDA device (each call synchronized, so the rate is of finished products)."""
+    """Dense ``torch.mm`` GFLOP/s (best of ``repeats``): 2048^3 on the CPU's current threads (512^3 in a
+    reduced precision: a CPU without native bf16 runs it ~100x slower, a minute a product), 8192^3 on a
+    CUDA device (each call synchronized, so the rate is of finished products)."""
     import torch
 
     dev = torch.device(device or "cpu")
     cuda = dev.type == "cuda"
-    n = 8192 if cuda else 2048
+    n = 8192 if cuda else 2048 if dtype in (None, torch.float32) else 512
     a, b = torch.randn(n, n, dtype=dtype, device=dev), torch.randn(n, n, dtype=dtype, device=dev)
 
     def one() -> int:

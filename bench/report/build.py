@@ -68,7 +68,7 @@ class _Doc:
         if self._gallery_at is None:
             self.block(image)
         else:
-            self.gallery += [image, ""]
+            self.gallery += [md.one_line(image), ""]
         return True
 
     def text(self) -> str:
