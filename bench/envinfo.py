@@ -24,6 +24,7 @@ import importlib.metadata as md
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,7 +53,6 @@ def dali_stack_mismatch(names: list[str] | None = None) -> str | None:
     different CUDA majors (``names``: installed distribution names; default: this environment's),
     else None. Both CUDA builds of each install into the same folders, so DALI's GPU decoder may
     load the other build's library; ``pip check`` shows it, nothing at import time does."""
-    import re
 
     if names is None:
         names = [d.metadata["Name"] or "" for d in md.distributions()]
@@ -177,25 +177,29 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _dali_cuda() -> str | None:
-    """The CUDA version the installed DALI was built with (``"12.9.86"``), or None.
-
-    DALI keeps it only as ``__cuda_version__ = int('12.9.86'.replace('.', ''))`` (dots lost), so
-    the string is read from that line; failing that, the major from the distribution name
-    (``nvidia-dali-cuda130`` -> ``"13"``). Differs in major from torch's ``cuda_runtime`` when the
-    installed DALI wheel (default CUDA 13; docs/gpu-machines.md for CUDA 12) does not match the torch build
-    (``cuda_mismatch``).
-    """
-    import re
+def _dali_init() -> str:
+    """The text of ``nvidia/dali/__init__.py`` (version and CUDA build), read without importing DALI:
+    its import starts threads and costs every run half a second; ``""`` if DALI is not installed."""
+    import importlib.util
 
     try:
-        import nvidia.dali as dali
+        spec = importlib.util.find_spec("nvidia.dali")
+        return Path(spec.origin).read_text() if spec and spec.origin else ""
+    except (ImportError, ValueError, OSError):
+        return ""
 
-        m = re.search(r"__cuda_version__\s*=\s*int\('([0-9.]+)'", Path(dali.__file__).read_text())
-        if m:
-            return m.group(1)
-    except (ImportError, OSError):
-        pass
+
+def _dali_cuda(init: str) -> str | None:
+    """The CUDA version the installed DALI was built with (``"12.9.86"``), or None.
+
+    DALI keeps it only as ``__cuda_version__ = int('12.9.86'.replace('.', ''))`` (dots lost), so the
+    string is read from that line; failing that, the major from the distribution name
+    (``nvidia-dali-cuda130`` -> ``"13"``). ``cuda_mismatch`` compares it with torch's ``cuda_runtime``.
+    """
+
+    m = re.search(r"__cuda_version__\s*=\s*int\('([0-9.]+)'", init)
+    if m:
+        return m.group(1)
     names = [d.metadata["Name"] or "" for d in md.distributions()]
     m = next((re.fullmatch(r"nvidia-dali-cuda(\d\d)\d", n.lower()) for n in names
               if re.fullmatch(r"nvidia-dali-cuda\d{3}", n.lower())), None)
@@ -282,7 +286,7 @@ def gpu_info() -> dict[str, Any]:
 
 
 def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Everything ``env.json`` holds. Imports torch (and DALI and TorchCodec if installed).
+    """Everything ``env.json`` holds. Imports torch (and TorchCodec if installed; DALI is read, not imported).
 
     ``distributed``: a data-parallel run's shape (world size, backend, nnodes, each rank's hostname
     and local rank: ``bench.harness.runner._topology``), recorded as ``distributed``; a single
@@ -292,12 +296,10 @@ def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
 
     from pipelines.torch_jpeg import pil_info
 
-    try:
-        import nvidia.dali as dali
 
-        dali_version: str | None = dali.__version__
-    except ImportError:
-        dali_version = None
+    dali_init = _dali_init()
+    m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", dali_init, re.M)
+    dali_version = m.group(1) if m else None
     info = {
         "schema_version": ENV_SCHEMA_VERSION,
         "git": git_info(),
@@ -314,7 +316,7 @@ def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
             "pandas": _version("pandas"),
             "scikit-image": _version("scikit-image"),
             "cuda_runtime": torch.version.cuda,  # the CUDA torch was built with
-            "dali_cuda": _dali_cuda() if dali_version else None,  # the CUDA the DALI build was built with
+            "dali_cuda": _dali_cuda(dali_init) if dali_version else None,  # the CUDA the DALI build was built with
             "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         },
         "torch_cuda_available": torch.cuda.is_available(),
