@@ -29,6 +29,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import PIL
+from PIL import features
+
 ENV_SCHEMA_VERSION = 1
 
 
@@ -202,6 +205,18 @@ def _dali_cuda() -> str | None:
     return m.group(1) if m else None
 
 
+def pil_info() -> dict[str, Any]:
+    """Which PIL ``torch-jpeg`` decodes with: ``Pillow`` or ``pillow-simd``, its version, its libjpeg."""
+    return {
+        "flavor": "pillow-simd" if _version("pillow-simd") else "Pillow",
+        "version": PIL.__version__,
+        "libjpeg": features.version("jpg"),  # the libjpeg API version (6.2 for libjpeg-turbo's default)
+        "libjpeg_turbo": bool(features.check_feature("libjpeg_turbo")),
+        "libjpeg_turbo_version": features.version("libjpeg_turbo"),
+        "module_path": str(Path(PIL.__file__).parent),
+    }
+
+
 def cpu_info() -> dict[str, Any]:
     import psutil
 
@@ -289,8 +304,6 @@ def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
     process records ``{"world_size": 1}``. The rest describes the writing process (rank 0).
     """
     import torch
-
-    from pipelines.torch_jpeg import pil_info
 
     try:
         import nvidia.dali as dali

@@ -8,7 +8,8 @@ import scipy.stats as st
 import torch
 
 from pipelines import Augment
-from pipelines.crops import Crops, crop_grid, crop_theta, epoch_generator, sample_crops, warp
+from pipelines.crops import Crops, crop_grid, crop_theta, sample_crops, warp
+from pipelines.shard import epoch_generator
 
 
 def _torchvision_boxes(aug: Augment, h: int, w: int, n: int) -> np.ndarray:

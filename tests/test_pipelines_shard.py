@@ -23,12 +23,13 @@ from torch.utils.data import DistributedSampler
 import pipelines
 from bench.datasets.prepared import PreparedDataset, SplitData, open_prepared, write_prepared
 from pipelines import Augment, PipelineConfig, Unavailable
-from pipelines.crops import epoch_generator, epoch_order
 from pipelines.shard import (
+    FIXED_SHARD_KEY,
     augment_generator,
     batch_seeds,
+    epoch_generator,
+    epoch_order,
     epoch_shard,
-    fixed_generator,
     fixed_shard,
     rank_seed,
     shard,
@@ -293,7 +294,9 @@ def test_fixed_shard_partitions_one_permutation():
             for drop_last in (False, True):
                 shards = [fixed_shard(n, SEED, True, r, world, drop_last) for r in range(world)]
                 assert {len(s) for s in shards} == {shard_size(n, world, drop_last)}
-                perm0 = torch.randperm(n, generator=fixed_generator(SEED)) if world > 1 else torch.arange(n)
+                state = np.random.SeedSequence([SEED], spawn_key=(FIXED_SHARD_KEY,)).generate_state(2, dtype=np.uint32)
+                g = torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+                perm0 = torch.randperm(n, generator=g) if world > 1 else torch.arange(n)
                 assert [s.tolist() for s in shards] == [shard(perm0, r, world, drop_last).tolist() for r in range(world)]
                 held = collections.Counter(i for s in shards for i in s.tolist())
                 if drop_last:
