@@ -118,17 +118,12 @@ def crop_theta(crops: Crops, height: int, width: int) -> torch.Tensor:
     return torch.stack([torch.stack([sx, zero, tx], 1), torch.stack([zero, sy, ty], 1)], 1)
 
 
-def crop_grid(crops: Crops, height: int, width: int, size: int) -> torch.Tensor:
-    """float32 ``[B, size, size, 2]``: per output pixel the input ``(x, y)`` in normalized coordinates."""
-    theta = crop_theta(crops, height, width)
-    return F.affine_grid(theta, [theta.shape[0], 1, size, size], align_corners=False)
-
-
 def warp(images: torch.Tensor, crops: Crops, aug: Augment) -> torch.Tensor:
     """float ``[B, C, H, W]`` -> float ``[B, C, size, size]``: crop, flip and resize in one bilinear
     ``grid_sample`` (edges clamp; ``random-pad`` reads zeros outside the image)."""
     h, w = images.shape[-2:]
-    grid = crop_grid(crops.to(images.device), h, w, aug.size).to(images.dtype)
+    theta = crop_theta(crops.to(images.device), h, w)
+    grid = F.affine_grid(theta, [theta.shape[0], 1, aug.size, aug.size], align_corners=False).to(images.dtype)
     mode = "zeros" if aug.crop == "random-pad" else "border"
     return F.grid_sample(images, grid, mode="bilinear", padding_mode=mode, align_corners=False)
 

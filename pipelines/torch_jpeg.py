@@ -115,18 +115,21 @@ class JpegFiles(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.paths)
 
-    def _load(self, i: int) -> tuple[torch.Tensor, int] | BadJpeg:
+    def _load(self, i: int) -> tuple[torch.Tensor, int] | str:
+        """Item ``i``, or what is wrong with its file."""
         from PIL import Image
 
-        with Image.open(self.paths[i]) as im:
-            if im.format != "JPEG":  # an MPO: the walk's line, as the other JPEG adapters give it
-                return BadJpeg(str(self.paths[i]), self.problems.get(i) or f"not a JPEG (a {im.format} file)")
-            if (im.height, im.width) != self.size:
-                return BadJpeg(str(self.paths[i]), size_mismatch((im.height, im.width), self.size))
-            rgb = im.convert("RGB")  # a file PIL cannot decode raises here (``__getitems__``)
-        if i in self.problems:  # PIL decoded it; the other adapters refuse it (``walk_problems``)
-            return BadJpeg(str(self.paths[i]), self.problems[i])
-        return self.transform(rgb), self.labels[i]
+        try:
+            with Image.open(self.paths[i]) as im:
+                if im.format != "JPEG":  # an MPO: the walk's line, as the other JPEG adapters give it
+                    return self.problems.get(i) or f"not a JPEG (a {im.format} file)"
+                if (im.height, im.width) != self.size:
+                    return size_mismatch((im.height, im.width), self.size)
+                rgb = im.convert("RGB")
+            # a file PIL decodes but whose markers do not walk: refused as the other JPEG adapters do
+            return self.problems[i] if i in self.problems else (self.transform(rgb), self.labels[i])
+        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:  # a damaged file
+            return f"cannot decode JPEG ({' '.join(f'{type(e).__name__}: {e}'.split())})"
 
     def __getitem__(self, item: tuple[int, int]) -> tuple[torch.Tensor, int]:
         return self.__getitems__([item])[0]
@@ -134,17 +137,11 @@ class JpegFiles(torch.utils.data.Dataset):
     def __getitems__(self, items: list[tuple[int, int]]) -> list[Any]:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(items[0][1])
-            from PIL import Image
-
             out = []
             for i, _ in items:
-                try:
-                    got = self._load(i)
-                except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:  # a damaged file
-                    reason = " ".join(f"{type(e).__name__}: {e}".split())
-                    return [BadJpeg(str(self.paths[i]), f"cannot decode JPEG ({reason})")]
-                if isinstance(got, BadJpeg):
-                    return [got]
+                got = self._load(i)
+                if isinstance(got, str):
+                    return [BadJpeg(str(self.paths[i]), got)]
                 out.append(got)
             return out
 
