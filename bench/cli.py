@@ -1,9 +1,6 @@
-"""`inrbench` command line: one module per subcommand under ``bench.commands``.
-
-Each command module defines ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``,
-and keeps heavy imports inside ``run`` so that ``--help`` stays fast. Errors are one line on stderr
-(``bench.errors.guarded``). A stdout whose reader stops early (``| head``) ends quietly with 141 once
-the command has done its work; a closed or full stdout is one line and exit 2, after the same work.
+"""`inrbench` command line: one module per subcommand under ``bench.commands`` (``HELP``,
+``add_arguments(parser)``, ``run(args) -> int``; heavy imports inside ``run``). Errors are one line
+(``bench.errors.guarded``); a stdout that goes away is reported once the command's work is done.
 """
 
 from __future__ import annotations

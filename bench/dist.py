@@ -1,16 +1,14 @@
 """Data-parallel runs on ``torch.distributed``: torchrun's environment -> ``World``; ``--nproc`` -> torchrun.
 
-A distributed run is ``torchrun`` starting one process per device, each running the same ``inrbench``
-command; ``init`` joins the group torchrun describes (NCCL on CUDA, gloo on CPUs). Outside torchrun a
-run is the single process ``World()``. ``--nproc N`` builds the torchrun line and runs it (``launch``,
-``--standalone``); ``--nnodes M --rdzv-endpoint HOST:PORT`` builds the line to run on every node.
-``--device cuda`` means ``cuda:LOCAL_RANK`` on every rank; an explicit ``cuda:N`` is refused under
-more than one process.
+A distributed run is ``torchrun`` starting one process per device, each running the same command;
+``init`` joins the group (NCCL on CUDA, gloo on CPUs). ``--nproc N`` builds and runs the torchrun line
+(``launch``); ``--nnodes M --rdzv-endpoint HOST:PORT`` the line to run on every node.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shlex
 import signal
@@ -328,30 +326,18 @@ def torchrun_quiet(argv: list[str]) -> int:
     """``torchrun <argv>``: its status; when ranks fail, ``inrbench: error: torchrun: rank R exited with
     status S`` for the ranks that did not say why themselves, instead of torchrun's report."""
     try:
-        return _torchrun_quiet(argv)
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+        from torch.distributed.run import parse_args, run
+
+        # torchrun's own log lines: ``launch`` printed the command and the ranks print their errors
+        for name in ("torch.distributed.run", "torch.distributed.elastic",
+                     *(n for n in list(logging.root.manager.loggerDict) if n.startswith("torch.distributed."))):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+        run(parse_args(argv))
     except KeyboardInterrupt:  # before torchrun's own handlers were installed (importing torch)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         return EXIT_INTERRUPTED
-
-
-def _signal_or_status(code: int) -> str:
-    return f"signal {signal.Signals(-code).name}" if code < 0 and -code in signal.Signals._value2member_map_ \
-        else f"status {code}"
-
-
-def _torchrun_quiet(argv: list[str]) -> int:
-    import logging
-
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import parse_args, run
-
-    # torchrun's own log lines: ``launch`` printed the command and the ranks print their errors
-    for name in ("torch.distributed.run", "torch.distributed.elastic",
-                 *(n for n in list(logging.root.manager.loggerDict) if n.startswith("torch.distributed."))):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-    try:
-        run(parse_args(argv))
     except SignalException as e:  # Ctrl-C (or SIGTERM) reached torchrun: it has stopped the ranks
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         return 128 + int(e.sigval)
@@ -359,8 +345,10 @@ def _torchrun_quiet(argv: list[str]) -> int:
         said = recorded_statuses(os.environ.get(STATUS_DIR_ENV))
         codes = {int(r): f.exitcode for r, f in e.failures.items() if int(r) not in said}
         if any(c != 2 for c in codes.values()):
-            print("inrbench: error: torchrun: " + "; ".join(f"rank {r} exited with {_signal_or_status(c)}"
-                                                         for r, c in sorted(codes.items())), file=sys.stderr)
+            lines = [f"rank {r} exited with " + (f"signal {signal.Signals(-c).name}" if c < 0 and
+                                                -c in signal.Signals._value2member_map_ else f"status {c}")
+                    for r, c in sorted(codes.items())]
+            print("inrbench: error: torchrun: " + "; ".join(lines), file=sys.stderr)
         return 1
     return 0
 

@@ -1,10 +1,6 @@
 """Run metadata (``env.json``): commit, code identity, library versions, which PIL and JPEG decoder, CPU, GPU.
-
-``code_identity()`` ties a result to the code that produced it (a sweep cell's identity includes it):
-the version of the package folders (in a git checkout their trees at HEAD plus a hash of uncommitted
-changes; elsewhere a hash of the files) and the versions of torch and of every library a registered
-pipeline names (``Pipeline.libraries``). Every value is read, never assumed; an absent fact is
-recorded with the reason, never as a zero.
+``code_identity()`` ties a result to the package files and library versions that produced it (a sweep
+cell's identity includes it). An absent fact is recorded with the reason, never as a zero.
 """
 
 from __future__ import annotations

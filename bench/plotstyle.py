@@ -1,9 +1,5 @@
-"""One fixed colour and marker per method, for every figure in the project.
-
-Keys are method names as result rows spell them: the pipelines, the codecs and the INR store variants.
-A name not in the table takes the entry of the longest known ``inr-`` variant it ends with
-(``inr-5x13-8bit`` -> ``inr-8bit``: the same method, another architecture; ``pruned15`` counts as
-``pruned``), failing that one chosen by a stable hash of the name, never matplotlib's plotting order.
+"""One fixed colour and marker per method (pipeline, codec, INR store variant), for every figure: an unknown
+``inr-`` name takes its variant's (``inr-5x13-8bit`` -> ``inr-8bit``), any other one hashed from its name.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """The contract every loader implements: ``Augment``, ``PipelineConfig``, ``Batch``, ``Pipeline``, the registry.
-
-A pipeline is built from a prepared dataset (``bench.datasets.prepared``), optionally an encoded
-store, and a ``PipelineConfig``; iterating it yields one epoch of ``Batch``es. Every adapter
-implements the same ``Augment`` natively, drawing crop and flip per image. The harness only ever
-talks to this interface.
+A pipeline is built from a prepared dataset, optionally an encoded store, and a ``PipelineConfig``;
+iterating it yields one epoch of ``Batch``es, augmented per image the same way by every adapter.
 """
 
 from __future__ import annotations
@@ -141,9 +138,9 @@ class Pipeline(abc.ABC):
     def close(self) -> None:
         """Release device memory, workers and files. Idempotent."""
 
-    @abc.abstractmethod
     def resident_bytes(self) -> dict[str, int]:
         """Bytes this pipeline keeps resident for the dataset: ``{"device": ..., "host": ...}``."""
+        return {"device": 0, "host": 0}
 
     def dataset_bytes_per_image(self) -> float | None:
         """Mean bytes per image of what this pipeline reads the split from (the pixels, the JPEG files,

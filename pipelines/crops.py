@@ -1,10 +1,5 @@
-"""Per-image crop/flip sampling and the crop -> affine-grid geometry of the device-side adapters.
-
-``sample_crops`` draws one crop box and one flip per image with torchvision's semantics
-(``RandomResizedCrop``, ``RandomCrop(padding=pad)``, centre crop then resize), on the CPU so a run
-is the same on every device; ``crop_theta`` turns the boxes into ``F.affine_grid`` maps (``raw``
-samples them with ``grid_sample``, ``inr`` evaluates its network there). Nothing here syncs the host
-with the device: copies go through ``to_device`` and ``normalize_``'s constants are built once.
+"""Per-image crop/flip sampling (torchvision's semantics, drawn on the CPU) and the crop -> affine-grid
+geometry the device-side adapters sample with. Nothing here syncs the host with the device.
 """
 
 from __future__ import annotations
@@ -32,14 +27,6 @@ class Crops:
 
     boxes: torch.Tensor
     flip: torch.Tensor
-
-    def to(self, device: torch.device | str) -> Crops:
-        """On ``device`` without a host sync: boxes and flips travel as one packed ``[B, 5]`` copy."""
-        device = torch.device(device)
-        if self.boxes.device == device and self.flip.device == device:
-            return self
-        packed = to_device(torch.cat([self.boxes.float(), self.flip.float().unsqueeze(1)], dim=1), device)
-        return Crops(packed[:, :4], packed[:, 4] > 0.5)
 
 
 def to_device(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
@@ -122,7 +109,7 @@ def warp(images: torch.Tensor, crops: Crops, aug: Augment) -> torch.Tensor:
     """float ``[B, C, H, W]`` -> float ``[B, C, size, size]``: crop, flip and resize in one bilinear
     ``grid_sample`` (edges clamp; ``random-pad`` reads zeros outside the image)."""
     h, w = images.shape[-2:]
-    theta = crop_theta(crops.to(images.device), h, w)
+    theta = to_device(crop_theta(crops, h, w), images.device)  # [B, 2, 3]: one copy, no sync
     grid = F.affine_grid(theta, [theta.shape[0], 1, aug.size, aug.size], align_corners=False).to(images.dtype)
     mode = "zeros" if aug.crop == "random-pad" else "border"
     return F.grid_sample(images, grid, mode="bilinear", padding_mode=mode, align_corners=False)

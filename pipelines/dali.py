@@ -1,28 +1,18 @@
-"""``dali``: NVIDIA DALI reads the JPEG files, decodes (``mixed`` on a GPU, ``cpu`` without one, where
-``device_id=None``), crops, flips and normalizes per sample with its own operators.
+"""``dali``: NVIDIA DALI reads the JPEG files, decodes (``mixed`` on a GPU, ``cpu`` with ``device_id=None``),
+crops, flips and normalizes per sample with its own operators, at its best: random-resized crops decode
+only the window, with torchvision's sampler; ``num_threads`` is the CPU budget ``torch-jpeg`` gets.
 
-Sharding is DALI's own: the reader reads ``shard_id=rank`` of ``num_shards=world_size`` with the same
-``shuffle_after_epoch_seed`` on every rank, so each epoch's shuffle is shared and the contiguous
-shards partition it (sizes differ by at most one). Its permutation is not ``pipelines.shard``'s; the
-union over the ranks and ``len`` are the other adapters'. The last batch (measured on DALI 2.4):
-``pad_last_batch`` and ``LastBatchPolicy.PARTIAL`` give every sample at least once; a rank whose
-shard is one short gets an empty last batch, replaced by its previous sample again (at most
-``world - 1`` duplicates an epoch, as ``DistributedSampler``'s padding). ``drop_last`` yields the
-first ``len`` full batches and drains the rest: DALI's own ``DROP`` with uneven shards leaves the
-reader out of step. ``resident="shard"`` reads with ``stick_to_shard`` and ``random_shuffle``
-(DALI refuses it with ``shuffle_after_epoch``). The pipeline ``seed`` is ``shard.rank_seed``.
-
-DALI at its best: random-resized crops decode only the window (``image_random_crop``, torchvision's
-sampler: ``scale``, log-uniform ``ratio``, ``RRC_TRIES`` tries, centre fallback); ``num_threads`` =
-``config.workers``, the CPU budget ``torch-jpeg``'s loader gets.
-
-Every file the reader may read is checked at build (``jpeg_header.check_jpeg_files``, in ``build_s``):
-DALI 2.4 dies of SIGSEGV, with no error, on files its parser refuses. A decode failure past that is
-one line naming the file (``decode_error``).
+Sharding is DALI's own (``shard_id``/``num_shards``, one shared shuffle per epoch): the union over the
+ranks and ``len`` are the other adapters', the permutation is not. A rank whose shard is one short gets
+an empty last batch, replaced by its previous sample; ``drop_last`` drains the partial tail (DALI's own
+``DROP`` leaves uneven readers out of step). Every file is checked at build: DALI 2.4 dies of SIGSEGV
+on files its parser refuses.
 """
 
 from __future__ import annotations
 
+import gc
+import importlib.metadata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -220,20 +210,11 @@ class DaliPipeline(Pipeline):
         which the next pipeline built in this process (and its memory figures) would otherwise start with."""
         if getattr(self, "iterator", None) is None and getattr(self, "pipe", None) is None:
             return
-        self.iterator = None
-        self.pipe = None
-        import gc
-
+        self.iterator = self.pipe = None
         gc.collect()  # the pipeline's C++ object (and its buffers) goes with its last reference
-        try:
-            from nvidia.dali.backend import ReleaseUnusedMemory
-        except ImportError:  # an older DALI: its pools stay, as before
-            return
-        ReleaseUnusedMemory()
+        from nvidia.dali.backend import ReleaseUnusedMemory
 
-    def resident_bytes(self) -> dict[str, int]:
-        """DALI's pools are not visible here (use NVML); nothing dataset-sized is held."""
-        return {"device": 0, "host": 0}
+        ReleaseUnusedMemory()
 
     def dataset_bytes_per_image(self) -> float | None:
         return jpeg_bytes_per_image(self.data, self.config.split)
@@ -241,8 +222,6 @@ class DaliPipeline(Pipeline):
     @classmethod
     def libraries(cls) -> dict[str, str | None]:
         """The installed DALI wheels (``nvidia-dali-cuda130 2.4.0``; both, with two CUDA builds)."""
-        import importlib.metadata as md
-
-        dali = sorted(f"{d.metadata['Name']} {d.version}" for d in md.distributions()
+        dali = sorted(f"{d.metadata['Name']} {d.version}" for d in importlib.metadata.distributions()
                       if (d.metadata["Name"] or "").lower().startswith("nvidia-dali"))
         return {"nvidia-dali": ", ".join(dali) or None}

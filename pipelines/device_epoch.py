@@ -1,11 +1,6 @@
-"""The epoch of the adapters that render their batches on the device (``raw``, ``inr``, ``torch-nvjpeg``).
-
-The base class reads the split, chooses the samples this rank holds (``pipelines.shard.held_samples``),
-draws each epoch's order and each batch's crops (``shard.config_epoch``, ``crops.sample_crops``) and
-gathers the labels on the device; an adapter implements ``load`` (hold these samples) and ``render``
-(these held samples at these crops, as a normalized batch). No host sync in an epoch: the order is
-copied to the device once per epoch (``crops.to_device``).
-"""
+"""The epoch of the adapters that render their batches on the device (``raw``, ``inr``, ``torch-nvjpeg``):
+the base class holds the rank's samples' labels, draws each epoch and each batch's crops; an adapter
+implements ``load`` (hold these samples) and ``render`` (these samples at these crops)."""
 
 from __future__ import annotations
 

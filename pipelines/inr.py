@@ -1,11 +1,8 @@
 """``inr``: the dataset resident on the device as per-image SIREN weights (Rapid-INR), decoded per batch.
 
-Each batch gathers and dequantizes only its images' weights and decodes them in one batched pass.
-Augmentation is folded into the coordinates: each crop and flip is an affine map of the image's
-sampling grid (``crops.crop_theta``), evaluated directly at the output size, with no edge clamp;
-``random-pad`` samples outside the image are zero, as with ``RandomCrop(padding=pad)``. With
-``resident="shard"`` the store is loaded and verified on the CPU and only the rank's images go to
-the device (``StoredINR.select``).
+A batch gathers and dequantizes its images' weights and decodes them in one pass, each crop and flip
+folded into the sampling coordinates (``crops.crop_theta``): no decode-then-crop. ``random-pad``
+samples outside the image are zero, as with ``RandomCrop(padding=pad)``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """What a JPEG file's bytes claim and how they are laid out, checked without decoding them.
 
-Every image of a prepared split has ``split.image_size`` and is a single-image JPEG. A file is refused
-(``bench.errors.InputError`` naming it) when its frame header says another size or is missing, or when
-its markers do not walk from the start-of-image through every scan to an end-of-image marker at its
-end: a bad segment length, an unknown marker or a second frame, a frame of 0, 2 or more than 4
-components, a marker other than an in-sequence restart inside a scan, a cut scan, data after the end,
-or a multi-picture file (MPO: an ``MPF`` APP2 segment). The decoders disagree on such files (DALI 2.4
-crashes the process on some, PIL decodes others with grey blocks), so the three JPEG adapters run this
-one check and refuse the same files. Damage that keeps the markers in place (flipped bits inside a
-scan) decodes with libjpeg's warning; no walk can see it.
+A file of a prepared split must have a frame of the split's size and markers that walk from the
+start through every scan to an end-of-image marker at its end (no multi-picture file). The decoders
+disagree on files that fail (DALI 2.4 crashes, PIL decodes grey blocks), so the three JPEG adapters
+run this one check and refuse the same files.
 """
 
 from __future__ import annotations

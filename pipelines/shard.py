@@ -1,16 +1,9 @@
 """A rank's share of an epoch: its slice of one seeded global permutation, and its own augmentation draws.
 
-Every rank draws the same global order for epoch ``e`` from ``(seed, e)`` (no communication) and keeps
-its slice as ``torch.utils.data.DistributedSampler`` does (``shard``): padded by wrapping around to a
-multiple of ``world`` (``drop_last``: cut to one), then ``[rank::world]``. Every rank gets
-``shard_size`` samples, hence the same number of batches (DDP needs it). With one rank the shard is
-the whole order and the crops continue the order's generator; with several, each rank draws from its
-own ``SeedSequence`` spawn key, so no two ranks (and no rank and the order) share a stream.
-
-``resident="shard"``: rank ``r`` holds only ``fixed_shard`` (its slice of one permutation drawn from
-``seed`` alone) for the whole run and iterates a fresh permutation of it each epoch: ~1/world of the
-split resident, at the price of a coarser shuffle (samples never move between ranks, DALI's
-``stick_to_shard``). The union over the ranks and the batch counts are those of ``"all"``.
+Epoch ``e``'s order comes from ``(seed, e)`` alone, so ranks agree without communicating; a rank keeps
+``DistributedSampler``'s slice of it (``shard``), so every rank has the same number of batches. With
+``resident="shard"`` a rank holds only its ``fixed_shard`` for the whole run and reshuffles it each
+epoch (~1/world resident; samples never move between ranks, a coarser shuffle).
 """
 
 from __future__ import annotations
@@ -28,10 +21,14 @@ from pipelines.crops import batch_slices
 FIXED_SHARD_KEY = 2**32 - 1
 
 
-def _seeded(entropy: list[int], spawn_key: tuple[int, ...] = ()) -> torch.Generator:
-    """A CPU generator seeded from ``SeedSequence(entropy, spawn_key=spawn_key)`` (well mixed)."""
+def _entropy(entropy: list[int], spawn_key: tuple[int, ...] = ()) -> int:
+    """64 well-mixed bits from ``SeedSequence(entropy, spawn_key=spawn_key)``."""
     state = np.random.SeedSequence([int(v) for v in entropy], spawn_key=spawn_key).generate_state(2, dtype=np.uint32)
-    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+    return int(state[0]) << 32 | int(state[1])
+
+
+def _seeded(entropy: list[int], spawn_key: tuple[int, ...] = ()) -> torch.Generator:
+    return torch.Generator().manual_seed(_entropy(entropy, spawn_key))
 
 
 def epoch_generator(seed: int, epoch: int) -> torch.Generator:
@@ -74,8 +71,7 @@ def rank_seed(seed: int, rank: int, world_size: int, bits: int = 31) -> int:
     with ``result % world_size == rank``, so two ranks never share one."""
     if world_size == 1:
         return int(seed)
-    state = np.random.SeedSequence([int(seed)], spawn_key=(int(rank),)).generate_state(2, dtype=np.uint32)
-    return (int(state[0]) << 32 | int(state[1])) % (2**bits // world_size) * world_size + rank
+    return _entropy([seed], (int(rank),)) % (2**bits // world_size) * world_size + rank
 
 
 def batch_seeds(n: int, rank: int, world_size: int, generator: torch.Generator) -> torch.Tensor:

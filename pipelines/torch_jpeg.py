@@ -1,17 +1,10 @@
-"""``torch-jpeg``: the standard baseline. ``DataLoader`` workers read the JPEG files, decode with PIL
-(Pillow or pillow-simd), crop and flip per sample with torchvision transforms and ship uint8
-``[B, 3, size, size]`` batches (pinned on CUDA); the device converts and normalizes.
+"""``torch-jpeg``: the standard baseline. ``DataLoader`` workers decode the JPEG files with PIL (Pillow or
+pillow-simd), crop and flip with torchvision transforms and ship uint8 batches; the device normalizes.
 
-The batch sampler takes this rank's epoch from ``pipelines.shard`` (``DistributedSampler``'s padding,
-the same order as the device-side adapters) and gives every batch a seed from the rank's generator;
-the workers seed torch's RNG with it, so the crops depend on neither the worker count nor which
-worker fetched which batch.
-
-Bad files: after ``Image.open`` has parsed the header and before decoding, a worker checks the format
-(``JPEG``; a multi-picture ``MPO`` is refused) and the prepared size. The marker walk the other JPEG
-adapters run at build (``jpeg_header.layout_problem``) runs here at build too, and its findings are
-refused when an epoch reaches the file. A worker returns a problem as a ``BadJpeg`` batch (a raised
-exception would arrive as a page of traceback); the epoch stops with one line naming the file.
+The batch sampler takes this rank's epoch from ``pipelines.shard`` and seeds every batch from the rank's
+generator, so the crops depend on neither the worker count nor which worker fetched a batch. A worker
+returns a bad file as a ``BadJpeg`` batch (a raised exception would arrive as a page of traceback): the
+wrong format or size, PIL's error, or the marker walk's finding (``walk_problems``, at build).
 """
 
 from __future__ import annotations
@@ -206,10 +199,6 @@ class TorchJpegPipeline(Pipeline):
             if it is not None and hasattr(it, "_shutdown_workers"):
                 it._shutdown_workers()
             self.loader = None
-
-    def resident_bytes(self) -> dict[str, int]:
-        """Nothing resident: the files stay on disk."""
-        return {"device": 0, "host": 0}
 
     def dataset_bytes_per_image(self) -> float | None:
         """The split's JPEG files, mean bytes (``jpeg_header.jpeg_bytes_per_image``)."""

@@ -1,15 +1,9 @@
 """``torch-nvjpeg``: JPEG bytes resident in host memory, decoded in batches by TorchCodec (or torchvision.io).
 
-What many users pick instead of DALI. The split's files are read once at build into one host buffer
-(not pinned: the decoders stage through pinned buffers of their own) and checked there
-(``jpeg_header.check_jpeg_bytes``, the check every JPEG adapter runs). Each batch is one
-``decode_jpeg(list, mode="RGB", device=config.device)`` call: nvJPEG on CUDA, libjpeg-turbo in the
-calling thread on the CPU (``config.workers`` is not used). Which library decoded, and why TorchCodec
-did not, is recorded (``jpeg_decoder().info()``, ``env.json``'s ``torch_nvjpeg``). Augmentation is
-``raw``'s (``crops.warp``): the two differ only by the decode.
-
-On CUDA the decoder runs on a stream of its own: TorchCodec synchronizes its stream before returning,
-which on the training stream would wait for the previous training step too.
+The files are read once at build into one host buffer and checked there; each batch is one
+``decode_jpeg(list, device=config.device)`` call (nvJPEG on CUDA, libjpeg-turbo on the CPU), then
+``raw``'s augmentation: the two differ only by the decode. On CUDA it decodes on a stream of its own:
+TorchCodec synchronizes its stream, which on the training stream would wait for the training step.
 """
 
 from __future__ import annotations
