@@ -18,6 +18,8 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tqdm import tqdm
+
 from bench.errors import EXIT_BROKEN_PIPE, guarded, one_line, stdout_gone
 
 # MKL's strict conditional numerical reproducibility, read at its first call: a GEMM's results then do
@@ -26,19 +28,8 @@ from bench.errors import EXIT_BROKEN_PIPE, guarded, one_line, stdout_gone
 os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 # name -> module, in the order ``--help`` lists them
-COMMANDS: dict[str, str] = {
-    "datasets": "bench.commands.datasets",
-    "prepare": "bench.commands.prepare",
-    "meta-init": "bench.commands.meta_init",
-    "encode": "bench.commands.encode",
-    "inspect": "bench.commands.inspect",
-    "bench": "bench.commands.bench",
-    "compare": "bench.commands.compare",
-    "perf": "bench.commands.perf",
-    "sweep": "bench.commands.sweep",
-    "report": "bench.commands.report",
-    "env": "bench.commands.env",
-}
+COMMANDS: dict[str, str] = {name: f"bench.commands.{name.replace('-', '_')}" for name in (
+    "datasets", "prepare", "meta-init", "encode", "inspect", "bench", "compare", "perf", "sweep", "report", "env")}
 
 
 def escape_help(text: str) -> str:
@@ -85,22 +76,19 @@ def list_names(action: argparse.Action, names: Callable[[], Iterable[str]]) -> a
 
 def progress_bar(total: int, desc: str, unit: str, enabled: bool = True, **kw):
     """A tqdm bar on stderr, drawn only where stderr is a terminal; ``enabled=False`` (``--no-progress``): never."""
-    from tqdm import tqdm
-
     return tqdm(total=total, desc=desc, unit=unit, disable=None if enabled else True, **kw)
 
 
-class _NoCudaRuntimeNote(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("No CUDA runtime is found")
+def no_cuda_runtime_note(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("No CUDA runtime is found")
 
 
 def quiet_cuda_home_note() -> None:
     """Drop torch's ``No CUDA runtime is found, using CUDA_HOME=...`` warning, logged when inductor builds
     CPU kernels on a machine with a CUDA toolkit and no GPU (only that message)."""
     log = logging.getLogger("torch.utils.cpp_extension")
-    if not any(isinstance(f, _NoCudaRuntimeNote) for f in log.filters):
-        log.addFilter(_NoCudaRuntimeNote())
+    if no_cuda_runtime_note not in log.filters:
+        log.addFilter(no_cuda_runtime_note)
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -8,6 +8,7 @@ A distributed run is ``torchrun`` starting one process per device, each running 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
 import os
 import shlex
@@ -106,8 +107,6 @@ def said_once_per_node(world: World, wait_s: float = SAID_BY_LOCAL_RANK_0_WAIT_S
 def init(device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> World:
     """Join the process group torchrun set up (NCCL for CUDA, gloo otherwise): the ``World`` with its
     backend. ``World()`` outside torchrun; idempotent inside it."""
-    import datetime
-
     world = from_env()
     if not world.distributed:
         return world

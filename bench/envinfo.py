@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import PIL
+import psutil
 from PIL import features
 
 ENV_SCHEMA_VERSION = 1
@@ -175,8 +176,6 @@ def pil_info() -> dict[str, Any]:
 
 
 def cpu_info() -> dict[str, Any]:
-    import psutil
-
     model = platform.processor() or None
     with contextlib.suppress(OSError):
         model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()

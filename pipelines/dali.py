@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import gc
 import importlib.metadata
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
+from PIL import Image
 
 from bench.datasets.prepared import PreparedDataset
 from bench.errors import InputError
@@ -104,10 +106,6 @@ def decode_error(e: Exception, paths: tuple[Path, ...], budget_s: float = SCAN_S
     """A DALI decoder failure as bad input naming the first file PIL cannot decode either (DALI's error
     names none); None for any other error, and when every file scanned decodes (a driver, library or
     memory failure is the run's, not the data's)."""
-    import time
-
-    from PIL import Image
-
     msg = " ".join(str(e).split())
     if "decoders.image" not in msg and "nvImageCodec" not in msg:
         return None

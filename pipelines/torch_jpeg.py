@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from PIL import Image
 
 from bench.datasets.prepared import PreparedDataset
 from bench.errors import InputError
@@ -110,8 +111,6 @@ class JpegFiles(torch.utils.data.Dataset):
 
     def _load(self, i: int) -> tuple[torch.Tensor, int] | str:
         """Item ``i``, or what is wrong with its file."""
-        from PIL import Image
-
         try:
             with Image.open(self.paths[i]) as im:
                 if im.format != "JPEG":  # an MPO: the walk's line, as the other JPEG adapters give it
