@@ -6,9 +6,8 @@ import argparse
 import contextlib
 import json
 
-from bench import envinfo
+from bench import atomic, envinfo
 from bench.argtypes import nonempty
-from bench.atomic import atomic_write_json
 from bench.outputs import claim
 
 HELP = "print the environment record (commit, versions, which PIL, CPU, GPU) as JSON"
@@ -23,5 +22,5 @@ def run(args: argparse.Namespace) -> int:
         info = envinfo.collect()
         print(json.dumps(info, indent=2, sort_keys=True))
         if out is not None:
-            atomic_write_json(out, info)
+            atomic.atomic_write_json(out, info)
     return 0
