@@ -52,17 +52,18 @@ _SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")
 _FREE_SPACE = " (free some space and rerun: finished work is kept and resumed)"
 
 
-def os_error_message(e: OSError) -> str:
-    """One line for an ``OSError`` naming the file: the system's words, else the message, else the type;
-    a full disk (``ENOSPC``, or numpy's short write) with the advice to free space."""
+def os_error_message(e: OSError, out: str | None = None) -> str:
+    """One line for an ``OSError`` naming the file (else ``--out out``, a command's output): the system's
+    words, else the message, else the type; a full disk (``ENOSPC``, numpy's short write) with advice."""
     what = e.strerror or " ".join(str(e).split()) or type(e).__name__
     short = _SHORT_WRITE.fullmatch(what) if e.strerror is None else None
     if short:
-        what = (f"short write ({short[2]} of {short[1]} bytes written): the disk may be full"
-                f"{_FREE_SPACE}")
+        what = f"short write ({short[2]} of {short[1]} bytes written): the disk may be full{_FREE_SPACE}"
     elif e.errno in (errno.ENOSPC, errno.EDQUOT):
         what += _FREE_SPACE
-    return f"{e.filename}: {what}" if e.filename is not None else what
+    if e.filename is not None:
+        return f"{e.filename}: {what}"
+    return f"--out {out}: {what}" if out else what
 
 
 def interrupt_said_elsewhere() -> bool:
@@ -97,7 +98,7 @@ def guarded(run: Callable[[], int], prefix: str = "", out: str | None = None) ->
     except OSError as e:
         if isinstance(e, BrokenPipeError) and stdout_closed():
             return stdout_gone()
-        print(f"inrbench: error: {prefix}{one_line(_os_error_line(e, out))}", file=sys.stderr)
+        print(f"inrbench: error: {prefix}{one_line(os_error_message(e, out))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if not interrupt_said_elsewhere():  # a rank: the launcher (or rank 0) says it, once
@@ -109,13 +110,6 @@ def guarded(run: Callable[[], int], prefix: str = "", out: str | None = None) ->
         message = one_line(" ".join(f"{type(e).__name__}: {e}".split()))
         print(f"inrbench: error: {prefix}out of memory: {message[:500]}", file=sys.stderr)
         return EXIT_OUT_OF_MEMORY
-
-
-def _os_error_line(e: OSError, out: str | None) -> str:
-    """``os_error_message``, naming the command's ``--out`` where the error names no file (a full disk)."""
-    if out and e.filename is None:
-        return f"--out {out}: {os_error_message(e)}"
-    return os_error_message(e)
 
 
 def stdout_closed() -> bool:
