@@ -1,7 +1,5 @@
-"""``python -m bench`` (how torchrun starts each rank): ``bench.cli.main``. Ctrl-C before the command's
-own handling starts (``bench.errors.guarded``: while modules import) ends the same way as after it, never
-with a traceback: ``inrbench: interrupted`` and exit 130, said by the launcher or rank 0 alone in a
-data-parallel run (``bench.errors.interrupt_said_elsewhere``)."""
+"""``python -m bench`` (how torchrun starts each rank): ``bench.cli.main``. A Ctrl-C while modules import
+ends as one after it does: ``inrbench: interrupted``, exit 130, said once in a data-parallel run."""
 
 import sys
 

@@ -1,14 +1,14 @@
-"""argparse ``type=`` validators: a bad number is refused while parsing, in one line, exit 2.
-
-Used where a value of 0 would otherwise silently mean "automatic" (``--batch 0``), a
-non-finite float would reach an optimizer (``--lr nan``), or a seed would overflow numpy, torch or
-the results' int64 columns (``--seed -1``, ``--seed 99999999999999999999``).
-"""
+"""argparse ``type=`` validators: a bad number is refused while parsing, in one line, exit 2 (``--batch 0``
+would otherwise mean "automatic", ``--lr nan`` reach an optimizer, ``--seed -1`` overflow numpy)."""
 
 from __future__ import annotations
 
 import argparse
 import math
+
+# Seeds are 0 .. 2**32 - 1: numpy's legacy RandomState takes no more, and derived seeds (``seed + k``,
+# ``seed * 1000 + layer``) stay far inside torch's and an int64 column's range.
+SEED_MAX = 2**32 - 1
 
 
 def _parse(text: str, cast, kind: str):
@@ -24,28 +24,24 @@ def _check(ok: bool, message: str) -> None:
 
 
 def positive_int(text: str) -> int:
-    """An integer >= 1."""
     v = _parse(text, int, "an integer")
     _check(v >= 1, f"must be >= 1, got {v}")
     return v
 
 
-def positive_float(text: str) -> float:
-    """A finite float > 0."""
-    v = _parse(text, float, "a number")
-    _check(0 < v < math.inf, f"must be a finite number > 0, got {text}")
-    return v
-
-
 def nonnegative_int(text: str) -> int:
-    """An integer >= 0."""
     v = _parse(text, int, "an integer")
     _check(v >= 0, f"must be >= 0, got {v}")
     return v
 
 
+def positive_float(text: str) -> float:
+    v = _parse(text, float, "a number")
+    _check(0 < v < math.inf, f"must be a finite number > 0, got {text}")
+    return v
+
+
 def nonnegative_float(text: str) -> float:
-    """A finite float >= 0."""
     v = _parse(text, float, "a number")
     _check(0 <= v < math.inf, f"must be a finite number >= 0, got {text}")
     return v
@@ -53,18 +49,11 @@ def nonnegative_float(text: str) -> float:
 
 def nonempty(text: str) -> str:
     """A path or name that is not empty (``--out ''`` would otherwise mean "not given")."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(f"must not be empty, got {text!r}")
+    _check(bool(text.strip()), f"must not be empty, got {text!r}")
     return text
 
 
-# Seeds are 0 .. 2**32 - 1: numpy's legacy RandomState takes no more, and derived seeds (``seed + k``,
-# ``seed * 1000 + layer``) then stay far inside torch.manual_seed's and an int64 column's range.
-SEED_MAX = 2**32 - 1
-
-
 def seed(text: str) -> int:
-    """A random seed, an integer in 0 .. SEED_MAX."""
     v = _parse(text, int, "an integer")
     _check(0 <= v <= SEED_MAX, f"a seed must be an integer in 0..{SEED_MAX}, got {v}")
     return v

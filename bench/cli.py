@@ -1,12 +1,6 @@
-"""`inrbench` command line: one module per subcommand under ``bench.commands``.
-
-Each command module defines ``HELP`` (one line), ``add_arguments(parser)`` and
-``run(args) -> int``, and keeps heavy imports (torch, DALI) inside ``run`` so that
-``inrbench --help`` stays fast. ``InputError`` becomes one line on stderr and exit 2. Output piped into
-a reader that stops early (``inrbench sweep demo --list | head -1``) ends quietly with exit 141
-(``EXIT_BROKEN_PIPE``), as a command killed by SIGPIPE does, once the command has done its work (a sweep
-runs every cell: ``Stdout``); a stdout that is closed (``>&-``) or full (``> /dev/full``) is one line
-and exit 2, after the same work.
+"""`inrbench` command line: one module per subcommand under ``bench.commands`` (``HELP``,
+``add_arguments(parser)``, ``run(args) -> int``; heavy imports inside ``run``). Errors are one line
+(``bench.errors.guarded``); a stdout that goes away is reported once the command's work is done.
 """
 
 from __future__ import annotations
@@ -22,42 +16,30 @@ import re
 import signal
 import sys
 from collections.abc import Callable, Iterable
+from typing import Any
+
+from tqdm import tqdm
 
 from bench.errors import EXIT_BROKEN_PIPE, guarded, one_line, stdout_gone
 
-# MKL's conditional numerical reproducibility (CNR), which MKL reads once, at its first call: before any torch maths
-# of the process (``inrbench``, ``python -m bench``, a sweep's or perf's child commands, the tests' conftest). Strict
-# CNR makes an MKL GEMM's results independent of its thread count and of memory alignment, so a fitted image does not
-# depend on the rows beside it, the worker or the machine's load (docs/measurement.md, with its cost).
-# A value the user set is kept (e.g. ``COMPATIBLE,STRICT``: the same code path on every x86 CPU, slower).
+# MKL's strict conditional numerical reproducibility, read at its first call: a GEMM's results then do
+# not depend on thread count or alignment, so a fitted image does not depend on its neighbours
+# (docs/measurement.md). A value the user set is kept.
 os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
-# name -> module; the order is the order ``--help`` lists them in.
-COMMANDS: dict[str, str] = {
-    "datasets": "bench.commands.datasets",
-    "prepare": "bench.commands.prepare",
-    "meta-init": "bench.commands.meta_init",
-    "encode": "bench.commands.encode",
-    "inspect": "bench.commands.inspect",
-    "bench": "bench.commands.bench",
-    "compare": "bench.commands.compare",
-    "perf": "bench.commands.perf",
-    "sweep": "bench.commands.sweep",
-    "report": "bench.commands.report",
-    "env": "bench.commands.env",
-}
+# name -> module, in the order ``--help`` lists them
+COMMANDS: dict[str, str] = {name: f"bench.commands.{name.replace('-', '_')}" for name in (
+    "datasets", "prepare", "meta-init", "encode", "inspect", "bench", "compare", "perf", "sweep", "report", "env")}
 
 
 def escape_help(text: str) -> str:
-    """argparse %-formats help strings (``help=``); a literal '%' (\"% of raw RGB\") must be doubled.
-    Not for ``description=``, which argparse prints as written (unless it holds ``%(prog)``)."""
+    """argparse %-formats ``help=`` strings: a literal '%' must be doubled (not in ``description=``)."""
     return text.replace("%", "%%")
 
 
 class HelpFormatter(argparse.HelpFormatter):
-    """Every option that has a default worth showing ends its help with ``(default X)``, unless its
-    help already says what the default is. Flags (``store_true``), ``None`` and empty defaults show
-    nothing: no "default: False" noise. ``{names}`` in a help is filled in by ``list_names``."""
+    """Ends each option's help with ``(default X)`` unless it says its default already or has none worth
+    showing (flags, None, empty); fills ``{names}`` from ``list_names``."""
 
     def add_argument(self, action: argparse.Action) -> None:
         text, names = default_text(action), getattr(action, "help_names", None)
@@ -75,7 +57,7 @@ def default_text(action: argparse.Action) -> str | None:
     """What ``--help`` appends as ``action``'s default, or None (nothing worth showing, or said already)."""
     d = action.default
     if (not action.option_strings or action.nargs == 0 or action.help is argparse.SUPPRESS
-            or d is None or d is argparse.SUPPRESS or isinstance(d, bool) or d == "" or d == [] or d == ()
+            or d is None or d is argparse.SUPPRESS or isinstance(d, bool) or d in ("", [], ())
             or re.search(r"\bdefault\b", action.help or "", re.I)):
         return None
 
@@ -86,38 +68,31 @@ def default_text(action: argparse.Action) -> str | None:
 
 
 def list_names(action: argparse.Action, names: Callable[[], Iterable[str]]) -> argparse.Action:
-    """Replace ``{names}`` in ``action``'s help by a registry's names, read only when ``--help`` prints
-    them: the registries of backbones, pipelines and presets import torch, which building the parser
-    must not (every command would pay for it). The command that uses the option checks the name."""
+    """Fill ``{names}`` in ``action``'s help from a registry only when ``--help`` prints it: the registries
+    import torch, which building the parser must not."""
     action.help_names = names  # type: ignore[attr-defined]
     return action
 
 
 def progress_bar(total: int, desc: str, unit: str, enabled: bool = True, **kw):
-    """A tqdm progress bar on stderr, drawn only where stderr is a terminal: a log or a pipe gets no
-    bar frames (tqdm's ``disable=None``). ``enabled=False`` (``--no-progress``) turns it off everywhere."""
-    from tqdm import tqdm
-
+    """A tqdm bar on stderr, drawn only where stderr is a terminal; ``enabled=False`` (``--no-progress``): never."""
     return tqdm(total=total, desc=desc, unit=unit, disable=None if enabled else True, **kw)
 
 
-class _NoCudaRuntimeNote(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("No CUDA runtime is found")
+def no_cuda_runtime_note(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("No CUDA runtime is found")
 
 
 def quiet_cuda_home_note() -> None:
-    """Drop torch's ``No CUDA runtime is found, using CUDA_HOME=...`` warning, which
-    ``torch.utils.cpp_extension`` logs when inductor builds C++ kernels (``--fit-step compiled``) on a
-    machine that has a CUDA toolkit but no GPU: a CPU compile needs no CUDA. Only that message."""
+    """Drop torch's ``No CUDA runtime is found, using CUDA_HOME=...`` warning, logged when inductor builds
+    CPU kernels on a machine with a CUDA toolkit and no GPU (only that message)."""
     log = logging.getLogger("torch.utils.cpp_extension")
-    if not any(isinstance(f, _NoCudaRuntimeNote) for f in log.filters):
-        log.addFilter(_NoCudaRuntimeNote())
+    if no_cuda_runtime_note not in log.filters:
+        log.addFilter(no_cuda_runtime_note)
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line (``inrbench: error: ...``) and exit 2, like every error;
-    its ``--help`` shows the options' defaults (``HelpFormatter``)."""
+    """argparse whose usage errors are one line (``inrbench: error: ...``) and exit 2; ``--help`` shows defaults."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
@@ -137,9 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_module_parsers(sub, modules: dict[str, str], run_dest: str) -> None:
-    """One parser in ``sub`` (``add_subparsers``'s result) per entry of ``modules`` (name -> module path):
-    the module's ``HELP`` as help and description, its ``add_arguments(p)``, and its ``run`` as the
-    default of ``run_dest`` (the attribute the caller then calls with the parsed args)."""
+    """A parser in ``sub`` per ``{name: module}``: its ``HELP``, its ``add_arguments``, its ``run`` as ``run_dest``."""
     for name, modname in modules.items():
         mod = importlib.import_module(modname)
         p = sub.add_parser(name, help=escape_help(mod.HELP), description=mod.HELP)
@@ -147,18 +120,32 @@ def add_module_parsers(sub, modules: dict[str, str], run_dest: str) -> None:
         p.set_defaults(**{run_dest: mod.run})
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace | int:
+    """The parsed arguments, or the exit status of ``--help`` (0) or a usage error (2, one line)."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
+
+
+def script_main(prog: str, description: str, add_arguments: Callable[[argparse.ArgumentParser], None],
+                run: Callable[[argparse.Namespace], int], argv: list[str] | None = None) -> int:
+    """``main`` of a standalone script (a study): parsed and run as an ``inrbench`` command (one-line errors)."""
+    parser = OneLineParser(prog=prog, description=description)
+    add_arguments(parser)
+    args = _parse(parser, argv)
+    return args if isinstance(args, int) else guarded(lambda: run(args))
+
+
 class Stdout:
-    """``sys.stdout`` while a command runs. A write or flush that fails (the reader of a pipe went away,
-    ``> /dev/full``, stdout closed with ``>&-``) is kept in ``lost`` and what follows is dropped: the
-    command's work goes on to its end (a sweep runs every cell) instead of stopping midway, and ``main``
-    then says what was lost. Text the encoding cannot hold (``PYTHONIOENCODING=ascii``) is escaped."""
+    """``sys.stdout`` while a command runs. A failed write or flush (``| head`` gone, ``> /dev/full``, ``>&-``)
+    is kept in ``lost`` and what follows is dropped, so the command's work goes on to its end; ``status``
+    then says what was lost. Text the encoding cannot hold is escaped."""
 
     def __init__(self, stream):
-        if stream is None:  # fd 1 closed (``>&-``): a file opened later must never become fd 1
-            stream = _devnull_stdout()
-            self.lost: OSError | None = OSError(errno.EBADF, "it is closed")
-        else:
-            self.lost = None
+        self.lost: OSError | None = None
+        if stream is None:  # fd 1 closed: a file opened later must never become fd 1
+            stream, self.lost = _devnull_stdout(), OSError(errno.EBADF, "it is closed")
         with contextlib.suppress(AttributeError, ValueError, OSError):
             stream.reconfigure(errors="backslashreplace")
         self.stream = stream
@@ -182,13 +169,12 @@ class Stdout:
         self.lost = e
         stdout_gone()  # what is still buffered drains into os.devnull, at exit too
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)
 
     def status(self, code: int) -> int:
-        """The command's exit status once stdout was lost: a reader that stopped early (``| head``) is
-        ``EXIT_BROKEN_PIPE``, quietly; any other loss is one error line and 2. A failed command keeps
-        its own status (its error line said why)."""
+        """The exit status once stdout was lost: ``EXIT_BROKEN_PIPE`` quietly for a reader that stopped,
+        else one error line and 2; a failed command keeps its own status."""
         if self.lost is None or code != 0:
             return code
         if isinstance(self.lost, BrokenPipeError):
@@ -217,20 +203,18 @@ def main(argv: list[str] | None = None) -> int:
     saved, sys.stdout = sys.stdout, out
     try:
         code = _main(argv)
-        out.flush()  # what is still buffered goes now, while a closed pipe can still be told apart from an error
+        out.flush()  # now, while a closed pipe can still be told apart from an error
     finally:
         sys.stdout = saved if saved is not None else out.stream
-    if argv is None:  # the process ends now: a Ctrl-C while it shuts down (joins threads, runs atexit) has
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # nothing left to stop, and printed "Exception ignored"
+    if argv is None:  # the process ends now: a Ctrl-C while it shuts down has nothing left to stop
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     return out.status(code)
 
 
 def _main(argv: list[str] | None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # --help (0) or a usage error (2, one line): an exit status, like every command
-        return e.code if isinstance(e.code, int) else 2
+    args = _parse(build_parser(), argv)
+    if isinstance(args, int):
+        return args
     args._argv = list(sys.argv[1:] if argv is None else argv)  # what --nproc relaunches (bench.dist.launch)
     out = getattr(args, "out", None)
     return guarded(lambda: args._run(args), out=out if isinstance(out, str) else None)

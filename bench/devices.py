@@ -1,13 +1,7 @@
-"""``--device`` specs: one validator for every command (``encode``, ``perf``, ``bench``).
-
-Accepted: ``cpu``, ``cuda``, ``cuda:N``, ``auto`` (``cuda`` when CUDA is available, else
-``cpu``). Anything else, or ``cuda:N`` past this machine's CUDA devices, is an ``InputError``
-(one line, exit 2), never a traceback from inside torch.
-
-A machine without CUDA at all: ``cuda`` / ``cuda:0`` are refused too, unless the caller passes
-``missing_cuda_ok=True`` (``bench``: such a run is a ``skip`` row, so a sweep written for a GPU
-machine still runs its CPU cells here). ``cuda:N`` with N >= 1 names a device this machine does
-not have either way: refused.
+"""``--device`` specs, one validator for every command: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (``cuda``
+when available). Anything else, or a CUDA device this machine lacks, is an ``InputError`` (exit 2);
+``missing_cuda_ok=True`` lets ``cuda``/``cuda:0`` through on a machine without CUDA (``bench`` records
+a skip row, so a sweep written for a GPU machine still runs its CPU cells).
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
-"""Run metadata (``env.json``): commit, code version, library versions, which PIL, the libraries each
-registered pipeline names (``pipelines``: ``Pipeline.libraries``), CPU, GPU, driver.
-
-``code_identity()`` is what ties a result to the code that produced it (a sweep cell's identity
-includes it): the code version of the package folders ``bench/``, ``pipelines/``, ``inr/`` (in a
-git checkout: their git trees at HEAD plus a hash of their uncommitted changes, untracked files
-included; elsewhere: a hash of the package files) and the versions of torch and of every library a
-registered pipeline names (``library_versions``: torchvision, TorchCodec, DALI and PIL for the
-built-in ones; a new adapter's decoder with it). A commit that changes no package file leaves it as
-it was.
-
-Kept for readers of runs written before ``pipelines`` existed: ``versions`` (a fixed list, the
-pipelines' libraries among them) and ``torch_nvjpeg`` (which decoder that adapter uses,
-``torch_nvjpeg_decoder``; the report's environment table reads it).
-
-Every run writes one; every value is read, never assumed. Absent facts are recorded
-with the reason (``{"available": false, "reason": ...}``), never as zeros.
+"""Run metadata (``env.json``): commit, code identity, library versions, which PIL and JPEG decoder, CPU, GPU.
+``code_identity()`` ties a result to the package files and library versions that produced it (a sweep
+cell's identity includes it). An absent fact is recorded with the reason, never as a zero.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata as md
 import json
@@ -30,14 +17,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import PIL
+import psutil
+from PIL import features
+
 ENV_SCHEMA_VERSION = 1
 
 
 def cuda_mismatch(versions: dict[str, Any]) -> str | None:
-    """A warning when DALI and torch were built for different CUDA majors (``versions`` as in
-    ``collect()``), else None. Both bundle their own CUDA runtime, so the pair may run under one
-    driver, but their GPU decoders then come from different CUDA releases: say so next to the
-    numbers."""
+    """A warning when DALI and torch were built for different CUDA majors (``versions`` as in ``collect()``):
+    both run under one driver, but their GPU decoders come from different CUDA releases. Else None."""
     torch_cuda, dali_cuda = versions.get("cuda_runtime"), versions.get("dali_cuda")
     if not torch_cuda or not dali_cuda:
         return None
@@ -49,11 +38,8 @@ def cuda_mismatch(versions: dict[str, Any]) -> str | None:
 
 
 def dali_stack_mismatch(names: list[str] | None = None) -> str | None:
-    """A warning when the installed DALI wheels and their nvImageCodec / nvCOMP libraries are of
-    different CUDA majors (``names``: installed distribution names; default: this environment's),
-    else None. Both CUDA builds of each install into the same folders, so DALI's GPU decoder may
-    load the other build's library; ``pip check`` shows it, nothing at import time does."""
-
+    """A warning when the installed DALI wheels and their nvImageCodec / nvCOMP libraries are of different
+    CUDA majors (``names``: distribution names; default: this environment's): they share folders. Else None."""
     if names is None:
         names = [d.metadata["Name"] or "" for d in md.distributions()]
     names = sorted({n.lower().replace("_", "-") for n in names})
@@ -68,8 +54,7 @@ def dali_stack_mismatch(names: list[str] | None = None) -> str | None:
 
 
 def torch_nvjpeg_decoder() -> dict[str, Any]:
-    """Which library ``torch-nvjpeg`` decodes with here: ``pipelines.torch_nvjpeg.jpeg_decoder().info()``
-    (TorchCodec, or torchvision.io with the reason TorchCodec is not used), or neither, with the reason."""
+    """Which library ``torch-nvjpeg`` decodes with here (``jpeg_decoder().info()``), or why none can."""
     from pipelines.base import Unavailable
     from pipelines.torch_nvjpeg import jpeg_decoder
 
@@ -77,23 +62,6 @@ def torch_nvjpeg_decoder() -> dict[str, Any]:
         return jpeg_decoder().info()
     except Unavailable as e:
         return {"available": False, "library": None, "reason": str(e)}
-
-
-def git_info(cwd: str | Path | None = None) -> dict[str, Any]:
-    cwd = Path(cwd or Path(__file__).resolve().parent.parent)
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = bool(
-            subprocess.run(
-                ["git", "status", "--porcelain", "--untracked-files=no"],
-                cwd=cwd, capture_output=True, text=True, check=True,
-            ).stdout.strip()
-        )
-        return {"sha": sha, "dirty": dirty}
-    except (OSError, subprocess.CalledProcessError) as e:
-        return {"sha": None, "dirty": None, "reason": f"git unavailable: {e.__class__.__name__}"}
 
 
 PACKAGE_DIRS = ("bench", "pipelines", "inr")
@@ -104,17 +72,19 @@ def _git(args: list[str], cwd: Path) -> bytes:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=True).stdout
 
 
-def _package_files(root: Path) -> list[Path]:
-    return sorted(p for d in PACKAGE_DIRS for p in (root / d).rglob("*")
-                  if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo"))
+def git_info(cwd: str | Path | None = None) -> dict[str, Any]:
+    """``{"sha", "dirty"}`` of the checkout (tracked files), or why git cannot say."""
+    cwd = Path(cwd or REPO_ROOT)
+    try:
+        return {"sha": _git(["rev-parse", "HEAD"], cwd).decode().strip(),
+                "dirty": bool(_git(["status", "--porcelain", "--untracked-files=no"], cwd).strip())}
+    except (OSError, subprocess.CalledProcessError) as e:
+        return {"sha": None, "dirty": None, "reason": f"git unavailable: {e.__class__.__name__}"}
 
 
 def code_version(root: str | Path | None = None) -> dict[str, Any]:
-    """``{"id", "label", "commit", "dirty", "source"}`` of the package folders under ``root``.
-
-    ``id`` changes exactly when a package file changes (committed or not); ``label`` is for people
-    (``<commit> (clean)``, ``<commit> + uncommitted <hash>``, ``files <hash>``).
-    """
+    """``{"id", "label", "commit", "dirty", "source"}`` of the package folders under ``root``: ``id`` changes
+    exactly when a package file changes (committed or not); ``label`` is for people."""
     root = Path(root or REPO_ROOT)
     h = hashlib.sha256()
     try:
@@ -136,7 +106,8 @@ def code_version(root: str | Path | None = None) -> dict[str, Any]:
         return {"id": cid, "label": label, "commit": commit, "dirty": dirty, "source": "git"}
     except (OSError, subprocess.CalledProcessError):
         pass
-    for f in _package_files(root):
+    for f in sorted(p for d in PACKAGE_DIRS for p in (root / d).rglob("*")
+                    if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")):
         h.update(str(f.relative_to(root)).encode() + b"\0")
         h.update(f.read_bytes())
     cid = h.hexdigest()[:12]
@@ -151,9 +122,8 @@ def pipeline_libraries() -> dict[str, dict[str, str | None]]:
 
 
 def library_versions() -> dict[str, str | None]:
-    """torch's version and those of every library a registered pipeline names (``pipeline_libraries``),
-    from package metadata (nothing heavy imported). Two pipelines that name one library with different
-    strings: both, ``" | "``-joined."""
+    """torch's version and those of every library a registered pipeline names, from package metadata;
+    two pipelines naming one library with different strings: both, ``" | "``-joined."""
     out: dict[str, str | None] = {"torch": _version("torch")}
     for libs in pipeline_libraries().values():
         for lib, version in libs.items():
@@ -178,8 +148,8 @@ def _version(dist: str) -> str | None:
 
 
 def _dali_init() -> str:
-    """The text of ``nvidia/dali/__init__.py`` (version and CUDA build), read without importing DALI:
-    its import starts threads and costs every run half a second; ``""`` if DALI is not installed."""
+    """The text of ``nvidia/dali/__init__.py`` (version, CUDA build), read without importing DALI: its
+    import starts threads and costs every run half a second. ``""`` if DALI is not installed."""
     import importlib.util
 
     try:
@@ -190,33 +160,33 @@ def _dali_init() -> str:
 
 
 def _dali_cuda(init: str) -> str | None:
-    """The CUDA version the installed DALI was built with (``"12.9.86"``), or None.
-
-    DALI keeps it only as ``__cuda_version__ = int('12.9.86'.replace('.', ''))`` (dots lost), so the
-    string is read from that line; failing that, the major from the distribution name
-    (``nvidia-dali-cuda130`` -> ``"13"``). ``cuda_mismatch`` compares it with torch's ``cuda_runtime``.
-    """
-
-    m = re.search(r"__cuda_version__\s*=\s*int\('([0-9.]+)'", init)
-    if m:
+    """The CUDA version the installed DALI was built with (``"12.9.86"``, read from the line DALI keeps it
+    on, ``__cuda_version__ = int('12.9.86'.replace('.', ''))``), else the major in its wheel's name."""
+    if m := re.search(r"__cuda_version__\s*=\s*int\('([0-9.]+)'", init):
         return m.group(1)
-    names = [d.metadata["Name"] or "" for d in md.distributions()]
-    m = next((re.fullmatch(r"nvidia-dali-cuda(\d\d)\d", n.lower()) for n in names
-              if re.fullmatch(r"nvidia-dali-cuda\d{3}", n.lower())), None)
-    return m.group(1) if m else None
+    for d in md.distributions():
+        if m := re.fullmatch(r"nvidia-dali-cuda(\d\d)\d", (d.metadata["Name"] or "").lower()):
+            return m.group(1)
+    return None
+
+
+def pil_info() -> dict[str, Any]:
+    """Which PIL ``torch-jpeg`` decodes with: ``Pillow`` or ``pillow-simd``, its version, its libjpeg."""
+    return {
+        "flavor": "pillow-simd" if _version("pillow-simd") else "Pillow",
+        "version": PIL.__version__,
+        "libjpeg": features.version("jpg"),  # the libjpeg API version (6.2 for libjpeg-turbo's default)
+        "libjpeg_turbo": bool(features.check_feature("libjpeg_turbo")),
+        "libjpeg_turbo_version": features.version("libjpeg_turbo"),
+        "module_path": str(Path(PIL.__file__).parent),
+    }
 
 
 def cpu_info() -> dict[str, Any]:
-    import psutil
-
     model = platform.processor() or None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("model name")), model)
     return {
         "model": model,
         "logical_cores": psutil.cpu_count(logical=True),
@@ -227,11 +197,8 @@ def cpu_info() -> dict[str, Any]:
 
 
 def gpu_info() -> dict[str, Any]:
-    """GPU facts from NVML. No driver (``nvmlInit`` raises) means "no GPU", recorded with the reason.
-
-    Each field is read on its own: one that NVML refuses (a MIG slice, an old driver) is ``None`` with
-    its error under ``errors``, so writing ``env.json`` never fails a finished run.
-    """
+    """GPU facts from NVML ("no GPU" with the reason when it cannot start). Each field is read on its own:
+    one NVML refuses is None with its error under ``errors``, so writing ``env.json`` never fails a run."""
     try:
         import pynvml
     except ImportError as e:
@@ -251,51 +218,29 @@ def gpu_info() -> dict[str, Any]:
 
     try:
         errors: dict[str, str] = {}
-        count = read(errors, "count", pynvml.nvmlDeviceGetCount)
         devices = []
-        for i in range(count or 0):
+        for i in range(read(errors, "count", pynvml.nvmlDeviceGetCount) or 0):
             dev_errors: dict[str, str] = {}
-            h = read(dev_errors, "handle", pynvml.nvmlDeviceGetHandleByIndex, i)
             dev: dict[str, Any] = {"index": i}
+            h = read(dev_errors, "handle", pynvml.nvmlDeviceGetHandleByIndex, i)
             if h is not None:
                 mem = read(dev_errors, "memory_total_bytes", pynvml.nvmlDeviceGetMemoryInfo, h)
-                dev.update({
-                    "name": read(dev_errors, "name", pynvml.nvmlDeviceGetName, h),
-                    "memory_total_bytes": int(mem.total) if mem is not None else None,
-                    "sm_clock_max_mhz": read(dev_errors, "sm_clock_max_mhz", pynvml.nvmlDeviceGetMaxClockInfo, h,
-                                             pynvml.NVML_CLOCK_SM),
-                    "mem_clock_max_mhz": read(dev_errors, "mem_clock_max_mhz", pynvml.nvmlDeviceGetMaxClockInfo, h,
-                                              pynvml.NVML_CLOCK_MEM),
-                })
-            if dev_errors:
-                dev["errors"] = dev_errors
-            devices.append(dev)
-        out = {
-            "available": True,
-            "driver": read(errors, "driver", pynvml.nvmlSystemGetDriverVersion),
-            "devices": devices,
-        }
-        if errors:
-            out["errors"] = errors
-        return out
+                dev["name"] = read(dev_errors, "name", pynvml.nvmlDeviceGetName, h)
+                dev["memory_total_bytes"] = int(mem.total) if mem is not None else None
+                for key, clock in (("sm_clock_max_mhz", pynvml.NVML_CLOCK_SM), ("mem_clock_max_mhz", pynvml.NVML_CLOCK_MEM)):
+                    dev[key] = read(dev_errors, key, pynvml.nvmlDeviceGetMaxClockInfo, h, clock)
+            devices.append({**dev, "errors": dev_errors} if dev_errors else dev)
+        out = {"available": True, "driver": read(errors, "driver", pynvml.nvmlSystemGetDriverVersion), "devices": devices}
+        return {**out, "errors": errors} if errors else out
     finally:
-        try:
+        with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
 
 
 def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Everything ``env.json`` holds. Imports torch (and TorchCodec if installed; DALI is read, not imported).
-
-    ``distributed``: a data-parallel run's shape (world size, backend, nnodes, each rank's hostname
-    and local rank: ``bench.harness.runner._topology``), recorded as ``distributed``; a single
-    process records ``{"world_size": 1}``. The rest describes the writing process (rank 0).
-    """
+    """Everything ``env.json`` holds, of the writing process (rank 0); imports torch (and TorchCodec;
+    DALI is read, not imported). ``distributed``: a data-parallel run's shape (``{"world_size": 1}`` for one process)."""
     import torch
-
-    from pipelines.torch_jpeg import pil_info
-
 
     dali_init = _dali_init()
     m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", dali_init, re.M)
@@ -307,14 +252,9 @@ def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "versions": {
-            "inr-bench": _version("inr-bench"),
+            **{d: _version(d) for d in ("inr-bench", "torchvision", "torchcodec", "numpy", "pandas", "scikit-image")},
             "torch": torch.__version__,
-            "torchvision": _version("torchvision"),
-            "torchcodec": _version("torchcodec"),
             "nvidia-dali": dali_version,
-            "numpy": _version("numpy"),
-            "pandas": _version("pandas"),
-            "scikit-image": _version("scikit-image"),
             "cuda_runtime": torch.version.cuda,  # the CUDA torch was built with
             "dali_cuda": _dali_cuda(dali_init) if dali_version else None,  # the CUDA the DALI build was built with
             "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
@@ -323,7 +263,7 @@ def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
         "torch_num_threads": torch.get_num_threads(),
         "pil": pil_info(),  # which PIL torch-jpeg decodes with
         "pipelines": pipeline_libraries(),  # {pipeline: {library: version}}
-        "torch_nvjpeg": torch_nvjpeg_decoder(),  # kept for older readers: the JPEG decoder torch-nvjpeg uses
+        "torch_nvjpeg": torch_nvjpeg_decoder(),  # the JPEG decoder torch-nvjpeg uses
         "cpu": cpu_info(),
         "gpu": gpu_info(),
         "distributed": dict(distributed) if distributed else {"world_size": 1},

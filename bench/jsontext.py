@@ -1,9 +1,5 @@
-"""Strict JSON text for ``--json`` outputs: a non-finite float (NaN, inf) is written as ``null``.
-
-Python's ``json`` writes NaN and Infinity as bare tokens that are not JSON: ``jq``, JavaScript and
-most other readers refuse the whole document. An absent interval bound is NaN in ``bench.stats``;
-in a ``--json`` document it reads ``null``.
-"""
+"""Strict JSON text for ``--json`` outputs: a non-finite float is written as ``null`` (Python's ``NaN`` and
+``Infinity`` tokens are not JSON; ``jq`` and JavaScript refuse the whole document)."""
 from __future__ import annotations
 
 import json

@@ -1,9 +1,6 @@
-"""The one PSNR convention used everywhere (encoder logs, compare, reports).
-
-decode -> clamp to [0, 1] -> round to 8 bits -> PSNR per image against the original
-uint8 -> mean over images. Identical images get ``inf`` dB per image; the mean over a
-set is computed over the finite values with ``PSNR_CAP_DB`` substituted for ``inf``.
-"""
+"""The one PSNR convention (encoder logs, compare, reports): clamp to [0, 1], round to 8 bits, PSNR per
+image against the original uint8, mean over images with ``inf`` (identical images) counted as
+``PSNR_CAP_DB``."""
 
 from __future__ import annotations
 
@@ -19,14 +16,8 @@ def to_uint8(images: torch.Tensor) -> torch.Tensor:
 
 
 def psnr_per_image(decoded: torch.Tensor | np.ndarray, original: torch.Tensor | np.ndarray) -> torch.Tensor:
-    """PSNR in dB per image.
-
-    Args:
-        decoded: ``[N, ...]`` float in [0, 1] (clamped and rounded to 8 bits here) or uint8.
-        original: ``[N, ...]`` uint8, same shape as ``decoded``.
-    Returns:
-        ``[N]`` float64; ``inf`` where the 8-bit images are identical.
-    """
+    """float64 ``[N]`` PSNR in dB (``inf``: identical) of ``decoded`` ``[N, ...]`` (float in [0, 1], or uint8)
+    against ``original`` (uint8, the same shape)."""
     dec = torch.as_tensor(decoded)
     ref = torch.as_tensor(original)
     if dec.shape != ref.shape:

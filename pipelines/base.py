@@ -1,15 +1,13 @@
-"""The contract every loader implements: ``Augment``, ``Batch``, ``Pipeline``, ``Unavailable``, registry.
-
-A pipeline is built from a prepared dataset (``bench.datasets.prepared``), optionally an
-encoded store (the ``inr`` codec file), and a ``PipelineConfig``. Iterating it yields one
-epoch of ``Batch``es; every adapter implements the *same* ``Augment`` natively and draws
-crop and flip parameters per image. The harness only ever talks to this interface.
+"""The contract every loader implements: ``Augment``, ``PipelineConfig``, ``Batch``, ``Pipeline``, the registry.
+A pipeline is built from a prepared dataset, optionally an encoded store, and a ``PipelineConfig``;
+iterating it yields one epoch of ``Batch``es, augmented per image the same way by every adapter.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+import importlib.metadata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,30 +19,22 @@ if TYPE_CHECKING:
     from bench.datasets.prepared import PreparedDataset
 
 CropKind = Literal["random-resized", "random-pad", "center"]
-# What a rank keeps resident (pipelines.shard): the whole split, or only its fixed shard.
-RESIDENT = ("all", "shard")
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+RESIDENT = ("all", "shard")  # what a rank keeps resident: the whole split, or its fixed shard (pipelines.shard)
 
 
 class Unavailable(RuntimeError):
-    """This adapter cannot run here (no DALI, no GPU, no store); the message says why.
-
-    Raised from ``__init__``. The harness records a skip row with the reason; tests skip with it.
-    """
+    """Raised from ``__init__`` when this adapter cannot run here (no DALI, no GPU, no store): the
+    harness records a skip row with the reason; tests skip with it."""
 
 
 @dataclass(frozen=True)
 class Augment:
     """Per-image training augmentation, identical in meaning for every adapter.
 
-    crop: ``random-resized`` (torchvision ``RandomResizedCrop`` semantics: area fraction in
-      ``scale``, aspect ratio log-uniform in ``ratio``, 10 tries then a centre crop fallback,
-      resized to ``size``), ``random-pad`` (zero-pad by ``pad`` on every side, then a random
-      ``size`` x ``size`` window: the CIFAR recipe), or ``center`` (centre crop of the largest
-      square, resized to ``size``: evaluation).
-    flip: horizontal flip with probability 0.5, drawn per image.
-    mean/std: per-channel normalization applied to RGB in [0, 1].
+    crop: ``random-resized`` (torchvision ``RandomResizedCrop``: area fraction in ``scale``, log-uniform
+    aspect ratio in ``ratio``, 10 tries then a centre crop), ``random-pad`` (zero-pad by ``pad``, then a
+    random ``size`` window: the CIFAR recipe) or ``center`` (the largest centred square: evaluation),
+    resized to ``size``. flip: horizontal, p = 0.5 per image. mean/std: applied to RGB in [0, 1].
     """
 
     crop: CropKind = "random-resized"
@@ -53,8 +43,8 @@ class Augment:
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     pad: int = 4
     flip: bool = True
-    mean: tuple[float, float, float] = IMAGENET_MEAN
-    std: tuple[float, float, float] = IMAGENET_STD
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)  # ImageNet's
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
 
     def __post_init__(self) -> None:
         if self.crop not in ("random-resized", "random-pad", "center"):
@@ -83,28 +73,21 @@ class Augment:
 class PipelineConfig:
     """Everything that shapes an epoch, saved with every result row."""
 
-    batch_size: int = 256
+    batch_size: int = 256  # per rank
     augment: Augment = field(default_factory=Augment)
     split: str = "train"
     device: str = "cpu"
-    workers: int = 2
+    workers: int = 2  # the CPU budget: DataLoader workers, DALI threads
     seed: int = 0
     shuffle: bool = True
     drop_last: bool = False
-    # Let adapters compile their device-side work with torch.compile (paid in the first batch).
-    compile: bool = False
-    # A store that records no source pixels hash cannot be tied to the split (bench.datasets.identity):
-    # refused unless this is set (--allow-unverified-store); the row records it.
+    compile: bool = False  # adapters may torch.compile their device-side work (paid in the first batch)
+    # a store recording no source pixels hash cannot be tied to the split: refused unless set
     allow_unverified_store: bool = False
-    # Data parallelism (bench.dist): this process is rank ``rank`` of ``world_size`` and iterates its
-    # shard of every epoch only (pipelines.shard: the rank's slice of one seeded global permutation,
-    # DistributedSampler's padding; batch_size is per rank). world_size 1 = the whole split.
+    # data parallelism: this process iterates its shard of every epoch (pipelines.shard)
     rank: int = 0
     world_size: int = 1
-    # "all": every rank holds the whole split (and files are read from all of it); "shard": rank r holds
-    # only its fixed shard for the whole run, samples never move between ranks (pipelines.shard,
-    # --resident). The same with one rank.
-    resident: str = "all"
+    resident: str = "all"  # RESIDENT: every rank holds the whole split, or only its fixed shard
 
     def __post_init__(self) -> None:
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
@@ -129,17 +112,14 @@ class Batch:
 
 
 class Pipeline(abc.ABC):
-    """One way of feeding images. Subclasses register with ``@register("name")``.
+    """One way of feeding images; subclasses register with ``@register("name")``.
 
-    Epoch ``e`` (0-based count of ``__iter__`` calls) draws its permutation and its
-    augmentation from ``seed`` and ``e`` only (and ``rank``: each rank iterates its shard with its
-    own augmentation draws, ``pipelines.shard``), so a run is reproducible. ``len`` counts this
-    rank's batches, the same on every rank.
+    Epoch ``e`` (the ``e``-th ``__iter__`` call) depends on ``seed``, ``e`` and the rank only, so a run
+    is reproducible; ``len`` counts this rank's batches, the same on every rank.
     """
 
     name: ClassVar[str] = ""
-    # True when the pipeline reads an encoded store: without one it cannot run, and `inrbench bench`
-    # refuses the command line (a usage error, exit 2) instead of recording a skip
+    # reads an encoded store: `inrbench bench` refuses the command line without one (exit 2)
     needs_store: ClassVar[bool] = False
 
     def __init__(self, data: PreparedDataset, config: PipelineConfig, store: Path | None = None):
@@ -152,38 +132,25 @@ class Pipeline(abc.ABC):
 
     @abc.abstractmethod
     def __len__(self) -> int:
-        """Batches per epoch."""
+        """Batches per epoch on this rank."""
 
     @abc.abstractmethod
     def close(self) -> None:
         """Release device memory, workers and files. Idempotent."""
 
-    @abc.abstractmethod
     def resident_bytes(self) -> dict[str, int]:
         """Bytes this pipeline keeps resident for the dataset: ``{"device": ..., "host": ...}``."""
+        return {"device": 0, "host": 0}
 
     def dataset_bytes_per_image(self) -> float | None:
-        """Mean bytes per image of what this pipeline reads the dataset from, for the split it was
-        built on: the uint8 pixels (``raw``: H*W*3), the JPEG files (their sizes), the encoded store
-        (the file's bytes, header amortized, / images). Not what it holds resident (that is
-        ``resident_bytes``): what the dataset costs to keep, per image, in this pipeline's form.
-
-        ``inrbench bench`` records it once per repeat, after the build is timed (the metric
-        ``dataset_bytes_per_image``), and the report's "bytes/image" column reads it, so a new
-        adapter needs no report edit. Cheap: no file is read for it (a manifest entry, a ``stat``,
-        what the build already holds). None: not stated (the row is a skip saying so, the report
-        shows "—"); the shared tests want a positive finite number from every registered adapter.
-        """
+        """Mean bytes per image of what this pipeline reads the split from (the pixels, the JPEG files,
+        the store file), the report's bytes/image. Cheap: no pass over the files. None: not stated."""
         return None
 
     @classmethod
     def libraries(cls) -> dict[str, str | None]:
-        """``{library: version}`` of what this adapter's numbers depend on beyond torch (its decoder,
-        its reader); None: not installed here. ``bench.envinfo`` records them for every registered
-        adapter in ``env.json`` (``pipelines.<name>``) and in the code identity a sweep cell's hash
-        covers (``library_versions``), so a new decoder version makes the cells stale. Read from
-        package metadata (``installed_version``), nothing heavy imported; never raises. Adapters that
-        name one library give the same version string for it (read from the same place)."""
+        """``{library: version or None}`` this adapter's numbers depend on beyond torch, from package
+        metadata (``installed_version``); recorded in ``env.json`` and in a sweep cell's code identity."""
         return {}
 
     def __enter__(self) -> Pipeline:
@@ -195,11 +162,9 @@ class Pipeline(abc.ABC):
 
 def installed_version(dist: str) -> str | None:
     """The installed version of distribution ``dist`` from its metadata (nothing imported), or None."""
-    import importlib.metadata as md
-
     try:
-        return md.version(dist)
-    except md.PackageNotFoundError:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
         return None
 
 
@@ -223,7 +188,7 @@ def names() -> list[str]:
 
 
 def needs_store(name: str) -> bool:
-    """Pipeline ``name`` reads an encoded store (``Pipeline.needs_store``); False for an unknown name."""
+    """Pipeline ``name`` reads an encoded store; False for an unknown name."""
     return name in _REGISTRY and _REGISTRY[name].needs_store
 
 
@@ -235,8 +200,5 @@ def pipeline_class(name: str) -> type[Pipeline]:
 
 
 def create(name: str, data: PreparedDataset, config: PipelineConfig, store: Path | None = None) -> Pipeline:
-    """Build pipeline ``name``; unknown names fail loudly with the known ones listed.
-
-    Raises ``Unavailable`` when the adapter cannot run here.
-    """
+    """Build pipeline ``name``; raises ``Unavailable`` when it cannot run here."""
     return pipeline_class(name)(data, config, store=store)

@@ -1,22 +1,5 @@
-"""Per-image crop/flip sampling and the crop -> affine-grid geometry shared by device-side adapters.
-
-``sample_crops`` draws one crop box and one flip per image for a whole batch at once, with the
-semantics of torchvision (``RandomResizedCrop``: area fraction in ``scale``, log-uniform aspect
-ratio, 10 tries then the centre-crop fallback; ``RandomCrop(size, padding=pad)``; centre crop of
-the largest square then resize). Boxes are in input pixel units.
-
-``crop_theta`` turns boxes into the ``[B, 2, 3]`` affine maps of ``F.affine_grid`` (normalized
-coordinates, ``align_corners=False``: pixel ``j`` of a ``W``-wide image sits at ``x=(2j+1)/W-1``),
-so an adapter can sample the crop directly at the output size: ``raw`` with ``F.grid_sample``,
-``inr`` by evaluating the network at the mapped coordinates.
-
-No host synchronization per batch (a device sync would cost a device-resident adapter its
-launch-ahead, and bias every comparison toward adapters with their own threads). Crops are drawn
-on the CPU (the same numbers on every device, so a run is reproducible across devices) and reach
-the device with ``to_device``: pinned memory and ``non_blocking=True`` on CUDA, so the copy is
-queued on the stream and the host runs on. ``normalize_``'s constants live on the device once per
-``(device, dtype, mean, std, range)`` (``norm_constants``); the first batch on a device creates
-them (one host->device copy, in the first batch: counted in time to first batch, never again).
+"""Per-image crop/flip sampling (torchvision's semantics, drawn on the CPU) and the crop -> affine-grid
+geometry the device-side adapters sample with. Nothing here syncs the host with the device.
 """
 
 from __future__ import annotations
@@ -24,24 +7,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from pipelines.base import Augment
 
 RRC_TRIES = 10
-
-
-def epoch_generator(seed: int, epoch: int) -> torch.Generator:
-    """A CPU generator that depends on ``(seed, epoch)`` only (well mixed, not ``seed + epoch``)."""
-    state = np.random.SeedSequence([int(seed), int(epoch)]).generate_state(2, dtype=np.uint32)
-    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
-
-
-def epoch_order(n: int, generator: torch.Generator, shuffle: bool) -> torch.Tensor:
-    """int64 ``[n]``: a permutation of ``0..n-1`` when ``shuffle``, else ``arange(n)``."""
-    return torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
 
 
 def batch_slices(n: int, batch_size: int, drop_last: bool) -> list[slice]:
@@ -57,26 +28,16 @@ class Crops:
     boxes: torch.Tensor
     flip: torch.Tensor
 
-    def to(self, device: torch.device | str) -> Crops:
-        """On ``device`` without a host sync: boxes and flips travel as one packed ``[B, 5]`` copy."""
-        device = torch.device(device)
-        if self.boxes.device == device and self.flip.device == device:
-            return self
-        packed = to_device(torch.cat([self.boxes.float(), self.flip.float().unsqueeze(1)], dim=1), device)
-        return Crops(packed[:, :4], packed[:, 4] > 0.5)
-
 
 def to_device(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
-    """``t`` on ``device`` without a host sync: CPU -> CUDA goes through pinned memory with
-    ``non_blocking=True`` (the pinned block is held by the caching host allocator until the copy
-    is done); anything else is a plain blocking ``.to`` (pinning needs CUDA; a non-blocking copy
-    to the host could be read before it lands)."""
+    """``t`` on ``device`` without a host sync: CPU -> CUDA pinned and non-blocking; anything else a
+    blocking ``.to`` (a non-blocking copy to the host could be read before it lands)."""
     device = torch.device(device)
     if t.device == device:
         return t
     if device.type == "cuda" and t.device.type == "cpu":
         return t.pin_memory().to(device, non_blocking=True)
-    return t.to(device)  # device -> host must be complete before the host reads it: blocking
+    return t.to(device)
 
 
 def _random_resized(aug: Augment, n: int, h: int, w: int, g: torch.Generator) -> torch.Tensor:
@@ -133,11 +94,8 @@ def sample_crops(aug: Augment, n: int, height: int, width: int, generator: torch
 
 
 def crop_theta(crops: Crops, height: int, width: int) -> torch.Tensor:
-    """float32 ``[B, 2, 3]``: output normalized ``(u, v)`` -> input normalized ``(x, y)``.
-
-    ``x = sx * u + tx`` with ``sx = w / W`` (negated when flipped), ``tx = (2 * left + w) / W - 1``;
-    likewise ``y`` with ``(top, h, H)``. Use with ``F.affine_grid(..., align_corners=False)``.
-    """
+    """float32 ``[B, 2, 3]``: output normalized ``(u, v)`` -> input normalized ``(x, y)``
+    (``F.affine_grid``, ``align_corners=False``): ``x = sx * u + tx``, ``sx = ±w / W``, ``tx = (2 left + w) / W - 1``."""
     top, left, h, w = crops.boxes.unbind(1)
     sx = torch.where(crops.flip, -w / width, w / width)
     tx = (2 * left + w) / width - 1
@@ -147,20 +105,12 @@ def crop_theta(crops: Crops, height: int, width: int) -> torch.Tensor:
     return torch.stack([torch.stack([sx, zero, tx], 1), torch.stack([zero, sy, ty], 1)], 1)
 
 
-def crop_grid(crops: Crops, height: int, width: int, size: int) -> torch.Tensor:
-    """float32 ``[B, size, size, 2]``: per output pixel the input ``(x, y)`` in normalized coordinates."""
-    theta = crop_theta(crops, height, width)
-    return F.affine_grid(theta, [theta.shape[0], 1, size, size], align_corners=False)
-
-
 def warp(images: torch.Tensor, crops: Crops, aug: Augment) -> torch.Tensor:
-    """Crop, flip and resize a batch in one ``grid_sample``.
-
-    images: float ``[B, C, H, W]``; returns float ``[B, C, size, size]``. Bilinear; edges clamp for
-    crops inside the image, zeros outside it for ``random-pad`` (whose samples land on pixel centres).
-    """
+    """float ``[B, C, H, W]`` -> float ``[B, C, size, size]``: crop, flip and resize in one bilinear
+    ``grid_sample`` (edges clamp; ``random-pad`` reads zeros outside the image)."""
     h, w = images.shape[-2:]
-    grid = crop_grid(crops.to(images.device), h, w, aug.size).to(images.dtype)
+    theta = to_device(crop_theta(crops, h, w), images.device)  # [B, 2, 3]: one copy, no sync
+    grid = F.affine_grid(theta, [theta.shape[0], 1, aug.size, aug.size], align_corners=False).to(images.dtype)
     mode = "zeros" if aug.crop == "random-pad" else "border"
     return F.grid_sample(images, grid, mode="bilinear", padding_mode=mode, align_corners=False)
 
@@ -170,11 +120,8 @@ _NORM_CACHE: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
 def norm_constants(aug: Augment, device: torch.device, dtype: torch.dtype,
                    value_range: float = 255.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(scale, shift)``, each ``[1, 3, 1, 1]`` on ``device``: ``x * scale - shift`` normalizes.
-
-    Built once per ``(device, dtype, mean, std, value_range)`` and cached (a ``torch.tensor(...,
-    device=cuda)`` per batch would be a pageable host->device copy, i.e. a sync, every batch).
-    """
+    """``(scale, shift)``, each ``[1, 3, 1, 1]`` on ``device``: ``x * scale - shift`` normalizes. Cached:
+    a ``torch.tensor(..., device=cuda)`` per batch would be a host sync every batch."""
     key = (str(torch.device(device)), dtype, tuple(aug.mean), tuple(aug.std), float(value_range))
     hit = _NORM_CACHE.get(key)
     if hit is None:

@@ -1,40 +1,25 @@
-"""``raw``: the uint8 pixels resident on the device, cropped/flipped/normalized there per image.
+"""``raw``: the uint8 pixels resident on the device, cropped, flipped and normalized there per image.
 
-The ceiling that shows when no codec is needed: one gather and one ``grid_sample`` per batch.
-
-Sharding: rank ``config.rank`` iterates its slice of the epoch's global permutation and draws its
-crops from its own generator (``pipelines.shard.epoch_shard``); every rank holds the whole split,
-or with ``config.resident == "shard"`` only the pixels of its fixed shard (``shard.held_samples``).
-
-Host syncs: none in an epoch's steady state. The epoch's order and each batch's crops are drawn on
-the CPU and copied with ``pipelines.crops.to_device`` (pinned, non-blocking on CUDA); indexing
-with a device index tensor and ``grid_sample`` are queued kernels. The one documented exception:
-the first batch ever on a device builds the normalization constants (``crops.norm_constants``).
+The ceiling when no codec is needed: one gather and one ``grid_sample`` per batch.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
 
-from bench.datasets.prepared import PreparedDataset
-from pipelines.base import PipelineConfig, register
+from bench.datasets.prepared import PreparedSplit
+from pipelines.base import register
 from pipelines.crops import Crops, normalize_, warp
-from pipelines.device_epoch import DeviceEpochPipeline
-from pipelines.shard import held_samples
+from pipelines.device_epoch import DeviceEpochPipeline, nbytes
 
 LOAD_CHUNK_BYTES = 256 << 20  # host memory one step of ``load_nchw`` holds
 
 
 def load_nchw(images: np.ndarray, rows: np.ndarray | None, device: torch.device) -> torch.Tensor:
-    """uint8 ``[M, 3, H, W]`` on ``device`` from the prepared ``[N, H, W, 3]`` memmap (``rows``: which,
-    in order; None: all ``N``), a chunk of ``LOAD_CHUNK_BYTES`` at a time: the host never holds more
-    than a chunk and its transposed copy (a whole-split copy and its transposed copy held twice the
-    split, 18 GB for Mini-ImageNet at 224 px). ``copy_`` transposes on the host, into a contiguous
-    slice of ``out``: no device temporary, which torch's cache would keep reserved through the
-    measured epochs (and in raw's GPU-memory figures)."""
+    """uint8 ``[M, 3, H, W]`` on ``device`` from the prepared ``[N, H, W, 3]`` memmap (``rows``: which, in
+    order; None: all), a chunk of ``LOAD_CHUNK_BYTES`` at a time, transposed on the host into ``out``:
+    the host never holds the whole split, and no device temporary stays in torch's cache."""
     n = images.shape[0] if rows is None else len(rows)
     h, w = images.shape[1:3]
     out = torch.empty((n, 3, h, w), dtype=torch.uint8, device=device)
@@ -48,32 +33,22 @@ def load_nchw(images: np.ndarray, rows: np.ndarray | None, device: torch.device)
 
 @register("raw")
 class RawPipeline(DeviceEpochPipeline):
-    """Holds ``images`` uint8 ``[M, 3, H, W]`` and ``labels`` int64 ``[M]`` on ``config.device``: the held
-    samples (``shard.held_samples``: all ``N``, or the rank's fixed shard)."""
+    """Holds ``images`` uint8 ``[M, 3, H, W]`` on ``config.device``."""
 
-    def __init__(self, data: PreparedDataset, config: PipelineConfig, store: Path | None = None):
-        super().__init__(data, config, store)
-        split = data.split(config.split)
-        self.device = torch.device(config.device)
-        self.n = len(split)
-        held = held_samples(self.n, config).numpy()
-        rows = None if config.resident == "all" else held  # "shard": reads only the shard's rows
+    releases = ("images",)
+
+    def load(self, split: PreparedSplit, held: torch.Tensor) -> torch.Tensor:
+        rows = None if self.config.resident == "all" else held.numpy()  # "shard": reads only its rows
         self.images: torch.Tensor | None = load_nchw(split.images, rows, self.device)
-        self.labels: torch.Tensor | None = torch.from_numpy(np.asarray(split.labels)[held]).to(self.device)
-        self.height, self.width = split.image_size
+        return self.split_labels(split, held)
 
     def render(self, positions: torch.Tensor, positions_dev: torch.Tensor, crops: Crops) -> torch.Tensor:
-        """Gather the held pixels, crop/flip/resize in one ``grid_sample``, normalize."""
-        return normalize_(warp(self.images[positions_dev].float(), crops, self.config.augment), self.config.augment)
-
-    def close(self) -> None:
-        self.images = None
-        self.labels = None
+        aug = self.config.augment
+        return normalize_(warp(self.images[positions_dev].float(), crops, aug), aug)
 
     def resident_bytes(self) -> dict[str, int]:
-        """``device``: bytes held on ``config.device`` (even when that is the CPU); ``host``: 0."""
-        held = sum(t.numel() * t.element_size() for t in (self.images, self.labels) if t is not None)
-        return {"device": held, "host": 0}
+        """``device``: pixels and labels on ``config.device`` (even the CPU)."""
+        return {"device": nbytes(self.images) + nbytes(self.labels), "host": 0}
 
     def dataset_bytes_per_image(self) -> float:
         """The uint8 pixels of one image: H*W*3."""

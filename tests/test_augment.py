@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 import scipy.stats as st
 import torch
+import torch.nn.functional as F
 
 from pipelines import Augment
-from pipelines.crops import Crops, crop_grid, crop_theta, epoch_generator, sample_crops, warp
+from pipelines.crops import Crops, crop_theta, sample_crops, warp
+from pipelines.shard import epoch_generator
 
 
 def _torchvision_boxes(aug: Augment, h: int, w: int, n: int) -> np.ndarray:
@@ -80,7 +82,8 @@ def test_epoch_generator_depends_on_seed_and_epoch_only():
 def test_theta_maps_output_pixel_centres_into_the_box():
     """Output pixel centres land evenly inside the box (half-pixel convention); flip mirrors them."""
     boxes = torch.tensor([[2.0, 4.0, 10.0, 20.0], [2.0, 4.0, 10.0, 20.0]])
-    grid = crop_grid(Crops(boxes, torch.tensor([False, True])), 32, 40, 5)  # [2, 5, 5, 2]
+    theta = crop_theta(Crops(boxes, torch.tensor([False, True])), 32, 40)
+    grid = F.affine_grid(theta, [2, 1, 5, 5], align_corners=False)  # [2, 5, 5, 2]
     to_px_x = (grid[..., 0] + 1) * 40 / 2  # input pixel units
     to_px_y = (grid[..., 1] + 1) * 32 / 2
     expect_x = 4 + (torch.arange(5) + 0.5) * 20 / 5

@@ -125,7 +125,7 @@ def test_cuda_home_note_is_dropped_and_nothing_else(caplog):
     cli.quiet_cuda_home_note()
     cli.quiet_cuda_home_note()  # installed once
     log = logging.getLogger("torch.utils.cpp_extension")
-    assert sum(isinstance(f, cli._NoCudaRuntimeNote) for f in log.filters) == 1
+    assert log.filters.count(cli.no_cuda_runtime_note) == 1
     with caplog.at_level(logging.WARNING, logger="torch.utils.cpp_extension"):
         log.warning("No CUDA runtime is found, using CUDA_HOME='%s'", "/usr/local")
         log.warning("something else")

@@ -14,7 +14,7 @@ def test_every_listed_method_has_its_own_colour():
                "inr-pruned", "inr-pruned-8bit", "inr-16-8-16bit", "inr-6bit"]
     colours = [plotstyle.color(m) for m in methods]
     assert len(set(colours)) == len(colours)
-    assert plotstyle.color("dali") == plotstyle.COLORS["dali"] == "#009E73"
+    assert plotstyle.color("dali") == plotstyle.STYLE["dali"][0] == "#009E73"
 
 
 def test_variant_of_another_architecture_keeps_its_method_colour():

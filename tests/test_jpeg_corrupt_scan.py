@@ -93,7 +93,7 @@ def test_scan_damage_is_refused_naming_the_file(name, tmp_path):
     raw, message = REFUSED[name]
     p = tmp_path / "x.jpg"
     p.write_bytes(raw)
-    for check in (lambda: jh.check_jpeg_bytes(raw, (32, 32), p), lambda: jh.check_jpeg_file(p, (32, 32))):
+    for check in (lambda: jh.check_jpeg_bytes(raw, (32, 32), p), lambda: jh.check_jpeg_files([p], (32, 32))):
         with pytest.raises(InputError) as e:
             check()
         assert str(e.value) == f"{p}: {message}" and e.value.path == p

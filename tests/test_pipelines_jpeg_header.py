@@ -79,13 +79,13 @@ def _png() -> bytes:
 
 @pytest.mark.parametrize("name", list(DAMAGE))
 def test_file_check_says_what_the_in_memory_check_says(name, tmp_path):
-    """``check_jpeg_file`` (dali, from disk) and ``check_jpeg_bytes`` (torch-nvjpeg, in memory) give
+    """``check_jpeg_files`` (dali, from disk) and ``check_jpeg_bytes`` (torch-nvjpeg, in memory) give
     the same verdict and message."""
     raw, message = DAMAGE[name]
     raw = _png() if raw is None else raw
     p = tmp_path / "x.jpg"
     p.write_bytes(raw)
-    for check in (lambda: jh.check_jpeg_bytes(raw, (32, 32), p), lambda: jh.check_jpeg_file(p, (32, 32))):
+    for check in (lambda: jh.check_jpeg_bytes(raw, (32, 32), p), lambda: jh.check_jpeg_files([p], (32, 32))):
         if message is None:
             check()
         else:
@@ -111,7 +111,7 @@ def test_segment_walk_refuses_what_crashes_dali(damage, message, tmp_path):
     raw = damage(OK)
     p = tmp_path / "x.jpg"
     p.write_bytes(raw)
-    for check in (lambda: jh.check_jpeg_bytes(raw, (32, 32), p), lambda: jh.check_jpeg_file(p, (32, 32))):
+    for check in (lambda: jh.check_jpeg_bytes(raw, (32, 32), p), lambda: jh.check_jpeg_files([p], (32, 32))):
         with pytest.raises(InputError, match=f"^{p}: {message}"):
             check()
 
@@ -121,7 +121,7 @@ def test_unreadable_paths_are_named(tmp_path):
     os.mkfifo(tmp_path / "fifo.jpg")  # never blocks the check
     for name, why in (("missing.jpg", "No such file"), ("dir.jpg", "Is a directory"), ("fifo.jpg", "Illegal seek")):
         with pytest.raises(InputError, match=f"{name}: cannot read JPEG \\({why}"):
-            jh.check_jpeg_file(tmp_path / name, (32, 32))
+            jh.check_jpeg_files([tmp_path / name], (32, 32))
 
 
 def test_check_files_names_the_first_bad_one(tmp_path):

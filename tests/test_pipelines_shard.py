@@ -23,12 +23,14 @@ from torch.utils.data import DistributedSampler
 import pipelines
 from bench.datasets.prepared import PreparedDataset, SplitData, open_prepared, write_prepared
 from pipelines import Augment, PipelineConfig, Unavailable
-from pipelines.crops import epoch_generator, epoch_order
+from pipelines.crops import batch_slices
 from pipelines.shard import (
+    FIXED_SHARD_KEY,
     augment_generator,
     batch_seeds,
+    epoch_generator,
+    epoch_order,
     epoch_shard,
-    fixed_generator,
     fixed_shard,
     rank_seed,
     shard,
@@ -166,21 +168,10 @@ def test_rank_seeds_never_collide():
 # ---------------------------------------------------------------------------------- every adapter
 
 
-@pytest.mark.parametrize("drop_last", [False, True])
-@pytest.mark.parametrize("n", [12, 13])
-@pytest.mark.parametrize("world", [2, 3])
-@pytest.mark.parametrize("name", ADAPTERS)
-def test_union_over_ranks_is_the_split(name, world, n, drop_last, index_sets):
-    data, store = index_sets[n]
-    pipes = rank_pipes(name, data, store, world, drop_last=drop_last)
-    try:
-        per_rank = [epochs_of(p) for p in pipes]
-    finally:
-        for p in pipes:
-            p.close()
-    lens = {len(p) for p in pipes}
-    assert len(lens) == 1  # DDP: every rank the same number of batches
-    for e in range(EPOCHS):
+def check_union(per_rank: list, n: int, world: int, drop_last: bool, own_order: bool) -> None:
+    """The ranks' samples in every epoch are the split: DistributedSampler's padding, or with ``drop_last``
+    no sample twice (``per_rank``: per rank, per epoch, the label lists of its batches)."""
+    for e in range(len(per_rank[0])):
         seen = collections.Counter(i for rank in per_rank for batch in rank[e] for i in batch)
         total = sum(seen.values())
         assert set(seen) <= set(range(n))
@@ -192,8 +183,62 @@ def test_union_over_ranks_is_the_split(name, world, n, drop_last, index_sets):
             assert n <= total <= n + world - 1 and total - n == sum(c - 1 for c in seen.values())
             if n % world == 0:
                 assert total == n  # nothing padded
-            if name not in OWN_ORDER:  # DistributedSampler's padding exactly
+            if not own_order:  # DistributedSampler's padding exactly
                 assert total == math.ceil(n / world) * world
+
+
+def check_fixed(per_rank: list, n: int, world: int, drop_last: bool, own_order: bool) -> None:
+    """resident="shard": the union of "all", and each rank's samples fixed for the run, reordered per epoch."""
+    check_union(per_rank, n, world, drop_last, own_order)
+    m = math.ceil(n / world) if own_order else shard_size(n, world, drop_last)  # DALI: never truncated
+    for epochs in per_rank:
+        orders = [[i for b in batches for i in b] for batches in epochs]
+        held = set().union(*map(set, orders))
+        assert len(held) <= m  # a fixed shard: never more than one shard's samples over the epochs
+        if not drop_last:
+            assert all(set(o) == held for o in orders)  # the same samples every epoch
+        assert len({tuple(o) for o in orders}) > 1  # in a new order
+
+
+def shard_epochs(n: int, world: int, drop_last: bool, resident: str, epochs: int) -> list:
+    """What a rank of a ``DeviceEpochPipeline`` yields: ``epoch_shard``'s indices cut into batches."""
+    out = []
+    for r in range(world):
+        parts = [epoch_shard(n, SEED, e, True, r, world, drop_last, resident).indices.tolist() for e in range(epochs)]
+        out.append([[o[sl] for sl in batch_slices(len(o), BATCH, drop_last)] for o in parts])
+    return out
+
+
+def test_epoch_shards_partition_every_epoch():
+    """The shard arithmetic itself, over sizes, worlds and ``drop_last``: the adapters below run one case."""
+    for world in (2, 3, 4):
+        for n in (12, 13):
+            for drop_last in (False, True):
+                check_union(shard_epochs(n, world, drop_last, "all", 3), n, world, drop_last, False)
+                if world < 4:  # fixed shards of 4 samples or more: a new order every epoch
+                    check_fixed(shard_epochs(n, world, drop_last, "shard", 3), n, world, drop_last, False)
+                    for r in range(world):
+                        held = set(fixed_shard(n, SEED, True, r, world, drop_last).tolist())
+                        assert all(set(epoch_shard(n, SEED, e, True, r, world, drop_last, "shard").indices.tolist())
+                                   <= held for e in range(3))
+
+
+# one case per adapter (the arithmetic is tested above); DALI shards with its own reader: every case
+CASES = [(name, 3, 13, dl) for name in ADAPTERS for dl in (False, True)] + [
+    ("dali", w, n, dl) for w in (2, 3) for n in (12, 13) for dl in (False, True) if (w, n) != (3, 13)]
+
+
+@pytest.mark.parametrize(("name", "world", "n", "drop_last"), CASES)
+def test_union_over_ranks_is_the_split(name, world, n, drop_last, index_sets):
+    data, store = index_sets[n]
+    pipes = rank_pipes(name, data, store, world, drop_last=drop_last)
+    try:
+        per_rank = [epochs_of(p) for p in pipes]
+    finally:
+        for p in pipes:
+            p.close()
+    assert len({len(p) for p in pipes}) == 1  # DDP: every rank the same number of batches
+    check_union(per_rank, n, world, drop_last, name in OWN_ORDER)
 
 
 @pytest.mark.parametrize("drop_last", [False, True])
@@ -250,10 +295,7 @@ def test_ranks_draw_different_augmentations(name, same_set):
 # ---------------------------------------------------------------------------------- resident="shard"
 
 
-@pytest.mark.parametrize("drop_last", [False, True])
-@pytest.mark.parametrize("n", [12, 13])
-@pytest.mark.parametrize("world", [2, 3])
-@pytest.mark.parametrize("name", ADAPTERS)
+@pytest.mark.parametrize(("name", "world", "n", "drop_last"), CASES)
 def test_fixed_shards(name, world, n, drop_last, index_sets):
     """resident="shard": the union policy of "all", each rank's samples fixed for the run, reordered per epoch."""
     data, store = index_sets[n]
@@ -263,28 +305,9 @@ def test_fixed_shards(name, world, n, drop_last, index_sets):
     finally:
         for p in pipes:
             p.close()
-    m = math.ceil(n / world) if name in OWN_ORDER else shard_size(n, world, drop_last)  # DALI: never truncated
-    for e in range(3):
-        seen = collections.Counter(i for rank in per_rank for batch in rank[e] for i in batch)
-        total = sum(seen.values())
-        if drop_last:
-            assert max(seen.values()) == 1 and total == world * ((n // world) // BATCH) * BATCH
-        else:
-            assert set(seen) == set(range(n)) and n <= total <= n + world - 1
-            if name not in OWN_ORDER:
-                assert total == math.ceil(n / world) * world
-    for r, epochs in enumerate(per_rank):
-        orders = [[i for b in batches for i in b] for batches in epochs]
-        held = set().union(*map(set, orders))
-        assert len(held) <= m  # a fixed shard: never more than one shard's samples over the epochs
-        if not drop_last:
-            assert all(set(o) == held for o in orders)  # the same samples every epoch
-        assert len({tuple(o) for o in orders}) > 1  # in a new order
-        if name not in OWN_ORDER:
-            for e, o in enumerate(orders):
-                want = epoch_shard(n, SEED, e, True, r, world, drop_last, "shard").indices.tolist()
-                assert o == (want[: (len(want) // BATCH) * BATCH] if drop_last else want)
-                assert set(want) <= set(fixed_shard(n, SEED, True, r, world, drop_last).tolist())
+    check_fixed(per_rank, n, world, drop_last, name in OWN_ORDER)
+    if name not in OWN_ORDER:
+        assert per_rank == shard_epochs(n, world, drop_last, "shard", 3)
 
 
 def test_fixed_shard_partitions_one_permutation():
@@ -293,7 +316,9 @@ def test_fixed_shard_partitions_one_permutation():
             for drop_last in (False, True):
                 shards = [fixed_shard(n, SEED, True, r, world, drop_last) for r in range(world)]
                 assert {len(s) for s in shards} == {shard_size(n, world, drop_last)}
-                perm0 = torch.randperm(n, generator=fixed_generator(SEED)) if world > 1 else torch.arange(n)
+                state = np.random.SeedSequence([SEED], spawn_key=(FIXED_SHARD_KEY,)).generate_state(2, dtype=np.uint32)
+                g = torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+                perm0 = torch.randperm(n, generator=g) if world > 1 else torch.arange(n)
                 assert [s.tolist() for s in shards] == [shard(perm0, r, world, drop_last).tolist() for r in range(world)]
                 held = collections.Counter(i for s in shards for i in s.tolist())
                 if drop_last:
@@ -307,10 +332,8 @@ def test_fixed_shard_partitions_one_permutation():
         PipelineConfig(resident="half")
 
 
-@pytest.mark.parametrize("world", [2, 3])
-@pytest.mark.parametrize("n", [12, 13])
 @pytest.mark.parametrize("name", ADAPTERS)
-def test_fixed_shard_holds_one_world_th(name, n, world, index_sets):
+def test_fixed_shard_holds_one_world_th(name, index_sets, n=13, world=3):
     """A rank's resident bytes with resident="shard" are all/world, to within one image, for every adapter
     that keeps anything resident (``resident_bytes()`` with one rank); the others skip. One image: its
     share of the whole, on the host at most the largest JPEG file (``torch-nvjpeg`` holds the files)."""

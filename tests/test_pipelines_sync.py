@@ -19,7 +19,7 @@ import torch
 import pipelines
 from bench.datasets.prepared import PreparedDataset, open_prepared
 from pipelines import Augment, PipelineConfig, Unavailable
-from pipelines.crops import Crops, norm_constants, normalize_, to_device
+from pipelines.crops import norm_constants, normalize_, to_device
 
 HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__")
 
@@ -144,8 +144,3 @@ def test_to_device_pins_and_copies_non_blocking_to_cuda(monkeypatch):
     calls.clear()
     t = torch.zeros(3)
     assert to_device(t, "cpu") is t and calls == []  # same device: no copy at all
-    # crops travel as one packed copy
-    crops = Crops(torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 5.0, 6.0]]), torch.tensor([True, False]))
-    moved = crops.to("cuda:0")
-    assert calls == [("pin",), ("to", "cuda:0", True)]
-    assert torch.equal(moved.boxes, crops.boxes) and torch.equal(moved.flip, crops.flip)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 
+from bench import atomic, envinfo
 from bench.argtypes import nonempty
+from bench.outputs import claim
 
 HELP = "print the environment record (commit, versions, which PIL, CPU, GPU) as JSON"
 
@@ -15,15 +18,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench import envinfo
-    from bench.atomic import atomic_write_json
-    from bench.outputs import claim
-
-    if not args.out:
-        print(json.dumps(envinfo.collect(), indent=2, sort_keys=True))
-        return 0
-    with claim(args.out, "env", mode="replace") as out:
+    with claim(args.out, "env", mode="replace") if args.out else contextlib.nullcontext() as out:
         info = envinfo.collect()
         print(json.dumps(info, indent=2, sort_keys=True))
-        atomic_write_json(out, info)
+        if out is not None:
+            atomic.atomic_write_json(out, info)
     return 0

@@ -1,10 +1,6 @@
-"""Benchmarks that print figures (`inrbench perf TARGET`). One module per target.
+"""Benchmarks that print figures (`inrbench perf TARGET`): one module per target, like a command module,
+each with ``--json``."""
 
-Each target module defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``
-(like a command module) and accepts ``--json`` for machine-readable output.
-"""
-
-# target -> module
 TARGETS: dict[str, str] = {
     "encode": "bench.perf.encode",
     "decode": "bench.perf.decode",

@@ -543,17 +543,9 @@ def _fmt_round_ratio(t: dict, reference: bool = False) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python studies/.../perf_init.py [options]``: parse, run, and end as an inrbench command does (one line, exit 2)."""
-    from bench.cli import OneLineParser
-    from bench.errors import guarded
+    from bench.cli import script_main
 
-    p = OneLineParser(prog="perf_init.py", description=HELP)
-    add_arguments(p)
-    try:
-        args = p.parse_args(argv)
-    except SystemExit as e:
-        return e.code if isinstance(e.code, int) else 2
-    return guarded(lambda: run(args))
+    return script_main("perf_init.py", HELP, add_arguments, run, argv)
 
 
 if __name__ == "__main__":
