@@ -18,7 +18,7 @@ from bench.report import names as N
 from bench.report.tables import order_key
 
 
-def _plt():
+def pyplot():
     plotstyle.use_agg()
     import matplotlib.pyplot as plt
 
@@ -27,7 +27,7 @@ def _plt():
 
 
 def save(fig, path: str | Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
     plt.close(fig)
@@ -73,7 +73,7 @@ def speedup_figure(sp: pd.DataFrame, dataset: str):
     d = sp[(sp["dataset"] == dataset) & ~sp["flagged"].astype(bool)].dropna(subset=["ratio", "lo", "hi"])
     if d.empty:
         return None
-    plt = _plt()
+    plt = pyplot()
     bases = [b for b in N.BASELINES if b in set(d["baseline"])]
     fig, axes = plt.subplots(1, len(bases), figsize=(5.5 * len(bases), 4), squeeze=False)
     for ax, b in zip(axes[0], bases, strict=True):
@@ -89,7 +89,7 @@ def epoch_split_figure(split: pd.DataFrame, dataset: str):
     d = split[(split["dataset"] == dataset)].dropna(subset=["data_wait_s", "compute_s"])
     if d.empty:
         return None
-    plt = _plt()
+    plt = pyplot()
     modes = order_key(d["mode"].unique(), N.MODE_ORDER)
     fig, axes = plt.subplots(1, len(modes), figsize=(4.2 * len(modes), 4), squeeze=False)
     for ax, m in zip(axes[0], modes, strict=True):
@@ -115,7 +115,7 @@ def bars_figure(st: pd.DataFrame, dataset: str, ylabel: str, scale: float = 1.0,
         return None
     for c in ("median", "q25", "q75"):
         d[c] = d[c] / scale
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     _grouped_bars(ax, d, "median", "q25", "q75")
     ax.set_ylabel(ylabel)
@@ -128,7 +128,7 @@ def accuracy_figure(acc: pd.DataFrame):
     d = acc.dropna(subset=["bytes_per_image", "median"])
     if d.empty:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     rank = {p: i for i, p in enumerate(N.PIPELINE_ORDER)}
     d = d.assign(_k=[rank.get(p, len(rank)) for p in d["pipeline"]]).sort_values(["dataset", "_k", "pipeline"])
@@ -148,7 +148,7 @@ def design_space_figure(ds: pd.DataFrame):
     """PSNR against each swept encoder parameter (others at their most common value)."""
     if ds.empty:
         return None
-    plt = _plt()
+    plt = pyplot()
     params = list(dict.fromkeys(ds["param"]))
     fig, axes = plt.subplots(1, len(params), figsize=(3.6 * len(params), 3.4), squeeze=False)
     for ax, p in zip(axes[0], params, strict=True):
