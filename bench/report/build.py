@@ -78,19 +78,11 @@ def build_report(results_dir: str | Path, out: str | Path) -> Path:
     """Build the report of ``results_dir`` into ``out`` (replaced atomically); returns ``out``."""
     with claim(out, "report", inputs={"results folder": results_dir}, mode="replace") as out:
         inputs = load(results_dir)
-        _build(inputs, out)
+        with atomic_dir(out, kind="report", overwrite=True) as tmp:
+            doc = _Doc(tmp)
+            _write(doc, inputs)
+            (tmp / "README.md").write_text(doc.text())
     return out
-
-
-def _build(inputs: ReportInputs, out: Path) -> None:
-    with atomic_dir(out, kind="report", overwrite=True) as tmp:
-        doc = _Doc(tmp)
-        _write(doc, inputs)
-        (tmp / "README.md").write_text(doc.text())
-
-
-def _rank(v: str, order: tuple[str, ...]) -> tuple[int, str]:
-    return (order.index(v) if v in order else len(order), str(v))
 
 
 def _slug(s: str) -> str:
@@ -465,8 +457,8 @@ def _split(doc: _Doc, rows: pd.DataFrame) -> None:
             "wait share": [f"{100 * w / (w + c):.0f}%" if w + c > 0 else "—"
                            for w, c in zip(d["data_wait_s"], d["compute_s"], strict=True)],
         })
-        t = t.iloc[sorted(range(len(t)), key=lambda i: (_rank(t["mode"].iloc[i], N.MODE_ORDER),
-                                                        _rank(t["pipeline"].iloc[i], N.PIPELINE_ORDER)))]
+        t = t.iloc[sorted(range(len(t)), key=lambda i: (T.order_rank(t["mode"].iloc[i], N.MODE_ORDER),
+                                                        T.order_rank(t["pipeline"].iloc[i], N.PIPELINE_ORDER)))]
         doc.block(f"### {ds} — epoch time split")
         doc.table(t, index=False)
         doc.figure(F.epoch_split_figure(split, ds), f"epoch_split_{_slug(ds)}.png", f"epoch time split, {ds}")
@@ -551,8 +543,6 @@ def _legacy_bytes_per_image(x: ReportInputs, dataset: str, pipeline: str, store_
         return jpeg_bytes_per_image(m) or float("nan")
     if base == "inr" and store_cell:
         return x.store_bytes.get(store_cell, float("nan"))
-    if base == "inr":  # a plain bench folder's recorded store
-        return x.run_store_bytes.get((dataset, pipeline), float("nan"))
     return float("nan")
 
 
@@ -563,13 +553,9 @@ def _bytes_unknown(x: ReportInputs, dataset: str, pipeline: str, store_cell: str
     if (dataset, pipeline) in x.recorded_bytes:
         return f"{dataset}, {pipeline}: {x.recorded_bytes[(dataset, pipeline)][1] or 'not recorded'}"
     base = _base(pipeline)
-    if base not in LEGACY_PIPELINES:
+    if base not in LEGACY_PIPELINES or not x.cells:
         return (f"{pipeline}: its runs do not record `dataset_bytes_per_image` (written by an inrbench "
                 "older than that metric)")
-    if base == "inr" and (dataset, pipeline) in x.sizes_missing:
-        return f"{dataset}, {pipeline}: {x.sizes_missing[(dataset, pipeline)]}"
-    if dataset in x.sizes_missing:
-        return f"{dataset}: {x.sizes_missing[dataset]}"
     if dataset not in x.manifests:
         return f"{dataset}: no prepared folder's manifest was found for it"
     if base == "inr":

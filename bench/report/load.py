@@ -54,10 +54,6 @@ class ReportInputs:
     code: dict[str, Any] | None = None  # the sweep's current code identity (sweep.json), if recorded
     code_of: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # cell or run id -> code identity
     rank_rows: Any = None  # pandas.DataFrame, the columns of ``rows``; None: not read
-    # plain folder: (dataset, pipeline) -> bytes/image of the store its runs read (``cfg.store``)
-    run_store_bytes: dict[tuple[str, str], float] = field(default_factory=dict)
-    # dataset or (dataset, pipeline) -> why its sizes could not be read (plain folder: a recorded path gone)
-    sizes_missing: dict[Any, str] = field(default_factory=dict)
 
     @cached_property
     def recorded_bytes(self) -> dict[tuple[str, str], tuple[float | None, str]]:
@@ -76,65 +72,17 @@ def load(results_dir: str | Path) -> ReportInputs:
     rows, rank_rows = split_ranks(every)
     env = _read_json(next(iter(sorted(root.glob("runs/*/env.json"))), None))
     code_of = {p.parent.name: (_read_json(p) or {}).get("code") for p in sorted(root.glob("runs/*/env.json"))}
-    manifests, store_bytes, missing = _run_sizes(rows)
-    return ReportInputs(root=root, name=root.name, description="", rows=rows, env=env, manifests=manifests,
-                        predictions=_predictions([root], rows), code_of=code_of, rank_rows=rank_rows,
-                        run_store_bytes=store_bytes, sizes_missing=missing)
+    return ReportInputs(root=root, name=root.name, description="", rows=rows, env=env,
+                        predictions=_predictions([root], rows), code_of=code_of, rank_rows=rank_rows)
 
 
-DATA, STORE, SPLIT = "cfg.data", "cfg.store", "cfg.pipe.split"
+STORE = "cfg.store"
 
 
 def _one_value(values: Any) -> str | None:
     """The one recorded value of a column over some runs (None: none, or several)."""
     v = values.dropna().astype(str).unique()
     return str(v[0]) if len(v) == 1 else None
-
-
-def _run_sizes(rows: Any) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, str], float], dict[Any, str]]:
-    """A plain ``bench --out`` folder's sizes from its runs' ``cfg.data``/``cfg.store``: dataset -> manifest,
-    (dataset, pipeline) -> store bytes per image, and why a size is unknown."""
-    manifests: dict[str, dict[str, Any]] = {}
-    store_bytes: dict[tuple[str, str], float] = {}
-    missing: dict[Any, str] = {}
-    if rows.empty or DATA not in rows.columns or "run_id" not in rows.columns:
-        return manifests, store_bytes, missing
-    runs = rows[rows["run_id"].notna() & rows["dataset"].notna()]
-    for ds, g in runs.groupby("dataset", sort=True):
-        data = _one_value(g[DATA])
-        if data is None:
-            missing[str(ds)] = ("its runs recorded no prepared folder (`--data`)" if g[DATA].isna().all()
-                                else "its runs read several prepared folders")
-            continue
-        if not Path(data).is_absolute():
-            missing[str(ds)] = (f"its runs recorded the prepared folder as a relative path (`--data {data}`): "
-                                "where `bench` ran is not recorded, so its size is not guessed")
-            continue
-        m = _read_json(Path(data) / "manifest.json")
-        if m is None:
-            missing[str(ds)] = (f"the prepared folder its runs recorded (`--data {data}`) is not found from here "
-                                "(moved or deleted, or a path relative to where `bench` ran)")
-            continue
-        manifests[str(ds)] = m
-        if STORE not in g.columns:
-            continue
-        for p, gp in g.groupby("pipeline", sort=True):
-            if gp[STORE].isna().all():
-                continue
-            store = _one_value(gp[STORE])
-            split = _one_value(gp[SPLIT]) if SPLIT in gp.columns else None
-            n = _split_count(m, split or "train")
-            if store is None:
-                missing[(str(ds), str(p))] = "its runs read several stores"
-            elif not Path(store).is_absolute():
-                missing[(str(ds), str(p))] = (f"its runs recorded the store as a relative path (`--store {store}`): "
-                                              "where `bench` ran is not recorded, so its size is not guessed")
-            elif not Path(store).is_file():
-                missing[(str(ds), str(p))] = (f"the store its runs recorded (`--store {store}`) is not found from "
-                                              "here (moved or deleted, or a path relative to where `bench` ran)")
-            elif n:
-                store_bytes[(str(ds), str(p))] = Path(store).stat().st_size / n
-    return manifests, store_bytes, missing
 
 
 def _predictions(folders: list[Path], rows: Any) -> Any:

@@ -20,10 +20,14 @@ from bench.report import names as N
 GROUP = ["dataset", "pipeline", "mode"]
 
 
+def order_rank(v, order) -> tuple[int, str]:
+    """A sort key: the preferred ``order`` first, unknown values after it alphabetically."""
+    return (order.index(v) if v in order else len(order), str(v))
+
+
 def order_key(values, order) -> list:
-    """Sort by a preferred order, unknown values after it alphabetically."""
-    rank = {v: i for i, v in enumerate(order)}
-    return sorted(values, key=lambda v: (rank.get(v, len(rank)), str(v)))
+    """``values`` sorted by ``order_rank``."""
+    return sorted(values, key=lambda v: order_rank(v, order))
 
 
 def fmt_num(x: float, digits: int = 3) -> str:
