@@ -15,7 +15,9 @@ import numpy as np
 import pandas as pd
 
 from bench import stats as S
+from bench.compare.table import psnr_diff_text
 from bench.report import names as N
+from bench.report import settings
 
 GROUP = ["dataset", "pipeline", "mode"]
 
@@ -158,8 +160,6 @@ def epoch_ratio(rows: pd.DataFrame, dataset: str, ref: tuple[str, str], other: t
 
 def _settings_differ(rows: pd.DataFrame, dataset: str, a: tuple[str, str], b: tuple[str, str]) -> list[str]:
     """Short names of the settings in which the runs of (pipeline, mode) ``a`` and ``b`` differ."""
-    from bench.report import settings
-
     def sel(pm: tuple[str, str]) -> pd.DataFrame:
         return rows[(rows["dataset"] == dataset) & (rows["pipeline"] == pm[0]) & (rows["mode"] == pm[1])
                     & rows["run_id"].notna() & ~rows["run_id"].astype(str).str.startswith("sweep:")]
@@ -333,8 +333,6 @@ def compare_table(summary: pd.DataFrame) -> pd.DataFrame:
         else:
             out[title] = ["" if pd.isna(x) else str(x) for x in v]
     if "psnr_diff" in s:
-        from bench.compare.table import psnr_diff_text
-
         out["INR − JPEG dB [95% CI]"] = [psnr_diff_text(r) if r["method"] == "jpeg-matched" else ""
                                          for _, r in s.iterrows()]
     if "status" in s and "min_bytes" in s:
