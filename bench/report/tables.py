@@ -264,24 +264,22 @@ def speedup_tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
     st = stats(rows, N.EPOCH_S)
     out = {}
     for ds, (pipes, modes) in combos(rows).items():
-        def have(p: str, m: str, ds: str = ds) -> bool:
-            return bool(((st["dataset"] == ds) & (st["pipeline"] == p) & (st["mode"] == m)).any())
-
         cols = [(b, m) for b in N.BASELINES for m in modes if m in SPEEDUP_MODES]
-        table = {}
-        for p in pipes:
-            r = {}
-            for b, m in cols:
-                hit = sp[(sp["dataset"] == ds) & (sp["pipeline"] == p) & (sp["baseline"] == b) & (sp["mode"] == m)]
-                if len(hit):
-                    r[f"vs {b} ({m})"] = fmt_speedup(hit.iloc[0])
-                elif not have(p, m):
-                    r[f"vs {b} ({m})"] = status_of(rows, ds, p, m)
-                else:  # the baseline has no samples: say why, once per column
-                    r[f"vs {b} ({m})"] = f"n/a: {b} {status_of(rows, ds, b, m)}"
-            table[p] = r
+        table = {p: {f"vs {b} ({m})": _speedup_cell(rows, sp, st, (ds, p, m), b, status_of(rows, ds, p, m))
+                     for b, m in cols} for p in pipes}
         out[ds] = pd.DataFrame.from_dict(table, orient="index").rename_axis("pipeline")
     return out
+
+
+def _speedup_cell(rows: pd.DataFrame, sp: pd.DataFrame, st: pd.DataFrame, at: tuple[str, str, str], base: str,
+                  missing: str) -> str:
+    """The speedup of (dataset, pipeline, mode) ``at`` over ``base``; ``missing`` where the pipeline has no
+    ``st`` samples; else the baseline's status."""
+    ds, p, m = at
+    hit = sp[(sp["dataset"] == ds) & (sp["pipeline"] == p) & (sp["baseline"] == base) & (sp["mode"] == m)]
+    if len(hit):
+        return fmt_speedup(hit.iloc[0])
+    return missing if not _has(st, ds, p, m) else f"n/a: {base} {status_of(rows, ds, base, m)}"
 
 
 def epoch_split(rows: pd.DataFrame) -> pd.DataFrame:
@@ -587,15 +585,8 @@ def headline(rows: pd.DataFrame, bytes_per_image) -> dict[str, pd.DataFrame]:
                 hit = cpu_ips[(cpu_ips["dataset"] == ds) & (cpu_ips["pipeline"] == p) & (cpu_ips["mode"] == "train")]
                 r["train img/CPU-s"] = fmt_num(hit.iloc[0]["median"]) if len(hit) else "—"
             if "train" in modes:
-                for b in N.BASELINES:
-                    hit = sp[(sp["dataset"] == ds) & (sp["pipeline"] == p) & (sp["baseline"] == b)
-                             & (sp["mode"] == "train")]
-                    if len(hit):
-                        r[f"train speedup vs {b}"] = fmt_speedup(hit.iloc[0])
-                    elif not _has(ips, ds, p, "train"):  # its own cell says why (the train img/s column)
-                        r[f"train speedup vs {b}"] = "—"
-                    else:  # the baseline has no train samples: say so, as the speedup table does
-                        r[f"train speedup vs {b}"] = f"n/a: {b} {status_of(rows, ds, b, 'train')}"
+                for b in N.BASELINES:  # no train samples: the train img/s column says why
+                    r[f"train speedup vs {b}"] = _speedup_cell(rows, sp, ips, (ds, p, "train"), b, "—")
                 hit = acc[(acc["dataset"] == ds) & (acc["pipeline"] == p)]
                 r["test acc % [95% CI]"] = fmt_accuracy(hit.iloc[0]) if len(hit) else "—"
             recs.append(r)
