@@ -120,49 +120,31 @@ def _load_sweep(root: Path) -> ReportInputs:
     finished = layout.finished_cells(root)
     markers = {m["id"]: m for _, m in finished}
     cells = sweep.get("cells", [])
-    cell_dir = {m["id"]: d for d, m in finished}
-
-    manifests: dict[str, dict[str, Any]] = {}
-    prep_dataset: dict[str, str] = {}
-    for c in cells:
-        if c["kind"] == "prepare" and markers.get(c["id"], {}).get("status") == "ok":
-            name = c.get("name") or c["id"]
-            prep_dataset[c["id"]] = name
-            m = _read_json(cell_dir[c["id"]] / name / "manifest.json")
-            if m is not None:
-                manifests[name] = m
-
+    cell_dir = {m["id"]: d for d, m in finished if m.get("status") == "ok"}
+    ok = [c for c in cells if c["id"] in cell_dir]  # finished ok, in sweep.json's order
+    prep_dataset = {c["id"]: c.get("name") or c["id"] for c in ok if c["kind"] == "prepare"}
+    manifests = {name: m for cid, name in prep_dataset.items()
+                 if (m := _read_json(cell_dir[cid] / name / "manifest.json")) is not None}
     store_bytes: dict[str, float] = {}
-    for c in cells:
-        if c["kind"] != "encode" or markers.get(c["id"], {}).get("status") != "ok":
-            continue
-        store = cell_dir[c["id"]] / f"{store_stem(c.get('name') or c['id'])}.inr"
-        m = manifests.get(prep_dataset.get(c.get("data", ""), ""))
-        n = _split_count(m, "train")
-        if store.is_file() and n:
-            store_bytes[c["id"]] = store.stat().st_size / n
-
     compares = []
-    for c in cells:
-        if c["kind"] != "compare" or markers.get(c["id"], {}).get("status") != "ok":
-            continue
+    for c in ok:
+        m = manifests.get(prep_dataset.get(c.get("data", ""), ""))
+        store = cell_dir[c["id"]] / f"{store_stem(c.get('name') or c['id'])}.inr"
         folder = cell_dir[c["id"]] / "compare"
-        if not (folder / "summary.csv").is_file():
-            continue
-        ds = prep_dataset.get(c.get("data", ""), "")
-        m = manifests.get(ds)
-        size = tuple(m["image_size"]) if m and "image_size" in m else None
-        compares.append(CompareResult(cell=c["id"], dataset=ds, folder=folder,
-                                      summary=pd.read_csv(folder / "summary.csv"), image_size=size))
+        if c["kind"] == "encode" and store.is_file() and _split_count(m, "train"):
+            store_bytes[c["id"]] = store.stat().st_size / _split_count(m, "train")
+        elif c["kind"] == "compare" and (folder / "summary.csv").is_file():
+            size = tuple(m["image_size"]) if m and "image_size" in m else None
+            compares.append(CompareResult(cell=c["id"], dataset=prep_dataset.get(c.get("data", ""), ""),
+                                          folder=folder, summary=pd.read_csv(folder / "summary.csv"), image_size=size))
     every, manifests = by_world_size(status_cell_fields(every, cells), manifests)
     every, manifests = settings.by_settings(settings.by_store(every), manifests)
     rows, rank_rows = split_ranks(every)
-    ok_dirs = [d for d, m in finished if m.get("status") == "ok"]
     return ReportInputs(
         root=root, name=sweep.get("name", root.name), description=sweep.get("description", ""),
         rows=rows, env=_read_json(root / layout.ENV_FILE), cells=cells, markers=markers,
         compares=compares, manifests=manifests, store_bytes=store_bytes,
-        predictions=_predictions(ok_dirs, rows), code=sweep.get("code"),
+        predictions=_predictions(list(cell_dir.values()), rows), code=sweep.get("code"),
         code_of={m["id"]: m.get("code") for _, m in finished}, rank_rows=rank_rows,
     )
 
