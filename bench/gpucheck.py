@@ -1,50 +1,51 @@
 """``scripts/gpu-check OUT_DIR``: the one command to run when a GPU machine is lent, for minutes.
 
-Runs the checks the project needs a GPU for in the order of their value (``STEPS``: does it run, then the
-pipelines on the device, then the two figures people wait for, INR decode and fit throughput, then the
-rest), within one time budget (default ``BUDGET_S``, one 9-minute call with room to spare; each step also has
-its own cap, and the caps of the valuable steps fit the budget), and writes ``OUT_DIR/gpu-check.json``,
-``OUT_DIR/gpu-check.md`` and ``OUT_DIR/gpu-check-logs.tar.gz`` (every step's log) after every step, so a run
-cut short still leaves its report. Each step reports ``ok`` / ``fail`` / ``skip`` / ``not installed`` /
-``killed``, its seconds, key figures and the error's last line. Work files (datasets, stores, results,
-Inductor's cache) go under ``--work`` (default ``OUT_DIR/work``). An existing empty ``OUT_DIR`` is used as
-is (a mount point); an earlier gpu-check output is emptied of what gpu-check wrote, never renamed away.
-
-Every step runs in a subprocess of its own process group; a step that loops over pipelines runs one
-subprocess per adapter (a native crash loses one adapter's figures, not the step's). A step killed at its
-cap, or the whole run killed by SIGTERM/SIGINT, has its group and every descendant killed, and reports the
-figures it wrote so far (``partial``) with status ``fail`` (cap) or ``killed`` (signal). A library that is
-not installed (DALI, TorchCodec) is reported as such and never fails the run; an installed one that cannot
-run on the device fails its step.
-
-Runs with the machine's own ``python3`` and the project not installed (``PYTHONPATH`` = this checkout).
-Without CUDA it exits 2 with one line. ``--cpu`` (alias ``--dry-run``) runs the same steps with device
-``cpu`` where that means something and reports the CUDA-only ones as ``skip`` with the reason: the plumbing
-is tested in CI without a GPU (``tests/test_gpucheck*.py``), under the GPU image's conditions.
-
-Exit status: 0 every selected step ok, skipped or not installed; 1 a step failed; 2 bad usage, no CUDA, or
-an ``OUT_DIR`` that is not a gpu-check output; 128 + the signal's number when killed by SIGTERM/SIGINT.
+Runs the checks that need a GPU in the order of their value (``STEPS``) within one time budget, each step
+in a process group of its own under its own cap, and writes ``gpu-check.json``, ``gpu-check.md`` and the
+logs' tarball after every step, so a run cut short still reports. Plan, statuses and exit codes:
+docs/gpu-check.md. ``--cpu`` runs the same plumbing without a GPU (``tests/test_gpucheck*.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import importlib
 import json
 import math
 import os
+import pkgutil
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import tarfile
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+import psutil
+import yaml
+
+from bench import outputs, pytest_log
+from bench.argtypes import positive_float
+from bench.atomic import atomic_open, atomic_write_json, atomic_write_text
+from bench.cli import OneLineParser, guarded
+from bench.datasets.prepared import open_prepared
+from bench.envinfo import git_info, library_versions, torch_nvjpeg_decoder
 from bench.errors import InputError
+from bench.outputs import claim
+from bench.perf.decode import decoder_variants
+from bench.pytest_log import short
+from bench.results import read_results
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA_VERSION = 2
@@ -117,10 +118,7 @@ class TimedOut(RuntimeError):
 
 
 def _kill(p: subprocess.Popen, group: bool) -> None:
-    """SIGKILL ``p``, its process group when it leads one, and every descendant of it still alive (a
-    descendant that started a session of its own included)."""
-    import psutil
-
+    """SIGKILL ``p``, its process group if it leads one, and every live descendant (own sessions included)."""
     try:
         kids = psutil.Process(p.pid).children(recursive=True)
     except psutil.Error:
@@ -138,9 +136,8 @@ def _kill(p: subprocess.Popen, group: bool) -> None:
 
 def _run(argv: list[str], timeout: float, cwd: Path | None = None, env: dict[str, str] | None = None,
          group: bool = False, log: Path | None = None) -> subprocess.CompletedProcess:
-    """Run a command (``env``: extra variables; ``group``: in a process group of its own, as the parent starts
-    steps; ``log``: stdout and stderr to this file as they come, else captured). At its cap, or when anything
-    (``Interrupted``) stops the wait, it is killed with all it started; at the cap ``TimedOut`` (one line)."""
+    """Run a command (``group``: in a process group of its own; ``log``: output to this file, else captured),
+    killed with all it started at its cap (``TimedOut``) or when the wait is interrupted."""
     sink = open(log, "w") if log else None  # noqa: SIM115 - closed below, after the process ends
     try:
         p = subprocess.Popen(argv, cwd=cwd or REPO, env={**_env(), **(env or {})}, text=True,
@@ -184,8 +181,6 @@ def _remaining(ctx: dict[str, Any], cap: float) -> float:
 
 def partial(ctx: dict[str, Any], figures: dict[str, Any]) -> None:
     """The figures a step has so far, written as it goes: what the report shows if it is killed."""
-    from bench.atomic import atomic_write_json
-
     if ctx.get("partial"):
         atomic_write_json(Path(ctx["partial"]), figures)
 
@@ -199,12 +194,6 @@ def _read_json(path: Path) -> Any:
 
 def _store_arg(ctx: dict[str, Any]) -> list[str]:
     return ["--store", ctx["store"]] if ctx.get("store") else []
-
-
-def _open(ctx: dict[str, Any], key: str = "data"):
-    from bench.datasets.prepared import open_prepared
-
-    return open_prepared(ctx[key])
 
 
 def _epoch(name: str, data: Any, store: str | None, **cfg: Any) -> tuple[Any, Any]:
@@ -228,15 +217,14 @@ def missing_library(e: BaseException) -> bool:
 
 
 def _per_pipeline(ctx: dict[str, Any], check: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
-    """``check(name)`` for this subprocess's one adapter, after building it on the device: an adapter whose
-    library is missing is *not installed*; one that cannot run otherwise fails on a GPU (every adapter must
-    run there) and is skipped on the CPU."""
+    """``check(name)`` for this subprocess's one adapter once it builds on the device: a missing library is
+    *not installed*; any other ``Unavailable`` fails on a GPU and skips on the CPU."""
     import pipelines
     from pipelines import PipelineConfig, Unavailable
 
     (name,) = ctx["pipelines"]
     try:
-        pipelines.create(name, _open(ctx), PipelineConfig(batch_size=8, device=ctx["device"], workers=0),
+        pipelines.create(name, open_prepared(ctx["data"]), PipelineConfig(batch_size=8, device=ctx["device"], workers=0),
                          store=Path(ctx["store"])).close()
     except Unavailable as e:
         if missing_library(e):
@@ -252,12 +240,7 @@ def _per_pipeline(ctx: dict[str, Any], check: Callable[[str], dict[str, Any]]) -
 
 def step_env(ctx: dict[str, Any]) -> dict[str, Any]:
     """Every module of the project imports with this Python and torch; the device and the optional libraries."""
-    import importlib
-    import pkgutil
-
     import torch
-
-    from bench.envinfo import library_versions
 
     failed, n = [], 0
     for pkg in ("bench", "pipelines", "inr"):
@@ -301,16 +284,13 @@ def step_setup(ctx: dict[str, Any]) -> dict[str, Any]:
                        "--device", ctx["device"], "--no-progress", "--out", str(work / "syn32.inr")], t(90)), "encode")
     from inr.store import load
 
-    data = _open({"data": str(work / "syn32")})
+    data = open_prepared(work / "syn32")
     return {"train_images": len(data.split("train")), "store_psnr_db": round(float(load(work / "syn32.inr").psnr.mean()), 2)}
 
 
 def _pytest(ctx: dict[str, Any], name: str, args: list[str], cap: float) -> dict[str, Any]:
-    """``pytest ARGS`` in a subprocess capped at ``cap`` s, each test's outcome streamed to ``work/NAME.jsonl``
-    (``bench.pytest_log``) as it finishes: a pytest killed by the cap still reports the tests it finished,
-    the one it was running and how many it never reached."""
-    from bench import pytest_log
-
+    """``pytest ARGS`` capped at ``cap`` s, outcomes streamed to ``work/NAME.jsonl`` (``bench.pytest_log``), so a
+    killed pytest still reports what it finished, was running and never reached."""
     log = Path(ctx["work"]) / f"{name}.jsonl"
     log.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "bench.pytest_log", *args]
@@ -326,12 +306,7 @@ def _pytest(ctx: dict[str, Any], name: str, args: list[str], cap: float) -> dict
 
 
 def read_pytest_log(log: Path, select: Any = None) -> dict[str, Any]:
-    """``bench.pytest_log.read_log``, plus ``not_installed``: the adapters whose tests skipped saying so
-    (``tests/test_pipelines.unavailable`` on a device)."""
-    import re
-
-    from bench import pytest_log
-
+    """``bench.pytest_log.read_log`` plus ``not_installed``: adapters whose tests skipped saying so."""
     res = pytest_log.read_log(log, select)
     names: set[str] = set()
     with contextlib.suppress(OSError):
@@ -346,8 +321,6 @@ def read_pytest_log(log: Path, select: Any = None) -> dict[str, Any]:
 
 def _progress(res: dict[str, Any]) -> str:
     """How far a pytest got, in words (for a run cut short)."""
-    from bench.pytest_log import short
-
     if res["collected"] is None:
         return "killed while collecting: no test started"
     at = f"while running {short(res['running'])}" if res["running"] else "between tests"
@@ -356,8 +329,6 @@ def _progress(res: dict[str, Any]) -> str:
 
 
 def _figures(res: dict[str, Any]) -> dict[str, Any]:
-    from bench.pytest_log import short
-
     figures: dict[str, Any] = {k: res[k] for k in ("passed", "failed", "skipped")}
     if res["failures"]:
         figures["failures"] = res["failures"][:10]
@@ -372,8 +343,7 @@ def _figures(res: dict[str, Any]) -> dict[str, Any]:
 
 
 def _outcome(res: dict[str, Any], returncode: int = 0, tail: str = "") -> dict[str, Any]:
-    """A finished pytest's (or its log's selected tests') step result: fail on a failed test or a bad exit
-    (a crash names the test it was running), skip when nothing passed."""
+    """A finished pytest's step result: fail on a failed test or bad exit, skip when nothing passed."""
     figures = _figures(res)
     if res["failed"] or returncode not in (0, 5):
         crash = f" ({_progress(res)})" if res["running"] else ""
@@ -397,8 +367,6 @@ def step_pytest_rest(ctx: dict[str, Any]) -> dict[str, Any]:
 
 
 def step_sync_debug(ctx: dict[str, Any]) -> dict[str, Any]:
-    import warnings
-
     import torch
 
     import pipelines
@@ -406,7 +374,7 @@ def step_sync_debug(ctx: dict[str, Any]) -> dict[str, Any]:
 
     if ctx["device"] == "cpu":
         raise Skip("torch.cuda.set_sync_debug_mode needs CUDA")
-    data, store = _open(ctx), Path(ctx["store"])
+    data, store = open_prepared(ctx["data"]), Path(ctx["store"])
 
     def check(name: str) -> dict[str, Any]:
         p = pipelines.create(name, data, PipelineConfig(batch_size=64, device=ctx["device"], workers=2, seed=1), store=store)
@@ -436,17 +404,13 @@ def step_sync_debug(ctx: dict[str, Any]) -> dict[str, Any]:
 
 
 def _spread(values: Any) -> dict[str, Any]:
-    """Median and [min, max] of per-repeat figures (the interval of so few repeats)."""
-    import numpy as np
-
+    """Median and [min, max] of per-repeat figures."""
     v = np.asarray(values, dtype=float)
     return {"median": round(float(np.median(v)), 1), "range": [round(float(v.min()), 1), round(float(v.max()), 1)],
             "n": int(v.size)}
 
 
 def step_bench_smoke(ctx: dict[str, Any]) -> dict[str, Any]:
-    from bench.results import read_results
-
     work, dev = Path(ctx["work"]) / "bench", ctx["device"]
     cuda = dev != "cpu"
     gpu_metrics = ("gpu_mem_used_peak_bytes", "torch_peak_allocated_bytes")
@@ -491,7 +455,7 @@ def step_cpu_vs_device(ctx: dict[str, Any]) -> dict[str, Any]:
 
     from pipelines import Augment
 
-    data, store = _open(ctx), ctx["store"]
+    data, store = open_prepared(ctx["data"]), ctx["store"]
     aug = Augment(crop="center", flip=False)
     std = torch.tensor(aug.std).view(1, 3, 1, 1)
 
@@ -516,7 +480,7 @@ def step_cpu_vs_device(ctx: dict[str, Any]) -> dict[str, Any]:
 def step_compile(ctx: dict[str, Any]) -> dict[str, Any]:
     import torch._dynamo.utils as dyn
 
-    data, store = _open(ctx), ctx["store"]
+    data, store = open_prepared(ctx["data"]), ctx["store"]
 
     def graphs() -> tuple[int, int]:
         return int(dyn.counters["stats"]["unique_graphs"]), int(dyn.counters["frames"]["total"])
@@ -552,10 +516,10 @@ def step_dali_crops(ctx: dict[str, Any]) -> dict[str, Any]:
     except ModuleNotFoundError as e:
         raise NotInstalled(f"nvidia.dali is not installed here ({e})") from None
     k = "(dali and (distribution or uniform or per_image)) or agree_across"
-    if ctx["device"] == "cpu":  # DALI's CPU decode: its own statistics (tests/test_pipelines.py), no cross-adapter test
+    if ctx["device"] == "cpu":  # DALI's CPU decode: its own statistics only
         return _pytest(ctx, "dali-crops", ["tests/test_pipelines.py", "-k", "dali and (distribution or uniform or per_image)"], 150)
     ran = Path(ctx["work"]) / "pytest-pipelines.jsonl"
-    if ran.is_file():  # the pipeline tests ran them already (tests/test_pipelines_gpu.py): read their outcomes
+    if ran.is_file():  # the pipeline tests ran them already: read their outcomes
 
         def select(n: str) -> bool:
             return "test_pipelines_gpu" in n and (("dali" in n and any(w in n for w in ("distribution", "uniform",
@@ -568,9 +532,8 @@ def step_dali_crops(ctx: dict[str, Any]) -> dict[str, Any]:
 
 
 def step_perf_encode(ctx: dict[str, Any]) -> dict[str, Any]:
-    # cifar10's preset (5x13, 32 px, lr 1e-3) at a GPU-sized batch, the eager step then the compiled one, each run
-    # with its own estimate of the whole CIFAR-10 encode (goal: under 15 minutes on an H200); the eager run's
-    # figures are kept (``partial``) when the compiled run's cold compile meets the cap
+    # cifar10's preset at a GPU-sized batch, eager then compiled, each with its CIFAR-10 estimate; the eager
+    # figures are kept (``partial``) if the compiled run's cold compile meets the cap
     cuda = ctx["device"] != "cpu"
     figs: dict[str, Any] = {}
     for i, step in enumerate(("eager", "compiled")):
@@ -595,8 +558,7 @@ def _key_figure(key: str) -> bool:
 
 
 def _numbers(d: Any, prefix: str = "") -> dict[str, Any]:
-    """The key figures among the numeric leaves of a nested dict (rates, FLOP/s, % of peak, ratios, peak
-    memory, mean PSNR), rounded, keyed by their dotted path."""
+    """The key figures (``_key_figure``) among a nested dict's numeric leaves, rounded, by dotted path."""
     out: dict[str, Any] = {}
     for k, v in (d.items() if isinstance(d, dict) else ()):
         if isinstance(v, dict):
@@ -607,11 +569,8 @@ def _numbers(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def step_perf_subsample(ctx: dict[str, Any]) -> dict[str, Any]:
-    """The fit on 1/8 of the pixels per step (``--pixel-fraction``) against all of them, the same ``fit``
-    call (cifar10 preset, compiled step on a GPU), and the CIFAR-10 encode time each projects to."""
-    import dataclasses
-
-    import numpy as np
+    """The fit on 1/8 of the pixels per step against all of them (cifar10 preset) and the CIFAR-10 encode
+    time each projects to."""
     import torch
 
     from inr.fit import fit, preset
@@ -640,9 +599,7 @@ def step_perf_subsample(ctx: dict[str, Any]) -> dict[str, Any]:
 
 
 def step_perf_decode(ctx: dict[str, Any]) -> dict[str, Any]:
-    # no torch.compile variants: their cold-cache builds (two dtypes, two sizes) do not fit the step's cap.
-    # On a GPU, DALI's mixed decoder gets every core for its CPU stage (Huffman decoding of what the
-    # hardware decoder does not take): one thread would make it CPU-bound and flatter the INR decoder
+    # no torch.compile variants (their cold builds do not fit the cap); DALI gets every core for its CPU stage
     cuda = ctx["device"] != "cpu"
     threads = ["--threads", str(os.cpu_count() or 1)] if cuda else []
     sizes = ["32", "224"] if cuda else ["32"]  # a CPU's 224 px bf16 rows take minutes: the plumbing needs one size
@@ -659,21 +616,13 @@ JPEG_ROWS = (("PIL", "pil"), ("decode_jpeg (torch-nvjpeg)", "nvjpeg"), ("DALI", 
 
 def adapter_variant(size: int, device: str) -> str:
     """The perf decode variant that is the ``inr`` adapter's own decoder (fp32, eager, whole batch)."""
-    from bench.perf.decode import decoder_variants
-
     return decoder_variants(size, device, True)[0][0]
 
 
 def decode_figures(doc: dict[str, Any], device: str) -> dict[str, Any]:
-    """Key figures of ``perf decode --json``, per size: the ``inr`` adapter's own decoder (img/s, % of the
-    device's matmul peak; the fastest variant apart, which may be bf16), each JPEG decoder's img/s (PIL, the
-    ``torch-nvjpeg`` adapter's decoder, DALI) and INR over nvJPEG and over PIL. The ratios are medians in one
-    process with no interval: a check that both ran, not a speed claim (``ratio_note``).
-
-    A JPEG row skipped because its library is not installed is listed in ``not_installed``; any other skipped
-    row fails the step on CUDA (the decoders the adapters use must run on a GPU machine), and is noted on the
-    CPU. No row of the adapter's decoder: a failure.
-    """
+    """Key figures of ``perf decode --json`` per size: the ``inr`` adapter's decoder (img/s, % of matmul peak),
+    the fastest variant, each JPEG decoder's img/s and INR over nvJPEG / PIL (a check, no interval). A JPEG row
+    skipped for a missing library is ``not_installed``; any other skip fails on CUDA. No inr row: a failure."""
     if doc.get("device", "cpu") != device:
         raise AssertionError(f"perf decode measured on {doc.get('device', 'cpu')!r}, not {device!r}")
     fig: dict[str, Any] = {"device": doc.get("device", "cpu")}
@@ -738,12 +687,11 @@ def step_encode_qat(ctx: dict[str, Any]) -> dict[str, Any]:
 
 
 def mini_sweep(device: str, pipeline_names: list[str]) -> dict[str, Any]:
-    """The ``paper`` sweep in miniature: synthetic 32 and 224, tiny counts, every cell kind."""
-    # every feed gets the store (pipelines that read none ignore it): no per-adapter branch here
+    """The ``paper`` sweep in miniature: synthetic 32 and 224, tiny counts, every cell kind (every feed gets
+    the store; pipelines that read none ignore it)."""
     feeds = [{"pipeline": n, "store": "encode-{size}-pruned-8bit"} for n in pipeline_names]
     pruned8 = {"name": "pruned-8bit", "prune": 0.15, "bits": "16:8:16", "args": {"prune_rounds": 1, "prune_finetune": 10}}
     cells: list[dict[str, Any]] = []
-    # like `paper`: per size prepare, encode variants, compare, loader-only and train runs of every pipeline
     learned = {"name": "learned-init", "init": "meta-init-s32", "bits": "16:8:16"}
     for size, per_class, backbone, variants in ((32, 4, "resnet18-cifar", [{"name": "fp32"}, pruned8, learned]),
                                                 (224, 2, "resnet18", [pruned8])):
@@ -776,8 +724,6 @@ def mini_sweep(device: str, pipeline_names: list[str]) -> dict[str, Any]:
 
 def _cells_done(out: Path) -> dict[str, Any]:
     """Cell statuses recorded so far in a sweep results folder (``cell_s`` rows)."""
-    import pandas as pd
-
     try:
         df = pd.read_csv(out / "results.csv", low_memory=False)
     except (OSError, ValueError):
@@ -787,9 +733,6 @@ def _cells_done(out: Path) -> dict[str, Any]:
 
 
 def step_sweep(ctx: dict[str, Any]) -> dict[str, Any]:
-    import re
-
-    import yaml
 
     work = Path(ctx["work"])
     spec = work / "mini-paper.yaml"
@@ -814,9 +757,8 @@ def step_sweep(ctx: dict[str, Any]) -> dict[str, Any]:
     return fig
 
 
-# In the order of their value to a short device lease (issue #32): does it run, the pipelines on the device, the
-# INR decode and fit figures, then what needs the small set and the rest. The caps of the steps up to bench-smoke
-# fit the default budget (``valuable_caps_s``); the later steps run in what is left and say so when it is spent.
+# In the order of their value to a short lease: the caps up to bench-smoke fit the default budget
+# (``valuable_caps_s``); later steps run in what is left.
 STEPS: tuple[Step, ...] = (
     Step("env", "every module of bench, pipelines and inr imports with this Python and torch; the device, and "
          "whether DALI and TorchCodec are installed", 20, 12, step_env, needs_setup=False),
@@ -893,7 +835,7 @@ def run_step_child(name: str, ctx_path: str) -> int:
 
 
 def _so_far(step: Step, ctx: dict[str, Any], partial_path: Path) -> dict[str, Any]:
-    """What a step killed before its end had written: its partial figures, or its pytest log's outcomes."""
+    """A killed step's partial figures, or its pytest log's outcomes."""
     got = _read_json(partial_path)
     if got:
         return got
@@ -929,8 +871,8 @@ def _run_unit(step: Step, ctx: dict[str, Any], timeout: float, pipeline: str | N
 
 
 def merge(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """One step's result from its adapters' (``{name: result}``): figures keyed ``NAME.figure`` with each
-    adapter's status; killed if one was, failed if one failed, ok if one ran, else not installed / skip."""
+    """One step's result from its adapters' (``{name: result}``): figures keyed ``NAME.figure``; killed,
+    failed or ok if any adapter was, else not installed / skip."""
     figures: dict[str, Any] = {}
     for n, r in results.items():
         figures[f"{n}.status"] = r["status"]
@@ -998,10 +940,8 @@ def render_md(doc: dict[str, Any]) -> str:
 
 
 def _env_summary() -> dict[str, Any]:
-    """What the parent knows without touching the device (the env step adds the device's own)."""
+    """What the parent knows without touching the device."""
     import torch
-
-    from bench.envinfo import git_info, library_versions, torch_nvjpeg_decoder
 
     git = git_info()
     nvjpeg = torch_nvjpeg_decoder()
@@ -1015,12 +955,7 @@ OWN = ("gpu-check.json", "gpu-check.md", LOGS, "work")  # what gpu-check writes 
 
 
 def _fresh_output(out: Path) -> None:
-    """An empty marked ``out``: a new folder, an existing empty one used as is (a mount point can be neither
-    renamed nor removed), or an earlier gpu-check output (checked by ``claim``) emptied of what it wrote."""
-    import shutil
-
-    from bench import outputs
-
+    """An empty marked ``out``: new, empty (a mount point, used as is) or an earlier output emptied of ``OWN``."""
     out.mkdir(parents=True, exist_ok=True)
     for name in OWN:
         p = out / name
@@ -1032,7 +967,7 @@ def _fresh_output(out: Path) -> None:
 
 
 def _work_dir(out: Path, work: str | None) -> Path:
-    """``--work``: a new or empty folder (nothing in it is gpu-check's to delete); default ``OUT_DIR/work``."""
+    """``--work``: a new or empty folder; default ``OUT_DIR/work``."""
     if work is None:
         return out / "work"
     w = Path(work).resolve()
@@ -1043,8 +978,6 @@ def _work_dir(out: Path, work: str | None) -> Path:
 
 def _write_logs(out: Path, work: Path) -> None:
     """``OUT_DIR/gpu-check-logs.tar.gz``: every step's log and result, and the pytest outcome logs."""
-    from bench.atomic import atomic_open
-
     with atomic_open(out / LOGS) as f, tarfile.open(fileobj=f, mode="w:gz") as tar:
         for p in sorted([*(work / "steps").glob("*"), *work.glob("*.jsonl")]):
             if p.is_file():
@@ -1062,9 +995,6 @@ def _parse_list(value: str | None, known: list[str] | tuple[str, ...], what: str
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from bench.argtypes import positive_float
-    from bench.cli import OneLineParser
-
     p = OneLineParser(prog="gpu-check", description=__doc__.split("\n\n")[0],
                       formatter_class=argparse.RawDescriptionHelpFormatter,
                       epilog="steps, in the order they run: " + ", ".join(STEP_NAMES))
@@ -1091,7 +1021,6 @@ def run(argv: list[str] | None = None) -> int:
     import torch
 
     import pipelines
-    from bench.outputs import claim
 
     if not args.cpu and not torch.cuda.is_available():
         raise InputError("gpu-check: no CUDA device here (torch.cuda.is_available() is False); "
@@ -1126,8 +1055,6 @@ def run(argv: list[str] | None = None) -> int:
                   f"{'' if p['selected'] else '  (not selected)'}", flush=True)
 
         def write() -> None:
-            from bench.atomic import atomic_write_json, atomic_write_text
-
             doc["elapsed_s"] = round(time.time() - t0, 1)
             counts = {k: sum(s["status"] == k for s in doc["steps"]) for k in STATUSES}
             doc["summary"] = ", ".join(f"{v} {k}" for k, v in counts.items())
@@ -1191,8 +1118,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_step"]:
         return run_step_child(argv[1], argv[2])
-    from bench.cli import guarded
-
     return guarded(lambda: run(argv))
 
 

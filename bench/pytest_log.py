@@ -1,19 +1,10 @@
-"""A pytest plugin (``pytest -p bench.pytest_log``): one JSON line per event, appended and flushed as it
-happens, to the file named by ``$INRBENCH_PYTEST_LOG`` (without it the plugin does nothing).
+"""A pytest plugin (``pytest -p bench.pytest_log``): one JSON line per event, flushed as it happens, to
+``$INRBENCH_PYTEST_LOG``, so a pytest killed by a time cap still tells what finished, what was running
+and what was never reached (``read_log``; junit XML is written only at the end).
 
-pytest's ``--junitxml`` is written once, at the end of the session: a pytest killed by a time cap
-(gpu-check's steps) leaves no per-test result at all. This file keeps every test that finished,
-the one that was running and the ones never reached. ``read_log`` sums it up.
-
-Lines (key ``event``):
-
-- ``collected``: ``nodeids``, the tests selected to run (after ``-m`` / ``-k``), once;
-- ``collect_error``: ``nodeid``, ``message`` (a file or module that could not be collected);
-- ``start``: ``nodeid``: a test began (no ``test`` line after it: it was running when pytest died);
-- ``test``: ``nodeid``, ``outcome`` (``passed`` | ``failed`` | ``skipped``; a failed setup or teardown
-  is ``failed``, an xfail ``skipped``), ``duration`` (s, setup + call + teardown), ``message`` (a
-  failure's error on one line, or the skip reason);
-- ``finished``: ``exitstatus``: the session ended (absent when pytest was killed).
+Events (key ``event``): ``collected`` (``nodeids``), ``collect_error`` (``nodeid``, ``message``), ``start``
+(``nodeid``), ``test`` (``nodeid``, ``outcome`` passed | failed | skipped, ``duration``, ``message``),
+``finished`` (``exitstatus``; absent when pytest was killed).
 """
 
 from __future__ import annotations
@@ -43,7 +34,7 @@ def one_line(text: Any) -> str:
 
 
 def _message(report: Any) -> str:
-    """A skip's reason, or a failure's error (pytest's crash message, as junit's ``message``), on one line."""
+    """A skip's reason or a failure's crash message, on one line."""
     if getattr(report, "wasxfail", None) is not None and report.skipped:
         return one_line(f"xfail: {report.wasxfail}")
     rep = report.longrepr
@@ -96,13 +87,9 @@ def short(nodeid: str) -> str:
 
 
 def read_log(path: Path, select: Any = None) -> dict[str, Any]:
-    """Sum up a log (complete, or cut short by a kill; a torn last line is ignored).
-
-    Returns ``passed``, ``failed`` (collection errors included), ``skipped``, ``failures`` (``"test: error"``),
-    ``skip_reason`` (the first), ``collected`` (None: collection never finished), ``running`` (the test
-    started and not finished, or None), ``not_reached`` (collected, never started) and ``finished``
-    (the session ended). ``select(nodeid)``: only the tests it keeps.
-    """
+    """Sum up a log, maybe cut short (a torn last line ignored), over the tests ``select(nodeid)`` keeps:
+    ``passed``, ``failed``, ``skipped``, ``failures``, ``skip_reason``, ``collected`` (None: never finished),
+    ``running``, ``not_reached`` and ``finished``."""
     keep = select or (lambda _n: True)
     out: dict[str, Any] = {"passed": 0, "failed": 0, "skipped": 0, "failures": [], "skip_reason": "",
                            "collected": None, "running": None, "not_reached": [], "finished": False}

@@ -1,36 +1,11 @@
 """Intervals and tests behind every comparison the report makes (numpy/scipy, no hand-rolled stats).
 
-- ``ratio_ci(base, other)``: median(base) / median(other) of two independent samples with a seeded
-  two-sample bootstrap interval (``scipy.stats.bootstrap``, BCa; percentile when BCa is degenerate);
-  no interval below ``RATIO_MIN_N`` samples a side (a bootstrap of 2-4 samples excluded 1.0 in
-  10-32% of equal pairs). No report figure uses it: speedups take ``unit_ratio_ci``.
-- ``log_ratio_ci(base, other, confidence)``: ratio of geometric means of two independent samples,
-  each value a unit, with Welch's t interval on the logs (``unit_ratio_ci`` with one value a unit).
-  ``bonferroni(m)``: the per-comparison confidence that keeps ``m`` intervals at 95% together,
-  for a ratio picked after looking (the slowest / fastest of k ranks, ``bench.report.ranks``).
-- ``unit_ratio_ci(base_units, other_units)``: the same ratio when each process (one run, all its
-  repeats) is one unit (its median epoch): ratio of geometric means with Welch's t interval on
-  the logs. The report's speedups use it: epochs, and repeats, of one process are not
-  independent samples.
-- ``wilson(k, n)``: the Wilson score interval of a proportion
-  (``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``).
-- ``mcnemar(a_correct, b_correct)``: exact McNemar test on paired predictions (the same test
-  images): discordant pairs ``b`` (only A right) and ``c`` (only B right), two-sided exact
-  binomial p-value of ``b`` among ``b + c`` at 1/2 (``scipy.stats.binomtest``).
-- ``paired_diff_ci(x, y)``: mean of the per-item differences ``x - y`` with a seeded bootstrap
-  interval (BCa), e.g. per-image PSNR of INR minus matched JPEG; below ``BOOTSTRAP_MIN_N`` items,
-  Student's t interval on the differences (``paired_diff_method``), and none for one item.
-- ``mean_ci(x)``: mean with Student's t interval (``scipy.stats.ttest_1samp``), for a few
-  independent units, e.g. test accuracy over training seeds.
-- ``paired_mean_diff_ci(x, y)``: mean of ``x - y`` over a few paired units with the paired t
-  interval (``scipy.stats.ttest_rel``), e.g. two pipelines' accuracies paired by training seed.
-
-An ``Interval`` ``excludes(v)`` only when ``v`` lies outside ``[lo, hi]``: a difference whose
-interval contains the null value (1.0 for a ratio, 0 for a difference) is "no difference detected".
-No function returns a zero-width interval: one sample, or no spread at all, gives the value with NaN
-bounds and ``why`` says which (2-3 equal values are no proof of zero spread, and a zero-width
-interval would read as certainty). ``fmt_ratio`` / ``fmt_diff`` print bounds rounded outward, with
-more digits where a bound would otherwise round onto the null value.
+``unit_ratio_ci`` (speedups: each process one unit, Welch's t on the logs), ``log_ratio_ci`` with
+``bonferroni`` (per-rank spread), ``wilson`` and ``mcnemar`` (accuracy of trained models),
+``paired_diff_ci`` (per-image differences), ``mean_ci`` / ``paired_mean_diff_ci`` (over training seeds),
+``geometric_mean_ci`` (ratios over items). An ``Interval`` ``excludes(v)`` only when ``v`` lies outside
+``[lo, hi]``; one sample or no spread gives the value with NaN bounds and ``why`` (never a zero-width
+interval). ``fmt_ratio`` / ``fmt_diff`` round bounds outward. Why these units: docs/measurement.md.
 """
 
 from __future__ import annotations
@@ -41,23 +16,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
 SEED = 0
 NO_DIFFERENCE = "no difference detected"
-# Fewest items for a bootstrap interval of a mean (``paired_diff_ci``); below it, Student's t. A
-# bootstrap interval resamples the observed items only, so with few it is too narrow: in 400 simulated
-# samples each (tests/test_compare_small_n.py re-checks n = 5), the BCa interval of a mean held
-# the true mean in 81% of normal samples at n = 4, 87% at n = 6-8, 91-93% at n = 10-15 and 92-94% at
-# 20-30, against 94-96% for the t interval at every n; on skewed (lognormal) data the t interval held
-# it as often or more at every n up to 30. 30 is where the two agree within simulation noise, and it
-# is the usual rule of thumb. The project's other few-unit means (``mean_ci``, ``paired_mean_diff_ci``)
-# use the same t interval.
+# fewest items for a bootstrap interval of a mean; below it Student's t (a bootstrap of few items is too
+# narrow: docs/measurement.md, "Few items")
 BOOTSTRAP_MIN_N = 30
-# Fewest samples a side for ``ratio_ci``'s two-sample bootstrap of medians: with 2-3 a side it excluded 1.0 in
-# 32% / 10% of equal pairs (tests/test_stats.py re-simulates it); below, no interval.
-RATIO_MIN_N = 6
 ONE_SAMPLE = "one sample"
 NO_SPREAD = "no spread"
 
@@ -91,8 +58,6 @@ def _clean(x: Sequence[float]) -> np.ndarray:
 
 def _bootstrap(data: tuple[np.ndarray, ...], statistic, seed: int, n_resamples: int,
                confidence: float) -> tuple[float, float]:
-    from scipy import stats
-
     for method in ("BCa", "percentile"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # BCa on degenerate data warns and returns NaN: fall back
@@ -104,36 +69,10 @@ def _bootstrap(data: tuple[np.ndarray, ...], statistic, seed: int, n_resamples: 
     return math.nan, math.nan
 
 
-def _median_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.median(a, axis=axis) / np.median(b, axis=axis)
-
-
 def bonferroni(comparisons: int, confidence: float = CONFIDENCE) -> float:
-    """The per-comparison confidence that makes ``comparisons`` intervals hold together with
-    probability >= ``confidence`` (Bonferroni): ``1 - (1 - confidence) / comparisons``. An interval
-    at this level stays valid for a comparison picked after looking at the data (e.g. the slowest
-    and fastest of k ranks: ``comparisons = k (k - 1) / 2``)."""
+    """The per-comparison confidence that keeps ``comparisons`` intervals at ``confidence`` together
+    (Bonferroni), so valid for a pair picked after looking (the slowest / fastest of k ranks)."""
     return 1.0 - (1.0 - confidence) / max(int(comparisons), 1)
-
-
-def ratio_ci(base: Sequence[float], other: Sequence[float], seed: int = SEED,
-             n_resamples: int = N_RESAMPLES, confidence: float = CONFIDENCE) -> Interval:
-    """median(base) / median(other) with a two-sample bootstrap interval (each sample resampled
-    on its own). For epoch times, > 1 means ``other`` is faster. Needs ``RATIO_MIN_N`` finite samples
-    a side for an interval (fewer: the value, no interval, ``why`` says so), and some spread.
-    Past 95% confidence the resamples grow so that each tail holds at least 20 of them."""
-    n_resamples = max(int(n_resamples), math.ceil(20 / ((1.0 - confidence) / 2)))
-    a, b = _clean(base), _clean(other)
-    if a.size == 0 or b.size == 0 or np.median(b) <= 0:
-        return NAN
-    value = float(np.median(a) / np.median(b))
-    n = int(min(a.size, b.size))
-    if n < RATIO_MIN_N:
-        return Interval(value, math.nan, math.nan, n, ONE_SAMPLE if n < 2 else f"fewer than {RATIO_MIN_N} samples a side")
-    if _no_spread(a) and _no_spread(b):
-        return Interval(value, math.nan, math.nan, n, NO_SPREAD)
-    lo, hi = _bootstrap((a, b), _median_ratio, seed, n_resamples, confidence)
-    return Interval(value, lo, hi, n)
 
 
 def _no_spread(x: np.ndarray) -> bool:
@@ -149,22 +88,8 @@ def log_ratio_ci(base: Sequence[float], other: Sequence[float], confidence: floa
 
 def unit_ratio_ci(base_units: Sequence[Sequence[float]], other_units: Sequence[Sequence[float]],
                   confidence: float = CONFIDENCE) -> Interval:
-    """Ratio of epoch times when the independent unit is the process, not the epoch or the repeat.
-
-    Epochs and repeats of one process (one ``bench`` run) share its conditions (machine load,
-    memory layout, clocks, the interpreter's and the libraries' state), so between processes times
-    vary more than within one, and an interval over pooled epochs, or over one process's repeats,
-    is too narrow. Measured with the demo's loader settings (6 processes x 3 repeats,
-    ``docs/measurement.md``): the process means of raw and torch-jpeg spread 2.3-2.6x more than
-    their repeats predict (one-way ANOVA p < 0.01). Here each unit (a process) counts once, as its median epoch time:
-    value = exp(mean log median(base unit) - mean log median(other unit)), the ratio of geometric
-    means, with Welch's t interval on those logs (``scipy.stats.ttest_ind``, ``equal_var=False``).
-    Simulated with 3 units of 3 epochs a side and 8% between-unit noise, it excluded 1.0 in 5 of
-    200 equal pairs where the pooled-epoch bootstrap did in 34 (``tests/test_stats.py``). Needs
-    >= 2 units a side for an interval; with fewer: the value, no interval (``n`` = the smaller
-    number of units)."""
-    from scipy import stats
-
+    """Ratio of epoch times with the process as the unit (its median epoch counts once): the ratio of
+    geometric means with Welch's t interval on the logs; >= 2 units a side for an interval."""
     meds = []
     for units in (base_units, other_units):
         m = [float(np.median(u)) for u in (_clean(u) for u in units) if u.size]
@@ -176,7 +101,7 @@ def unit_ratio_ci(base_units: Sequence[Sequence[float]], other_units: Sequence[S
     value = float(np.exp(a.mean() - b.mean()))
     if n < 2:
         return Interval(value, math.nan, math.nan, n, ONE_SAMPLE)
-    if _no_spread(a) and _no_spread(b):  # equal logs on both sides are no proof of zero spread: no interval
+    if _no_spread(a) and _no_spread(b):
         return Interval(value, math.nan, math.nan, n, NO_SPREAD)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # near-identical logs on one side: scipy warns, the interval stands
@@ -186,8 +111,6 @@ def unit_ratio_ci(base_units: Sequence[Sequence[float]], other_units: Sequence[S
 
 def wilson(k: int, n: int, confidence: float = CONFIDENCE) -> Interval:
     """Proportion ``k/n`` with its Wilson score interval."""
-    from scipy import stats
-
     if n <= 0:
         return NAN
     ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
@@ -209,8 +132,6 @@ class McNemar:
 
 def mcnemar(a_correct: Sequence[bool], b_correct: Sequence[bool]) -> McNemar:
     """Exact (binomial) McNemar test; ``p = 1`` when there is no discordant pair."""
-    from scipy import stats
-
     a = np.asarray(a_correct, dtype=bool)
     b = np.asarray(b_correct, dtype=bool)
     if a.shape != b.shape:
@@ -225,42 +146,34 @@ def _mean(d: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def paired_diff_method(n: int) -> str:
-    """Which interval ``paired_diff_ci`` gives over ``n`` pairs: ``"bootstrap"`` (``BOOTSTRAP_MIN_N`` or
-    more), ``"t"`` (2 to ``BOOTSTRAP_MIN_N - 1``), ``"none"`` (fewer than 2)."""
+    """Which interval ``paired_diff_ci`` gives over ``n`` pairs: ``"none"``, ``"t"`` or ``"bootstrap"``."""
     return "none" if n < 2 else ("t" if n < BOOTSTRAP_MIN_N else "bootstrap")
 
 
 def paired_diff_ci(x: Sequence[float], y: Sequence[float], seed: int = SEED,
                    n_resamples: int = N_RESAMPLES, confidence: float = CONFIDENCE) -> Interval:
-    """Mean of ``x - y`` over paired items with a bootstrap interval (pairs resampled together), or,
-    below ``BOOTSTRAP_MIN_N`` pairs, Student's t interval on the differences (a bootstrap of a few
-    items is too narrow: see ``BOOTSTRAP_MIN_N``; equal differences there give no interval, as
-    ``_t_interval`` says). One pair: the value, no interval. ``BOOTSTRAP_MIN_N`` or more differences
-    that are all equal (a constant per-item offset): the value, no interval (``why`` says no spread)."""
+    """Mean of ``x - y`` over paired items: a bootstrap interval from ``BOOTSTRAP_MIN_N`` pairs, Student's t
+    below; one pair or no spread: the value, no interval."""
     d = _paired_differences(x, y)
     if d.size == 0:
         return NAN
     value = float(d.mean())
     if d.size < 2:
         return Interval(value, math.nan, math.nan, int(d.size), ONE_SAMPLE)
-    if paired_diff_method(d.size) == "t":  # a few equal differences are no proof of zero spread: no interval
+    if paired_diff_method(d.size) == "t":
         return _t_interval(d, confidence)
-    if _no_spread(d):  # a constant offset: the value, no zero-width interval
+    if _no_spread(d):
         return Interval(value, math.nan, math.nan, int(d.size), NO_SPREAD)
     lo, hi = _bootstrap((d,), _mean, seed, n_resamples, confidence)
     return Interval(value, lo, hi, int(d.size))
 
 
 def _t_interval(d: np.ndarray, confidence: float) -> Interval:
-    """Mean of ``d`` with the one-sample t interval; no interval below 2 units, nor without spread:
-    2-3 equal units (likely for accuracies, which move in steps of one test image) are no evidence
-    that the spread is 0, and a zero-width interval would read as certainty."""
-    from scipy import stats
-
+    """Mean of ``d`` with the one-sample t interval; none below 2 units or without spread."""
     value = float(d.mean())
     if d.size < 2:
         return Interval(value, math.nan, math.nan, int(d.size), ONE_SAMPLE)
-    if _no_spread(d):  # no spread (up to float rounding): no interval
+    if _no_spread(d):
         return Interval(value, math.nan, math.nan, int(d.size), NO_SPREAD)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # near-identical values: scipy warns, the interval stands
@@ -269,9 +182,7 @@ def _t_interval(d: np.ndarray, confidence: float) -> Interval:
 
 
 def mean_ci(x: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
-    """Mean of a few independent units (e.g. one accuracy per training seed) with Student's t
-    interval (``scipy.stats.ttest_1samp(x).confidence_interval()``). Non-finite values are dropped;
-    one unit, or no spread: the value, no interval (``n`` says how many units)."""
+    """Mean of a few independent units (one accuracy per training seed) with Student's t interval."""
     a = _clean(x)
     if a.size == 0:
         return NAN
@@ -279,10 +190,7 @@ def mean_ci(x: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
 
 
 def paired_mean_diff_ci(x: Sequence[float], y: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
-    """Mean of ``x - y`` over a few paired units (e.g. two pipelines' accuracies at the same training
-    seeds) with the paired t interval (``scipy.stats.ttest_rel(x, y).confidence_interval()``): the
-    units, not items within them, are the samples. Pairs with a non-finite side are dropped; one
-    pair, or a constant difference: the value, no interval (``n`` says how many pairs)."""
+    """Mean of ``x - y`` over a few paired units (accuracies at the same seeds) with the paired t interval."""
     d = _paired_differences(x, y)
     return NAN if d.size == 0 else _t_interval(d, confidence)
 
@@ -298,11 +206,8 @@ def _paired_differences(x: Sequence[float], y: Sequence[float]) -> np.ndarray:
 
 def geometric_mean_ci(x: Sequence[float], seed: int = SEED, n_resamples: int = N_RESAMPLES,
                       confidence: float = CONFIDENCE) -> Interval:
-    """Geometric mean of positive ratios (e.g. per-image savings) with its interval over items: the
-    exp of the logs' interval as ``paired_diff_ci`` gives it (``geometric_mean_method``): Student's t
-    below ``BOOTSTRAP_MIN_N`` items (a bootstrap of 2-15 items excluded the true value in 9-50% of
-    simulated samples), a bootstrap from ``BOOTSTRAP_MIN_N`` on. One item, or all equal: the value,
-    no interval (``why`` says which)."""
+    """Geometric mean of positive ratios (per-image savings) with the exp of the logs' interval, chosen as
+    ``paired_diff_ci`` chooses (``geometric_mean_method``)."""
     a = _clean(x)
     a = a[a > 0]
     if a.size == 0:
@@ -351,9 +256,8 @@ def _no_interval(iv: Interval) -> str:
 
 
 def fmt_ratio(iv: Interval) -> str:
-    """``1.21x [0.97-1.48]``, or ``no difference detected [0.97-1.48]`` when the interval holds 1. Bounds
-    are rounded outward, with more digits where the value or a bound would round onto 1.00 (``1.003x
-    [1.001-1.006]``). A value without an interval: ``0.91x (no spread: no interval, not a result)``; nothing: ``—``."""
+    """``1.21x [0.97-1.48]``, ``no difference detected [0.97-1.48]``, ``0.91x (no spread: no interval, not a
+    result)`` or ``—``; bounds rounded outward, with more digits where one would round onto 1.00."""
     if not iv.ok:
         if math.isfinite(iv.value):
             return f"{iv.value:.2f}x ({_no_interval(iv)}: no interval, not a result)"
@@ -365,11 +269,8 @@ def fmt_ratio(iv: Interval) -> str:
 
 
 def fmt_diff(iv: Interval, scale: float = 100.0, unit: str = "points", digits: int = 1) -> str:
-    """``-1.2 points [-3.0, -0.1]``, or ``no difference detected [-3.0, 0.6]`` when the interval
-    holds 0 (values times ``scale``: a difference of shares in percentage points); bounds rounded outward,
-    more digits where a bound would round onto 0 (``+0.2 points [0.04, 0.3]``), never ``-0.0``; ``n`` >= 2
-    units without an interval: the value, said to be no result, with ``why`` (all alike: "the same in all
-    ``n``"); fewer: ``—``."""
+    """``-1.2 points [-3.0, -0.1]`` or ``no difference detected [-3.0, 0.6]`` (values times ``scale``), bounds
+    rounded outward, never ``-0.0``; 2+ units without an interval: the value and ``why``; fewer: ``—``."""
     if not iv.ok:
         if iv.n >= 2 and math.isfinite(iv.value):
             why = _no_interval(iv)

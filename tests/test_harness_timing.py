@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from bench.harness.timing import DeviceClock, median_iqr, timed_epoch
+from bench.harness.timing import DeviceClock, timed_epoch
 
 
 class FakeDevice:
@@ -72,9 +72,3 @@ def test_no_step_sync_reads_only_first_batch_and_boundaries():
     clock = DeviceClock(sync=dev.sync, now_ns=dev.now_ns)
     t = timed_epoch([B(torch.zeros(2))] * 5, step=lambda b: dev.enqueue(10), clock=clock, step_sync=False)
     assert clock.reads == 4 and len(t.wait_ns) == 1 and t.total_ns == 50 and t.images == 10
-
-
-def test_median_iqr():
-    assert median_iqr([1, 2, 3, 4, 100]) == (3.0, 2.0)
-    m, i = median_iqr([])
-    assert m != m and i != i  # NaN, never a 0 that reads as a result

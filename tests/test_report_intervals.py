@@ -395,29 +395,6 @@ def test_repeats_of_one_process_are_one_unit(tmp_path):
     assert iv.ok and iv.n == 2 and iv.lo < iv.value < iv.hi
 
 
-def test_time_to_first_batch_of_older_runs_is_build_plus_first_batch(tmp_path):
-    """A run from before ``time_to_first_batch_s`` (only ``build_s`` and ``ttfb_s``) beside a newer
-    one: both show in the time-to-first-batch table, the older as build + first batch (what the
-    runner writes today), not as 'not run'."""
-    out = tmp_path / "results"
-    for pipe, build, first, new in (("raw", 0.5, 0.1, False), ("dali", 0.25, 0.01, True)):
-        rows = R.RunRows(f"run-{pipe}", pipe, "syn", "loader", {"pipe": {"device": "cpu"}})
-        for r in range(2):
-            rows.add("build_s", build + r * 0.1, "s", repeat=r)
-            rows.add("ttfb_s", first, "s", repeat=r)
-            if new:
-                rows.add("time_to_first_batch_s", build + r * 0.1 + first, "s", repeat=r)
-            rows.add("epoch_s", 1.0, "s", repeat=r, epoch=1)
-        R.write_run(out, rows)
-    rep = tmp_path / "rep"
-    build_report(out, rep)
-    t = parse_tables((rep / "README.md").read_text())["syn — time to first batch (s)"][0].set_index("pipeline")
-    assert t.loc["raw", "loader"] == "0.65 (IQR 0.05)"  # (0.6 + 0.7) / 2, build 0.5 / 0.6 + first 0.1
-    assert t.loc["dali", "loader"] == "0.31 (IQR 0.05)"
-    rows = load(out).rows
-    assert len(rows[rows["metric"] == "time_to_first_batch_s"]) == 4  # nothing counted twice
-
-
 ACC_SECTION = "Accuracy (test split, original pixels, evaluation transform)"
 # test accuracy per training seed 1, 2, 3 (in 40ths: N_TEST images): torch-jpeg a constant 10
 # points below raw, inr equal to raw, dali different at every seed, torch-nvjpeg one seed only

@@ -1,16 +1,13 @@
 """What a report says about the runs' own settings and sizes, read from what the runs recorded:
 the torch thread counts in the Environment table (never the report's or the sweep's own process's),
-bytes per image of a plain ``bench --out`` folder (from its runs' ``--data``/``--store``, or why not),
 and the headline's speedup against a baseline that was not run."""
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from bench import results as R
 from bench.report.build import build_report
@@ -83,50 +80,6 @@ def test_the_committed_sweep_fixture_reports_its_runs_threads(tmp_path):
     assert "torch threads" not in env
 
 
-def _prepared(path: Path) -> Path:
-    from bench.datasets.prepare import prepare_dataset
-
-    return Path(prepare_dataset("synthetic", path, size=8, per_class=4, num_classes=2))
-
-
-def _store(path: Path, nbytes: int) -> Path:
-    path.write_bytes(b"x" * nbytes)  # the report reads only its size
-    return path
-
-
-def test_a_plain_bench_folder_reads_sizes_from_the_recorded_data_and_store(tmp_path):
-    data = _prepared(tmp_path / "syn")
-    m = json.loads((data / "manifest.json").read_text())
-    n = m["splits"]["train"]["count"]
-    store = _store(tmp_path / "s.inr", 100 * n)
-    out = tmp_path / "results"
-    _run(out, "a", "raw", 1, data=str(data))
-    _run(out, "b", "torch-jpeg", 1, data=str(data))
-    _run(out, "c", "inr", 1, data=str(data), store=str(store))
-    build_report(out, tmp_path / "rep")
-    text = (tmp_path / "rep" / "README.md").read_text()
-    t = parse_tables(text)["syn — headline"][0].set_index("pipeline")
-    assert t.loc["raw", "bytes/image"] == "192"  # 8 x 8 x 3
-    jpeg = m["splits"]["train"]["jpeg_bytes"] / n
-    assert float(t.loc["torch-jpeg", "bytes/image"].replace(",", "")) == pytest.approx(jpeg, abs=0.5)
-    assert t.loc["inr", "bytes/image"] == "100"
-    assert '"—" (not known)' not in text
-
-    # the store moved away, then the prepared folder: "—" with the reason, in the table's note
-    (tmp_path / "s.inr").rename(tmp_path / "moved.inr")
-    build_report(out, tmp_path / "rep2")
-    text = (tmp_path / "rep2" / "README.md").read_text()
-    t = parse_tables(text)["syn — headline"][0].set_index("pipeline")
-    assert t.loc["inr", "bytes/image"] == "—" and t.loc["raw", "bytes/image"] == "192"
-    assert f"syn, inr: the store its runs recorded (`--store {store}`) is not found from here" in text
-    shutil.rmtree(data)
-    build_report(out, tmp_path / "rep3")
-    text = (tmp_path / "rep3" / "README.md").read_text()
-    t = parse_tables(text)["syn — headline"][0].set_index("pipeline")
-    assert set(t["bytes/image"]) == {"—"}
-    assert f"syn: the prepared folder its runs recorded (`--data {data}`) is not found from here" in text
-
-
 def test_a_headline_speedup_against_a_baseline_not_run_says_so(tmp_path):
     out = tmp_path / "results"
     for pipeline in ("raw", "torch-jpeg"):
@@ -140,20 +93,3 @@ def test_a_headline_speedup_against_a_baseline_not_run_says_so(tmp_path):
     t = parse_tables((tmp_path / "rep" / "README.md").read_text())["syn — headline"][0].set_index("pipeline")
     assert t.loc["raw", "train speedup vs dali"] == "n/a: dali not run"  # as the speedup table says it
     assert t.loc["torch-jpeg", "train speedup vs torch-jpeg"] == "1.00x (baseline)"
-
-
-def test_relative_recorded_paths_are_not_looked_up_from_where_the_report_runs(tmp_path, monkeypatch):
-    """`bench --data syn` records the path as typed; a report built from another folder holding another
-    `syn` would read that one's sizes without a word: relative paths give "—" with the reason."""
-    data = _prepared(tmp_path / "syn")
-    n = json.loads((data / "manifest.json").read_text())["splits"]["train"]["count"]
-    _store(tmp_path / "s.inr", 100 * n)
-    out = tmp_path / "results"
-    _run(out, "a", "raw", 1, data="syn")
-    _run(out, "c", "inr", 1, data="syn", store="s.inr")
-    monkeypatch.chdir(tmp_path)  # the same-named folder and store are right here
-    build_report(out, tmp_path / "rep")
-    text = (tmp_path / "rep" / "README.md").read_text()
-    t = parse_tables(text)["syn — headline"][0].set_index("pipeline")
-    assert set(t["bytes/image"]) == {"—"}
-    assert "syn: its runs recorded the prepared folder as a relative path (`--data syn`)" in text

@@ -106,61 +106,10 @@ def test_stores_sharing_a_stem_are_told_apart_by_their_folder():
     assert ST._store_labels(["/x/a/8bit.inr", "/x/b/16bit.inr"]) == {"/x/a/8bit.inr": "8bit", "/x/b/16bit.inr": "16bit"}
 
 
-def test_older_batch_size_name_and_data_path_split(tmp_path):
-    """An older run's cfg.batch_size is today's cfg.pipe.batch_size; two prepared folders of one
-    name are two datasets; a data-parallel run's timeout is no setting."""
-    import pandas as pd
-
+def test_two_data_paths_split_and_a_dist_timeout_does_not(tmp_path):
+    """Two prepared folders of one name are two datasets; a data-parallel run's timeout is no setting."""
     out = tmp_path / "results"
     _run(out, "new", "raw", "loader", [0.006, 0.0059, 0.0061], batch_size=4, data="/d/ds")
     _run(out, "other", "raw", "loader", [0.006, 0.0059, 0.0061], batch_size=4, data="/e/ds",
          dist={"timeout_s": 60})
-    rows = R.read_results(out)
-    old = rows[rows["run_id"] == "new"].copy()
-    old["run_id"], old["cfg.batch_size"], old["cfg.pipe.batch_size"] = "old", 8, pd.NA
-    rows = pd.concat([rows, old], ignore_index=True)
-    split = ST.splitting(rows)
-    assert split == {"syn": ["cfg.data", "cfg.pipe.batch_size"]}
-
-
-def test_paths_spelled_two_ways_are_kept_apart_and_the_report_says_so(tmp_path):
-    """Older ``bench`` runs recorded ``--data``/``--store`` as typed (relative to a folder not recorded),
-    newer ones absolute. The runs record no content hash of the folder or store, so the report cannot
-    tell whether ``data/syn`` is ``/w/data/syn``: it keeps them apart (never pooled on a guess) and
-    says, naming both spellings and the labels, that they may be one input spelled two ways."""
-    out = tmp_path / "results"
-    _run(out, "old", "raw", "loader", [0.006, 0.0059, 0.0061], data="data/syn")
-    _run(out, "new", "raw", "loader", [0.0062, 0.006, 0.0058], data="/w/data/syn")
-    _run(out, "oi", "inr", "loader", [0.02, 0.021, 0.019], data="/w/data/syn", store="./stores/s.inr")
-    _run(out, "ni", "inr", "loader", [0.02, 0.021, 0.019], data="/w/data/syn", store="/w/stores/s.inr")
-    rows = R.read_results(out)
-    assert ST.splitting(rows) == {"syn": ["cfg.data"]}  # still two datasets: nothing pooled on a guess
-    assert ST.spelled_apart(rows) == [
-        "syn: runs that recorded `--data data/syn` and runs that recorded `--data /w/data/syn` "
-        "(labels `syn [data=data/syn]`, `syn [data=/w/data/syn]`)",
-        "syn, inr: runs that recorded `--store ./stores/s.inr` and runs that recorded `--store /w/stores/s.inr` "
-        "(pipelines `inr [stores/s]`, `inr [w/stores/s]`)",
-    ]
-    build_report(out, tmp_path / "rep")
-    text = (tmp_path / "rep" / "README.md").read_text()
-    assert "may be one input spelled two ways" in text
-    assert "`--data data/syn` and runs that recorded `--data /w/data/syn`" in text
-    assert "`--store ./stores/s.inr` and runs that recorded `--store /w/stores/s.inr`" in text
-    tables = parse_tables(text)
-    assert "syn [data=data/syn] — images/s, median (IQR)" in tables  # apart, as before
-    assert "syn [data=/w/data/syn] — images/s, median (IQR)" in tables
-
-
-def test_different_folders_or_stores_get_no_spelling_note(tmp_path):
-    """Two absolute paths are two folders; a relative path that is not the tail of the other is another one."""
-    out = tmp_path / "results"
-    _run(out, "a", "raw", "loader", [0.006, 0.0059, 0.0061], data="/d/syn")
-    _run(out, "b", "raw", "loader", [0.006, 0.0059, 0.0061], data="/e/syn")
-    _run(out, "c", "raw", "loader", [0.006, 0.0059, 0.0061], data="other/syn")
-    _run(out, "i", "inr", "loader", [0.02, 0.021, 0.019], data="/d/syn", store="a/s.inr")
-    _run(out, "j", "inr", "loader", [0.02, 0.021, 0.019], data="/d/syn", store="/w/b/s.inr")
-    rows = R.read_results(out)
-    assert ST.splitting(rows) == {"syn": ["cfg.data"]}
-    assert ST.spelled_apart(rows) == []
-    build_report(out, tmp_path / "rep")
-    assert "spelled two ways" not in (tmp_path / "rep" / "README.md").read_text()
+    assert ST.splitting(R.read_results(out)) == {"syn": ["cfg.data"]}

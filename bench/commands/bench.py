@@ -1,36 +1,26 @@
 """`inrbench bench`: time one pipeline in one mode (loader | replay | train) and record the rows.
 
-Writes under ``--out`` (layout in ``bench.results``): ``runs/<run_id>/rows.csv``,
-``config.json`` (the resolved ``BenchConfig``), ``env.json``, and rebuilds ``results.csv``
-(+ ``results.parquet``). Prints a compact summary (median (IQR x) over repeats x epochs; test
-accuracy with its 95% Wilson interval, as the report gives them).
-
-Exit status: 0 = ok, or skipped because the pipeline is ``Unavailable`` here (a skip row
-with the reason is written: a sweep goes on); 1 = the run crashed (an error row); 2 = bad
-input (one line on stderr; an error row when the run had started); 3 = out of memory (an
-error row). A failed run never leaves rows that read as results.
-
-Data parallel: ``--nproc N`` (``--nnodes M --rdzv-endpoint HOST:PORT`` for several nodes) re-runs
-this command under torchrun, one process per device (``bench.dist.launch``); the same command run
-under ``torchrun`` yourself does the same. Each rank joins the process group (``--dist-timeout``),
-takes ``cuda:LOCAL_RANK`` for ``--device cuda``, trains DDP with ``--batch-size`` per rank, and
-rank 0 writes one run of per-rank and aggregate rows (``bench.harness.ranks``) and prints the
-summary, or the one-line error, once; the ranks then leave together (``_leave``), so torchrun never
-stops rank 0 before it has said why. Through ``--nproc`` the exit status is the ranks' class (above);
-where rank 0 was stopped before it could print (a rank killed), the launcher prints what the ranks
-recorded in the run folder (``_say_recorded``).
+Writes ``runs/<run_id>/`` (rows, ``config.json``, ``env.json``) under ``--out`` and rebuilds
+``results.csv``; prints a summary as the report gives it. Exit status: 0 ok or skipped (a skip row),
+1 crashed, 2 bad input, 3 out of memory; a failed run never leaves rows that read as results.
+``--nproc N`` reruns the command under torchrun (``bench.dist.launch``); rank 0 writes one run and
+prints once, and the ranks leave together (``_leave``) so torchrun never cuts rank 0 short.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
+from pathlib import Path
 
-from bench import dist
+from bench import dist, results
 from bench.argtypes import nonnegative_int, positive_int, seed
 from bench.cli import list_names
+from bench.devices import resolve_device
 from bench.errors import InputError, one_line
+from bench.outputs import is_own
 
 HELP = "time a pipeline (loader | replay | train), monitor CPU/RSS/GPU memory, write result rows"
 
@@ -142,14 +132,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_config(args: argparse.Namespace, world=None, dist_config=None):
-    """argv -> a resolved, validated ``BenchConfig`` (``InputError`` on bad values).
-
-    Data parallel: ``world`` (``bench.dist.World``) gives this rank's place and device
-    (``--device cuda`` -> ``cuda:LOCAL_RANK``), ``dist_config`` the run's ``DistConfig``.
-    """
+    """argv -> a resolved, validated ``BenchConfig`` (``InputError`` on bad values); ``world`` gives a rank's
+    place and device (``cuda`` -> ``cuda:LOCAL_RANK``), ``dist_config`` the run's ``DistConfig``."""
     import pipelines
     from bench.datasets.prepared import open_prepared
-    from bench.devices import resolve_device
     from bench.harness.runner import BenchConfig
     from bench.train.backbones import backbone_names, default_backbone
     from bench.train.loop import TrainConfig
@@ -195,13 +181,8 @@ def build_config(args: argparse.Namespace, world=None, dist_config=None):
 
 
 def _check_names(args: argparse.Namespace, data) -> None:
-    """Refuse what a typo makes (``--split``/``--eval-split`` naming no split of ``--data``, a ``--store``
-    that is no store file) here, before ``run_bench`` creates a run folder: a run refused there leaves
-    an error row in ``--out`` that every later report of the folder shows. ``--eval-split`` is read in
-    train mode only (the runner's rule), so a loader run on a set without a test split is not refused.
-    What only the pipeline can check (the store's images against ``--data``) stays an error row."""
-    from pathlib import Path
-
+    """Refuse a typo (a split ``--data`` lacks, a ``--store`` that is no store file; ``--eval-split`` in
+    train mode only) before ``run_bench`` creates a run folder whose error row every report would show."""
     for option, name in (("--split", args.split), *((("--eval-split", args.eval_split),) if args.mode == "train" else ())):
         if name not in data.splits:
             raise InputError(f"{option} {name!r}: {data.root} has no such split (it has {', '.join(data.splits)})")
@@ -222,8 +203,7 @@ def _check_names(args: argparse.Namespace, data) -> None:
 
 
 def _expand_config(args: argparse.Namespace, backbone: str, num_classes: int):
-    """``--method expand --schedule ...`` -> a validated ``ExpandConfig`` (``ValueError`` if the
-    schedule is malformed, shrinks, or does not end at the dense ``backbone``); ``None`` for dense."""
+    """``--method expand --schedule ...`` -> a validated ``ExpandConfig`` (``ValueError`` if bad); None for dense."""
     if args.method != "expand":
         if args.schedule is not None or args.restart_lr:
             raise ValueError(f"--schedule/--restart-lr apply to --method expand, not {args.method}")
@@ -239,21 +219,16 @@ def _expand_config(args: argparse.Namespace, backbone: str, num_classes: int):
 
 
 def summary_table(rows) -> str:
-    """The console summary of one run: per metric the median over the run's ok rows (repeats x
-    epochs, or repeats), with ``(IQR x)`` as the report prints it and nothing beside a single
-    sample (an IQR of 0 would read as no spread); test accuracy as the report gives it, one trained
-    model's share of its test images with the 95% Wilson interval (``bench.report.tables.accuracy``).
-    A data-parallel run: its aggregate rows, and each rank's images/s. A run that did not measure
-    (skip, error): what happened, said so."""
+    """The console summary of one run: per metric the median (IQR from 2 samples) of its ok (aggregate)
+    rows, test accuracy as the report gives it, each rank's img/s; a run that measured nothing says so."""
     from bench.report.tables import accuracy, fmt_accuracy, fmt_num
-    from bench.results import aggregate_rows, summarize, to_frame
 
-    every = to_frame(rows.rows())
-    df = aggregate_rows(every)
+    every = results.to_frame(rows.rows())
+    df = results.aggregate_rows(every)
     status = every[every.metric == "run"]
     if len(status):
         return "\n".join(_status_line(r) for _, r in status.iterrows())
-    s = summarize(df, by=("metric",)).set_index("metric")
+    s = results.summarize(df, by=("metric",)).set_index("metric")
     head = (f"{rows.pipeline} {rows.mode} on {rows.dataset} (medians over the run's samples: epochs, or repeats; "
             "the IQR where there are 2 or more; n samples)")
     world = rows.config.get("dist") or {}
@@ -279,8 +254,7 @@ def summary_table(rows) -> str:
 
 
 def _absent_lines(skipped) -> list[str]:
-    """``absent here:`` and, per reason the skip rows record, the metrics it holds for (sorted, one line
-    each); a metric whose reason differs between repeats shows its first and how many others."""
+    """``absent here:`` and per skip reason the metrics it holds for (a reason varying by repeat: the first)."""
     if not len(skipped):
         return []
     by_reason: dict[str, list[str]] = {}
@@ -296,8 +270,7 @@ def _absent_lines(skipped) -> list[str]:
 
 
 def _accuracy_line(label: str, df, m, n: int, accuracy, fmt_accuracy) -> str:
-    """``test acc  90.0 % [81.5-94.8] (95% Wilson: 72/80 test images, one model; 3 repeats)``: the
-    report's per-model accuracy of this run; the median alone where it recorded no test image count."""
+    """``test acc  90.0 % [81.5-94.8] (95% Wilson: 72/80 test images of one model, ...)``, or the median."""
     acc = accuracy(df)
     if len(acc) == 1 and acc.iloc[0]["n"] > 0:  # the test image count recorded (NaN: not)
         a = acc.iloc[0]
@@ -310,8 +283,7 @@ def _accuracy_line(label: str, df, m, n: int, accuracy, fmt_accuracy) -> str:
 
 
 def _status_line(r) -> str:
-    """A run that measured nothing: ``SKIP: <reason>. Nothing was measured; ...`` (a skip row records it:
-    a sweep goes on), or ``ERROR: <reason>``."""
+    """A run that measured nothing: ``SKIP: <reason>. Nothing was measured; ...`` or ``ERROR: <reason>``."""
     import pandas as pd
 
     where = f"{r['pipeline']} {r['mode']}" + (f" (rank {int(r['rank'])})" if pd.notna(r["rank"]) else "")
@@ -338,17 +310,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    """``--nproc``: run the ranks under torchrun with a run id drawn here (``RUN_ID_ENV``), so that a run
-    whose ranks never wrote it (a rank killed, a hard crash: torchrun then stops every rank) still
-    leaves one error row saying so, instead of nothing."""
-    import os
-    from pathlib import Path
-
-    from bench import dist, results
+    """``--nproc``: the ranks under torchrun with a run id drawn here (``RUN_ID_ENV``), so a run no rank
+    wrote (a rank killed) still leaves one error row."""
     from bench.datasets.prepared import open_prepared
-    from bench.devices import resolve_device
     from bench.harness.runner import RUN_ID_ENV
-    from bench.outputs import is_own
 
     _check_names(args, open_prepared(args.data))  # a typo: one line, before torchrun, no error row
     resolve_device(args.device, missing_cuda_ok=True)  # a device this machine lacks: the same, once
@@ -376,11 +341,8 @@ def _launch(args: argparse.Namespace) -> int:
 
 
 def _say_recorded(run_dir) -> None:
-    """What rank 0 would have printed of a failed run it did not finish (torchrun stopped it): the run's
-    status lines, from the rows the ranks recorded (``bench.harness.left``), and where they are."""
+    """What rank 0 would have printed of a failed run torchrun stopped: the status lines the ranks recorded."""
     import pandas as pd
-
-    from bench import results
 
     try:
         rows = pd.read_csv(run_dir / results.ROWS_FILE, usecols=lambda c: c in ("pipeline", "mode", "rank", "metric",
@@ -399,17 +361,9 @@ def _run_rank(args: argparse.Namespace) -> int:
 
 
 def _rank_body(args: argparse.Namespace) -> int:
-    """Join the group, agree on the config, run.
-
-    Only rank 0 prints (the summary, or the one-line error); every rank returns the run's status, and
-    they leave together (``_leave``): torchrun stops the whole job (SIGTERM) as soon as one rank exits
-    non-zero, so a rank that left first would cut off rank 0's summary or error line.
-    """
-    import socket
-
+    """Join the group, agree on the config, run; only rank 0 prints, and the ranks leave together."""
     import torch
 
-    from bench.devices import resolve_device
     from bench.harness.ranks import DistConfig
     from bench.harness.runner import EXIT_INPUT, run_bench
 
@@ -450,10 +404,8 @@ def _rank_body(args: argparse.Namespace) -> int:
 
 
 def _leave(world, code: int, error: str | None = None, together: bool = True) -> int:
-    """End a rank with ``code``: rank 0 prints ``error`` (``inrbench: error: ...``, as ``bench.errors.guarded``
-    would), every rank flushes what it printed and records its status (``bench.dist.record_status``),
-    then, when the group still works (``together``), waits at a barrier for every other rank to have
-    done the same: no rank exits (and makes torchrun stop the others) before rank 0 has said why."""
+    """End a rank with ``code``: rank 0 prints ``error``, every rank flushes and records its status, then
+    (``together``) waits at a barrier so no rank exits before rank 0 has said why."""
     if error is not None and world.is_main:
         print(f"inrbench: error: {one_line(error)}", file=sys.stderr)
     sys.stdout.flush()

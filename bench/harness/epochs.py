@@ -1,17 +1,9 @@
 """What one epoch can hold: a run whose epochs load more images than the split provides reports nothing.
 
-An adapter that ignores ``config.rank``/``world_size`` makes every rank load the whole split, and the
-aggregate images/s of a data-parallel run comes out ``world_size`` times too high; one that yields
-a sample twice inflates a single process's the same way. Neither is visible in the timings, so the
-runner checks the counts: for every measured epoch, the ``images`` of all ranks together must not
-exceed what ``pipelines.shard`` gives out of the split (``EpochBound``: DistributedSampler's padding
-without ``drop_last``; the ``n % world`` cut and each rank's partial last batch dropped with it).
-A run over the bound becomes one ``error`` row naming the pipeline and the counts (``check``):
-in one process after its repeats (``runner.run_bench``), in a data-parallel run when rank 0 merges
-the ranks' rows (``ranks.merge``). The same rule for every adapter: the harness never asks which.
-
-Replayed epochs (``pipeline_batches`` 0 on every rank: ``replay`` mode) draw nothing from the
-pipeline, so they are not checked; fewer images than the bound are not this check's business.
+An adapter that ignores its rank, or yields a sample twice, inflates images/s invisibly; so for every
+measured epoch the ``images`` of all ranks together must not exceed what ``pipelines.shard`` gives out
+(``EpochBound``), else the run is one ``error`` row naming the pipeline and the counts. Replayed epochs
+draw nothing from the pipeline and are not checked.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
-"""What a rank that leaves a data-parallel run before rank 0 wrote it leaves behind, in the run's folder.
+"""What a rank that leaves a data-parallel run before rank 0 wrote it leaves in the run's folder.
 
-Rank 0 writes a data-parallel run (``bench.harness.ranks``). A rank that leaves first takes the job
-down with it: torchrun stops every other rank (SIGTERM) as soon as one process exits with an error.
-Under ``inrbench bench --nproc`` the launcher then writes the run's one error row
-(``bench.commands.bench._launch``); under the user's own ``torchrun`` there is no such launcher, and
-a run whose ranks failed on a collective (a peer gone: gloo's "Connection closed by peer", an NCCL
-rank leaving mid-epoch) left nothing in ``--out``. So the rank itself records why it leaves, before
-it ends, in three cases (``bench.harness.runner``):
-
-- it leaves at once (``runner._leave_if_peers_may_wait``: NCCL, failed while DDP's collectives may be
-  in flight), with its own reason;
-- torchrun stops it (SIGTERM, ``on_sigterm``) because another rank exited first: "stopped by the
-  launcher (SIGTERM) ...", with its own failure so far (a collective that failed), if any. Python runs
-  the handler only when the main thread is back in Python code: a rank stuck inside a C++ collective
-  until torchrun's follow-up SIGKILL records nothing;
-- it ends a run whose process group failed before rank 0 could hear from it (rank > 0 only): its
-  result may never have reached rank 0.
-
-Each writes, in ``OUT/runs/<run_id>/``: ``rank<R>.left.json`` (``{"rank", "exit_code", "reason"}``,
-its own file, atomic), then, under an exclusive lock on ``.left.lock``, the run's ``rows.csv`` with
-one ``error`` row per rank that left (``rank R: reason``, ``RunRows.fail_ranks``, as rank 0's merge
-writes a failed rank) and ``env.json``, unless rank 0 wrote the run itself (``rows.csv`` there
-without the ``.left`` marker). Rank 0's own write takes the same lock and removes the marker
-(``rank0_writes``), so its full record is never replaced by this one.
+torchrun stops every rank once one exits with an error, and under the user's own torchrun no launcher
+writes the run's error row. So a rank records why it leaves: when it leaves at once on NCCL
+(``runner._leave_if_peers_may_wait``), when torchrun stops it (SIGTERM, ``on_sigterm``; a rank stuck in a
+C++ collective until SIGKILL records nothing), and when its group failed before rank 0 heard from it.
+Each writes ``runs/<run_id>/rank<R>.left.json``, then under ``.left.lock`` the run's ``rows.csv`` (one
+``error`` row per rank that left) and ``env.json``, unless rank 0 wrote the run (``rank0_writes``).
 """
 
 from __future__ import annotations
@@ -99,10 +82,8 @@ def record(out: str | Path, run: results.RunRows, rank: int, exit_code: int, rea
 
 @contextlib.contextmanager
 def rank0_writes(run_dir: Path) -> Iterator[None]:
-    """Rank 0 writing the run, under the lock: once its ``rows.csv`` has replaced any written from left
-    records (an atomic rename: another file), the marker goes, so that no record written later replaces
-    it. Should rank 0's write fail before its rows are on disk, the marker stays and the ranks' records
-    still make the run's rows."""
+    """Rank 0 writing the run, under the lock: once its ``rows.csv`` is on disk the marker goes, so no later
+    left record replaces it (a failed write keeps the marker and the ranks' records)."""
     rows_file = run_dir / results.ROWS_FILE
 
     def identity() -> tuple[int, int] | None:
@@ -131,10 +112,8 @@ def reason_of(run: results.RunRows) -> str:
 @contextlib.contextmanager
 def on_sigterm(out: str | Path, run: results.RunRows, rank: int, broken: Callable[[], str | None],
                leave: Callable[[int], None]) -> Iterator[None]:
-    """While the block runs (in the main thread; elsewhere nothing is installed), a SIGTERM (torchrun
-    stopping the job after another rank exited) records this rank as left (``record``): stopped by the
-    launcher, with its own failure so far (``run``'s error row, or ``broken()``: why the process group
-    failed), then ``leave(128 + SIGTERM)``. The previous handler is restored after the block."""
+    """While the block runs in the main thread, a SIGTERM records this rank as stopped by the launcher (with
+    its own failure so far: ``run``'s error row or ``broken()``), then ``leave(128 + SIGTERM)``."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

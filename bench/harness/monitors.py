@@ -1,57 +1,10 @@
-"""Resource monitors sampled by a background thread at a fixed period around a measured region.
+"""Resource monitors sampled by a background thread around a measured region: CPU cores busy and host
+RSS/PSS of the process tree, other load on the run's CPUs, NVML memory and utilization, torch's CUDA
+allocator peaks. A metric that cannot be read is absent with the reason, never a zero. What each one
+means: docs/measurement.md ("Resource monitors").
 
-What is measured, and how:
-
-- CPU of the whole process tree, as *cores busy*: for every live process in the tree (this
-  process and all descendants, e.g. DataLoader workers) ``user + system + children_user +
-  children_system``. A worker that exits and is reaped moves its time into its parent's
-  ``children_*`` fields, so the total stays continuous and its work is not lost. Cores busy
-  over an interval = delta CPU seconds / delta wall seconds.
-- Host RSS of the tree: the sum of the processes' RSS, peak over the samples. Forked workers
-  share pages with their parent, so the sum over-counts shared memory: an upper bound.
-- Host PSS of the tree (Linux ``/proc/PID/smaps_rollup``): shared pages split between the
-  processes that map them, so the sum is the tree's real footprint. Reading it costs ~20 ms per
-  process, so it is sampled every ``pss_period_s`` (default 1 s), plus at start and stop.
-- The monitor's own CPU (its thread's ``thread_time``) is measured and subtracted from the
-  tree's CPU before cores busy is computed; it is reported as ``monitor_cpu_seconds``.
-- *Other load*: the CPUs this process may run on (its affinity) are read from the system's
-  counters (``psutil.cpu_times(percpu=True)``: all but idle and iowait) at ``start``/``mark`` and
-  at ``stop``; ``other_cores_busy`` = (their busy seconds - the tree's CPU seconds, monitor
-  included) / wall seconds: cores kept busy by processes outside the run over the measured
-  region (at least ``OTHER_MIN_WALL_S``, 0.5 s: the counters tick every 10 ms). Another job on a
-  shared machine shows here, and the report warns where it is high. In
-  a data-parallel run the sibling ranks count as other load, so the aggregate rows leave it out.
-- NVML (``nvidia-ml-py``), when the run is on CUDA and a driver exists: device memory used
-  (device level: DALI/nvJPEG pools and other processes count) and GPU utilization, read apart.
-  Without a driver ``nvmlInit`` raises; those metrics are then *absent* with the reason, never
-  zeros. On a MIG slice NVML reads its memory but not its utilization: ``gpu_util_mean_pct`` is
-  absent (NVML's "Not Supported"), the memory metrics are kept. The GPU is found by its UUID; with
-  ``CUDA_VISIBLE_DEVICES`` set and no UUID match, its entry for the device (a UUID, or a number under
-  ``CUDA_DEVICE_ORDER=PCI_BUS_ID``), else the NVML metrics are absent (``_Nvml``).
-- torch's CUDA allocator: peak allocated/reserved since ``start``/``mark`` (``reset_peak_memory_stats``).
-- Idle baseline: NVML "used" at the *first* ``start`` on that GPU in this run (the runner
-  starts the monitor *before* the pipeline is built, after ``empty_cache``; ``forget_idle`` at a
-  run's start): the CUDA context, other processes. It is kept for every later repeat (``_IDLE``):
-  memory that libraries keep after a pipeline is closed (nvJPEG decoders, cuBLAS workspaces, what
-  DALI's pool keeps where ``ReleaseUnusedMemory`` cannot return it; ``empty_cache``
-  returns only torch's) would otherwise move into the next repeat's baseline and make its figure
-  too low. ``gpu_mem_over_idle_peak_bytes`` = NVML peak over the measured region minus that
-  baseline: what the run itself held, DALI/nvJPEG pools included, beside torch's allocator peak
-  (which sees only torch's own blocks).
-
-In a data-parallel run every rank runs its own monitors: the process tree of that rank (torchrun
-starts the ranks as siblings, so no rank counts another's CPU or memory) and that rank's GPU
-(``cuda:LOCAL_RANK``); ``bench.harness.ranks`` says how their rows are combined.
-
-``mark()`` begins the measured region without restarting anything: the runner starts the monitor
-before building the pipeline (so starting NVML and the sampler thread never overlaps a pipeline
-working ahead) and marks the region when the measured epochs begin; ``stop`` reports [mark, stop].
-
-Usage::
-
-    mon = Monitor(device="cuda:0", period_s=0.1)
-    mon.start(); ...measured region...; res = mon.stop()
-    res.metrics()      # [(metric, value, unit)]
+    mon = Monitor(device="cuda:0", period_s=0.1).start(); ...; mon.mark(); ...; res = mon.stop()
+    res.metrics()      # [(metric, value, unit)] over [mark, stop]
     res.unavailable    # [(metric, unit, reason)]
 """
 
@@ -63,30 +16,29 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import psutil
+
 NVML_METRICS = (("gpu_mem_used_peak_bytes", "bytes"), ("gpu_mem_used_start_bytes", "bytes"),
                 ("gpu_util_mean_pct", "%"), ("gpu_mem_idle_bytes", "bytes"),
                 ("gpu_mem_over_idle_peak_bytes", "bytes"))
 TORCH_METRICS = (("torch_peak_allocated_bytes", "bytes"), ("torch_peak_reserved_bytes", "bytes"))
-# NVML "used" at this process's first ``Monitor.start`` on each GPU (``_Nvml.key``): the idle baseline
+# NVML "used" at a run's first ``Monitor.start`` on each GPU (``_Nvml.key``): the idle baseline, kept for
+# every repeat so memory libraries keep after a pipeline closes (nvJPEG, cuBLAS) counts in each
 _IDLE: dict[str, int] = {}
 
 
 def forget_idle() -> None:
-    """Drop the idle baselines: the next ``Monitor.start`` on each GPU measures a new one. ``run_bench``
-    calls it first, so a run's repeats share its baseline and a later run in the same process gets its own."""
+    """Drop the idle baselines (``run_bench`` calls it first: a run's repeats share one)."""
     _IDLE.clear()
 
 
 def _visible_entry(visible: str, idx: int) -> str | None:
-    """``CUDA_VISIBLE_DEVICES``'s entry for CUDA device ``idx`` (an NVML index, or a ``GPU-``/``MIG-``
-    UUID), or None when it has none (an empty or shorter list)."""
+    """``CUDA_VISIBLE_DEVICES``'s entry for CUDA device ``idx`` (an index or a UUID), or None."""
     entries = [e.strip() for e in visible.split(",") if e.strip()]
     return entries[idx] if 0 <= idx < len(entries) else None
 
 
 def _tree(root: Any) -> list[Any]:
-    import psutil
-
     procs = [root]
     try:
         procs += root.children(recursive=True)
@@ -116,8 +68,6 @@ def _tree_pss(root: Any) -> int | None:
 
 def _tree_cpu_rss(root: Any) -> tuple[float, int, int]:
     """(cpu seconds, rss bytes, process count) summed over ``root`` and its live descendants."""
-    import psutil
-
     cpu, rss, n = 0.0, 0, 0
     procs = _tree(root)
     for p in procs:
@@ -134,21 +84,15 @@ def _tree_cpu_rss(root: Any) -> tuple[float, int, int]:
 
 
 class _Nvml:
-    """A handle on one GPU through NVML, or ``reason`` why there is none.
-
-    The device is found by its UUID (torch's, tried as given and with NVML's ``GPU-``/``MIG-``
-    prefixes: a MIG slice is its own NVML device). NVML's indexes ignore ``CUDA_VISIBLE_DEVICES``,
-    so when that is set and no UUID matches, there is no handle (an index could be another GPU).
-    Memory and utilization are read apart: on a MIG slice NVML does not support utilization, and
-    memory is still read (``errors`` keeps each field's last NVML error).
-    """
+    """A handle on one GPU through NVML (by UUID; never a guessed index under ``CUDA_VISIBLE_DEVICES``),
+    or ``reason`` why there is none. ``errors``: each field's last NVML error (MIG: no utilization)."""
 
     FIELDS = ("memory", "utilization")
 
     def __init__(self, device: str):
         self.handle: Any = None
         self.reason: str | None = None
-        self.key: str | None = None  # which device (its UUID, or its NVML index), for the idle baseline
+        self.key: str | None = None  # its UUID or NVML index: the idle baseline's key
         self.errors: dict[str, str] = {}
         self._pynvml: Any = None
         import torch
@@ -182,9 +126,8 @@ class _Nvml:
                 pass
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         if visible is not None:
-            entry = _visible_entry(visible, idx)  # what CUDA's cuda:idx is (older torch has no UUID property)
-            try:
-                # a number counts CUDA's devices, in NVML's (PCI bus) order only under CUDA_DEVICE_ORDER=PCI_BUS_ID
+            entry = _visible_entry(visible, idx)
+            try:  # a number is NVML's index only in PCI bus order
                 if entry is not None and entry.isdigit() and os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
                     self.handle, self.key = pynvml.nvmlDeviceGetHandleByIndex(int(entry)), f"index:{entry}"
                     return
@@ -236,10 +179,7 @@ def _uuid_candidates(uuid: str | None) -> list[str]:
 
 
 def _system_busy_seconds() -> float | None:
-    """Busy CPU seconds so far (all but idle and iowait) summed over the CPUs this process may
-    run on, from the system's counters; None where they cannot be read."""
-    import psutil
-
+    """Busy CPU seconds so far (all but idle and iowait) over the CPUs this process may run on, or None."""
     try:
         per = psutil.cpu_times(percpu=True)
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else range(len(per))
@@ -253,24 +193,18 @@ def _system_busy_seconds() -> float | None:
         return None
 
 
-# the system's and the tree's CPU counters tick every 10 ms (USER_HZ 100): over a shorter region their
-# difference is mostly rounding, and a quiet machine read > 0.25 cores in a quarter of 50 ms regions
-OTHER_MIN_WALL_S = 0.5
+OTHER_MIN_WALL_S = 0.5  # the CPU counters tick every 10 ms: shorter regions read mostly rounding
 
 
 def other_busy(system_busy_s: float, tree_cpu_s: float, wall_s: float) -> float:
-    """Cores kept busy outside the tree: (system busy seconds - the tree's) / wall, >= 0 (the two
-    counters tick at different moments, so a quiet machine can read a hair below zero)."""
+    """Cores kept busy outside the tree: (system busy seconds - the tree's) / wall, clipped at 0."""
     return max(0.0, (system_busy_s - tree_cpu_s) / wall_s)
 
 
 @dataclass
 class MonitorResult:
-    """What a ``Monitor`` saw over [start, stop].
-
-    samples: per period ``(t_s since start, cores_busy over the period, tree rss bytes,
-    nvml_used_bytes or None, gpu_util_pct or None)``.
-    """
+    """What a ``Monitor`` saw over [mark, stop]; ``samples``: per period ``(t_s, cores_busy, rss bytes,
+    nvml_used_bytes or None, gpu_util_pct or None)``."""
 
     wall_s: float
     cpu_seconds: float  # the tree's CPU over the region, the monitor's own CPU excluded
@@ -313,8 +247,6 @@ class Monitor:
         if period_s <= 0 or pss_period_s <= 0:
             raise ValueError(f"periods must be > 0, got {period_s}, {pss_period_s}")
         self.pss_period_s = pss_period_s
-        import psutil
-
         self.device = device
         self.period_s = period_s
         self._proc = psutil.Process(pid or os.getpid())
@@ -353,11 +285,7 @@ class Monitor:
         return self
 
     def mark(self) -> Monitor:
-        """Begin the measured region now (cheap: one CPU/RSS reading, no thread or NVML start).
-
-        Samples, peaks (CPU busy, RSS, PSS, NVML used, torch's allocator) restart here; the idle
-        baseline is kept.
-        """
+        """Begin the measured region now (one CPU/RSS reading): samples and peaks restart, the idle baseline stays."""
         import torch
 
         if self._thread is None:

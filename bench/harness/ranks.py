@@ -1,51 +1,6 @@
-"""Data-parallel runs in the harness: the ranks meet at sync points, rank 0 writes one run of every rank's rows.
-
-A data-parallel ``inrbench bench`` is the same command in ``world_size`` processes (torchrun, one
-per device; ``bench.dist``). Each rank times its own pipeline shard and its own DDP model with
-its own clock and monitors (its process tree, its GPU), collecting its own ``RunRows``
-(``rank`` = r). The ranks never exchange anything inside a timed region except what DDP itself
-does (gradient all-reduce, buffer broadcast); they meet at **sync points** (``Sync.point``), an
-``all_gather_object`` of one small value per rank that is also the barrier aligning the ranks:
-
-- before every repeat's build and before its model is built (DDP's constructor is a collective),
-- before every epoch (warm-up and measured): epochs start together; each rank records its own
-  ``epoch_s``. The measured loop's point carries each rank's measured seconds so far: the autorange
-  (``min_seconds``) decides on the slowest rank's, so every rank runs the same number of epochs,
-- before each evaluation (it all-reduces and gathers: ``bench.train.evaluate``).
-
-**Failures.** A rank that raises (or finds its pipeline ``Unavailable``) stops its run and sends
-its final ``RankResult`` (the error row's reason and exit class) at the next gather instead of a
-sync value; the other ranks are at their next sync point, see a finished peer there
-(``PeerStopped``) and stop too, so nobody is left waiting: no rank hangs, and no rank's outcome is
-lost. Every rank then ends in ``Sync.finish`` (the final gather, skipped by the ranks that already
-saw the results at a point), rank 0 merges and writes, and ``Sync.announce`` hands rank 0's
-outcome to every rank (so no process exits, and no launcher tears the job down, before the rows
-are written). A rank failing between sync points while a DDP model exists (``Sync.ddp``: mid-epoch
-in replay/train mode) may leave its peers inside DDP's own collectives (the gradient all-reduce).
-On NCCL, which pairs collectives by order, its final gather would meet that all-reduce and hang
-until ``--dist-timeout``: such a rank records its exit status and leaves at once instead
-(``runner._leave_if_peers_may_wait``), as a killed rank does. On gloo it sends its result as above,
-and its peers' collective ends with the group's timeout (``--dist-timeout``) and an error on them;
-a gather that fails marks the group broken and rank 0 writes what it has, the ranks it could not
-hear from as "rank R: no result (...)". A rank killed outright (a signal, ``os._exit``) is
-torchrun's to handle: it stops the whole job (SIGTERM), so rank 0 may never write the run. Every rank
-that leaves early or is stopped so records why in the run folder (``bench.harness.left``: its
-``rank<R>.left.json`` and the run's error rows, unless rank 0 wrote it), whoever launched the job;
-``inrbench bench --nproc`` (which drew the run id) writes its one error row only where no rank wrote
-the run (``bench.commands.bench._launch``).
-
-**Merged rows** (``merge``): all ranks ok -> the aggregate rows (``rank`` <NA>; ``AGGREGATE``
-says how each metric is combined over the ranks at the same repeat/epoch), then every rank's own
-rows (``rank`` = r, each with its own resolved config: ``cfg.pipe.rank``, ``cfg.pipe.device``),
-``steps.csv``/``monitor.csv`` with a ``rank`` column, ``predictions.csv`` from rank 0 (complete:
-evaluation gathers every rank's slice); but when the ranks' epochs together load more images than
-the split provides (an adapter that ignores its rank: ``bench.harness.epochs``), one ``error`` row
-(``rank`` <NA>) naming the pipeline and the counts, exit 1, and no throughput. Any rank failed ->
-status ``error``: one ``run`` row per failed rank (``rank`` = R, reason ``rank R: ...``), nothing
-else (a failed run carries no partial results), exit status of the lowest failed rank's class
-(1 crash, 2 bad input, 3 out of memory). Skipped everywhere for the same reason -> one skip row
-(``rank`` <NA>); otherwise one per skipping rank.
-"""
+"""Data-parallel runs in the harness: the ranks meet at sync points (``Sync.point``), rank 0 merges
+every rank's rows into one run (``merge``, ``AGGREGATE``). Protocol, failures and merged rows:
+docs/distributed.md ("How the ranks of a run meet")."""
 
 from __future__ import annotations
 
@@ -56,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bench import dist, results
+from bench.harness.left import reason_of
 
 if TYPE_CHECKING:
     from bench.harness.epochs import EpochBound
@@ -91,10 +47,8 @@ class PeerStopped(Exception):
 
 @dataclass(frozen=True)
 class DistConfig:
-    """A data-parallel run's shape, saved with every row (``cfg.dist.*``) and in ``env.json``.
-
-    ``hosts[r]`` / ``local_ranks[r]``: rank r's hostname and its rank on that host.
-    """
+    """A data-parallel run's shape, saved with every row (``cfg.dist.*``) and in ``env.json``;
+    ``hosts[r]`` / ``local_ranks[r]``: rank r's hostname and its rank on that host."""
 
     world_size: int
     backend: str
@@ -131,8 +85,7 @@ class RankResult:
 
     @classmethod
     def of(cls, rank: int, run: results.RunRows, exit_code: int, input_error: bool = False) -> RankResult:
-        reason = next((r["reason"] for r in run._rows if r["metric"] == "run"), "") if run.status != "ok" else ""
-        return cls(rank, run.status, exit_code, reason, input_error, run.rows(), run.steps, run.monitor,
+        return cls(rank, run.status, exit_code, reason_of(run), input_error, run.rows(), run.steps, run.monitor,
                    run.predictions)
 
 
@@ -142,7 +95,7 @@ class _Point:
 
 
 class Sync:
-    """The ranks' meeting points (module docstring). In a single process every call is local."""
+    """The ranks' meeting points; in a single process every call is local."""
 
     def __init__(self, rank: int = 0, world_size: int = 1):
         self.rank, self.world_size = rank, world_size
@@ -255,12 +208,8 @@ def _key(row: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def aggregate(per_rank: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The aggregate rows (``repeat, epoch, metric, value, unit, status, reason``) of ranks' ok runs.
-
-    A metric is aggregated when every rank measured it (ok) at that repeat/epoch; measured on some
-    ranks only, or skipped on any -> a skip row saying which; a metric without a rule in
-    ``AGGREGATE`` stays per rank only.
-    """
+    """The aggregate rows of ranks' ok runs: a metric with an ``AGGREGATE`` rule measured ok on every rank at
+    that repeat/epoch; on some ranks only, or skipped on any -> a skip row saying which."""
     world = len(per_rank)
     cells: dict[tuple[Any, Any, str], dict[int, dict[str, Any]]] = defaultdict(dict)
     for k, rows in enumerate(per_rank):

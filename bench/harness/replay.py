@@ -1,10 +1,5 @@
-"""Cached-batch replay (the ``replay`` mode's source) and a batch counter on a pipeline.
-
-``replay`` measures the model alone: a few batches are drawn from the pipeline once, before the
-measured region, cloned on the device, and the pipeline is closed; every replayed epoch then
-cycles those batches for as many steps as a pipeline epoch has. No batch is drawn from (so
-nothing is decoded by) the pipeline while replay is timed: ``CountingSource`` shows it.
-"""
+"""Cached-batch replay (the ``replay`` mode's source: the model alone on a few batches drawn before the
+measured region) and a batch counter that shows no batch is drawn from the pipeline while replay is timed."""
 
 from __future__ import annotations
 
@@ -28,10 +23,8 @@ class CountingSource:
 
 
 def cache_batches(source: Iterable[Batch], limit: int) -> list[Batch]:
-    """The first ``limit`` batches of one epoch of ``source``, cloned (adapters may reuse buffers).
-
-    images: float ``[B, 3, S, S]``, labels: int64 ``[B]``, on the pipeline's device.
-    """
+    """The first ``limit`` batches of ``source``, cloned (adapters may reuse buffers): images float
+    ``[B, 3, S, S]``, labels int64 ``[B]``, on the pipeline's device."""
     if limit < 1:
         raise ValueError(f"replay needs at least one cached batch, got {limit}")
     cached: list[Batch] = []

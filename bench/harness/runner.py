@@ -1,85 +1,54 @@
-"""The runner: one config, one mode, R repeats on one timing protocol, rows into the results store.
+"""The runner: one config, one mode, R repeats on one timing protocol (docs/measurement.md), rows into
+the results store.
 
-Per repeat (every repeat builds a fresh pipeline and, for replay/train, a fresh model):
+Per repeat, with a fresh pipeline (and model): ``build_s``; resident and ``dataset_bytes_per_image``
+rows (untimed); ``ttfb_s`` (``iter()`` to the first batch on the device) and ``time_to_first_batch_s`` =
+``build_s + ttfb_s``; ``warmup`` epochs; then measured epochs inside the monitors, ``epochs`` of them and
+more until they add up to ``min_seconds`` (autorange: their updates are discarded before evaluation);
+per epoch ``epoch_s``, ``images_per_s``, the wait/compute split (with ``step_sync``) and ``train_loss``;
+per repeat the monitor metrics and ``images_per_cpu_s``; in train mode ``test_acc`` on the original
+pixels and per-image predictions. ``loader``: pipeline, no step; ``replay``: cached batches, train step;
+``train``: pipeline, train step.
 
-1. ``build_s``: ``pipelines.create(...)`` (loading a store, starting workers, copying to the device).
-   Then, outside every timed region: ``resident_device_bytes``/``resident_host_bytes``
-   (``Pipeline.resident_bytes``) and ``dataset_bytes_per_image`` (``Pipeline.dataset_bytes_per_image``:
-   what the pipeline reads the dataset from, per image; the report's bytes/image).
-2. ``ttfb_s``: ``iter()`` on the fresh pipeline until its first batch is on the device (the
-   first batch of the repeat's first epoch; in replay, of the caching epoch). It excludes
-   ``build_s``: an adapter that prefetches while it is built (DALI) shows a tiny ttfb and
-   a larger build_s; compare ``build_s + ttfb_s`` across adapters for "time to first batch".
-   ``time_to_first_batch_s`` = ``build_s + ttfb_s`` per repeat: THE time to first batch, the
-   same for every adapter whatever it does in its constructor (harness work between the two,
-   e.g. building the model, is not counted). Before the build: ``empty_cache`` and a peak reset
-   (on CUDA), then the monitors start (starting them never overlaps a pipeline working ahead;
-   their NVML idle baseline is taken once per process, at the first repeat's start before any
-   pipeline exists, and kept for every repeat: ``bench.harness.monitors``); the measured region is
-   only *marked* when the measured epochs begin (``Monitor.mark``: one CPU reading).
-3. ``warmup`` epochs (``warmup_epoch_s``, ``warmup_images_per_s``), not monitored.
-4. measured epochs inside the monitors: ``epochs`` of them, then more (like ``timeit``'s
-   autorange) until the repeat's measured epochs add up to ``min_seconds``
-   (``measured_epochs``/``measured_s`` per repeat record how many and how long); per epoch ``epoch_s``, ``images_per_s``,
-   ``images``, ``steps``, ``first_batch_s``, ``data_wait_s`` and ``compute_s`` (the per-step
-   split; only with ``step_sync``), ``pipeline_batches`` (batches drawn from the pipeline:
-   0 in replay), and ``train_loss`` (replay/train); per repeat the monitor metrics (on CUDA
-   ``gpu_mem_over_idle_peak_bytes``: NVML peak minus the idle baseline, beside torch's
-   ``torch_peak_allocated_bytes``; absent with the reason on the CPU) and
-   ``images_per_cpu_s`` (measured images / the process tree's CPU seconds: the CPU cost of
-   an image, robust to other jobs stealing cores on a shared machine).
-5. train: ``test_acc``/``test_loss``/``test_images`` on the ORIGINAL pixels of ``eval_split``
-   (``eval_s``), and each test image's prediction (``predictions.csv``: paired tests between
-   pipelines). The learning-rate schedule spans ``warmup + epochs``; epochs added by the
-   autorange are timed like the others but their updates are discarded (the model is restored
-   before evaluation), so accuracy never depends on how fast a pipeline is.
+Data parallel (``cfg.dist``, under torchrun): every rank runs the protocol on its shard, epochs start
+together, rank 0 merges and writes one run (``bench.harness.ranks``). ``INRBENCH_TEST_FAIL_RANK=R[:kill]``
+is a test hook (``_injected_failure``).
 
-Modes share that protocol and differ only in the batch source and the step:
-``loader`` = pipeline, no-op step; ``replay`` = cached batches, train step; ``train`` =
-pipeline, train step. Epoch indices count warm-up epochs first (0-based within a repeat).
-
-Data parallel (``cfg.dist`` set, ``cfg.pipe.rank``/``world_size`` this process's place; run under
-torchrun by ``inrbench bench --nproc N``): every rank runs this same protocol on its shard with
-its own clock and monitors, the epochs of all ranks start together (a sync point before each),
-the model trains under DDP, evaluation is all-reduced; rank 0 draws the run id, gathers every
-rank's rows and writes one run: per-rank rows and aggregate rows (``bench.harness.ranks``: sync
-points, failures, aggregation rules). ``INRBENCH_TEST_FAIL_RANK=R`` (a test hook, read in one
-place: ``_injected_failure``) makes rank R raise just before repeat 0's first measured epoch
-(``R:kill``: SIGKILL itself; torchrun then stops every rank, and the ranks it stops record the run
-in its folder, ``bench.harness.left``; ``inrbench bench --nproc`` writes the run's one error row
-where none did). On NCCL a rank that fails while its DDP model exists (mid-epoch in replay/train)
-leaves at once (``_leave_if_peers_may_wait``), recording why first.
-
-Outcomes: ``Unavailable`` (from the adapter, or ``--device cuda`` on a machine without CUDA)
--> one skip row, exit 0. Out of memory -> one error row, exit 3. Epochs that load more images
-than the split provides (all ranks together; ``bench.harness.epochs``: an adapter that ignores
-its rank, or yields a sample twice) -> one error row naming the pipeline and the counts, exit 1.
-Any other exception -> one error row, exit 1 (traceback on stderr). Bad input
-(``InputError``) -> one error row, then the CLI prints one line and exits 2. Rows are written
-together when the run ends, so a failed run never leaves partial rows that read as results.
+Outcomes: ``Unavailable`` -> a skip row, exit 0; out of memory -> an error row, exit 3; an epoch bound
+overrun or any other exception -> an error row, exit 1; ``InputError`` -> an error row, exit 2. Rows are
+written together at the end, so a failed run never leaves partial rows.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import os
+import signal
 import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import results
-from bench.errors import InputError
-from bench.harness import monitors
+import pipelines
+from bench import dist, envinfo, results
+from bench.datasets.prepared import open_prepared
+from bench.devices import resolve_device
+from bench.errors import InputError, is_out_of_memory
+from bench.harness import left, monitors
 from bench.harness.epochs import EpochBound
 from bench.harness.monitors import Monitor
 from bench.harness.ranks import DistConfig, PeerStopped, RankResult, Sync, merge
 from bench.harness.replay import CountingSource, ReplayBatches, cache_batches
 from bench.harness.timing import DeviceClock, EpochTiming, clock_for, timed_epoch
+from bench.outputs import claim
+from bench.train.backbones import create_backbone
+from bench.train.evaluate import evaluate
 from bench.train.expand import ExpandConfig
 from bench.train.loop import TrainConfig
+from bench.train.trainers import check_method, create_trainer
 from pipelines.base import PipelineConfig, Unavailable
 
 DATASET_BYTES = "dataset_bytes_per_image"
@@ -126,8 +95,6 @@ class BenchConfig:
             raise ValueError(f"torch_threads must be >= 1, got {self.torch_threads}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
-        from bench.train.trainers import check_method
-
         check_method(self.method, self.expand, self.warmup + self.epochs)
         if self.method != "dense" and self.mode == "loader":
             raise ValueError(f"--method {self.method} trains a model: it needs --mode replay or train, not loader")
@@ -159,16 +126,10 @@ class RunOutcome:
 
 
 def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = None) -> RunOutcome:
-    """Run ``cfg`` and write its ``env.json``, ``config.json`` and rows under ``out``.
-
-    The pipeline comes from ``pipelines.create`` (the registry) and nothing else; ``clock``
-    defaults to ``clock_for(cfg.pipe.device)``. ``rows.csv`` is written last: it marks the run done.
-    ``out`` is checked before any work (``bench.outputs``): a results folder of this project,
-    an empty folder or a new path, never overlapping ``cfg.data`` or ``cfg.store``.
-    Data parallel (``cfg.dist``): every rank calls this; rank 0 writes; all return its outcome.
-    """
-    monitors.forget_idle()  # the idle baseline is this run's (its repeats share it), not an earlier run's in this process
-    if cfg.torch_threads is None:  # record what "torch's default" was: the report tells 2 from 1
+    """Run ``cfg`` and write its ``env.json``, ``config.json`` and rows (``rows.csv`` last: the run is done)
+    under ``out``, claimed first (``bench.outputs``). Data parallel: every rank calls it, rank 0 writes."""
+    monitors.forget_idle()  # this run's repeats share one idle baseline
+    if cfg.torch_threads is None:  # record the count torch ran with
         import torch
 
         cfg = dataclasses.replace(cfg, torch_threads=torch.get_num_threads())
@@ -178,21 +139,17 @@ def run_bench(cfg: BenchConfig, out: str | Path, clock: DeviceClock | None = Non
                            rank=cfg.pipe.rank if sync.distributed else None)
     if not sync.distributed:
         return _run(cfg, out, rows, sync, clock)
-    from bench.harness import left
-
-    # torchrun stopping this rank (another one exited first) leaves a record in the run folder, not nothing
+    # torchrun stopping this rank (another one exited first) leaves a record in the run folder
     with left.on_sigterm(out, rows, sync.rank, lambda: sync.broken, lambda c: _exit(c)):
         return _run(cfg, out, rows, sync, clock)
 
 
 def _run(cfg: BenchConfig, out: Path, rows: results.RunRows, sync: Sync, clock: DeviceClock | None) -> RunOutcome:
-    """``run_bench`` once the results folder is claimed and the run id drawn: the repeats, then the rows."""
+    """``run_bench`` once ``out`` is claimed and the run id drawn: the repeats, then the rows."""
     code, input_error = EXIT_OK, None
     bound: EpochBound | None = None
     threads = _set_threads(cfg.torch_threads)
     try:
-        from bench.datasets.prepared import open_prepared
-
         data = open_prepared(cfg.data)
         # checksum the splits now (cached per process), not inside repeat 0's timed build
         for name in dict.fromkeys((cfg.pipe.split, *((cfg.eval_split,) if cfg.mode == "train" else ()))):
@@ -217,7 +174,7 @@ def _run(cfg: BenchConfig, out: Path, rows: results.RunRows, sync: Sync, clock: 
             print(f"inrbench: error: {e}", file=sys.stderr)
         _leave_if_peers_may_wait(cfg, sync, code, out, rows)
     except Exception as e:  # a crash or an OOM in this run: an error row, never partial rows
-        code = EXIT_OOM if _is_oom(e) else EXIT_ERROR
+        code = EXIT_OOM if is_out_of_memory(e) else EXIT_ERROR
         rows.error(f"{'out of memory: ' if code == EXIT_OOM else ''}{results.exception_reason(e)}")
         if code == EXIT_OOM:  # sizes beyond the machine: one line, no traceback (the row says it too)
             print(f"inrbench: error: out of memory: {results.exception_reason(e)}", file=sys.stderr)
@@ -238,8 +195,6 @@ def _sync_for(cfg: BenchConfig) -> Sync:
     """This process's sync points; a data-parallel config needs the process group to exist."""
     if cfg.dist is None:
         return Sync()
-    from bench import dist
-
     if not dist.active():
         raise InputError(f"this config is a data-parallel run of {cfg.dist.world_size} processes: run it "
                          "under torchrun (inrbench bench --nproc N)")
@@ -255,8 +210,6 @@ def _start(cfg: BenchConfig, out: str | Path, sync: Sync) -> tuple[Path, str]:
     """Rank 0 checks/claims ``out`` and draws the run id; every rank gets both (or the InputError)."""
     if not sync.distributed:
         return _claim_results(cfg, out), results.new_run_id(cfg.pipeline, cfg.mode)
-    from bench import dist
-
     got: tuple[str | None, str | None] = (None, None)
     if sync.rank == 0:
         try:  # the id ``inrbench bench --nproc`` drew (it writes an error row if no rank writes the run)
@@ -276,30 +229,17 @@ def _peers_may_wait(cfg: BenchConfig, sync: Sync) -> bool:
 
 
 def _leave_if_peers_may_wait(cfg: BenchConfig, sync: Sync, code: int, out: Path, rows: results.RunRows) -> None:
-    """On NCCL, a rank that failed between sync points while a DDP model exists (``Sync.ddp``)
-    leaves at once (``os._exit(code)``) instead of joining the final gather.
-
-    Its peers may be inside DDP's gradient all-reduce; NCCL pairs collectives by order, so the
-    gather would meet that all-reduce and hang (or exchange garbage) until ``--dist-timeout``
-    (1800 s by default). As for a rank killed outright, torchrun then stops the others. Before it
-    leaves, the rank records its exit class for ``inrbench bench --nproc`` (its status in
-    ``bench.dist.STATUS_DIR_ENV``'s folder) and, for any launcher (the user's own torchrun too),
-    its reason in the run folder: ``rank<R>.left.json`` and the run's error row naming it
-    (``bench.harness.left.record``). gloo keeps the gather, and so does every failure at a sync
-    point or before the model exists: every rank is then in the same collective.
-    """
+    """On NCCL, a rank that failed while a DDP model exists leaves at once (``os._exit``), after recording
+    its exit code (``dist.STATUS_DIR_ENV``) and reason (``left.record``): its peers may be inside DDP's
+    all-reduce, which NCCL would pair with the final gather and hang until ``--dist-timeout``."""
     if not _peers_may_wait(cfg, sync):
         return
-    from bench import dist
-
     status_dir = os.environ.get(dist.STATUS_DIR_ENV)
     if status_dir:
         try:
             (Path(status_dir) / f"rank{sync.rank}").write_text(str(code))
         except OSError:
             pass
-    from bench.harness import left
-
     try:
         run_dir = left.record(out, rows, sync.rank, code, left.reason_of(rows))
         where = f"why is recorded in {run_dir}"
@@ -314,21 +254,16 @@ def _leave_if_peers_may_wait(cfg: BenchConfig, sync: Sync, code: int, out: Path,
 
 def _finish_distributed(cfg: BenchConfig, out: Path, rows: results.RunRows, code: int,
                         input_error: InputError | None, sync: Sync, bound: EpochBound | None) -> RunOutcome:
-    """Every rank's result to rank 0 (``Sync.finish``), which merges (checking ``bound`` over all
-    ranks) and writes; its outcome to all."""
+    """Every rank's result to rank 0, which merges (checking ``bound``) and writes; its outcome to all."""
     assert cfg.dist is not None
     mine = RankResult.of(sync.rank, rows, code, input_error is not None)
     every = sync.finish(mine)
     announced: tuple[str, str, int, str | None] = ("", "error", EXIT_ERROR, None)
     merged = rows
-    from bench.harness import left
-
     try:
         if sync.rank == 0:
             merged = results.RunRows(rows.run_id, cfg.pipeline, cfg.dataset, cfg.mode, cfg.to_dict())
             code, bad_input = merge(merged, every, sync.broken, bound)
-            from bench import envinfo
-
             run_dir = Path(out) / results.RUNS_DIR / merged.run_id
             with left.rank0_writes(run_dir):  # replaces rows written from left records (bench.harness.left)
                 results.write_env(run_dir, envinfo.collect(distributed=_topology(cfg)))
@@ -364,8 +299,6 @@ def _topology(cfg: BenchConfig) -> dict[str, Any]:
 
 def _claim_results(cfg: BenchConfig, out: str | Path) -> Path:
     """Check ``out`` and create/mark it as a results folder (appended to; concurrent runs are fine)."""
-    from bench.outputs import claim
-
     with claim(out, "results", inputs={"prepared dataset (--data)": cfg.data, "store (--store)": cfg.store},
                mode="append", lock=False) as p:
         results.check_results(p)
@@ -373,13 +306,8 @@ def _claim_results(cfg: BenchConfig, out: str | Path) -> Path:
 
 
 def _require_device(device: str) -> None:
-    """A CUDA run on a machine without CUDA cannot run here: ``Unavailable`` (a skip row).
-
-    A malformed spec or a CUDA index this machine lacks is bad input (``bench.devices``).
-    """
+    """``Unavailable`` (a skip row) for a CUDA device on a machine without CUDA; a bad spec is bad input."""
     import torch
-
-    from bench.devices import resolve_device
 
     if resolve_device(device, missing_cuda_ok=True).startswith("cuda") and not torch.cuda.is_available():
         raise Unavailable(f"device {device} requested but torch.cuda.is_available() is False here")
@@ -395,30 +323,19 @@ def _set_threads(n: int | None) -> int:
     return prev
 
 
-def _is_oom(e: BaseException) -> bool:
-    from bench.errors import is_out_of_memory
-
-    return is_out_of_memory(e)
-
-
 def _free_device_memory(device: str) -> None:
     """After a CUDA run (an OOM above all): drop cached blocks so the next run starts clean."""
-    import gc
-
     import torch
 
     if torch.device(device).type == "cuda" and torch.cuda.is_available():
         gc.collect()
-        # before CUDA is initialised there is nothing cached and no peak to reset, and resetting raises
-        if torch.cuda.is_initialized():
+        if torch.cuda.is_initialized():  # else nothing is cached, and resetting raises
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(torch.device(device))
 
 
 def _cleanup_device_memory(device: str) -> None:
-    """``_free_device_memory`` on a way out: after a sticky CUDA error (a device-side assert, an
-    illegal address) ``empty_cache`` raises that error again; here it neither replaces the run's
-    own error nor keeps its rows from being written (one line on stderr instead)."""
+    """``_free_device_memory`` on a way out: a sticky CUDA error it raises again becomes one warning line."""
     try:
         _free_device_memory(device)
     except Exception as e:
@@ -441,8 +358,6 @@ def _repeat(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: D
 
 def _repeat_body(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: DeviceClock,
                  mon: Monitor, sync: Sync) -> None:
-    import pipelines
-
     t0 = clock.now()
     pipe = pipelines.create(cfg.pipeline, data, cfg.pipe, store=Path(cfg.store) if cfg.store else None)
     try:
@@ -481,9 +396,7 @@ def _repeat_body(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clo
 
 
 def _add_dataset_bytes(rows: results.RunRows, pipe: Any, r: int) -> None:
-    """``dataset_bytes_per_image``: what the pipeline reads the dataset from, per image, as the adapter
-    states it (``Pipeline.dataset_bytes_per_image``; the report's bytes/image); a skip row with the
-    reason where it states none or no positive number."""
+    """``Pipeline.dataset_bytes_per_image`` (the report's bytes/image), or a skip row saying why not."""
     value = pipe.dataset_bytes_per_image()
     if value is None:
         rows.unavailable(DATASET_BYTES, "bytes", "the pipeline does not state its bytes per image "
@@ -515,16 +428,14 @@ def _epoch(cfg: BenchConfig, source: Any, step: Any, clock: DeviceClock, rows: r
 
 
 def _injected_failure(cfg: BenchConfig, r: int, n: int) -> None:
-    """Test hook: ``INRBENCH_TEST_FAIL_RANK=R`` makes rank R raise before the sync point of repeat 0's
-    first measured epoch (between sync points, as a pipeline failure would; tests only)."""
+    """Test hook: ``INRBENCH_TEST_FAIL_RANK=R`` makes rank R raise (``R:kill``: SIGKILL itself) before
+    repeat 0's first measured epoch."""
     want = os.environ.get("INRBENCH_TEST_FAIL_RANK")
     if want is None or r != 0 or n != 0:
         return
     rank, _, how = want.strip().partition(":")
     if rank == str(cfg.pipe.rank):
-        if how == "kill":  # ``R:kill``: the process dies outright (SIGKILL), as an OOM killer would do it
-            import signal
-
+        if how == "kill":  # as an OOM killer would
             os.kill(os.getpid(), signal.SIGKILL)
         raise RuntimeError(f"injected failure on rank {cfg.pipe.rank} (INRBENCH_TEST_FAIL_RANK)")
 
@@ -532,12 +443,9 @@ def _injected_failure(cfg: BenchConfig, r: int, n: int) -> None:
 def _measure(cfg: BenchConfig, source: Any, counted: CountingSource, step: Any, trainer: Any,
              clock: DeviceClock, rows: results.RunRows, r: int, mon: Monitor | None = None,
              data: Any = None, sync: Sync | None = None) -> None:
-    """The measured epochs (``epochs``, then autorange to ``min_seconds``), inside the monitors;
-    then the monitors' rows. A trained model is restored to its state after the scheduled epochs,
-    copied to the CPU between epochs: a device copy would sit in the measured memory peak of only
-    the pipelines fast enough to autorange.
-    Data parallel: each epoch starts at a sync point, which also hands every rank the slowest
-    rank's measured seconds, so the autorange stops every rank after the same epoch."""
+    """The measured epochs (``epochs``, then autorange to ``min_seconds``) inside the monitors, then their
+    rows. The model's state after the scheduled epochs is kept on the CPU (a device copy would count in
+    the memory peak) and restored. Each epoch's sync point shares the slowest rank's seconds."""
     sync = sync or Sync()
     if mon is not None:  # started before the build (``_repeat``): only mark the region
         mon.mark()
@@ -584,9 +492,8 @@ def _no_step(batch: Any) -> None:
 
 def _replay_cache(cfg: BenchConfig, counted: CountingSource, clock: DeviceClock,
                   rows: results.RunRows, r: int) -> list[Any]:
-    """replay: one whole pipeline epoch (its epoch 0, untimed as throughput), keeping clones of
-    its first ``replay_batches`` batches. The epoch runs to its end so no adapter is ever left
-    with an abandoned iterator; its first batch gives ``ttfb_s``."""
+    """replay: one whole pipeline epoch (never an abandoned iterator) keeping clones of its first
+    ``replay_batches`` batches; its first batch gives ``ttfb_s``."""
     cached: list[Any] = []
 
     def keep(batch: Any) -> None:
@@ -604,9 +511,6 @@ def _replay_cache(cfg: BenchConfig, counted: CountingSource, clock: DeviceClock,
 
 def _trainer(cfg: BenchConfig, data: Any, steps_per_epoch: int) -> Any:
     import torch
-
-    from bench.train.backbones import create_backbone
-    from bench.train.trainers import create_trainer
 
     torch.manual_seed(cfg.pipe.seed)  # the same seed on every rank (DDP also broadcasts rank 0's weights)
     model = create_backbone(cfg.backbone, data.num_classes)
@@ -634,17 +538,14 @@ def _add_epoch(rows: results.RunRows, t: EpochTiming, r: int, e: int, drawn: int
 
 def _add_loss(rows: results.RunRows, trainer: Any, r: int, e: int, cfg: BenchConfig, data: Any,
               sync: Sync | None = None) -> None:
-    """After epoch ``e`` (untimed): what the trainer reports about the model that trained it
-    (``epoch_metrics``: parameters, FLOPs per image, method-specific stage), the mean loss, and with
-    ``eval_every_epoch`` the test accuracy of a scheduled epoch (``epoch_test_acc``)."""
+    """After epoch ``e`` (untimed): the trainer's ``epoch_metrics``, the mean loss, and with
+    ``eval_every_epoch`` a scheduled epoch's ``epoch_test_acc``."""
     if trainer is None:
         return
     for metric, value, unit in trainer.epoch_metrics():
         rows.add(metric, value, unit, repeat=r, epoch=e)
     rows.add("train_loss", trainer.end_epoch(), "1", repeat=r, epoch=e)
     if cfg.eval_every_epoch and e < cfg.warmup + cfg.epochs and cfg.eval_split in data.splits:
-        from bench.train.evaluate import evaluate
-
         split = data.split(cfg.eval_split)
         (sync or Sync()).point()  # evaluation all-reduces
         ev = evaluate(trainer.model, split.images, split.labels, cfg.pipe.augment, trainer.device,
@@ -654,8 +555,6 @@ def _add_loss(rows: results.RunRows, trainer: Any, r: int, e: int, cfg: BenchCon
 
 def _add_eval(cfg: BenchConfig, data: Any, trainer: Any, clock: DeviceClock, rows: results.RunRows,
               r: int) -> None:
-    from bench.train.evaluate import evaluate
-
     last = cfg.warmup + cfg.epochs - 1
     if cfg.eval_split not in data.splits:
         rows.unavailable("test_acc", "1", f"dataset has no split {cfg.eval_split!r} (has {', '.join(data.splits)})", repeat=r)

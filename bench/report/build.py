@@ -1,11 +1,6 @@
-"""``build_report(results_dir, out)``: README.md + PNG figures from result files only.
-
-The output folder is written whole into a temp folder and renamed over ``out``, so a report
-is never half old, half new. Sections with no data say so instead of disappearing. It reads top-down:
-the headline (a verdict from the numbers, then the table), the figures, the detail tables, and at the
-end the methodology, what was run, the environment and the sweep's cells. Explanations stay short;
-the long ones are in docs/measurement.md.
-"""
+"""``build_report(results_dir, out)``: README.md + PNG figures from result files only, written whole
+into a temp folder and renamed over ``out``. Headline first, then figures, details, methodology and
+environment (long explanations: docs/measurement.md)."""
 
 from __future__ import annotations
 
@@ -19,6 +14,8 @@ import pandas as pd
 from bench import envinfo
 from bench import stats as S
 from bench.atomic import atomic_dir
+from bench.compare import figures as CF
+from bench.outputs import claim
 from bench.report import figures as F
 from bench.report import markdown as md
 from bench.report import methods as M
@@ -40,15 +37,14 @@ class _Doc:
         self.folder = folder
         self.parts: list[str] = []
         self.figures: list[str] = []
-        self.gallery: list[str] = []  # the figures' markdown, gathered into one section (``gallery_here``)
+        self.gallery: list[str] = []  # figures gathered into one section (``gallery_here``)
         self._gallery_at: int | None = None
 
     def add(self, text: str = "") -> None:
         self.parts.append(text)
 
     def block(self, text: str) -> None:
-        """A markdown block (heading, paragraph, table, image): ``text`` and the blank line that ends it.
-        A heading or an image is one line whatever the names in it hold (``md.one_line``)."""
+        """A markdown block and the blank line that ends it (a heading or image kept on one line)."""
         self.add(md.one_line(text) if text.startswith(("#", "![")) else text)
         self.add()
 
@@ -80,23 +76,13 @@ class _Doc:
 
 def build_report(results_dir: str | Path, out: str | Path) -> Path:
     """Build the report of ``results_dir`` into ``out`` (replaced atomically); returns ``out``."""
-    from bench.outputs import claim
-
     with claim(out, "report", inputs={"results folder": results_dir}, mode="replace") as out:
         inputs = load(results_dir)
-        _build(inputs, out)
+        with atomic_dir(out, kind="report", overwrite=True) as tmp:
+            doc = _Doc(tmp)
+            _write(doc, inputs)
+            (tmp / "README.md").write_text(doc.text())
     return out
-
-
-def _build(inputs: ReportInputs, out: Path) -> None:
-    with atomic_dir(out, kind="report", overwrite=True) as tmp:
-        doc = _Doc(tmp)
-        _write(doc, inputs)
-        (tmp / "README.md").write_text(doc.text())
-
-
-def _rank(v: str, order: tuple[str, ...]) -> tuple[int, str]:
-    return (order.index(v) if v in order else len(order), str(v))
 
 
 def _slug(s: str) -> str:
@@ -113,7 +99,6 @@ def _write(doc: _Doc, x: ReportInputs) -> None:
         doc.block("**Other processes were busy on the machine during some runs: see *Other load on the "
                   "machine*.**")
     _code_warning(doc, x)
-    _spelled_apart(doc, x)
     _headline(doc, x)
     doc.gallery_here()
     _speedup(doc, rows)
@@ -150,27 +135,9 @@ def _methodology(doc: _Doc, x: ReportInputs) -> None:
         doc.block(x.description)
 
 
-def _spelled_apart(doc: _Doc, x: ReportInputs) -> None:
-    """The labels kept apart only by a path that may be one input spelled two ways (``settings.spelled_apart``)."""
-    if not x.spelled_apart:
-        return
-    doc.block("**Rows reported apart that may be one input spelled two ways.** Older `bench` runs recorded "
-              "`--data` and `--store` as typed, relative to a folder they did not record; newer ones record "
-              "the absolute path. No run records a content hash of what it read, and the report never looks a "
-              "relative path up from where it runs, so it cannot tell whether these name the same folder or "
-              "store: they stay apart, never pooled on a guess. Runs of today's `bench` record absolute paths, "
-              "so a rerun pools with the absolute-path rows.")
-    for line in x.spelled_apart:
-        doc.add(f"- {line}")
-    doc.add()
-
-
 def _store_of(x: ReportInputs) -> dict[tuple[str, str], str]:
-    """(dataset, pipeline) as the tables label them -> the encode cell whose store the bench cells of those
-    rows read (a train cell's where the modes' differ). Keyed by the labels of the rows themselves
-    (``cfg.sweep.cell``), never by the prepare cell's name: a table may be ``NAME (2 processes)``,
-    ``NAME [batch_size=64]`` (``bench.report.load.by_world_size``, ``bench.report.settings``) or a
-    pipeline ``inr [STEM]`` (``settings.by_store``)."""
+    """(dataset, pipeline) as the tables label them -> the encode cell whose store those rows' bench cells
+    read (the train cell's where modes differ)."""
     store = {c["id"]: c["store"] for c in x.cells if c["kind"] == "bench" and c.get("store")}
     if not store or SWEEP_CELL not in x.rows.columns:
         return {}
@@ -211,7 +178,7 @@ def _headline(doc: _Doc, x: ReportInputs) -> None:
 
 
 def _variant_of(x: ReportInputs, encode_cell: str | None) -> str | None:
-    """The compare variant name of an encode cell's store (``compare`` names it by the store's file stem)."""
+    """The compare variant name of an encode cell's store (its file stem)."""
     cell = next((c for c in x.cells if c["id"] == encode_cell), None)
     return store_stem(cell.get("name") or cell["id"]) if cell else None
 
@@ -225,13 +192,13 @@ def _code_label(ident: dict[str, Any] | None) -> str:
 
 
 def _is_stale(x: ReportInputs, key: str) -> bool:
-    """A result computed under another code identity than the sweep's current one (kept with --keep-stale)."""
+    """A result of another code identity than the sweep's current one (kept with --keep-stale)."""
     ident = x.code_of.get(key)
     return bool(x.code and ident and ident.get("id") != x.code.get("id"))
 
 
 def _code_versions(doc: _Doc, x: ReportInputs) -> None:
-    """Which code version produced which result (the warning when they differ: ``_code_warning``)."""
+    """Which code version produced which result."""
     if not x.code_of:
         return
     groups: dict[str, list[str]] = {}
@@ -273,16 +240,13 @@ THREADS = "cfg.torch_threads"
 
 
 def run_threads(rows: pd.DataFrame) -> str | None:
-    """The torch thread counts the bench runs that measured recorded (``cfg.torch_threads``: ``--threads``,
-    or the count torch ran with when it was left out), ``1 in all 49 runs`` or ``1 in 40 runs, 2 in 9
-    runs``; ``None`` when no run recorded one. Never the report's or the sweep's own process (its ``env.json``):
-    that is not the count the timings were measured at (a sweep at ``threads: 1`` runs in a process
-    of 2 threads)."""
+    """The torch thread counts the measuring runs recorded: ``1 in all 49 runs`` or ``1 in 40 runs, 2 in
+    9 runs``; None when none did. Never the sweep's own process's count (not what timings ran at)."""
     if THREADS not in rows.columns or rows.empty:
         return None
     b = T.bench_rows(rows)
-    b = b[b["run_id"].notna() & (b["status"] == "ok") & (b["metric"] != "run")  # runs that measured something,
-          & ~b["run_id"].astype(str).str.startswith("sweep:")]  # not a sweep cell's status row
+    b = b[b["run_id"].notna() & (b["status"] == "ok") & (b["metric"] != "run")
+          & ~b["run_id"].astype(str).str.startswith("sweep:")]
     if b.empty:
         return None
     per_run = pd.to_numeric(b.groupby("run_id")[THREADS].first(), errors="coerce")
@@ -333,14 +297,13 @@ def _environment(doc: _Doc, x: ReportInputs, all_rows: pd.DataFrame | None = Non
                    if pil.get("libjpeg_turbo_version") else
                    f"libjpeg {pil.get('libjpeg')}{' (turbo)' if pil.get('libjpeg_turbo') else ''}")),
         ("torch-nvjpeg decoder", _nvjpeg_decoder(env.get("torch_nvjpeg"))),
-        # each adapter's own libraries (Pipeline.libraries), in env.json since that hook existed
         *([("pipeline libraries", _pipeline_libraries(env["pipelines"]))] if env.get("pipelines") else []),
         ("CPU", f"{cpu.get('model')}, {cpu.get('logical_cores')} logical cores "
                 f"({cpu.get('affinity_cores')} usable), {T.fmt_bytes(cpu.get('memory_bytes') or float('nan'))} RAM"),
         ("GPU", gpu_s),
         ("code version (this run)", _code_label(x.code or env.get("code"))),
     ]
-    if threads is not None:  # the runs' own counts, beside the machine's cores
+    if threads is not None:
         items.insert(len(items) - 1, ("torch threads (as the runs recorded them)", threads))
     mismatch = envinfo.cuda_mismatch(v)  # also for env records written before the warnings list
     items += [("warning", w) for w in dict.fromkeys([*env.get("warnings", []), *([mismatch] if mismatch else [])])]
@@ -358,7 +321,7 @@ def _pipeline_libraries(libs: dict[str, dict[str, str | None]]) -> str:
 
 
 def _nvjpeg_decoder(d: dict | None) -> str:
-    """env.json's ``torch_nvjpeg``: ``torchcodec 0.17.0+cu130``, with why TorchCodec was not used if it was not."""
+    """env.json's ``torch_nvjpeg``: ``torchcodec 0.17.0+cu130``, or why TorchCodec was not used."""
     if not d:
         return "not recorded"
     if not d.get("library"):
@@ -378,7 +341,7 @@ def _cells(doc: _Doc, x: ReportInputs) -> None:
     doc.block(f"{len(t)} cells: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "skip", "error"))
               + (f", {counts['not finished']} not finished" if counts.get("not finished") else "")
               + f"; {total:.0f} s of cell time.")
-    doc.block("<details><summary>every cell</summary>")  # collapsed where markdown renders HTML (GitHub)
+    doc.block("<details><summary>every cell</summary>")
     doc.table(t, index=False)
     doc.block("</details>")
 
@@ -395,8 +358,6 @@ def _compression(doc: _Doc, x: ReportInputs) -> None:
                   "cannot get that small.")
         doc.table(T.compare_table(c.summary), index=False)
         if c.image_size is not None:
-            from bench.compare import figures as CF
-
             fig = CF.rd_figure(c.summary, c.image_size, f"PSNR vs bytes per image — {c.dataset}")
             doc.figure(fig, f"psnr_vs_bytes_{_slug(c.cell)}.png", f"PSNR vs bytes, {c.dataset}")
 
@@ -496,8 +457,8 @@ def _split(doc: _Doc, rows: pd.DataFrame) -> None:
             "wait share": [f"{100 * w / (w + c):.0f}%" if w + c > 0 else "—"
                            for w, c in zip(d["data_wait_s"], d["compute_s"], strict=True)],
         })
-        t = t.iloc[sorted(range(len(t)), key=lambda i: (_rank(t["mode"].iloc[i], N.MODE_ORDER),
-                                                        _rank(t["pipeline"].iloc[i], N.PIPELINE_ORDER)))]
+        t = t.iloc[sorted(range(len(t)), key=lambda i: (T.order_rank(t["mode"].iloc[i], N.MODE_ORDER),
+                                                        T.order_rank(t["pipeline"].iloc[i], N.PIPELINE_ORDER)))]
         doc.block(f"### {ds} — epoch time split")
         doc.table(t, index=False)
         doc.figure(F.epoch_split_figure(split, ds), f"epoch_split_{_slug(ds)}.png", f"epoch time split, {ds}")
@@ -552,21 +513,19 @@ def _resources(doc: _Doc, rows: pd.DataFrame) -> None:
         doc.table(t)
 
 
-# Rows written before ``dataset_bytes_per_image`` existed (inrbench bench records the adapter's own figure
-# now): what the built-in adapters read then, by name. A pipeline's newer rows never come here.
+# rows without ``dataset_bytes_per_image`` (the committed test fixture): the built-ins' bytes by name
 LEGACY_JPEG_PIPELINES = ("torch-jpeg", "torch-nvjpeg", "dali")
 LEGACY_PIPELINES = ("raw", "inr", *LEGACY_JPEG_PIPELINES)
 
 
 def _base(pipeline: str) -> str:
-    """``inr [STEM]`` (runs of one store, ``bench.report.settings.by_store``) -> ``inr``."""
+    """``inr [STEM]`` -> ``inr``."""
     return str(pipeline).split(" [", 1)[0]
 
 
 def _bytes_per_image(x: ReportInputs, dataset: str, pipeline: str, store_cell: str | None) -> float:
-    """What (dataset, pipeline) keeps per image: the ``dataset_bytes_per_image`` its rows record (the
-    adapter's own figure, ``Pipeline.dataset_bytes_per_image``; NaN where they record it skipped), or
-    for rows written before that metric, ``_legacy_bytes_per_image``."""
+    """What (dataset, pipeline) keeps per image: its rows' ``dataset_bytes_per_image`` (NaN where skipped),
+    else ``_legacy_bytes_per_image``."""
     if (dataset, pipeline) in x.recorded_bytes:
         value = x.recorded_bytes[(dataset, pipeline)][0]
         return float("nan") if value is None else value
@@ -574,8 +533,7 @@ def _bytes_per_image(x: ReportInputs, dataset: str, pipeline: str, store_cell: s
 
 
 def _legacy_bytes_per_image(x: ReportInputs, dataset: str, pipeline: str, store_cell: str | None) -> float:
-    """Rows without ``dataset_bytes_per_image``: the built-in adapters' bytes as they were computed here
-    (raw pixels and JPEG bytes from the prepared manifest, the store file / the split's images)."""
+    """The built-ins' bytes from the prepared manifest (raw pixels, JPEG files) or the store file / images."""
     m = x.manifests.get(dataset)
     base = _base(pipeline)
     if base == "raw" and m and "image_size" in m:
@@ -585,8 +543,6 @@ def _legacy_bytes_per_image(x: ReportInputs, dataset: str, pipeline: str, store_
         return jpeg_bytes_per_image(m) or float("nan")
     if base == "inr" and store_cell:
         return x.store_bytes.get(store_cell, float("nan"))
-    if base == "inr":  # a plain bench folder: the store its runs recorded
-        return x.run_store_bytes.get((dataset, pipeline), float("nan"))
     return float("nan")
 
 
@@ -597,13 +553,9 @@ def _bytes_unknown(x: ReportInputs, dataset: str, pipeline: str, store_cell: str
     if (dataset, pipeline) in x.recorded_bytes:
         return f"{dataset}, {pipeline}: {x.recorded_bytes[(dataset, pipeline)][1] or 'not recorded'}"
     base = _base(pipeline)
-    if base not in LEGACY_PIPELINES:
+    if base not in LEGACY_PIPELINES or not x.cells:
         return (f"{pipeline}: its runs do not record `dataset_bytes_per_image` (written by an inrbench "
                 "older than that metric)")
-    if base == "inr" and (dataset, pipeline) in x.sizes_missing:
-        return f"{dataset}, {pipeline}: {x.sizes_missing[(dataset, pipeline)]}"
-    if dataset in x.sizes_missing:
-        return f"{dataset}: {x.sizes_missing[dataset]}"
     if dataset not in x.manifests:
         return f"{dataset}: no prepared folder's manifest was found for it"
     if base == "inr":
@@ -693,12 +645,8 @@ def _accuracy(doc: _Doc, x: ReportInputs) -> None:
 
 
 def design_space_points(x: ReportInputs) -> pd.DataFrame:
-    """One row per (swept parameter, value): PSNR of the INR variant that differs only there.
-
-    Parameters are the encode-cell fields in ``DESIGN_PARAMS`` that vary across the sweep's
-    encode cells; for each, the points are the cells whose other varying fields sit at their
-    most common value. PSNR comes from the compare cells' ``inr`` rows (variant = cell name).
-    """
+    """One row per (swept ``DESIGN_PARAMS`` field, value): the compare PSNR of the encode cell that
+    differs from the most common value only there."""
     enc = [c for c in x.cells if c["kind"] == "encode"]
     psnr: dict[str, float] = {}
     for c in x.compares:

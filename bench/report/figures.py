@@ -1,8 +1,5 @@
-"""Report figures (PNG, matplotlib Agg), one colour per method from ``bench.plotstyle``.
-
-Each function takes tidy frames built by ``bench.report.tables`` and returns a figure, or
-``None`` when there is nothing to draw (the README then says why). ``save`` writes atomically.
-"""
+"""Report figures (PNG, matplotlib Agg), one colour per method (``bench.plotstyle``): each takes tidy frames
+from ``bench.report.tables`` and returns a figure, or None with nothing to draw; ``save`` writes atomically."""
 
 from __future__ import annotations
 
@@ -15,10 +12,10 @@ import pandas as pd
 from bench import plotstyle
 from bench.atomic import atomic_write_bytes
 from bench.report import names as N
-from bench.report.tables import order_key
+from bench.report.tables import order_key, order_rank
 
 
-def _plt():
+def pyplot():
     plotstyle.use_agg()
     import matplotlib.pyplot as plt
 
@@ -27,7 +24,7 @@ def _plt():
 
 
 def save(fig, path: str | Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
     plt.close(fig)
@@ -37,8 +34,7 @@ def save(fig, path: str | Path) -> Path:
 
 def _grouped_bars(ax, table: pd.DataFrame, value: str, lo: str | None = None, hi: str | None = None,
                   group: str = "mode", series: str = "pipeline", solid: str | None = None) -> None:
-    """Bars of ``value`` grouped by ``group`` (x), one coloured bar per ``series`` value; with
-    ``solid`` (a boolean column) the rows where it is False are drawn faded and hatched."""
+    """Bars of ``value`` grouped by ``group``, one colour per ``series``; rows whose ``solid`` is False faded."""
     groups = order_key(table[group].unique(), N.MODE_ORDER)
     series_vals = order_key(table[series].unique(), N.PIPELINE_ORDER)
     width = 0.8 / max(1, len(series_vals))
@@ -67,13 +63,12 @@ def _grouped_bars(ax, table: pd.DataFrame, value: str, lo: str | None = None, hi
 
 
 def speedup_figure(sp: pd.DataFrame, dataset: str):
-    """Speedup bars per mode, one panel per baseline; error bars: the 95% interval over processes (runs).
-    Faded hatched bars: no difference detected (the interval holds 1.0); flagged train
-    speedups (a failed sanity check) are not drawn."""
+    """Speedup bars per mode, a panel per baseline, 95% interval error bars; faded: no difference detected;
+    flagged train speedups are not drawn."""
     d = sp[(sp["dataset"] == dataset) & ~sp["flagged"].astype(bool)].dropna(subset=["ratio", "lo", "hi"])
     if d.empty:
         return None
-    plt = _plt()
+    plt = pyplot()
     bases = [b for b in N.BASELINES if b in set(d["baseline"])]
     fig, axes = plt.subplots(1, len(bases), figsize=(5.5 * len(bases), 4), squeeze=False)
     for ax, b in zip(axes[0], bases, strict=True):
@@ -89,7 +84,7 @@ def epoch_split_figure(split: pd.DataFrame, dataset: str):
     d = split[(split["dataset"] == dataset)].dropna(subset=["data_wait_s", "compute_s"])
     if d.empty:
         return None
-    plt = _plt()
+    plt = pyplot()
     modes = order_key(d["mode"].unique(), N.MODE_ORDER)
     fig, axes = plt.subplots(1, len(modes), figsize=(4.2 * len(modes), 4), squeeze=False)
     for ax, m in zip(axes[0], modes, strict=True):
@@ -115,7 +110,7 @@ def bars_figure(st: pd.DataFrame, dataset: str, ylabel: str, scale: float = 1.0,
         return None
     for c in ("median", "q25", "q75"):
         d[c] = d[c] / scale
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     _grouped_bars(ax, d, "median", "q25", "q75")
     ax.set_ylabel(ylabel)
@@ -128,10 +123,9 @@ def accuracy_figure(acc: pd.DataFrame):
     d = acc.dropna(subset=["bytes_per_image", "median"])
     if d.empty:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    rank = {p: i for i, p in enumerate(N.PIPELINE_ORDER)}
-    d = d.assign(_k=[rank.get(p, len(rank)) for p in d["pipeline"]]).sort_values(["dataset", "_k", "pipeline"])
+    d = d.assign(_k=[order_rank(p, N.PIPELINE_ORDER)[0] for p in d["pipeline"]]).sort_values(["dataset", "_k", "pipeline"])
     for _, r in d.iterrows():
         p = r["pipeline"]
         ax.errorbar(r["bytes_per_image"], 100 * r["median"],
@@ -148,7 +142,7 @@ def design_space_figure(ds: pd.DataFrame):
     """PSNR against each swept encoder parameter (others at their most common value)."""
     if ds.empty:
         return None
-    plt = _plt()
+    plt = pyplot()
     params = list(dict.fromkeys(ds["param"]))
     fig, axes = plt.subplots(1, len(params), figsize=(3.6 * len(params), 3.4), squeeze=False)
     for ax, p in zip(axes[0], params, strict=True):

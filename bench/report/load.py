@@ -1,29 +1,10 @@
-"""Everything a report reads, from result files only.
+"""Everything a report reads, from result files only: a sweep folder (``sweep.json`` + ``cells/``) or a
+plain ``inrbench bench --out`` folder (``runs/*/rows.csv``), with the compare summaries, prepared
+manifests, store sizes, test predictions and the code identity of every result.
 
-A results folder is either a sweep folder (``sweep.json`` + ``cells/``, see
-``bench.sweep.layout``) or a plain ``inrbench bench --out`` folder (``runs/*/rows.csv``).
-From a sweep folder the report also reads each finished compare cell's ``summary.csv`` and
-figures, prepared manifests (image size, JPEG bytes) and store file sizes; from a plain folder, the
-same sizes from the prepared folders and stores its runs recorded (``cfg.data``, ``cfg.store``) where
-they are still there (``_run_sizes``; ``sizes_missing`` says why one is not). From either: the
-train runs' per-image test predictions (``predictions.csv``) and the code identity of every result
-(sweep: each cell's marker; plain folder: each run's ``env.json``).
-
-A data-parallel run's per-rank rows (``rank`` set) are kept apart (``split_ranks``):
-``ReportInputs.rows`` holds the run's aggregate rows (``bench.results.aggregate_rows``: global
-images/s, the slowest rank's times), like a single-process run's rows, plus the ``run`` rows of a
-run that failed on some ranks (``rank`` set, one per failed rank), so a failed run shows its
-reason instead of vanishing; ``ReportInputs.rank_rows`` holds the per-rank rows, which only the
-per-rank section reads (``bench.report.ranks``). Runs of one dataset at different world
-sizes are never pooled: each world size above 1 becomes a dataset of its own, ``NAME (N processes)``
-(``by_world_size``, applied to both), so every table compares pipelines at one world size.
-Only runs split a dataset: a sweep cell's status rows (no settings of their own) join the table
-of their cell's world size (``nproc`` x ``nnodes`` in sweep.json: ``status_cell_fields``) or runs, never
-one of their own.
-Likewise runs with different settings, or ``inr`` runs of different stores, are never pooled
-(``bench.report.settings``: ``NAME [batch_size=64, ...]`` datasets, ``inr [STEM]`` pipelines); where
-two such labels differ only in how a path was spelled (an older run's relative ``--data``/``--store``,
-a newer one's absolute), ``ReportInputs.spelled_apart`` names them (``settings.spelled_apart``).
+Per-rank rows of data-parallel runs go to ``rank_rows`` (``split_ranks``); ``rows`` holds the aggregate
+ones. Runs at different world sizes, settings or stores are never pooled: they are relabelled
+``NAME (N processes)`` (``by_world_size``), ``NAME [key=value]`` and ``inr [STEM]`` (``bench.report.settings``).
 """
 
 from __future__ import annotations
@@ -34,6 +15,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from bench import results as R
 from bench.errors import InputError
 from bench.report import settings
 from bench.sweep import layout
@@ -53,8 +37,8 @@ class CompareResult:
 
 @dataclass(frozen=True)
 class ReportInputs:
-    """rows: tidy results (bench rows + one ``cell_s`` status row per sweep cell), without the
-    per-rank rows of data-parallel runs; rank_rows: those (``rank`` set; empty without any)."""
+    """rows: tidy results (bench rows + one ``cell_s`` status row per sweep cell) less the per-rank rows
+    of data-parallel runs; rank_rows: those."""
 
     root: Path
     name: str
@@ -70,12 +54,6 @@ class ReportInputs:
     code: dict[str, Any] | None = None  # the sweep's current code identity (sweep.json), if recorded
     code_of: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # cell or run id -> code identity
     rank_rows: Any = None  # pandas.DataFrame, the columns of ``rows``; None: not read
-    # plain folder: (dataset, pipeline) -> bytes/image of the store its runs read (``cfg.store``)
-    run_store_bytes: dict[tuple[str, str], float] = field(default_factory=dict)
-    # dataset or (dataset, pipeline) -> why its sizes could not be read (plain folder: a recorded path gone)
-    sizes_missing: dict[Any, str] = field(default_factory=dict)
-    # runs kept apart by a path that may be one input spelled two ways (``settings.spelled_apart``)
-    spelled_apart: list[str] = field(default_factory=list)
 
     @cached_property
     def recorded_bytes(self) -> dict[tuple[str, str], tuple[float | None, str]]:
@@ -89,21 +67,16 @@ def load(results_dir: str | Path) -> ReportInputs:
         raise InputError("is a file, not a results folder" if root.exists() else "no such results folder", root)
     if layout.is_sweep_dir(root):
         return _load_sweep(root)
-    from bench import results as R
-
-    every, _ = by_world_size(with_time_to_first_batch(R.read_results(root)), {})
-    apart = settings.spelled_apart(every)
+    every, _ = by_world_size(R.read_results(root), {})
     every, _ = settings.by_settings(settings.by_store(every), {})
     rows, rank_rows = split_ranks(every)
     env = _read_json(next(iter(sorted(root.glob("runs/*/env.json"))), None))
     code_of = {p.parent.name: (_read_json(p) or {}).get("code") for p in sorted(root.glob("runs/*/env.json"))}
-    manifests, store_bytes, missing = _run_sizes(rows)
-    return ReportInputs(root=root, name=root.name, description="", rows=rows, env=env, manifests=manifests,
-                        predictions=_predictions([root], rows), code_of=code_of, rank_rows=rank_rows,
-                        run_store_bytes=store_bytes, sizes_missing=missing, spelled_apart=apart)
+    return ReportInputs(root=root, name=root.name, description="", rows=rows, env=env,
+                        predictions=_predictions([root], rows), code_of=code_of, rank_rows=rank_rows)
 
 
-DATA, STORE, SPLIT = "cfg.data", "cfg.store", "cfg.pipe.split"
+STORE = "cfg.store"
 
 
 def _one_value(values: Any) -> str | None:
@@ -112,62 +85,8 @@ def _one_value(values: Any) -> str | None:
     return str(v[0]) if len(v) == 1 else None
 
 
-def _run_sizes(rows: Any) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, str], float], dict[Any, str]]:
-    """A plain ``bench --out`` folder's sizes, from what its runs recorded: dataset -> the manifest of
-    the prepared folder its runs read (``cfg.data``: image size, JPEG bytes), (dataset, pipeline) ->
-    store file bytes / images of the split for the runs that read a store (``cfg.store``), and why a
-    size is unknown (the path was recorded relative to where ``bench`` ran, or the folder or store
-    was moved or deleted since; runs of one dataset label that read different folders)."""
-    manifests: dict[str, dict[str, Any]] = {}
-    store_bytes: dict[tuple[str, str], float] = {}
-    missing: dict[Any, str] = {}
-    if rows.empty or DATA not in rows.columns or "run_id" not in rows.columns:
-        return manifests, store_bytes, missing
-    runs = rows[rows["run_id"].notna() & rows["dataset"].notna()]
-    for ds, g in runs.groupby("dataset", sort=True):
-        data = _one_value(g[DATA])
-        if data is None:
-            missing[str(ds)] = ("its runs recorded no prepared folder (`--data`)" if g[DATA].isna().all()
-                                else "its runs read several prepared folders")
-            continue
-        if not Path(data).is_absolute():  # relative to where `bench` ran, which is not recorded: a same-named
-            missing[str(ds)] = (f"its runs recorded the prepared folder as a relative path (`--data {data}`): "  # folder here
-                                "where `bench` ran is not recorded, so its size is not guessed")
-            continue
-        m = _read_json(Path(data) / "manifest.json")
-        if m is None:
-            missing[str(ds)] = (f"the prepared folder its runs recorded (`--data {data}`) is not found from here "
-                                "(moved or deleted, or a path relative to where `bench` ran)")
-            continue
-        manifests[str(ds)] = m
-        if STORE not in g.columns:
-            continue
-        for p, gp in g.groupby("pipeline", sort=True):
-            if gp[STORE].isna().all():
-                continue
-            store = _one_value(gp[STORE])
-            split = _one_value(gp[SPLIT]) if SPLIT in gp.columns else None
-            n = _split_count(m, split or "train")
-            if store is None:
-                missing[(str(ds), str(p))] = "its runs read several stores"
-            elif not Path(store).is_absolute():
-                missing[(str(ds), str(p))] = (f"its runs recorded the store as a relative path (`--store {store}`): "
-                                              "where `bench` ran is not recorded, so its size is not guessed")
-            elif not Path(store).is_file():
-                missing[(str(ds), str(p))] = (f"the store its runs recorded (`--store {store}`) is not found from "
-                                              "here (moved or deleted, or a path relative to where `bench` ran)")
-            elif n:
-                store_bytes[(str(ds), str(p))] = Path(store).stat().st_size / n
-    return manifests, store_bytes, missing
-
-
 def _predictions(folders: list[Path], rows: Any) -> Any:
-    """Every ``runs/<run_id>/predictions.csv`` under ``folders``, labelled with its run's dataset
-    and pipeline (from ``rows``); an empty frame when there are none."""
-    import pandas as pd
-
-    from bench import results as R
-
+    """Every ``runs/<run_id>/predictions.csv`` under ``folders``, labelled with its run's dataset and pipeline."""
     cols = ["run_id", "dataset", "pipeline", "repeat", "image", "label", "prediction"]
     frames = []
     for f in folders:
@@ -194,8 +113,6 @@ def _read_json(path: Path | None) -> dict[str, Any] | None:
 
 
 def _load_sweep(root: Path) -> ReportInputs:
-    import pandas as pd
-
     sweep = _read_json(root / layout.SWEEP_FILE)
     if sweep is None:
         raise InputError(f"unreadable {layout.SWEEP_FILE}", root / layout.SWEEP_FILE)
@@ -203,60 +120,37 @@ def _load_sweep(root: Path) -> ReportInputs:
     finished = layout.finished_cells(root)
     markers = {m["id"]: m for _, m in finished}
     cells = sweep.get("cells", [])
-    cell_dir = {m["id"]: d for d, m in finished}
-
-    manifests: dict[str, dict[str, Any]] = {}
-    prep_dataset: dict[str, str] = {}
-    for c in cells:
-        if c["kind"] == "prepare" and markers.get(c["id"], {}).get("status") == "ok":
-            name = c.get("name") or c["id"]
-            prep_dataset[c["id"]] = name
-            m = _read_json(cell_dir[c["id"]] / name / "manifest.json")
-            if m is not None:
-                manifests[name] = m
-
+    cell_dir = {m["id"]: d for d, m in finished if m.get("status") == "ok"}
+    ok = [c for c in cells if c["id"] in cell_dir]  # finished ok, in sweep.json's order
+    prep_dataset = {c["id"]: c.get("name") or c["id"] for c in ok if c["kind"] == "prepare"}
+    manifests = {name: m for cid, name in prep_dataset.items()
+                 if (m := _read_json(cell_dir[cid] / name / "manifest.json")) is not None}
     store_bytes: dict[str, float] = {}
-    for c in cells:
-        if c["kind"] != "encode" or markers.get(c["id"], {}).get("status") != "ok":
-            continue
-        store = cell_dir[c["id"]] / f"{store_stem(c.get('name') or c['id'])}.inr"
-        m = manifests.get(prep_dataset.get(c.get("data", ""), ""))
-        n = _split_count(m, "train")
-        if store.is_file() and n:
-            store_bytes[c["id"]] = store.stat().st_size / n
-
     compares = []
-    for c in cells:
-        if c["kind"] != "compare" or markers.get(c["id"], {}).get("status") != "ok":
-            continue
+    for c in ok:
+        m = manifests.get(prep_dataset.get(c.get("data", ""), ""))
+        store = cell_dir[c["id"]] / f"{store_stem(c.get('name') or c['id'])}.inr"
         folder = cell_dir[c["id"]] / "compare"
-        if not (folder / "summary.csv").is_file():
-            continue
-        ds = prep_dataset.get(c.get("data", ""), "")
-        m = manifests.get(ds)
-        size = tuple(m["image_size"]) if m and "image_size" in m else None
-        compares.append(CompareResult(cell=c["id"], dataset=ds, folder=folder,
-                                      summary=pd.read_csv(folder / "summary.csv"), image_size=size))
-    every, manifests = by_world_size(with_time_to_first_batch(status_cell_fields(every, cells)), manifests)
-    apart = settings.spelled_apart(every)
+        if c["kind"] == "encode" and store.is_file() and _split_count(m, "train"):
+            store_bytes[c["id"]] = store.stat().st_size / _split_count(m, "train")
+        elif c["kind"] == "compare" and (folder / "summary.csv").is_file():
+            size = tuple(m["image_size"]) if m and "image_size" in m else None
+            compares.append(CompareResult(cell=c["id"], dataset=prep_dataset.get(c.get("data", ""), ""),
+                                          folder=folder, summary=pd.read_csv(folder / "summary.csv"), image_size=size))
+    every, manifests = by_world_size(status_cell_fields(every, cells), manifests)
     every, manifests = settings.by_settings(settings.by_store(every), manifests)
     rows, rank_rows = split_ranks(every)
-    ok_dirs = [d for d, m in finished if m.get("status") == "ok"]
     return ReportInputs(
         root=root, name=sweep.get("name", root.name), description=sweep.get("description", ""),
         rows=rows, env=_read_json(root / layout.ENV_FILE), cells=cells, markers=markers,
         compares=compares, manifests=manifests, store_bytes=store_bytes,
-        predictions=_predictions(ok_dirs, rows), code=sweep.get("code"),
-        code_of={m["id"]: m.get("code") for _, m in finished}, rank_rows=rank_rows, spelled_apart=apart,
+        predictions=_predictions(list(cell_dir.values()), rows), code=sweep.get("code"),
+        code_of={m["id"]: m.get("code") for _, m in finished}, rank_rows=rank_rows,
     )
 
 
 def split_ranks(rows: Any) -> tuple[Any, Any]:
-    """(the rows every table reads, the per-rank rows of data-parallel runs).
-
-    The first: the rows whose ``rank`` is <NA> (``bench.results.aggregate_rows``) plus the ``run``
-    status rows that name a rank (a run that failed on some ranks has only those). The second:
-    every row with ``rank`` set."""
+    """(the rows every table reads: aggregate rows and failed ranks' ``run`` rows, every row with ``rank`` set)."""
     if "rank" not in rows.columns:
         return rows, rows.iloc[:0]
     per_rank = rows["rank"].notna()
@@ -267,37 +161,12 @@ def split_ranks(rows: Any) -> tuple[Any, Any]:
 WORLD_SIZE = "cfg.pipe.world_size"
 
 
-def with_time_to_first_batch(rows: Any) -> Any:
-    """``rows`` plus a ``time_to_first_batch_s`` row = ``build_s + ttfb_s`` for each repeat (run, rank,
-    repeat) that measured both but predates that row (the runner writes exactly this sum since it
-    has the row), so a folder mixing older and newer runs shows one time to first batch for all."""
-    import pandas as pd
-
-    metrics = set(rows["metric"].dropna().unique()) if len(rows) else set()
-    if not {"build_s", "ttfb_s"} <= metrics:
-        return rows
-    key = ["run_id", "rank", "repeat"] if "rank" in rows else ["run_id", "repeat"]
-    ok = rows[(rows["status"] == "ok") & rows["repeat"].notna()]
-    have = ok[ok["metric"] == "time_to_first_batch_s"][key].drop_duplicates()
-    parts = [ok[ok["metric"] == m].drop_duplicates(key) for m in ("ttfb_s", "build_s")]
-    both = parts[0].merge(parts[1][[*key, "value"]], on=key, suffixes=("", "_build"), how="inner")
-    if len(have):
-        both = both.merge(have, on=key, how="left", indicator=True)
-        both = both[both["_merge"] == "left_only"].drop(columns="_merge")
-    if both.empty:
-        return rows
-    derived = both.assign(metric="time_to_first_batch_s", value=both["value"] + both["value_build"])
-    return pd.concat([rows, derived.drop(columns="value_build")[rows.columns]], ignore_index=True)
-
-
 NPROC, NNODES = "cfg.nproc", "cfg.nnodes"  # the --nproc launcher's error row of a run no rank wrote
 
 
 def world_sizes(rows: Any) -> Any:
-    """Each row's world size as recorded (``cfg.pipe.world_size``; else ``cfg.nproc`` x ``cfg.nnodes``, what
-    ``bench --nproc``'s launcher records on the error row of a run no rank wrote), <NA> where neither is."""
-    import pandas as pd
-
+    """Each row's world size: ``cfg.pipe.world_size``, else ``cfg.nproc`` x ``cfg.nnodes`` (the launcher's
+    error row), <NA> where neither is recorded."""
     ws = pd.to_numeric(rows[WORLD_SIZE], errors="coerce") if WORLD_SIZE in rows.columns else \
         pd.Series(float("nan"), index=rows.index)
     if NPROC in rows.columns:
@@ -307,20 +176,14 @@ def world_sizes(rows: Any) -> Any:
 
 
 def is_status_row(rows: Any) -> Any:
-    """A sweep cell's status row (``bench.sweep.layout.status_row``: ``metric`` ``cell_s``), not a run's."""
+    """A sweep cell's status row (``metric`` ``cell_s``), not a run's."""
     return rows["metric"].eq(layout.STATUS_METRIC).fillna(False).astype(bool)
 
 
 def by_world_size(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any, dict[str, dict[str, Any]]]:
-    """Rows of a dataset whose runs differ in world size, relabelled ``NAME (N processes)`` for each
-    world size N > 1 (single-process runs keep ``NAME``); ``manifests`` gains the same entries. A
-    dataset run at one world size only keeps its name (``cfg.pipe.world_size`` says it).
-
-    Only runs split a dataset (a run that recorded no world size, from older results, is one
-    process). A sweep cell's status rows are no runs: one that records its cell's world size
-    (``status_cell_fields``) takes the label of that size where runs have it; the others follow their
-    cell's runs, or are copied under every label (``settings._relabel``), so no table is made of status
-    rows alone (every cell ``not run``)."""
+    """Rows of a dataset whose runs differ in world size relabelled ``NAME (N processes)`` for N > 1;
+    ``manifests`` gains the same entries. Status rows take their cell's world size's label, else
+    follow their cell's runs (``settings._relabel``)."""
     if rows.empty or not ({WORLD_SIZE, NPROC} & set(rows.columns)):
         return rows, manifests
     recorded = world_sizes(rows)
@@ -348,13 +211,8 @@ def by_world_size(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any,
 
 
 def status_cell_fields(rows: Any, cells: list[dict[str, Any]]) -> Any:
-    """``rows`` with each bench cell's status row (``bench.sweep.layout.status_row``: no settings) given
-    what its cell's runs are told apart by where sweep.json says it: its world size (``nproc`` x
-    ``nnodes``) and, for a cell that reads a store, the store path the runs of cells reading that store
-    recorded (``cfg.store``, where they recorded one). So a status row joins its cell's table
-    (``by_world_size``, ``settings.by_store``) even when the cell has no runs (a skip or an error)."""
-    import pandas as pd
-
+    """Each bench cell's status row given its cell's world size and store path from sweep.json, so it
+    joins its cell's table even when the cell has no runs."""
     bench = {c["id"]: c for c in cells if c.get("kind") == "bench" and "id" in c}
     if rows.empty or settings.SWEEP_CELL not in rows.columns or not bench:
         return rows
@@ -387,18 +245,11 @@ def _split_count(manifest: dict[str, Any] | None, split: str) -> int | None:
 
 
 def recorded_bytes_per_image(rows: Any) -> dict[tuple[str, str], tuple[float | None, str]]:
-    """(dataset, pipeline) -> (the median bytes per image its rows record, None where they record it
-    only as skipped; the first skip reason) for the pairs whose rows carry the metric
-    (``names.BYTES_PER_IMAGE``: ``dataset_bytes_per_image``, which ``inrbench bench`` writes from
-    ``Pipeline.dataset_bytes_per_image``). Pairs absent: their rows predate the metric."""
-    from bench.report import names as N
-
+    """(dataset, pipeline) -> (median ``dataset_bytes_per_image`` of its rows, None where only skipped;
+    the first skip reason), for the pairs whose rows carry it."""
     if rows.empty or "metric" not in rows.columns:
         return {}
-    metric = N.first_present(rows["metric"].dropna().unique(), N.BYTES_PER_IMAGE)
-    if metric is None:
-        return {}
-    m = rows[rows["metric"] == metric]
+    m = rows[rows["metric"] == "dataset_bytes_per_image"]
     out: dict[tuple[str, str], tuple[float | None, str]] = {}
     for (ds, p), g in m.groupby(["dataset", "pipeline"], sort=True):
         ok = g.loc[g["status"] == "ok", "value"].dropna()

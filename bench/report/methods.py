@@ -1,21 +1,9 @@
-"""The training-method axis in a report: "dense vs expand" per dataset x pipeline.
+"""The training-method axis of a report: dense vs expand per dataset x pipeline.
 
-A train run's method is its ``cfg.method`` (absent in older results: ``dense``). The other
-report sections compare pipelines and read only dense runs (``dense_inputs``); this section pairs
-each pipeline's expand runs with its dense runs on the same dataset:
-
-- total training time per repeat = every scheduled epoch's time (warm-up epochs included: an
-  expand schedule counts them), compared with processes as the units, as the pipeline speedups
-  are (``bench.stats.unit_ratio_ci``: each run's median total counts once; ratio of geometric
-  means, Welch's 95% t interval; > 1: expand trains faster; needs >= 2 processes of each, one
-  gives the ratio and no interval);
-- test accuracy with its Wilson interval and an exact McNemar test of expand against dense on
-  the same test images, of each method's first trained model (first run, first repeat: repeats
-  share the seed, they repeat the timing, not the training's randomness);
-- FLOPs per image (forward, counted) averaged over the scheduled epochs, relative to dense;
-- per stage: width, depth, epochs, parameters, FLOPs per image, median epoch time, last loss;
-- a time-to-accuracy figure: test accuracy after each scheduled epoch (``epoch_test_acc``, runs
-  with ``--eval-every-epoch``) against cumulative training seconds (medians over repeats).
+Other sections read dense runs only (``dense_inputs``). This one pairs each pipeline's expand runs with
+its dense runs: total training time per repeat (warm-up epochs included) as a ratio over processes
+(``bench.stats.unit_ratio_ci``), CPU-seconds likewise, accuracy (Wilson, McNemar against dense, first
+model of each), FLOPs per image, per-stage shapes, and time-to-accuracy (``--eval-every-epoch``).
 """
 
 from __future__ import annotations
@@ -26,8 +14,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bench import plotstyle
 from bench import stats as S
-from bench.report.tables import fmt_num, mcnemar_runs
+from bench.report.figures import pyplot
+from bench.report.tables import fmt_mcnemar, fmt_num, mcnemar_runs
 
 METHOD_COL = "cfg.method"
 
@@ -39,9 +29,7 @@ def method_of(rows: pd.DataFrame) -> pd.Series:
 
 
 def dense_inputs(x: Any) -> Any:
-    """``ReportInputs`` without the rows (per-rank rows too)/predictions of the method comparison's
-    runs: non-dense runs, and dense runs evaluated after every epoch (``--eval-every-epoch``: the
-    pairs' dense halves, whose epochs match their expand schedule rather than the pipeline cells')."""
+    """``ReportInputs`` less the method comparison's runs (non-dense, and dense ``--eval-every-epoch``)."""
     keep = _pipeline_run(x.rows)
     rank_rows = x.rank_rows
     keep_ranks = None if rank_rows is None else _pipeline_run(rank_rows)
@@ -67,8 +55,8 @@ def _per_epoch_eval(rows: pd.DataFrame) -> pd.Series:
 
 
 def pair_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows the comparison reads: every non-dense run, and per dataset x pipeline the dense runs
-    made for the pair (``--eval-every-epoch``) where there are any, else every dense run."""
+    """Every non-dense run, and per dataset x pipeline the pair's dense runs (``--eval-every-epoch``) if any,
+    else every dense run."""
     dense = method_of(rows) == "dense"
     paired = _per_epoch_eval(rows)
     key = rows["dataset"].astype(str) + "\0" + rows["pipeline"].astype(str)
@@ -92,8 +80,8 @@ def _scheduled(d: pd.DataFrame) -> pd.DataFrame:
 
 
 def per_epoch(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per (dataset, pipeline, method, run_id, repeat, epoch) of scheduled train epochs:
-    ``seconds`` (warm-up or measured epoch time), ``cum_s``, and the per-epoch metrics present."""
+    """Per scheduled train epoch (dataset, pipeline, method, run_id, repeat, epoch): ``seconds``, ``cum_s``
+    and the per-epoch metrics present."""
     d = _scheduled(_train_ok(rows))
     keys = ["dataset", "pipeline", "method", "run_id", "repeat", "epoch"]
     d = d[d["metric"].isin(["warmup_epoch_s", "epoch_s", "model_params", "model_flops_per_image", "expand_stage",
@@ -109,9 +97,8 @@ def per_epoch(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def cpu_seconds(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per train run x repeat: CPU seconds of the process tree over the measured epochs
-    (measured images / ``images_per_cpu_s``), robust to other jobs taking the cores; the whole
-    schedule only when the run had no warm-up epoch (else ``NaN``)."""
+    """Per train run x repeat: CPU seconds of the process tree (images / ``images_per_cpu_s``); NaN for a
+    run with warm-up epochs (their CPU time is not measured)."""
     d = _train_ok(rows)
     keys = ["dataset", "pipeline", "method", "run_id", "repeat"]
     ipc = d[d["metric"] == "images_per_cpu_s"][[*keys, "value"]].rename(columns={"value": "ipc"})
@@ -200,28 +187,25 @@ def _no_interval(why, one: str) -> str:
 
 
 def fmt_comparison(c: pd.DataFrame, units: tuple[str, str] = ("process", "processes")) -> pd.DataFrame:
-    """``comparison`` as table text. ``units``: what a unit (a run) is, singular and plural: OS processes
-    here (each ``bench`` run is one); ``perf expand`` runs them in one Python process (in-process runs)."""
+    """``comparison`` as table text; ``units``: what a run is, singular and plural (``perf expand``'s
+    runs share one Python process)."""
     one, many = units
+
+    def ratio(r, key: str, prefix: str) -> str:
+        if r["method"] == "dense":
+            return "(baseline)"
+        if pd.isna(r[key]):
+            return "—"
+        if pd.isna(r[f"{prefix}lo"]):
+            return f"{fmt_num(r[key])}x ({_no_interval(r.get(f'{prefix}why'), one)})"
+        return S.fmt_ratio(S.Interval(r[key], r[f"{prefix}lo"], r[f"{prefix}hi"]))
+
     out = []
     for _, r in c.iterrows():
-        if r["method"] == "dense":
-            sp = "(baseline)"
-        elif pd.notna(r["lo"]):
-            sp = S.fmt_ratio(S.Interval(r["speedup"], r["lo"], r["hi"]))
-        else:
-            sp = f"{fmt_num(r['speedup'])}x ({_no_interval(r.get('why'), one)})" if pd.notna(r["speedup"]) else "—"
-        if r["method"] == "dense" or pd.isna(r["cpu_ratio"]):
-            cpu_sp = "—" if r["method"] != "dense" else "(baseline)"
-        elif pd.isna(r["cpu_lo"]):
-            cpu_sp = f"{fmt_num(r['cpu_ratio'])}x ({_no_interval(r.get('cpu_why'), one)})"
-        else:
-            cpu_sp = S.fmt_ratio(S.Interval(r["cpu_ratio"], r["cpu_lo"], r["cpu_hi"]))
+        sp, cpu_sp = ratio(r, "speedup", ""), ratio(r, "cpu_ratio", "cpu_")
         acc = (f"{100 * r['acc']:.1f} [{100 * r['acc_lo']:.1f}-{100 * r['acc_hi']:.1f}]"
                if pd.notna(r.get("acc", np.nan)) else "—")
-        mc = r["mcnemar"]
-        vs = "—" if mc is None else (f"{S.NO_DIFFERENCE} (p={mc.p_value:.2g})" if not mc.significant()
-                                     else f"{'better' if mc.only_a > mc.only_b else 'worse'} (p={mc.p_value:.2g})")
+        vs = fmt_mcnemar(r["mcnemar"])
         out.append({"dataset": r["dataset"], "pipeline": r["pipeline"], "method": r["method"],
                     "total train s (median)": fmt_num(r["total_s"]), "speedup vs dense [95% CI]": sp,
                     "CPU-s (median)": fmt_num(r["cpu_s"]), "CPU-s ratio [95% CI]": cpu_sp,
@@ -260,16 +244,13 @@ def stages(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def time_to_accuracy_figure(rows: pd.DataFrame, dataset: str):
-    """Test accuracy after each scheduled epoch against cumulative training seconds, one line per
-    pipeline x method (dense solid, expand dashed); ``None`` without ``epoch_test_acc`` rows."""
-    from bench import plotstyle
-    from bench.report.figures import _plt
-
+    """Test accuracy per scheduled epoch against cumulative training seconds, per pipeline x method
+    (dense solid, expand dashed); None without ``epoch_test_acc`` rows."""
     ep = per_epoch(rows)
     ep = ep[ep["dataset"] == dataset]
     if ep.empty or "epoch_test_acc" not in ep or ep["epoch_test_acc"].isna().all():
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for (p, m), g in ep.groupby(["pipeline", "method"]):
         if (dataset, p) not in set(pairs(rows)):

@@ -1,8 +1,4 @@
-"""The result-row metric names a report reads (written by ``inrbench bench``), in one place.
-
-Each concept lists the names it accepts, first match wins, so a renamed metric is a one-line
-change here and nowhere else.
-"""
+"""The result-row metric names a report reads (written by ``inrbench bench``), first match wins."""
 
 from __future__ import annotations
 
@@ -12,18 +8,17 @@ BASELINES = ("torch-jpeg", "dali")
 
 EPOCH_S = ("epoch_s",)
 IMAGES_PER_S = ("images_per_s",)
-DATA_WAIT_S = ("data_wait_s", "wait_s")
+DATA_WAIT_S = ("data_wait_s",)
 COMPUTE_S = ("compute_s",)
-TTFB_S = ("time_to_first_batch_s", "ttfb_s")  # build + first batch; older rows have only ttfb_s
+TTFB_S = ("time_to_first_batch_s", "ttfb_s")  # build + first batch; the test fixture has only ttfb_s
 CPU_BUSY = ("cpu_cores_busy",)
 OTHER_BUSY = ("other_cores_busy",)
 RSS_PEAK = ("host_rss_peak_bytes",)
 GPU_MEM_NVML = ("gpu_mem_used_peak_bytes",)
 GPU_MEM_TORCH = ("torch_peak_allocated_bytes",)
-ACCURACY = ("test_acc", "test_accuracy", "accuracy")
+ACCURACY = ("test_acc",)
 TEST_IMAGES = ("test_images",)
 IMAGES_PER_CPU_S = ("images_per_cpu_s",)
-BYTES_PER_IMAGE = ("dataset_bytes_per_image", "bytes_per_image")
 
 
 def first_present(metrics, names: tuple[str, ...]) -> str | None:

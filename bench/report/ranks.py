@@ -1,28 +1,13 @@
 """Per-rank epoch times of data-parallel runs (``inrbench bench --nproc N``): which rank lags.
 
-Reads the per-rank rows (``ReportInputs.rank_rows``: ``rank`` = r, each rank's own clock on its
-own shard), never the aggregate rows. Per dataset x mode x pipeline x rank: the median epoch time
-(s) over the rank's steady-state samples (repeats x epochs) with its IQR, the measure the speedup
-tables use; and, where the rows carry the per-step split, the wait share = median data wait /
-(median data wait + median compute), as in the epoch-split table. The spread of a pipeline is
-the epoch time of its slowest rank / that of its fastest (the aggregate rows take the slowest
-rank's time): the ratio of the two ranks' geometric-mean epoch times with Welch's t interval on the
-logs of their epochs (``bench.stats.log_ratio_ci``). The two ranks are picked by those geometric means
-(so the ratio is never below 1; picked by medians, a rank with a few slow epochs could print 0.7x as
-'slowest / fastest'), out of k (k - 1) / 2 possible pairs: a plain 95% interval of the picked pair excludes 1.0 far more often
-than 5% when all ranks are alike (21 of 100 simulated 8-rank runs, ``tests/test_report_ranks.py``), so
-the interval is at the Bonferroni level ``bench.stats.bonferroni(k (k - 1) / 2)`` (99.82% for 8 ranks),
-which holds for every pair at once and so for the one picked. (It was a bootstrap of the medians,
-which with 3 epochs a rank excluded 1.0 in 29% of alike 4-rank runs at the stated family-wise 5%.)
-Welch's interval keeps its level at any number of epochs (wide with few). One epoch on a rank, or no
-spread: the ratio, no interval. The samples are the ranks' epochs, not their
-repeats (unlike the speedups, ``bench.stats.unit_ratio_ci``): the question is which rank lagged
-in this run, whose epochs are the population, and every rank is one process for the whole run. Runs of one (dataset, mode) pool per rank, like the main tables pool runs. A
-(dataset, mode) with fewer than two ranks gets no table.
+From ``ReportInputs.rank_rows`` only: per dataset x mode x pipeline x rank, the median epoch time
+(IQR) and wait share; the spread is slowest / fastest rank by geometric-mean epoch time, Welch's t
+interval on the logs at the Bonferroni level over all rank pairs (docs/measurement.md, "Per-rank spread").
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from bench import stats as S
@@ -36,8 +21,7 @@ SPREAD_ROW = "slowest / fastest"
 
 
 def per_rank(rank_rows: pd.DataFrame | None) -> pd.DataFrame:
-    """One row per dataset x mode x pipeline x rank with ok epoch samples: median epoch time, its
-    IQR and the wait share (NaN where the rows carry no data-wait / compute split)."""
+    """Per dataset x mode x pipeline x rank: median epoch time, IQR and wait share (NaN without the split)."""
     if rank_rows is None or rank_rows.empty:
         return pd.DataFrame(columns=PER_RANK_COLUMNS)
     ep = T.stats(rank_rows, N.EPOCH_S, group=RANK_GROUP)
@@ -54,16 +38,13 @@ def per_rank(rank_rows: pd.DataFrame | None) -> pd.DataFrame:
 
 
 def spreads(rank_rows: pd.DataFrame | None, per: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per dataset x mode x pipeline with at least two ranks: the slowest and fastest rank (by
-    geometric-mean epoch time), ``ratio`` = their ratio of geometric-mean epoch times (>= 1), and Welch's t ``lo``/``hi``
-    on the logs at the Bonferroni level over the k (k - 1) / 2 rank pairs; ``n`` = the fewer epochs of
-    the two; NaN bounds (``why`` says why) with one epoch on a rank, or no spread."""
+    """Per dataset x mode x pipeline with two ranks or more: slowest and fastest rank, their ratio of
+    geometric-mean epoch times (>= 1) and its Bonferroni-level interval (NaN bounds: ``why``)."""
     per = per_rank(rank_rows) if per is None else per
     out = []
     for (ds, mode, p), g in per.groupby(["dataset", "mode", "pipeline"], sort=False):
         if len(g) < 2:
             continue
-        # picked by the geometric means the ratio compares (by medians the printed ratio could fall below 1)
         samples = {int(r): _rank_samples(rank_rows, ds, p, mode, int(r)) for r in g["rank"]}
         gm = pd.Series({r: _log_mean(x) for r, x in samples.items()}).dropna()
         if len(gm) < 2:
@@ -80,8 +61,6 @@ def spreads(rank_rows: pd.DataFrame | None, per: pd.DataFrame | None = None) -> 
 
 def _log_mean(x) -> float:
     """Mean log of the positive finite samples ``x`` (NaN without any): what ``log_ratio_ci`` compares."""
-    import numpy as np
-
     v = np.asarray(x, dtype=float)
     v = v[np.isfinite(v) & (v > 0)]
     return float(np.log(v).mean()) if v.size else float("nan")
@@ -98,9 +77,7 @@ def fmt_rank(h) -> str:
 
 
 def fmt_spread(h) -> str:
-    """``1.50x [1.36-1.64] (rank 1 / rank 0)`` (``bench.stats.fmt_ratio``'s rounding); ``: no difference
-    detected`` when the interval holds 1.0; ``1.50x (rank 1 / rank 0): no interval (no spread), not a result``
-    without one."""
+    """``1.50x [1.36-1.64] (rank 1 / rank 0)``, with ``: no difference detected`` or ``: no interval ...``."""
     iv = S.Interval(h["ratio"], h["lo"], h["hi"])
     who = f"(rank {h['slowest']} / rank {h['fastest']})"
     if not iv.ok:
@@ -108,14 +85,11 @@ def fmt_spread(h) -> str:
         return f"{iv.value:.2f}x {who}: no interval ({why}), not a result"
     if not iv.excludes(1.0):
         return f"{iv.value:.2f}x {S.fmt_ratio(iv).removeprefix(S.NO_DIFFERENCE + ' ')} {who}: {S.NO_DIFFERENCE}"
-    text = S.fmt_ratio(iv)
-    return f"{text} {who}"
+    return f"{S.fmt_ratio(iv)} {who}"
 
 
 def rank_tables(rank_rows: pd.DataFrame | None) -> dict[tuple[str, str], pd.DataFrame]:
-    """(dataset, mode) with at least two ranks -> rows ``rank`` (0..N-1, then ``slowest / fastest``),
-    columns pipeline: ``fmt_rank`` of each rank, ``fmt_spread`` in the last row; ``—`` where a
-    pipeline has no ok epoch of that rank."""
+    """(dataset, mode) with two ranks or more -> rows rank then ``slowest / fastest``, columns pipeline."""
     per = per_rank(rank_rows)
     sp = spreads(rank_rows, per)
     out = {}

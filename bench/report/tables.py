@@ -1,25 +1,9 @@
-"""Report tables: numbers as tidy frames (for figures) and formatted frames (for markdown).
+"""Report tables: tidy frames (for figures) and formatted frames (for markdown).
 
-Statistics are over the raw ok samples (repeats x epochs): median and IQR. A table cell with
-no ok sample shows the run's status and reason (``skip: ...`` / ``error: ...``), never a 0.
-Speedup of pipeline P over baseline B is the epoch time of B / that of P (> 1: P is faster) with
-processes as the units (``bench.stats.unit_ratio_ci``: each run's median epoch, over all its
-repeats, counts once; ratio of geometric means, Welch's 95% t interval on the logs): epochs and
-repeats of one process share its machine and library state, so they are not independent samples.
-An interval that holds 1.0 reads "no difference detected"; with one process on a side there is no
-interval and no result (the sweeps run timing cells in interleaved processes). Sanity checks
-use the same ratio. Accuracy, per trained model: Wilson interval of the correct share of one
-repeat's test images, and an exact McNemar test between two pipelines' models of the same seed on
-their per-image predictions (how sure we are about these models). Accuracy over training
-randomness (``seed_accuracy``, ``accuracy_over_seeds``, ``seed_diff``): each training seed
-(``cfg.pipe.seed``; unrecorded: ``NO_SEED``) counts once, as its first run's first repeat; the
-mean over seeds with Student's t interval, and pipelines compared paired by seed (at seed k both
-start from the same initial weights and, DALI aside, see the same data order; each draws its
-augmentation from the same distribution with its own generator) with the paired t interval on the
-per-seed differences: an interval that holds 0 reads "no difference detected"; with fewer than 2
-(common) seeds there is no interval and no result. Sanity checks (``sanity_checks``): a
-pipeline whose train epochs are faster than ``raw``'s, or faster than its own replay epochs,
-beyond the interval, is a measurement problem: its train speedups are not shown as results.
+Medians and IQR over ok samples (repeats x epochs); a cell without one shows its status, never a 0.
+Speedups and sanity checks: ratios with processes as units (``bench.stats.unit_ratio_ci``). Accuracy:
+Wilson interval per trained model, exact McNemar between models, Student's t over training seeds
+(``cfg.pipe.seed``). Protocol: docs/measurement.md.
 """
 
 from __future__ import annotations
@@ -31,15 +15,21 @@ import numpy as np
 import pandas as pd
 
 from bench import stats as S
+from bench.compare.table import psnr_diff_text
 from bench.report import names as N
+from bench.report import settings
 
 GROUP = ["dataset", "pipeline", "mode"]
 
 
+def order_rank(v, order) -> tuple[int, str]:
+    """A sort key: the preferred ``order`` first, unknown values after it alphabetically."""
+    return (order.index(v) if v in order else len(order), str(v))
+
+
 def order_key(values, order) -> list:
-    """Sort by a preferred order, unknown values after it alphabetically."""
-    rank = {v: i for i, v in enumerate(order)}
-    return sorted(values, key=lambda v: (rank.get(v, len(rank)), str(v)))
+    """``values`` sorted by ``order_rank``."""
+    return sorted(values, key=lambda v: order_rank(v, order))
 
 
 def fmt_num(x: float, digits: int = 3) -> str:
@@ -74,10 +64,7 @@ def fmt_median_iqr(median: float, iqr: float, fmt=fmt_num, n: int | None = None)
 
 def stats(rows: pd.DataFrame, metric_names: tuple[str, ...], steady: bool = True,
           group: list[str] = GROUP) -> pd.DataFrame:
-    """median/q25/q75/iqr/n of the first present metric, per ``group`` (dataset x pipeline x mode).
-
-    steady: only rows with an epoch index (steady-state samples) when any have one.
-    """
+    """median/q25/q75/iqr/n of the first present metric per ``group``; ``steady``: epoch rows only, if any."""
     m = N.first_present(rows["metric"].dropna().unique(), metric_names)
     cols = [*group, "median", "q25", "q75", "iqr", "n"]
     if m is None:
@@ -143,17 +130,17 @@ MEASUREMENT_PROBLEM = "measurement problem (see Sanity checks)"
 ONE_PROCESS = "one process: no interval, not a result"
 
 
-def samples(rows: pd.DataFrame, metric_names: tuple[str, ...], dataset: str, pipeline: str, mode: str,
-            steady: bool = True) -> np.ndarray:
-    """The ok samples (repeats x epochs) of the first present metric for one combination."""
+def _ok(rows: pd.DataFrame, metric_names: tuple[str, ...], dataset: str, pipeline: str, mode: str) -> pd.DataFrame:
+    """The ok steady-state rows (epoch rows, if any) of the first present metric for one combination."""
     m = N.first_present(rows["metric"].dropna().unique(), metric_names)
-    if m is None:
-        return np.array([])
     d = rows[(rows["metric"] == m) & (rows["status"] == "ok") & (rows["dataset"] == dataset)
              & (rows["pipeline"] == pipeline) & (rows["mode"] == mode)]
-    if steady and d["epoch"].notna().any():
-        d = d[d["epoch"].notna()]
-    return d["value"].to_numpy(float)
+    return d[d["epoch"].notna()] if d["epoch"].notna().any() else d
+
+
+def samples(rows: pd.DataFrame, metric_names: tuple[str, ...], dataset: str, pipeline: str, mode: str) -> np.ndarray:
+    """The ok samples (repeats x epochs) of the first present metric for one combination."""
+    return _ok(rows, metric_names, dataset, pipeline, mode)["value"].to_numpy(float)
 
 
 CEILING_MARGIN = 0.05  # raw is a ceiling where it is shown to train within 5% of its replay
@@ -161,15 +148,8 @@ CEILING_MARGIN = 0.05  # raw is a ceiling where it is shown to train within 5% o
 
 def unit_samples(rows: pd.DataFrame, metric_names: tuple[str, ...], dataset: str, pipeline: str,
                  mode: str) -> list[np.ndarray]:
-    """The steady-state samples of one combination, one array per unit (a run: one process, all
-    its repeats), the unit ``bench.stats.unit_ratio_ci`` counts once."""
-    m = N.first_present(rows["metric"].dropna().unique(), metric_names)
-    if m is None:
-        return []
-    d = rows[(rows["metric"] == m) & (rows["status"] == "ok") & (rows["dataset"] == dataset)
-             & (rows["pipeline"] == pipeline) & (rows["mode"] == mode)]
-    if d["epoch"].notna().any():
-        d = d[d["epoch"].notna()]
+    """``samples``, one array per run (process): the unit ``bench.stats.unit_ratio_ci`` counts once."""
+    d = _ok(rows, metric_names, dataset, pipeline, mode)
     return [g.to_numpy(float) for _, g in d["value"].groupby(d["run_id"].astype(str), sort=True)]
 
 
@@ -180,8 +160,6 @@ def epoch_ratio(rows: pd.DataFrame, dataset: str, ref: tuple[str, str], other: t
 
 def _settings_differ(rows: pd.DataFrame, dataset: str, a: tuple[str, str], b: tuple[str, str]) -> list[str]:
     """Short names of the settings in which the runs of (pipeline, mode) ``a`` and ``b`` differ."""
-    from bench.report import settings
-
     def sel(pm: tuple[str, str]) -> pd.DataFrame:
         return rows[(rows["dataset"] == dataset) & (rows["pipeline"] == pm[0]) & (rows["mode"] == pm[1])
                     & rows["run_id"].notna() & ~rows["run_id"].astype(str).str.startswith("sweep:")]
@@ -190,18 +168,10 @@ def _settings_differ(rows: pd.DataFrame, dataset: str, a: tuple[str, str], b: tu
 
 
 def sanity_checks(rows: pd.DataFrame) -> pd.DataFrame:
-    """Physically impossible orderings, tested with the speedup interval: per dataset and pipeline,
-    ``faster than raw end to end`` (ratio = raw train / P train) and ``train faster than replay``
-    (ratio = P replay / P train). ``flagged``: the interval lies above its bound (1.0, below).
-
-    ``raw`` is a ceiling only where its own data work is *shown* to be hidden under compute (on a
-    GPU its augmentation is a few asynchronous kernels): its replay / train interval must lie at or
-    above ``1 - CEILING_MARGIN``. Then raw trains at most ``1 / lo`` times slower than its replay,
-    and a pipeline is flagged when its raw train / train interval lies above that bound (and 1.0).
-    Where that is not shown (no raw replay run, an interval too wide, or raw measurably slower
-    than its replay, as on a CPU, where raw augments in the training thread while a DataLoader or
-    DALI augments on another core), the raw check does not apply: its row says why (``note``) and
-    is never flagged. The replay check always applies."""
+    """Impossible orderings per dataset and pipeline: faster than raw end to end (raw train / P train)
+    and train faster than replay (P replay / P train); ``flagged`` where the interval lies above its
+    bound. raw is a ceiling only where its replay / train interval lies at or above ``1 - CEILING_MARGIN``
+    (bound ``1 / lo``); elsewhere ``note`` says why the raw check does not apply."""
     st = stats(rows, N.EPOCH_S)
     have = set(zip(st["dataset"], st["pipeline"], st["mode"], strict=True))
     out = []
@@ -216,7 +186,7 @@ def sanity_checks(rows: pd.DataFrame) -> pd.DataFrame:
                             f"({', '.join(diff)}): no proven ceiling")
             elif not own.ok:
                 raw_note = "not applicable: raw's replay / train interval needs 2 processes of each"
-            elif own.lo >= 1.0 - CEILING_MARGIN:  # shown within the margin (even if measurably below 1)
+            elif own.lo >= 1.0 - CEILING_MARGIN:
                 raw_note, raw_bound = "", max(1.0, 1.0 / own.lo)
             elif own.hi < 1.0:
                 raw_note = (f"not applicable: raw trains slower than its replay {shown}, its data work is "
@@ -252,9 +222,8 @@ def flagged_train(rows: pd.DataFrame, checks: pd.DataFrame | None = None) -> set
 
 
 def speedups(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per dataset x mode x pipeline x baseline: ratio and its interval lo/hi (``epoch_ratio``: processes as units),
-    ``detected`` (the interval excludes 1.0) and ``flagged`` (train epochs of the pipeline or the
-    baseline failed a sanity check: not a result)."""
+    """Per dataset x mode x pipeline x baseline: epoch-time ratio, interval, ``detected`` (excludes 1.0)
+    and ``flagged`` (the pipeline's or baseline's train epochs failed a sanity check)."""
     st = stats(rows, N.EPOCH_S)
     st = st[st["mode"].isin(SPEEDUP_MODES)]
     bad = flagged_train(rows)
@@ -270,21 +239,20 @@ def speedups(rows: pd.DataFrame) -> pd.DataFrame:
                     "dataset": ds, "mode": mode, "pipeline": p, "baseline": base,
                     "ratio": iv.value, "lo": iv.lo, "hi": iv.hi, "detected": p != base and iv.excludes(1.0),
                     "flagged": mode == "train" and ((ds, p) in bad or (ds, base) in bad),
-                    "why": iv.why,  # without an interval: one process a side, or no spread
+                    "why": iv.why,
                 })
     return pd.DataFrame(out, columns=SPEEDUP_COLUMNS)
 
 
 def fmt_speedup(h) -> str:
-    """One speedup row -> ``1.21x [0.97-1.48]``, ``no difference detected [...]``, the baseline
-    itself, or the measurement-problem note."""
+    """One speedup row -> ``1.21x [0.97-1.48]``, ``no difference detected [...]``, baseline or problem note."""
     if h["flagged"]:
         return MEASUREMENT_PROBLEM
     if h["pipeline"] == h["baseline"]:
         return "1.00x (baseline)"
     iv = S.Interval(h["ratio"], h["lo"], h["hi"])
     if not iv.ok and math.isfinite(h["ratio"]):
-        if h.get("why") == S.NO_SPREAD:  # equal process medians on both sides: no zero-width interval
+        if h.get("why") == S.NO_SPREAD:
             return f"{h['ratio']:.2f}x (no spread: no interval, not a result)"
         return f"{h['ratio']:.2f}x ({ONE_PROCESS})"
     return S.fmt_ratio(iv)
@@ -296,24 +264,22 @@ def speedup_tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
     st = stats(rows, N.EPOCH_S)
     out = {}
     for ds, (pipes, modes) in combos(rows).items():
-        def have(p: str, m: str, ds: str = ds) -> bool:
-            return bool(((st["dataset"] == ds) & (st["pipeline"] == p) & (st["mode"] == m)).any())
-
         cols = [(b, m) for b in N.BASELINES for m in modes if m in SPEEDUP_MODES]
-        table = {}
-        for p in pipes:
-            r = {}
-            for b, m in cols:
-                hit = sp[(sp["dataset"] == ds) & (sp["pipeline"] == p) & (sp["baseline"] == b) & (sp["mode"] == m)]
-                if len(hit):
-                    r[f"vs {b} ({m})"] = fmt_speedup(hit.iloc[0])
-                elif not have(p, m):
-                    r[f"vs {b} ({m})"] = status_of(rows, ds, p, m)
-                else:  # the baseline has no samples: say why, once per column
-                    r[f"vs {b} ({m})"] = f"n/a: {b} {status_of(rows, ds, b, m)}"
-            table[p] = r
+        table = {p: {f"vs {b} ({m})": _speedup_cell(rows, sp, st, (ds, p, m), b, status_of(rows, ds, p, m))
+                     for b, m in cols} for p in pipes}
         out[ds] = pd.DataFrame.from_dict(table, orient="index").rename_axis("pipeline")
     return out
+
+
+def _speedup_cell(rows: pd.DataFrame, sp: pd.DataFrame, st: pd.DataFrame, at: tuple[str, str, str], base: str,
+                  missing: str) -> str:
+    """The speedup of (dataset, pipeline, mode) ``at`` over ``base``; ``missing`` where the pipeline has no
+    ``st`` samples; else the baseline's status."""
+    ds, p, m = at
+    hit = sp[(sp["dataset"] == ds) & (sp["pipeline"] == p) & (sp["baseline"] == base) & (sp["mode"] == m)]
+    if len(hit):
+        return fmt_speedup(hit.iloc[0])
+    return missing if not _has(st, ds, p, m) else f"n/a: {base} {status_of(rows, ds, base, m)}"
 
 
 def epoch_split(rows: pd.DataFrame) -> pd.DataFrame:
@@ -349,8 +315,7 @@ COMPARE_COLUMNS = {
 
 
 def compare_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """The PSNR/size table of one compare cell: INR variants and JPEG at matched bytes
-    (the plain quality sweep is a figure, not table rows). Unreachable targets stay as rows."""
+    """One compare cell's PSNR/size table: INR variants and JPEG at matched bytes (not the quality sweep)."""
     s = summary[summary["method"] != "jpeg-sweep"].copy()
     out = pd.DataFrame()
     for col, title in COMPARE_COLUMNS.items():
@@ -366,8 +331,6 @@ def compare_table(summary: pd.DataFrame) -> pd.DataFrame:
         else:
             out[title] = ["" if pd.isna(x) else str(x) for x in v]
     if "psnr_diff" in s:
-        from bench.compare.table import psnr_diff_text
-
         out["INR − JPEG dB [95% CI]"] = [psnr_diff_text(r) if r["method"] == "jpeg-matched" else ""
                                          for _, r in s.iterrows()]
     if "status" in s and "min_bytes" in s:
@@ -386,9 +349,7 @@ OTHER_LOAD_WARN = 0.25  # cores busy outside the run, per repeat, above which th
 
 
 def other_load(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per dataset x pipeline x mode whose repeats saw other processes busy (``other_cores_busy``
-    above ``OTHER_LOAD_WARN`` in any repeat): the median and the largest value, and how many
-    repeats crossed it."""
+    """Per dataset x pipeline x mode with a repeat over ``OTHER_LOAD_WARN`` other cores busy: median, max, count."""
     cols = [*GROUP, "median", "max", "repeats_over", "repeats"]
     d = rows[(rows["metric"].isin(N.OTHER_BUSY)) & (rows["status"] == "ok")]
     if d.empty:
@@ -444,9 +405,8 @@ def _schedule_length(schedule: str) -> int:
 
 
 def _one_schedule(a: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
-    """``a`` (accuracy rows) with, per dataset, only the runs of one training schedule: models trained
-    for different numbers of epochs are not samples of one accuracy. The kept schedule is the one most
-    runs used (ties: the longest); ``dropped_schedules`` says what was left out."""
+    """``a`` (accuracy rows) with, per dataset, only the runs of the schedule most runs used (ties: the
+    longest): models trained for other epoch counts are not samples of one accuracy."""
     sched = schedules(rows)
     if not sched or a.empty:
         return a
@@ -462,8 +422,7 @@ def _one_schedule(a: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def dropped_schedules(rows: pd.DataFrame) -> dict[str, dict[str, int]]:
-    """dataset -> {schedule: train runs} of the schedules ``_one_schedule`` leaves out of the accuracy
-    tables (empty when every train run of a dataset had one schedule)."""
+    """dataset -> {schedule: train runs} that ``_one_schedule`` leaves out."""
     m = N.first_present(rows["metric"].dropna().unique(), N.ACCURACY)
     if m is None:
         return {}
@@ -479,9 +438,8 @@ def dropped_schedules(rows: pd.DataFrame) -> dict[str, dict[str, int]]:
 
 
 def model_seeds(a: pd.DataFrame) -> dict[tuple[str, str], int]:
-    """(dataset, pipeline) -> the seed of the model the per-model columns show: the lowest seed every
-    trained pipeline of the dataset has (so Wilson intervals and McNemar tests speak of the same
-    seed's models), a pipeline's own lowest where it lacks that one. ``a``: ``_train_acc`` rows."""
+    """(dataset, pipeline) -> the seed of the model shown: the lowest seed all the dataset's pipelines
+    have, else the pipeline's own lowest. ``a``: ``_train_acc`` rows."""
     out = {}
     for ds, g in a.groupby("dataset"):
         per_pipe = {p: set(int(s) for s in gp["seed"]) for p, gp in g.groupby("pipeline")}
@@ -492,14 +450,9 @@ def model_seeds(a: pd.DataFrame) -> dict[tuple[str, str], int]:
 
 
 def accuracy(rows: pd.DataFrame) -> pd.DataFrame:
-    """Train-mode test accuracy of *one* trained model per dataset x pipeline (the first run of its
-    ``model_seeds`` seed, ``run_id``: the model McNemar compares too): the mean over that run's repeats
-    (``test_acc`` weighted by ``test_images``) as a share ``k`` of *one* repeat's ``n`` test images, with its Wilson
-    interval (``acc`` = k / n, so the table's share and its count agree): every repeat scores the
-    same test images, and repeats share the training seed, so pooling them would count each image
-    several times and narrow the interval by sqrt(repeats). Other seeds' models are other samples
-    of training: ``accuracy_over_seeds``. Results without ``test_images`` keep the median accuracy
-    and no interval (NaN)."""
+    """Test accuracy of one trained model per dataset x pipeline (first run of its ``model_seeds`` seed):
+    the mean over that run's repeats as ``k`` of one repeat's ``n`` test images, with its Wilson interval
+    (repeats score the same images: pooling them would narrow it falsely). No ``test_images``: median, NaN."""
     a = _train_acc(rows)
     if a.empty:
         return pd.DataFrame(columns=ACC_COLUMNS)
@@ -534,11 +487,8 @@ def fmt_accuracy(h) -> str:
 
 
 def seed_accuracy(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per dataset x pipeline x training seed: the test accuracy of that seed's first run
-    (run ids sort by start time), first repeat. Repeats, and further runs of one seed, train the
-    same model (the same data order, augmentation draws and initial weights; on a GPU up to
-    nondeterministic kernels), so each seed counts
-    once; a run without a recorded seed is seed ``NO_SEED``."""
+    """Per dataset x pipeline x training seed: the test accuracy of that seed's first run, first repeat
+    (further runs of one seed train the same model)."""
     a = _train_acc(rows)
     if a.empty:
         return pd.DataFrame(columns=SEED_COLUMNS)
@@ -550,9 +500,7 @@ def seed_accuracy(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def accuracy_over_seeds(per_seed: pd.DataFrame) -> pd.DataFrame:
-    """Per dataset x pipeline (``per_seed``: ``seed_accuracy``): the mean test accuracy over its
-    seeds with Student's t 95% interval (``bench.stats.mean_ci``), ``seeds`` = how many; with one
-    seed, NaN bounds (no interval)."""
+    """Per dataset x pipeline: mean accuracy over ``seed_accuracy``'s seeds with Student's t 95% interval."""
     out = []
     for (ds, p), g in per_seed.groupby(["dataset", "pipeline"]):
         iv = S.mean_ci(g["acc"].astype(float))
@@ -561,11 +509,7 @@ def accuracy_over_seeds(per_seed: pd.DataFrame) -> pd.DataFrame:
 
 
 def seed_diff(per_seed: pd.DataFrame, dataset: str, pipeline: str, reference: str) -> S.Interval:
-    """Accuracy of ``pipeline`` minus ``reference`` (shares), paired by training seed over the seeds
-    both have (at seed k both start from the same initial weights and, DALI aside, the same data
-    order): the
-    mean difference with the paired t interval (``bench.stats.paired_mean_diff_ci``); NaN
-    bounds with fewer than 2 common seeds (``n`` = common seeds)."""
+    """Accuracy of ``pipeline`` minus ``reference``, paired by common training seed, paired t interval."""
     d = per_seed[per_seed["dataset"] == dataset]
     x = d[d["pipeline"] == pipeline].set_index("seed")["acc"]
     y = d[d["pipeline"] == reference].set_index("seed")["acc"]
@@ -576,17 +520,15 @@ def seed_diff(per_seed: pd.DataFrame, dataset: str, pipeline: str, reference: st
 
 
 def fmt_over_seeds(h) -> str:
-    """``91.2 [88.0-94.4]`` (%, t interval over seeds, clipped to 0-100: an accuracy cannot leave
-    it, while a t interval over 2-3 seeds near 100% does), or ``—`` with fewer than 2 seeds."""
+    """``91.2 [88.0-94.4]`` (%, t interval clipped to 0-100), or ``—`` with fewer than 2 seeds."""
     iv = S.Interval(h["acc"], h["lo"], h["hi"])
-    if not iv.ok:  # one seed, or all seeds alike (no spread: no interval)
+    if not iv.ok:
         return f"{100 * iv.value:.1f}, the same at all {int(h['seeds'])} seeds (no interval)" if h["seeds"] >= 2 else "—"
     return f"{100 * iv.value:.1f} [{100 * max(iv.lo, 0.0):.1f}-{100 * min(iv.hi, 1.0):.1f}]"
 
 
 def mcnemar_runs(predictions: pd.DataFrame | None, run_a: str, run_b: str) -> S.McNemar | None:
-    """Exact McNemar test of run ``run_a``'s model against ``run_b``'s (each its first repeat) on the
-    same test images, paired by image; ``None`` without predictions for both or on other images."""
+    """Exact McNemar test of ``run_a``'s model against ``run_b``'s (first repeats), paired by test image."""
     if predictions is None or predictions.empty:
         return None
     sel = []
@@ -614,12 +556,8 @@ def is_cpu(rows: pd.DataFrame, dataset: str) -> bool:
     """Whether the dataset's bench runs ran on the CPU (their ``device`` config)."""
     d = bench_rows(rows)
     d = d[d["dataset"] == dataset]
-    for col in ("cfg.pipe.device", "cfg.device"):
-        if col in d:
-            v = d[col].dropna().astype(str)
-            if len(v):
-                return bool(v.str.startswith("cpu").all())
-    return False
+    v = d["cfg.pipe.device"].dropna().astype(str) if "cfg.pipe.device" in d else ()
+    return bool(len(v)) and bool(v.str.startswith("cpu").all())
 
 
 def _has(st: pd.DataFrame, dataset: str, pipeline: str, mode: str) -> bool:
@@ -627,11 +565,8 @@ def _has(st: pd.DataFrame, dataset: str, pipeline: str, mode: str) -> bool:
 
 
 def headline(rows: pd.DataFrame, bytes_per_image) -> dict[str, pd.DataFrame]:
-    """dataset -> one row per pipeline: bytes/image, loader and train images/s (and images per
-    CPU-second on a CPU), train speedups with intervals, accuracy with its Wilson interval.
-
-    bytes_per_image: ``f(dataset, pipeline) -> float`` (NaN when unknown).
-    """
+    """dataset -> per pipeline: bytes/image (``bytes_per_image(ds, p)``), loader/train img/s (img/CPU-s on
+    a CPU), train speedups and accuracy with their intervals."""
     ips = stats(rows, N.IMAGES_PER_S)
     cpu_ips = stats(rows, N.IMAGES_PER_CPU_S, steady=False)
     acc = accuracy(rows)
@@ -650,15 +585,8 @@ def headline(rows: pd.DataFrame, bytes_per_image) -> dict[str, pd.DataFrame]:
                 hit = cpu_ips[(cpu_ips["dataset"] == ds) & (cpu_ips["pipeline"] == p) & (cpu_ips["mode"] == "train")]
                 r["train img/CPU-s"] = fmt_num(hit.iloc[0]["median"]) if len(hit) else "—"
             if "train" in modes:
-                for b in N.BASELINES:
-                    hit = sp[(sp["dataset"] == ds) & (sp["pipeline"] == p) & (sp["baseline"] == b)
-                             & (sp["mode"] == "train")]
-                    if len(hit):
-                        r[f"train speedup vs {b}"] = fmt_speedup(hit.iloc[0])
-                    elif not _has(ips, ds, p, "train"):  # its own cell says why (the train img/s column)
-                        r[f"train speedup vs {b}"] = "—"
-                    else:  # the baseline has no train samples: say so, as the speedup table does
-                        r[f"train speedup vs {b}"] = f"n/a: {b} {status_of(rows, ds, b, 'train')}"
+                for b in N.BASELINES:  # no train samples: the train img/s column says why
+                    r[f"train speedup vs {b}"] = _speedup_cell(rows, sp, ips, (ds, p, "train"), b, "—")
                 hit = acc[(acc["dataset"] == ds) & (acc["pipeline"] == p)]
                 r["test acc % [95% CI]"] = fmt_accuracy(hit.iloc[0]) if len(hit) else "—"
             recs.append(r)

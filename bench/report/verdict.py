@@ -11,6 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from bench import stats as S
+from bench.compare.table import psnr_diff_text
 from bench.report import names as N
 from bench.report import tables as T
 
@@ -60,8 +61,6 @@ def speed_sentence(medians: dict[str, float], sp: pd.DataFrame, ds: str, mode: s
 def inr_sentence(summary: pd.DataFrame, variant: str | None) -> str | None:
     """Where INR stands against JPEG at matched bytes (whole files): the variant the ``inr`` pipeline reads
     (``variant``) and the best one, each with the paired per-image interval of INR minus JPEG PSNR."""
-    from bench.compare.table import psnr_diff_text
-
     s = summary[summary["method"] == "jpeg-matched"]
     if "match" in s:
         s = s[s["match"].fillna("file").astype(str).isin(["file", ""])]
