@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import gpucheck, outputs
+from bench import outputs
+from devtools import gpucheck
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "gpu-check"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import gpucheck
+from devtools import gpucheck
 
 REPO = Path(__file__).resolve().parent.parent
 

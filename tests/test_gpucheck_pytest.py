@@ -1,4 +1,4 @@
-"""gpu-check's pytest steps (``pytest-pipelines``, ``pytest-rest``, ``dali-crops``): per-test outcomes streamed by ``bench.pytest_log``
+"""gpu-check's pytest steps (``pytest-pipelines``, ``pytest-rest``, ``dali-crops``): per-test outcomes streamed by ``devtools.pytest_log``
 survive a pytest killed by the step's time cap; a finished run reads the same log.
 
 A fake test file goes through the step machinery (``gpucheck._pytest``: a subprocess in its own
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import gpucheck, pytest_log
+from devtools import gpucheck, pytest_log
 
 FAKE = '''
 import time

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import psutil
 
-from bench import gpucheck
-from bench.gpucheck import CPU_CAP_FACTOR
+from devtools import gpucheck
+from devtools.gpucheck import CPU_CAP_FACTOR
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -27,7 +27,7 @@ FAKE = '''
 import os, subprocess, sys, time
 from pathlib import Path
 
-from bench import gpucheck as g
+from devtools import gpucheck as g
 
 
 def capped(ctx):

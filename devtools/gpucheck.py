@@ -35,7 +35,7 @@ import pandas as pd
 import psutil
 import yaml
 
-from bench import outputs, pytest_log
+from bench import outputs
 from bench.argtypes import positive_float
 from bench.atomic import atomic_open, atomic_write_json, atomic_write_text
 from bench.cli import OneLineParser, guarded
@@ -44,8 +44,9 @@ from bench.envinfo import git_info, library_versions, torch_nvjpeg_decoder
 from bench.errors import InputError
 from bench.outputs import claim
 from bench.perf.decode import decoder_variants
-from bench.pytest_log import short
 from bench.results import read_results
+from devtools import pytest_log
+from devtools.pytest_log import short
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA_VERSION = 2
@@ -57,7 +58,7 @@ QAT_TOL_DB = 0.5  # prune + 8-bit + QAT encode: CUDA within this of the CPU enco
 CPU_CAP_FACTOR = 3.0  # --cpu: a 2-core CI machine runs each step's small CPU work slower than a GPU machine
 LOGS = "gpu-check-logs.tar.gz"
 STATUSES = ("ok", "fail", "skip", "not installed", "killed")
-CHILD = [sys.executable, "-m", "bench.gpucheck"]  # how a step's subprocess starts (tests start another)
+CHILD = [sys.executable, "-m", "devtools.gpucheck"]  # how a step's subprocess starts (tests start another)
 
 
 class Skip(Exception):
@@ -289,11 +290,11 @@ def step_setup(ctx: dict[str, Any]) -> dict[str, Any]:
 
 
 def _pytest(ctx: dict[str, Any], name: str, args: list[str], cap: float) -> dict[str, Any]:
-    """``pytest ARGS`` capped at ``cap`` s, outcomes streamed to ``work/NAME.jsonl`` (``bench.pytest_log``), so a
+    """``pytest ARGS`` capped at ``cap`` s, outcomes streamed to ``work/NAME.jsonl`` (``devtools.pytest_log``), so a
     killed pytest still reports what it finished, was running and never reached."""
     log = Path(ctx["work"]) / f"{name}.jsonl"
     log.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "bench.pytest_log", *args]
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "devtools.pytest_log", *args]
     try:
         r = _run(argv, _remaining(ctx, cap), env={pytest_log.ENV: str(log)})
     except TimedOut as e:
@@ -306,7 +307,7 @@ def _pytest(ctx: dict[str, Any], name: str, args: list[str], cap: float) -> dict
 
 
 def read_pytest_log(log: Path, select: Any = None) -> dict[str, Any]:
-    """``bench.pytest_log.read_log`` plus ``not_installed``: adapters whose tests skipped saying so."""
+    """``devtools.pytest_log.read_log`` plus ``not_installed``: adapters whose tests skipped saying so."""
     res = pytest_log.read_log(log, select)
     names: set[str] = set()
     with contextlib.suppress(OSError):

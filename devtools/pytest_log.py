@@ -1,4 +1,4 @@
-"""A pytest plugin (``pytest -p bench.pytest_log``): one JSON line per event, flushed as it happens, to
+"""A pytest plugin (``pytest -p devtools.pytest_log``): one JSON line per event, flushed as it happens, to
 ``$INRBENCH_PYTEST_LOG``, so a pytest killed by a time cap still tells what finished, what was running
 and what was never reached (``read_log``; junit XML is written only at the end).
 
