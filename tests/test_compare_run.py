@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from bench.compare import figures
+from bench.compare.codecs import Ladder, create
 from bench.compare.config import CompareConfig
 from bench.compare.core import InrDecoded
-from bench.compare.jpeg import JpegLadder, exhaustive_quality
+from bench.compare.jpeg import exhaustive_quality
 from bench.compare.run import run_compare
 from bench.datasets.prepared import SplitData, write_prepared
 from bench.errors import InputError
@@ -92,7 +94,7 @@ def test_matched_quality_is_the_highest_that_fits(result):
     m = pi[(pi.method == "jpeg-matched") & (pi.variant == "8bit")]
     assert len(m) == 2 * N and (m.status == "ok").all()
     for _, r in m.iterrows():
-        ladder = JpegLadder(images[int(r.image)])
+        ladder = Ladder(create("jpeg"), images[int(r.image)])
         assert r.quality == exhaustive_quality(ladder.size(r.match), 950.0)
         col = "file_bytes" if r.match == "file" else "header_free_bytes"
         assert r[col] <= 950 and r[col] == getattr(ladder(int(r.quality)), "file_bytes" if r.match == "file" else "payload_bytes")
@@ -103,7 +105,7 @@ def test_unreachable_target_is_a_row_not_a_gap(result):
     pi = pd.read_csv(res.out / "per_image.csv")
     u = pi[(pi.method == "jpeg-matched") & (pi.variant == "pruned-8bit") & (pi.match == "file")]
     assert len(u) == N and (u.status == "unreachable").all() and u.quality.isna().all()
-    smallest = [JpegLadder(im)(1).file_bytes for im in images]
+    smallest = [Ladder(create("jpeg"), im)(1).file_bytes for im in images]
     np.testing.assert_array_equal(u.sort_values("image")["min_bytes"].to_numpy(), smallest)
     s = pd.read_csv(res.out / "summary.csv")
     row = s[(s.method == "jpeg-matched") & (s.variant == "pruned-8bit") & (s.match == "file")].iloc[0]
@@ -175,6 +177,9 @@ def test_cli_bad_input_is_one_line_error(prepared, tmp_path):
         CompareConfig(qualities=(0,))  # the library's check names the option too; the CLI refuses it while parsing
     with pytest.raises(InputError, match="no such INR store"):
         _cli([str(root), "--store", str(tmp_path / "nope.inr"), "--out", str(tmp_path / "o")])
+    os.mkfifo(tmp_path / "fifo.inr")  # named as what it is, never opened (a read would block)
+    with pytest.raises(InputError, match=r"fifo\.inr: is a named pipe \(FIFO\), not an INR store file"):
+        _cli([str(root), "--store", str(tmp_path / "fifo.inr"), "--out", str(tmp_path / "o")])
     with pytest.raises(InputError, match="no split 'val'"):
         _cli([str(root), "--split", "val", "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
