@@ -310,7 +310,7 @@ def test_decode_budget_holds_big_images_one_at_a_time():
     import threading
     import time
 
-    from bench.datasets.budget import ByteBudget
+    from bench.datasets.decode import ByteBudget
 
     budget, lock, held, peak = ByteBudget(100), threading.Lock(), [0], [0]
 

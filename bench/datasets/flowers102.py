@@ -1,34 +1,23 @@
-"""``flowers102``: Oxford 102 Flowers in its official layout.
-
-``--root`` holds ``jpg/image_00001.jpg`` .. (from ``102flowers.tgz``), ``imagelabels.mat``
-(``labels``: 1 x N, values 1..102) and ``setid.mat`` (``trnid``, ``valid``, ``tstid``:
-1-based image ids). Splits ``train``/``val``/``test`` come from ``setid.mat`` (1,020 /
-1,020 / 6,149 in the official files); labels are shifted to 0..101. Class names are the
-102 category names in label order. Images are resampled to S x S (default 224,
-``shorter-side-center-crop``; see ``bench.datasets.resize``), or kept at their own sizes
-with ``--size native`` (capped by ``--max-side``). An image that resolves
-(symlinks included) outside ``--root`` stops the run (``bench.datasets.paths``).
+"""``flowers102``: Oxford 102 Flowers as published: ``jpg/image_NNNNN.jpg``, ``imagelabels.mat``
+(labels 1..102, shifted to 0..101) and ``setid.mat`` (1-based ids of the train/val/test splits).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bench.datasets.config import PrepareConfig
 from bench.datasets.paths import ReadOnce, list_dir
+from bench.datasets.resume import PrepareWork
 from bench.datasets.sources import Loaded, Source, loaded_from_files, register_source
 from bench.errors import InputError
 
-if TYPE_CHECKING:
-    from bench.datasets.resume import PrepareWork
-
 SPLIT_KEYS = (("train", "trnid"), ("val", "valid"), ("test", "tstid"))
 
-# Category names in label order (label 1 = "pink primrose"), as commonly published with the dataset.
+# category names in label order (label 1 = "pink primrose"), as commonly published with the dataset
 CLASS_NAMES = (
     "pink primrose", "hard-leaved pocket orchid", "canterbury bells", "sweet pea", "english marigold",
     "tiger lily", "moon orchid", "bird of paradise", "monkshood", "globe thistle", "snapdragon",
@@ -78,8 +67,8 @@ class Flowers102(Source):
     description = "Oxford 102 Flowers: jpg/image_NNNNN.jpg + imagelabels.mat + setid.mat (train/val/test)"
     needs_root = True
     default_size = 224
-    resumable = True  # bench.datasets.resume
-    supports_native = True  # --size native (bench.datasets.decode)
+    resumable = True
+    supports_native = True
 
     def load(
         self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None,
