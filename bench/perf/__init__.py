@@ -1,10 +1,6 @@
-"""Benchmarks that print figures (`inrbench perf TARGET`). One module per target.
+"""Benchmarks that print figures (`inrbench perf TARGET`): one module per target, each a command module
+(``HELP``, ``add_arguments``, ``run``) with ``--json``."""
 
-Each target module defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``
-(like a command module) and accepts ``--json`` for machine-readable output.
-"""
-
-# target -> module
 TARGETS: dict[str, str] = {
     "encode": "bench.perf.encode",
     "decode": "bench.perf.decode",
