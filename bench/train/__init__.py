@@ -1,2 +1,1 @@
-"""Training and evaluation: backbone registry (``backbones``), the optimizer/schedule/step
-(``loop``), and test accuracy on the original pixels (``evaluate``)."""
+"""Training and evaluation: backbones, trainers (dense, expand), the step (``loop``), test accuracy."""

@@ -1,16 +1,9 @@
-"""Test accuracy on the ORIGINAL pixels, whatever pipeline fed training.
+"""Test accuracy on the ORIGINAL pixels, whatever pipeline fed training: the prepared uint8 test split,
+centre crop of the largest square, resize to the training size, normalize.
 
-The test split is read from the prepared dataset's uint8 array (``split.images``, never a
-decoded JPEG or INR reconstruction) and transformed with the evaluation transform
-``Augment.eval_for(train_augment)``: centre crop of the largest square, resize to ``size``
-(bilinear, antialiased), scale to [0, 1], normalize with mean/std.
-
-Data parallel (inside an initialized ``torch.distributed`` group of more than one process):
-every rank evaluates its contiguous slice of the split (``eval_slice``: ``numpy.array_split``
-bounds, rank order), the model's buffers (BatchNorm statistics) are first broadcast from rank 0
-(parameters are identical under DDP; buffers drift apart by each rank's last forward), and the
-correct counts, loss sums and image counts are all-reduced, the predictions gathered in rank
-order: every rank returns the same ``EvalResult`` of the whole split, as one process would.
+Data parallel (a process group of more than one): each rank evaluates its contiguous slice
+(``eval_slice``) after rank 0's buffers (BatchNorm statistics) are broadcast; the counts are
+all-reduced and the predictions gathered, so every rank returns the whole split's ``EvalResult``.
 """
 
 from __future__ import annotations
@@ -26,10 +19,8 @@ from pipelines.base import Augment
 
 def eval_transform(images: np.ndarray | torch.Tensor, augment: Augment,
                    device: str | torch.device = "cpu") -> torch.Tensor:
-    """uint8 ``[N, H, W, 3]`` -> float32 ``[N, 3, size, size]`` normalized, on ``device``.
-
-    ``augment`` must be an evaluation transform (centre crop, no flip).
-    """
+    """uint8 ``[N, H, W, 3]`` -> float32 ``[N, 3, size, size]`` normalized, on ``device``; ``augment`` is an
+    evaluation transform (centre crop, no flip)."""
     from torchvision.transforms.v2 import functional as F
 
     if augment.crop != "center" or augment.flip:
@@ -72,8 +63,8 @@ def _group() -> tuple[int, int]:
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, images: np.ndarray, labels: np.ndarray, train_augment: Augment,
              device: str | torch.device, batch_size: int = 500, amp: str = "auto") -> EvalResult:
-    """Top-1 accuracy, loss and per-image predictions of ``model`` on uint8 ``images [N, H, W, 3]``,
-    ``labels [N]`` (the whole split's, also when data-parallel: see the module docstring)."""
+    """Top-1 accuracy, loss and predictions of ``model`` on uint8 ``images [N, H, W, 3]``, ``labels [N]``
+    (the whole split's, also when data-parallel)."""
     dev = torch.device(device)
     aug = Augment.eval_for(train_augment)
     model.eval()

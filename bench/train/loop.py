@@ -1,22 +1,17 @@
-"""One training step and its schedule: SGD with momentum (Nesterov), cosine-annealed per step,
-cross-entropy, bf16 autocast on CUDA (fp32 on CPU). The trainer takes any ``Batch`` (images
-float ``[B, 3, S, S]`` normalized, labels int64 ``[B]``, both on the device) and never knows
-which pipeline produced it.
+"""One training step and its schedule: SGD with Nesterov momentum, cosine-annealed per step, cross-entropy,
+bf16 autocast on CUDA. The trainer takes any ``Batch`` (float ``[B, 3, S, S]`` normalized, int64 labels
+``[B]``, on the device) and never knows which pipeline produced it.
 
-Data parallel (``ddp=True``, inside an initialized ``torch.distributed`` group of more than one
-process): the forward/backward runs through ``DistributedDataParallel`` (``device_ids`` on CUDA,
-none on the CPU; buffers broadcast from rank 0 at each forward, DDP's default), so after every
-``step`` each rank's parameters are identical: the SGD update of the gradients averaged over the
-ranks (batch size is per rank; the learning rate is not scaled). ``model`` is always the plain
-module (state dicts, evaluation, FLOPs); assigning a new one (network expansion's growth)
-re-wraps it, which every rank must do at the same step (DDP's constructor broadcasts rank 0's
-parameters). Optimizers hold the module's parameters, which DDP shares, so they follow as they are.
+Data parallel (``ddp=True`` in a process group of more than one): forward/backward through
+``DistributedDataParallel``, so every rank's parameters stay identical (batch size per rank, the learning
+rate not scaled). ``model`` is the plain module; assigning a new one (growth) re-wraps it, which every
+rank must do at the same step.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -48,9 +43,6 @@ class TrainConfig:
         if self.amp not in ("auto", "bf16", "off"):
             raise ValueError(f"amp must be auto|bf16|off, got {self.amp!r}")
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def autocast_for(device: torch.device, amp: Amp):
     """The autocast context for ``device``: bf16 on CUDA (``auto`` or ``bf16``), else disabled."""
@@ -59,11 +51,8 @@ def autocast_for(device: torch.device, amp: Amp):
 
 
 class Trainer:
-    """Model + SGD + cosine schedule over ``total_steps`` optimizer steps.
-
-    ``step(batch)`` runs forward/backward/update without synchronizing the device: the loss
-    is accumulated on the device and read once per epoch by ``end_epoch()``.
-    """
+    """Model + SGD + cosine schedule over ``total_steps`` steps; ``step`` never synchronizes the device
+    (the loss is summed there and read once per epoch by ``end_epoch``)."""
 
     def __init__(self, model: nn.Module, cfg: TrainConfig, device: str | torch.device, total_steps: int,
                  ddp: bool = False):
@@ -122,10 +111,8 @@ class Trainer:
         return {}
 
     def epoch_metrics(self) -> list[tuple[str, float, str]]:
-        """(metric, value, unit) rows describing the model that trained the epoch just run:
-        ``model_params`` and ``model_flops_per_image`` (forward FLOPs of one image counted by
-        ``torch.utils.flop_counter.FlopCounterMode``: conv/matmul, 2 per multiply-add; a train step
-        costs about 3x), plus ``stage_info()``. Counted once per model, outside the step timing."""
+        """(metric, value, unit) rows of the model that trained the epoch just run: ``model_params``,
+        ``model_flops_per_image`` (forward, ``forward_flops``) and ``stage_info()``; counted once per model."""
         if self._input_shape is None:
             return []
         if self._metrics_cache is None or self._metrics_cache[0] is not self.model:
@@ -135,8 +122,7 @@ class Trainer:
 
 
 def wrap_ddp(module: nn.Module, device: torch.device) -> nn.Module:
-    """``module`` in ``DistributedDataParallel`` when this process is in a group of more than one
-    (else ``module`` itself): ``device_ids=[index]`` on CUDA, none on the CPU."""
+    """``module`` in ``DistributedDataParallel`` in a group of more than one process, else ``module``."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
@@ -149,8 +135,8 @@ def wrap_ddp(module: nn.Module, device: torch.device) -> nn.Module:
 
 @torch.no_grad()
 def forward_flops(model: nn.Module, input_shape: tuple[int, ...], device: torch.device) -> int:
-    """Forward FLOPs of ``model`` on one input ``[1, *input_shape]`` (eval mode: BatchNorm running
-    statistics untouched; the mode is restored)."""
+    """Forward FLOPs (2 per multiply-add, ``FlopCounterMode``) of ``model`` on one input ``[1, *input_shape]``,
+    in eval mode (BatchNorm statistics untouched)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     was_training = model.training
