@@ -203,21 +203,24 @@ def test_cli_inr_bytes_reaches_the_config(prepared, tmp_path):
 
 
 def test_crossover_on_the_inr_frontier():
-    from bench.compare.table import crossovers, inr_frontier
+    from bench.compare.core import COLUMNS
+    from bench.compare.table import crossovers, inr_frontier, summarize
 
     rows = [dict(method="jpeg-sweep", variant="", match="", quality=q, file_bytes=b, header_free_bytes=b - 50, psnr=p)
             for q, b, p in ((10, 100.0, 25.0), (90, 1000.0, 40.0))]
     rows += [dict(method="inr", variant=v, match="", file_bytes=b, psnr=p)
              for v, b, p in (("a", 100.0, 30.0), ("bad", 300.0, 20.0), ("b", 1000.0, 32.0))]
-    s = pd.DataFrame(rows)
+    pi = pd.DataFrame([{**dict.fromkeys([*COLUMNS, "bpp", "bpp_header_free", "pct_raw"], np.nan), "image": 0,
+                        "codec": "", "status": "ok", **r} for r in rows])
+    s = summarize(pi)
     assert list(inr_frontier(s)["variant"]) == ["a", "b"]  # "bad" is dominated by "a"
-    lines = crossovers(s, pixels=100)
+    lines = crossovers(s, pixels=100, per_image=pi)
     # diff(log b) goes +5 dB at 100 bytes to -8 dB at 1000 bytes: zero at t = 5/13 in log10 bytes
     expected = 10 ** (2 + 5 / 13)
     cross = [ln for ln in lines if ln.startswith("crossing")]
     assert len(cross) == 1 and "INR ahead of JPEG below" in cross[0]
     assert f"~{expected * 8 / 100:.2f} bpp" in cross[0] and f"~{expected:.0f} bytes" in cross[0]
-    # from a summary alone (no per-image rows) every line is a point reading, never a result
+    # one image: every line is a point reading, never a result
     assert all("not a result" in ln for ln in lines) and not any("ahead:" in ln or "behind:" in ln for ln in lines)
 
 

@@ -67,7 +67,7 @@ def test_a_compare_of_four_images_says_its_interval_is_a_t_interval():
     text = psnr_diff_text(r)
     assert text.startswith(f"{r['psnr_diff']:+.2f} dB [") and text.endswith(
         f"(t interval, 4 images: fewer than {S.BOOTSTRAP_MIN_N} for a bootstrap)")
-    md = markdown(s, {"image_size": (8, 8), "dataset": "t", "split": "test", "n_images": 4})
+    md = markdown(s, {"image_size": (8, 8), "dataset": "t", "split": "test", "n_images": 4}, _per_image(4))
     assert "(t interval, 4 images" in md and f"Student's t on the per-image differences below {S.BOOTSTRAP_MIN_N}" in md
     many = summarize(_per_image(S.BOOTSTRAP_MIN_N))
     r = many[many["method"] == "jpeg-matched"].iloc[0]

@@ -81,20 +81,6 @@ def summarize(per_image: pd.DataFrame) -> pd.DataFrame:
     return s[SUMMARY_COLUMNS]
 
 
-def jpeg_curve(summary: pd.DataFrame, bytes_col: str = "file_bytes", codec: str = "jpeg") -> tuple[np.ndarray, np.ndarray]:
-    """A codec's sweep (default JPEG) as ``(mean bytes per image, mean PSNR)`` sorted by bytes."""
-    sw = summary[(summary["method"] == f"{codec}-sweep") & summary["psnr"].notna()].sort_values(bytes_col)
-    return sw[bytes_col].to_numpy(float), sw["psnr"].to_numpy(float)
-
-
-def jpeg_psnr_at(summary: pd.DataFrame, nbytes: float, bytes_col: str = "file_bytes", codec: str = "jpeg") -> float:
-    """A codec's sweep PSNR at ``nbytes`` per image, linear in log(bytes); NaN outside the sweep."""
-    x, y = jpeg_curve(summary, bytes_col, codec)
-    if len(x) == 0 or nbytes < x[0] or nbytes > x[-1]:
-        return math.nan
-    return float(np.interp(np.log(nbytes), np.log(x), y))
-
-
 def inr_frontier(summary: pd.DataFrame) -> pd.DataFrame:
     """INR variants on the rate-distortion frontier: sorted by bytes, each with a higher mean
     PSNR than every cheaper variant (dominated variants, e.g. a badly pruned one, dropped)."""
@@ -111,15 +97,13 @@ def inr_frontier(summary: pd.DataFrame) -> pd.DataFrame:
 class CurveGap:
     """One INR variant against a codec's sweep at the INR's bytes per image: ``diff``, the mean over images
     of INR PSNR minus the codec's PSNR on that image's own sweep (linear in log bytes) with its paired
-    interval; ``inr`` / ``codec``: the two mean PSNRs; ``n_in`` of ``n`` images' sweeps span the bytes.
-    ``per_image`` False: the difference of the mean curves, a point reading without an interval."""
+    interval; ``inr`` / ``codec``: the two mean PSNRs; ``n_in`` of ``n`` images' sweeps span the bytes."""
 
     inr: float
     codec: float
     diff: stats.Interval
     n_in: int
     n: int
-    per_image: bool = True
 
 
 def _image_curves(per_image: pd.DataFrame, bytes_col: str, codec: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -131,19 +115,9 @@ def _image_curves(per_image: pd.DataFrame, bytes_col: str, codec: str) -> dict[i
             for i, g in sw.groupby("image", sort=False)}
 
 
-def curve_gap(summary: pd.DataFrame, variant: str, bytes_col: str = "file_bytes", codec: str = "jpeg",
-              per_image: pd.DataFrame | None = None, _curves=None) -> CurveGap | None:
-    """INR ``variant`` against ``codec``'s sweep at the variant's bytes per image (``CurveGap``); ``None``
-    where no image's sweep (or, without ``per_image``, the mean curve) spans those bytes."""
-    r = summary[(summary["method"] == "inr") & (summary["variant"] == variant)].iloc[0]
-    if per_image is None:
-        j = jpeg_psnr_at(summary, float(r["file_bytes"]), bytes_col, codec)
-        if math.isnan(j):
-            return None
-        n = int(r["n_images"]) if "n_images" in r and pd.notna(r["n_images"]) else 0
-        d = float(r["psnr"]) - j
-        return CurveGap(float(r["psnr"]), j, stats.Interval(d, math.nan, math.nan, 0), n, n, per_image=False)
-    curves = _image_curves(per_image, bytes_col, codec) if _curves is None else _curves
+def curve_gap(per_image: pd.DataFrame, variant: str, curves: dict) -> CurveGap | None:
+    """INR ``variant`` against the per-image sweeps ``curves`` (``_image_curves``) at its bytes per image;
+    ``None`` where no image's sweep spans those bytes."""
     inr = per_image[(per_image["method"] == "inr") & (per_image["variant"] == variant)]
     xs, ys = [], []
     for _, row in inr.iterrows():
@@ -167,9 +141,6 @@ def gap_text(g: CurveGap, name: str) -> str:
     iv = g.diff
     if not math.isfinite(iv.value):
         return f"INR − {name}: no image with a finite PSNR on both sides, no result"
-    if not g.per_image:
-        return (f"INR − {name} {iv.value:+.2f} dB between the mean curves (a point reading without per-image rows: "
-                "no interval, not a result)")
     text = psnr_diff_text(dict(psnr_diff=iv.value, psnr_diff_lo=iv.lo, psnr_diff_hi=iv.hi, psnr_diff_n=iv.n,
                                psnr_diff_interval=stats.paired_diff_method(iv.n)))
     if not iv.ok:
@@ -180,17 +151,13 @@ def gap_text(g: CurveGap, name: str) -> str:
     return f"{who}INR − {name} {text}{part}"
 
 
-def crossovers(summary: pd.DataFrame, pixels: int, bytes_col: str = "file_bytes", codec: str = "jpeg",
-               per_image: pd.DataFrame | None = None) -> list[str]:
+def crossovers(summary: pd.DataFrame, pixels: int, bytes_col: str = "file_bytes", codec: str = "jpeg", *,
+               per_image: pd.DataFrame) -> list[str]:
     """Plain-language lines: each INR variant's gap to a codec's sweep (``curve_gap``), and the bpp where
-    the INR frontier crosses it. A crossing is a result only where the gaps on both sides exclude 0 in
-    opposite directions; anything else, and every line without ``per_image``, is a point reading."""
+    the INR frontier crosses it: a result only where the gaps on both sides exclude 0."""
     inr = summary[summary["method"] == "inr"].sort_values("file_bytes")
-    x, _ = jpeg_curve(summary, bytes_col, codec)
-    if inr.empty or (len(x) == 0 and per_image is None):
-        return []
-    curves = None if per_image is None else _image_curves(per_image, bytes_col, codec)
-    if curves is not None and not curves:
+    curves = _image_curves(per_image, bytes_col, codec)
+    if inr.empty or not curves:
         return []
     lines = []
     name = codec_label(codec)
@@ -198,19 +165,15 @@ def crossovers(summary: pd.DataFrame, pixels: int, bytes_col: str = "file_bytes"
     gaps = {}
     for _, r in inr.iterrows():
         b, bpp = float(r["file_bytes"]), float(r["file_bytes"]) * 8 / pixels
-        g = gaps[r["variant"]] = curve_gap(summary, r["variant"], bytes_col, codec, per_image, curves)
+        g = gaps[r["variant"]] = curve_gap(per_image, r["variant"], curves)
         if g is None:
-            lows = [c[0][0] for c in curves.values()] if curves else [x[0]]
-            highs = [c[0][-1] for c in curves.values()] if curves else [x[-1]]
-            where = ("below the smallest" if b < min(lows) else "above the largest" if b > max(highs)
-                     else "outside the range of")
-            scope = "every image's" if curves else "the"
-            lines.append(f"inr-{r['variant']} at {bpp:.2f} bpp: {where} {label} of {scope} sweep "
-                         f"({min(lows) * 8 / pixels:.2f}-{max(highs) * 8 / pixels:.2f} bpp); no {name} point to compare")
+            lo, hi = min(c[0][0] for c in curves.values()), max(c[0][-1] for c in curves.values())
+            where = "below the smallest" if b < lo else "above the largest" if b > hi else "outside the range of"
+            lines.append(f"inr-{r['variant']} at {bpp:.2f} bpp: {where} {label} of every image's sweep "
+                         f"({lo * 8 / pixels:.2f}-{hi * 8 / pixels:.2f} bpp); no {name} point to compare")
             continue
-        how = "per image at the INR's bytes" if g.per_image else "mean curve"
         lines.append(f"inr-{r['variant']} at {bpp:.2f} bpp: {g.inr:.2f} dB vs {name} {g.codec:.2f} dB "
-                     f"({label}, {how}): {gap_text(g, name)}")
+                     f"({label}, per image at the INR's bytes): {gap_text(g, name)}")
     front = inr_frontier(summary)
     fg = [gaps.get(v) for v in front["variant"]]
     bx = front["file_bytes"].to_numpy(float)
@@ -297,9 +260,8 @@ def reference_lines(summary: pd.DataFrame, dataset: str, pixels: int) -> list[st
     return lines
 
 
-def markdown(summary: pd.DataFrame, meta: dict, per_image: pd.DataFrame | None = None) -> str:
-    """The short README-style summary (``summary.md``); ``per_image`` (the rows ``summary`` came from)
-    gives the curve positions their paired intervals (``crossovers``), without it they are point readings."""
+def markdown(summary: pd.DataFrame, meta: dict, per_image: pd.DataFrame) -> str:
+    """The short README-style summary (``summary.md``) of ``summary`` and the per-image rows it came from."""
     native = bool(meta.get("native"))
     if native:
         px = float(meta["image_sizes"]["mean_pixels"])
@@ -373,14 +335,13 @@ def markdown(summary: pd.DataFrame, meta: dict, per_image: pd.DataFrame | None =
                          f"{r['psnr']:.2f} | {r['ssim']:.3f} |")
     cross = []
     for c in codecs:
-        cross += crossovers(summary, px, "file_bytes", c, per_image)
+        cross += crossovers(summary, px, "file_bytes", c, per_image=per_image)
         if c == "jpeg":
-            cross += crossovers(summary, px, "header_free_bytes", c, per_image)
+            cross += crossovers(summary, px, "header_free_bytes", c, per_image=per_image)
     if cross:
         front = ", ".join(f"inr-{v}" for v in inr_frontier(summary)["variant"])
         how = ("each gap is the mean over images of INR PSNR minus the codec's PSNR on that image's quality sweep at "
-               "the INR's bytes (linear in log bytes), with its paired 95% interval as above"
-               if per_image is not None else "gaps between the mean curves: point readings, no interval, not results")
+               "the INR's bytes (linear in log bytes), with its paired 95% interval as above")
         lines += ["", f"Where INR stands against each codec's curve (INR frontier: {front}; {how}):", ""]
         lines += [f"- {c}" for c in cross]
     stores = [st for st in meta.get("stores", []) if st.get("resident_bytes_per_image")]
