@@ -79,7 +79,6 @@ def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
 class Cifar10(Source):
     splits_by_ratio = False  # the official splits
     description = "CIFAR-10 python batches (data_batch_1..5, test_batch, batches.meta); 32x32, 10 classes"
-    needs_root = True
     default_size = None
     default_resize_policy = "resize"
 

@@ -4,15 +4,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from bench.datasets.config import PrepareConfig
 from bench.datasets.paths import ReadOnce, list_dir
-from bench.datasets.resume import PrepareWork
-from bench.datasets.sources import Loaded, Source, loaded_from_files, register_source
+from bench.datasets.sources import FileSource, Parts, register_source
 from bench.errors import InputError
 
 SPLIT_KEYS = (("train", "trnid"), ("val", "valid"), ("test", "tstid"))
@@ -62,19 +60,11 @@ def _vector(mat: dict, key: str, path: Path) -> np.ndarray:
 
 
 @register_source("flowers102")
-class Flowers102(Source):
+class Flowers102(FileSource):
     splits_by_ratio = False  # the official splits
     description = "Oxford 102 Flowers: jpg/image_NNNNN.jpg + imagelabels.mat + setid.mat (train/val/test)"
-    needs_root = True
-    default_size = 224
-    resumable = True
-    supports_native = True
 
-    def load(
-        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None,
-        work: PrepareWork | None = None,
-    ) -> Loaded:
-        root = Path(cfg.root)
+    def parts(self, cfg: PrepareConfig, root: Path) -> tuple[Parts, list[str], dict]:
         jpg = root / "jpg"
         if not jpg.is_dir():
             raise InputError("missing jpg/ folder: not an Oxford 102 Flowers folder (expected jpg/, imagelabels.mat, setid.mat)", jpg)
@@ -101,4 +91,4 @@ class Flowers102(Source):
             counts[split] = int(ids.size)
             parts[split] = (paths, labels[ids - 1] - 1)
         meta = {"split_rule": "setid.mat trnid/valid/tstid", "label_shift": -1, "counts_before_limit": counts}
-        return loaded_from_files(parts, list(CLASS_NAMES[:num_classes]), meta, cfg, root, progress, scratch, work)
+        return parts, list(CLASS_NAMES[:num_classes]), meta

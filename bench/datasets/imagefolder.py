@@ -13,7 +13,6 @@ not followed.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +20,7 @@ import numpy as np
 from bench.datasets.config import PrepareConfig
 from bench.datasets.decode import is_image_name
 from bench.datasets.paths import ReadOnce, list_dir, list_tree
-from bench.datasets.resume import PrepareWork
-from bench.datasets.sources import Loaded, Source, loaded_from_files, register_source
+from bench.datasets.sources import FileSource, Parts, register_source
 from bench.datasets.splitting import ratio_split
 from bench.errors import InputError
 
@@ -70,19 +68,11 @@ def scan(
 
 
 @register_source("imagefolder")
-class ImageFolder(Source):
+class ImageFolder(FileSource):
     description = ("class-per-folder JPEG/PNG tree: train/ + val/ (or test/) subfolders, or one tree split by ratio; "
                    "or a flat folder of images (one class)")
-    needs_root = True
-    default_size = 224
-    resumable = True
-    supports_native = True
 
-    def load(
-        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None,
-        work: PrepareWork | None = None,
-    ) -> Loaded:
-        root = Path(cfg.root)
+    def parts(self, cfg: PrepareConfig, root: Path) -> tuple[Parts, list[str], dict]:
         once = ReadOnce(root)
         held = [h for h in HELD_OUT if (root / h).is_dir()]
         if (root / "train").is_dir() and held:
@@ -110,8 +100,7 @@ class ImageFolder(Source):
                 parts = {"train": ([paths[i] for i in tr], labels[tr]), "val": ([paths[i] for i in va], labels[va])}
                 rule = f"seeded per-class ratio: val_fraction {frac}, seed {cfg.seed}"
         counts = {n: len(p) for n, (p, _) in parts.items()}
-        return loaded_from_files(parts, classes, {"split_rule": rule, "counts_before_limit": counts}, cfg, root,
-                                 progress, scratch, work)
+        return parts, classes, {"split_rule": rule, "counts_before_limit": counts}
 
 
 def _image_entries(folder: Path) -> list[Path]:

@@ -6,15 +6,13 @@ ratio into train and val (``--val-fraction``, default 12/54: the paper's 12,000 
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from bench.datasets.config import PrepareConfig
 from bench.datasets.paths import cannot_read, inside_root
-from bench.datasets.resume import PrepareWork
-from bench.datasets.sources import Loaded, Source, loaded_from_files, register_source
+from bench.datasets.sources import FileSource, Parts, register_source
 from bench.datasets.splitting import ratio_split
 from bench.errors import InputError
 
@@ -44,18 +42,10 @@ def read_csv(path: Path, images: Path) -> list[tuple[Path, str]]:
 
 
 @register_source("mini-imagenet")
-class MiniImageNet(Source):
+class MiniImageNet(FileSource):
     description = "mini-ImageNet: images/ + train/val/test.csv (filename,label); all classes pooled, per-class seeded split"
-    needs_root = True
-    default_size = 224
-    resumable = True
-    supports_native = True
 
-    def load(
-        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None,
-        work: PrepareWork | None = None,
-    ) -> Loaded:
-        root = Path(cfg.root)
+    def parts(self, cfg: PrepareConfig, root: Path) -> tuple[Parts, list[str], dict]:
         images = root / "images"
         if not images.is_dir():
             raise InputError("missing images/ folder: not a mini-ImageNet folder (expected images/ + train.csv/val.csv/test.csv)", images)
@@ -83,4 +73,4 @@ class MiniImageNet(Source):
             "csvs": present,
             "counts_before_limit": {"train": int(tr.size), "val": int(va.size)},
         }
-        return loaded_from_files(parts, classes, meta, cfg, root, progress, scratch, work)
+        return parts, classes, meta

@@ -44,38 +44,6 @@ class Loaded:
     resize_policy: str | None = None
 
 
-def loaded_from_files(
-    parts: dict[str, tuple[Sequence[Path], np.ndarray]], classes: list[str], meta: dict[str, Any], cfg: PrepareConfig,
-    root: Path, progress: Callable[[int], None] | None = None, scratch: Path | None = None,
-    work: PrepareWork | None = None,
-) -> Loaded:
-    """``Loaded`` of a source reading image files: each split of ``parts`` (name -> (paths, int64 labels
-    ``[N]``)) decoded in order (split ``k``'s ``--limit`` seed and work folder follow its position)."""
-    splits, skipped, downscaled, oriented, lost = {}, [], [], [], {}
-    for k, (name, (paths, labels)) in enumerate(parts.items()):
-        r = split_from_files(paths, labels, cfg, root, k, progress, scratch,
-                             None if work is None else work.split(k, name))
-        splits[name] = r.split
-        skipped += r.skipped
-        downscaled += r.downscaled
-        oriented += r.oriented
-        label_of = {str(p): int(c) for p, c in zip(paths, labels, strict=True)}
-        for s in r.skipped:
-            lost.setdefault(label_of[s["file"]], s["file"])
-    _check_no_class_lost(lost, splits, classes)
-    return Loaded(splits=splits, classes=classes, skipped=skipped,
-                  meta={**meta, **native_meta(cfg, downscaled), **orientation_meta(oriented)},
-                  resize_policy="native" if cfg.native else None)
-
-
-def _check_no_class_lost(lost: dict[int, str], splits: dict[str, SplitData], classes: list[str]) -> None:
-    """``--on-error skip`` skips files, never a whole class (``lost``: class -> one of its skipped files)."""
-    for c, file in sorted(lost.items()):
-        if not any(bool((s.labels == c).any()) for s in splits.values()):
-            raise InputRefused(f"class {classes[c]!r} has no readable image: all its files were skipped as unreadable "
-                             "(--on-error skip skips files, not classes): fix them or remove the class", file)
-
-
 class Source:
     """One dataset source. Subclasses set the class attributes and implement ``load``."""
 
@@ -95,6 +63,45 @@ class Source:
         """Read (or generate) every split; ``progress(n)`` as ``n`` more images are done; ``scratch``: a folder
         on the output's disk for memory-mapped splits; ``work``: the work folder (``resumable`` only)."""
         raise NotImplementedError
+
+
+Parts = dict[str, tuple[Sequence[Path], np.ndarray]]  # split name -> (image paths, int64 labels [N])
+
+
+class FileSource(Source):
+    """A source of image files: ``parts`` lists them per split, ``load`` decodes them (resumably)."""
+
+    resumable = True
+    supports_native = True
+
+    def parts(self, cfg: PrepareConfig, root: Path) -> tuple[Parts, list[str], dict[str, Any]]:
+        """(the files of each split, class names by label, manifest fields), every file checked to exist."""
+        raise NotImplementedError
+
+    def load(self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None,
+             work: PrepareWork | None = None) -> Loaded:
+        """Each split decoded in order (split ``k``'s ``--limit`` seed and work folder follow its position)."""
+        root = Path(cfg.root)
+        parts, classes, meta = self.parts(cfg, root)
+        splits, skipped, downscaled, oriented, lost = {}, [], [], [], {}
+        for k, (name, (paths, labels)) in enumerate(parts.items()):
+            r = split_from_files(paths, labels, cfg, root, k, progress, scratch,
+                                 None if work is None else work.split(k, name))
+            splits[name] = r.split
+            skipped += r.skipped
+            downscaled += r.downscaled
+            oriented += r.oriented
+            label_of = {str(p): int(c) for p, c in zip(paths, labels, strict=True)}
+            for s in r.skipped:
+                lost.setdefault(label_of[s["file"]], s["file"])
+        for c, file in sorted(lost.items()):  # --on-error skip skips files, never a whole class
+            if not any(bool((s.labels == c).any()) for s in splits.values()):
+                raise InputRefused(f"class {classes[c]!r} has no readable image: all its files were skipped as "
+                                   "unreadable (--on-error skip skips files, not classes): fix them or remove the "
+                                   "class", file)
+        return Loaded(splits=splits, classes=classes, skipped=skipped,
+                      meta={**meta, **native_meta(cfg, downscaled), **orientation_meta(oriented)},
+                      resize_policy="native" if cfg.native else None)
 
 
 def register_source(name: str) -> Callable[[type[Source]], type[Source]]:
