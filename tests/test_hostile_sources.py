@@ -296,7 +296,7 @@ def test_max_pixels_option_is_validated(run, tmp_path):
 
 
 def test_pil_bomb_error_is_an_input_error(tmp_path):
-    """Outside ``decode_files`` PIL's own guard stays on; its error still becomes one InputError line."""
+    """Outside ``split_from_files`` PIL's own guard stays on; its error still becomes one InputError line."""
     from bench.datasets.decode import read_image
     from bench.errors import InputError
 

@@ -2,7 +2,7 @@
 (docs/datasets.md). Resize policy ``native`` keeps each image's own size (capped by ``--max-side``).
 
 Against hostile images: the header is read first and an image over ``--max-pixels`` is refused
-undecoded (that check stands in for PIL's bomb guard while ``decode_files`` runs); threads share a
+undecoded (that check stands in for PIL's bomb guard while ``split_from_files`` runs); threads share a
 memory budget estimated from headers. EXIF orientation is counted, not applied (as torchvision reads it).
 """
 
@@ -144,69 +144,6 @@ def header_check_only() -> Iterator[None]:
         Image.MAX_IMAGE_PIXELS = old
 
 
-class Decoded(NamedTuple):
-    """images: uint8 ``[M, S, S, 3]`` of the readable files (native: a list of ``[H_i, W_i, 3]``); kept: int64
-    ``[M]`` indices into ``paths``; skipped: ``{"file", "error"}`` per unreadable file; downscaled: ``{"file",
-    "from", "to"}`` per image reduced by ``max_side``; oriented: kept indices with an EXIF orientation."""
-
-    images: np.ndarray | list[np.ndarray]
-    kept: np.ndarray
-    skipped: list[dict[str, str]]
-    downscaled: list[dict]
-    oriented: list[int]
-
-
-def decode_files(
-    paths: Sequence[Path],
-    size: int | None,
-    policy: str,
-    on_error: str,
-    workers: int | None = None,
-    progress: Callable[[int], None] | None = None,
-    scratch: Path | None = None,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
-    budget_bytes: int = DECODE_BUDGET_BYTES,
-    max_side: int | None = None,
-    work: SplitWork | None = None,
-) -> Decoded:
-    """Decode ``paths`` in order, in chunks; with ``fail`` the first unreadable file raises. Splits over
-    ``MEMMAP_BYTES`` live in a memmap under ``scratch``. ``work``: chunks committed there are restored,
-    each newly finished one is committed (``bench.datasets.resume``)."""
-    n = len(paths)
-    native = policy == NATIVE_POLICY
-    shape = None if native else (n, size, size, 3)
-    if work is not None:
-        st = work.open(paths, shape)
-    else:
-        st = Decoding(images=[] if shape is None else allocate(shape, scratch), length=chunk_length(size))
-    if progress is not None and st.chunks:
-        progress(st.done(n))
-    budget = ByteBudget(budget_bytes)
-
-    def read(p: Path) -> tuple[np.ndarray, tuple[int, int], int]:
-        return read_image(p, size, policy, max_pixels, budget, max_side)
-
-    # one count for the whole prepare (every split in turn), so a stop can land in any split
-    stop = _StopHook.from_env() if work is None else work.work.shared.setdefault(STOP_ENV, _StopHook.from_env())
-    with header_check_only(), ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
-        for c, (s, e) in enumerate(chunk_ranges(n, st.length)):
-            if c < st.chunks:
-                continue
-            files = file_fingerprint(paths[s:e], work.work.root) if work is not None else None
-            ch = _decode_chunk(pool, paths, s, e, st, read, on_error, progress, stop)
-            ch.files = files
-            st.add(ch)
-            if work is not None:
-                work.commit(c, ch, st)
-    kept = np.asarray(st.kept, dtype=np.int64)
-    if native:
-        images = list(st.images)
-        downscaled = [{"file": str(paths[i]), "from": list(own), "to": list(im.shape[:2])}
-                      for i, own, im in zip(st.kept, st.own, images, strict=True) if tuple(im.shape[:2]) != tuple(own)]
-        return Decoded(images, kept, st.skipped, downscaled, list(st.oriented))
-    return Decoded(st.images[: st.rows], kept, st.skipped, [], list(st.oriented))
-
-
 def _decode_chunk(pool: ThreadPoolExecutor, paths: Sequence[Path], s: int, e: int, st: Decoding, read,
                   on_error: str, progress: Callable[[int], None] | None, stop: _StopHook) -> Chunk:
     """Decode files ``[s, e)``; fixed sizes land in ``st.images`` rows ``st.rows ..``, compacted (``st.rows <= s``)."""
@@ -286,7 +223,9 @@ def allocate(shape: tuple[int, ...], scratch: Path | None) -> np.ndarray:
 
 
 class SplitRead(NamedTuple):
-    """``split_from_files``'s result: as ``Decoded``, with file names relative to the root."""
+    """split: the readable files (native: ``images`` a list of uint8 ``[H_i, W_i, 3]``); skipped: ``{"file",
+    "error"}`` per unreadable file; downscaled: ``{"file", "from", "to"}`` per image reduced by ``max_side``;
+    oriented: kept files with an EXIF orientation (names relative to the root)."""
 
     split: SplitData
     skipped: list[dict[str, str]]
@@ -304,19 +243,45 @@ def split_from_files(
     scratch: Path | None = None,
     work: SplitWork | None = None,
 ) -> SplitRead:
-    """``--limit`` subset, decode, drop skipped files -> ``SplitRead``; ``cfg`` resolved (size and policy
-    set); ``work``: this split in ``prepare``'s work folder, where the decode resumes."""
+    """The ``--limit`` subset of ``paths`` decoded in order, chunk by chunk, unreadable files dropped (``fail``:
+    the first raises). ``cfg``: resolved (size and policy set). Splits over ``MEMMAP_BYTES`` live in a memmap
+    under ``scratch``; ``work``: this split's work folder, whose chunks are restored and extended."""
     labels = np.asarray(labels, dtype=np.int64)
     sel = limit_indices(len(paths), cfg.limit, cfg.seed + split_index)
-    chosen = [paths[i] for i in sel]
-    policy = NATIVE_POLICY if cfg.native else cfg.resize_policy
-    size = None if cfg.native else cfg.size
-    d = decode_files(chosen, size, policy, cfg.on_error, cfg.workers, progress, scratch, cfg.max_pixels,
-                     max_side=cfg.max_side, work=work)
-    ids = [_rel(chosen[i], root) for i in d.kept]
-    down = [{**r, "file": _rel(Path(r["file"]), root)} for r in d.downscaled]
-    oriented = [_rel(chosen[i], root) for i in d.oriented]
-    return SplitRead(SplitData(images=d.images, labels=labels[sel][d.kept], ids=ids), d.skipped, down, oriented)
+    paths = [paths[i] for i in sel]
+    n, native = len(paths), cfg.native
+    policy, size = (NATIVE_POLICY, None) if native else (cfg.resize_policy, cfg.size)
+    shape = None if native else (n, size, size, 3)
+    if work is not None:
+        st = work.open(paths, shape)
+    else:
+        st = Decoding(images=[] if shape is None else allocate(shape, scratch), length=chunk_length(size))
+    if progress is not None and st.chunks:
+        progress(st.done(n))
+    budget = ByteBudget(DECODE_BUDGET_BYTES)
+
+    def read(p: Path) -> tuple[np.ndarray, tuple[int, int], int]:
+        return read_image(p, size, policy, cfg.max_pixels, budget, cfg.max_side)
+
+    # one count for the whole prepare (every split in turn), so a stop can land in any split
+    stop = _StopHook.from_env() if work is None else work.work.shared.setdefault(STOP_ENV, _StopHook.from_env())
+    with header_check_only(), ThreadPoolExecutor(max_workers=cfg.workers or min(8, os.cpu_count() or 1)) as pool:
+        for c, (s, e) in enumerate(chunk_ranges(n, st.length)):
+            if c < st.chunks:
+                continue
+            files = file_fingerprint(paths[s:e], work.work.root) if work is not None else None
+            ch = _decode_chunk(pool, paths, s, e, st, read, cfg.on_error, progress, stop)
+            ch.files = files
+            st.add(ch)
+            if work is not None:
+                work.commit(c, ch, st)
+    images = list(st.images) if native else st.images[: st.rows]
+    down = [{"file": _rel(paths[i], root), "from": list(own), "to": list(im.shape[:2])}
+            for i, own, im in zip(st.kept, st.own, images, strict=True) if tuple(im.shape[:2]) != tuple(own)
+            ] if native else []
+    split = SplitData(images=images, labels=labels[sel][np.asarray(st.kept, dtype=np.int64)],
+                      ids=[_rel(paths[i], root) for i in st.kept])
+    return SplitRead(split, st.skipped, down, [_rel(paths[i], root) for i in st.oriented])
 
 
 ORIENTATION_EXAMPLES = 20  # files listed in the manifest (all are counted)
