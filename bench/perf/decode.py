@@ -347,14 +347,13 @@ def run(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {"device": args.device, "threads": args.threads, "matmul_peak_gflops": peaks,
                                "inr_batch": {str(s): inr_batch(s, cuda) for s in args.sizes}, "rows": []}
     if not args.json:
+        where = (f"device: {args.device} ({torch.cuda.get_device_name(torch.device(args.device))})" if cuda
+                 else f"threads: {args.threads}")
+        print(f"{where}   dense matmul (torch.mm {8192 if cuda else 2048}^3): fp32 {peaks['fp32']:.1f} GFLOP/s, "
+              f"bf16 {peaks['bf16']:.1f} GFLOP/s (%peak of an INR row: against its own dtype)"
+              + ("; every call synchronized" if cuda else ""))
         if cuda:
-            print(f"device: {args.device} ({torch.cuda.get_device_name(torch.device(args.device))})   dense matmul "
-                  f"(torch.mm 8192^3 on the device): fp32 {peaks['fp32']:.1f} GFLOP/s, bf16 {peaks['bf16']:.1f} GFLOP/s "
-                  "(%peak of an INR row: against its own dtype); every call synchronized")
             print("batch per call (every row): " + ", ".join(f"{s} px: {b}" for s, b in results["inr_batch"].items()))
-        else:
-            print(f"threads: {args.threads}   dense matmul (torch.mm 2048^3): fp32 {peaks['fp32']:.1f} GFLOP/s, "
-                  f"bf16 {peaks['bf16']:.1f} GFLOP/s (%peak of an INR row: against its own dtype)")
         print("PSNR: INR variant vs the reference decode (8-bit, 100 = identical)")
         print(f"{'size':>4}  {'img/s':>9}  {'GFLOP/s':>7}  {'%peak':>5}  {'PSNR':>6}  method / variant", flush=True)
     with tempfile.TemporaryDirectory(prefix="inrbench-perf-decode-") as tmp:

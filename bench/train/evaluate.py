@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
-from bench.train.loop import autocast_for
+from bench.train.loop import autocast_for, rank_and_world
 from pipelines.base import Augment
 
 
@@ -51,15 +52,6 @@ def eval_slice(n: int, rank: int, world_size: int) -> slice:
     return slice(bounds[rank], bounds[rank + 1])
 
 
-def _group() -> tuple[int, int]:
-    """(rank, world size) of the initialized group of more than one process, else (0, 1)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, images: np.ndarray, labels: np.ndarray, train_augment: Augment,
              device: str | torch.device, batch_size: int = 500, amp: str = "auto") -> EvalResult:
@@ -71,10 +63,8 @@ def evaluate(model: torch.nn.Module, images: np.ndarray, labels: np.ndarray, tra
     total = int(labels.shape[0])
     if total == 0:
         raise ValueError("evaluation split is empty")
-    rank, world = _group()
+    rank, world = rank_and_world()
     if world > 1:
-        import torch.distributed as dist
-
         for b in model.buffers():
             dist.broadcast(b, src=0)
     part = eval_slice(total, rank, world)
@@ -92,8 +82,6 @@ def evaluate(model: torch.nn.Module, images: np.ndarray, labels: np.ndarray, tra
     mine = torch.cat(preds).numpy().astype(np.int64) if preds else np.zeros(0, np.int64)
     n = part.stop - part.start
     if world > 1:
-        import torch.distributed as dist
-
         sums = torch.tensor([correct, loss_sum, n], dtype=torch.float64, device=dev)
         dist.all_reduce(sums)
         correct, loss_sum, n = int(round(sums[0].item())), float(sums[1].item()), int(round(sums[2].item()))

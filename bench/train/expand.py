@@ -103,9 +103,6 @@ class SkippedLayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x[:, :, ::self.stride, ::self.stride] if self.stride > 1 else x
 
-    def extra_repr(self) -> str:
-        return f"stride={self.stride}"
-
 
 def _small_cnn_subnet(m: nn.Module, depth: int) -> None:
     """Skip conv layers ``depth..`` of the (already width-scaled) small-cnn ``m`` in place; the

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 Amp = Literal["auto", "bf16", "off"]
@@ -121,11 +122,16 @@ class Trainer:
         return self._metrics_cache[1] + [(k, float(v), "1") for k, v in self.stage_info().items()]
 
 
+def rank_and_world() -> tuple[int, int]:
+    """(rank, world size) of the initialized process group of more than one process, else (0, 1)."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 def wrap_ddp(module: nn.Module, device: torch.device) -> nn.Module:
     """``module`` in ``DistributedDataParallel`` in a group of more than one process, else ``module``."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+    if rank_and_world()[1] == 1:
         return module
     from torch.nn.parallel import DistributedDataParallel
 

@@ -30,9 +30,6 @@ class DropPath(nn.Module):
         mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep)
         return x * mask / keep
 
-    def extra_repr(self) -> str:
-        return f"p={self.p:.4f}"
-
 
 class Attention(nn.Module):
     def __init__(self, dim: int, heads: int):
