@@ -74,11 +74,7 @@ def summarize(per_image: pd.DataFrame) -> pd.DataFrame:
             row.update(psnr_diff=d.value, psnr_diff_lo=d.lo, psnr_diff_hi=d.hi,
                        psnr_diff_interval=stats.paired_diff_method(d.n), psnr_diff_n=d.n)
         out.append(row)
-    s = pd.DataFrame(out)
-    for c in SUMMARY_COLUMNS:
-        if c not in s:
-            s[c] = np.nan
-    return s[SUMMARY_COLUMNS]
+    return pd.DataFrame(out).reindex(columns=SUMMARY_COLUMNS)
 
 
 def inr_frontier(summary: pd.DataFrame) -> pd.DataFrame:
@@ -216,8 +212,6 @@ def psnr_diff_text(r) -> str:
     if v is None or pd.isna(v):
         return "–"
     n = r.get("psnr_diff_n", np.nan)
-    if n is None or pd.isna(n):
-        n = r.get("n_ok", np.nan)
     if any(x is None or pd.isna(x) for x in (lo, hi)):
         if n == 1:
             return f"{v:+.2f} dB (one image: no interval, not a result)"
