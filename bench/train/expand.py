@@ -257,6 +257,13 @@ def _init_inserted_layers(old: nn.Module, new: nn.Module) -> None:
             bn.bias[:carried] = 0
 
 
+def _padded(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``t`` in the leading slice of zeros shaped as ``like``."""
+    out = torch.zeros_like(like)
+    out[tuple(slice(0, n) for n in t.shape)] = t
+    return out
+
+
 # ----------------------------------------------------------------------------------------- trainer
 
 EMA_DECAY = 0.99  # ViT depth growth's EMA, updated every step
@@ -323,17 +330,9 @@ class ExpandTrainer(Trainer):
         new_state: dict[torch.Tensor, dict[str, Any]] = {}
         for name, p in new_model.named_parameters():
             op = old_params.get(old_names.get(name, ""))
-            if op is None or op not in self.opt.state:
-                continue
-            st = {}
-            for k, v in self.opt.state[op].items():
-                if torch.is_tensor(v) and v.shape == op.shape:
-                    nv = torch.zeros_like(p)
-                    nv[tuple(slice(0, n) for n in v.shape)] = v
-                    st[k] = nv
-                else:
-                    st[k] = v
-            new_state[p] = st
+            if op is not None and op in self.opt.state:  # momentum into the leading slice, zero elsewhere
+                new_state[p] = {k: _padded(v, p) if torch.is_tensor(v) and v.shape == op.shape else v
+                                for k, v in self.opt.state[op].items()}
         self.opt.state.clear()
         group["params"] = list(new_model.parameters())
         for p, st in new_state.items():

@@ -69,7 +69,6 @@ class ViT(nn.Module):
     def __init__(self, num_classes: int, image_size: int = 32, patch: int = 4, dim: int = 96, depth: int = 6,
                  heads: int = 3, mlp_ratio: float = 2.0, drop_path: float = 0.1):
         super().__init__()
-        self.patch = patch
         self.drop_path_rate = drop_path
         self.grid = image_size // patch
         self.patch_embed = nn.Conv2d(3, dim, patch, patch)
@@ -140,24 +139,17 @@ def interleave_plan(old_depth: int, new_depth: int) -> list[tuple[str, int]]:
 
 
 def grow_vit(old: ViT, ema: ViT, depth: int) -> tuple[ViT, dict[str, str]]:
-    """The model at ``depth``: ``old``'s blocks interleaved with deep copies of ``ema``'s (see
-    ``interleave_plan``), drop-path re-spread. Returns the new model (sharing no tensors with
-    ``old``) and the map new parameter name -> ``old``'s name for the parameters carried over
-    (every non-block parameter and the current blocks; the EMA copies are new parameters)."""
+    """(the model at ``depth``: ``old``'s blocks interleaved with copies of ``ema``'s, sharing no tensors with
+    ``old``; new parameter name -> ``old``'s name of each parameter carried over, EMA copies not)."""
     plan = interleave_plan(len(old.blocks), depth)
     new = copy.deepcopy(old)
     new.blocks = nn.ModuleList(copy.deepcopy(old.blocks[i] if src == "cur" else ema.blocks[i]) for src, i in plan)
     respread_drop_path(new)
     for p in new.parameters():  # the EMA's copies were frozen
         p.requires_grad_(True)
-    names: dict[str, str] = {}
-    for name, _ in new.named_parameters():
-        if not name.startswith("blocks."):
-            names[name] = name
-    for j, (src, i) in enumerate(plan):
-        if src == "cur":
-            for pname, _ in new.blocks[j].named_parameters():
-                names[f"blocks.{j}.{pname}"] = f"blocks.{i}.{pname}"
+    names = {n: n for n, _ in new.named_parameters() if not n.startswith("blocks.")}
+    names.update({f"blocks.{j}.{p}": f"blocks.{i}.{p}" for j, (src, i) in enumerate(plan) if src == "cur"
+                  for p, _ in new.blocks[j].named_parameters()})
     return new, names
 
 
