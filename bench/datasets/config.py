@@ -50,8 +50,6 @@ class PrepareConfig:
             raise InputError(f"--size must be between 8 and 4096, got {self.size}")
         if self.max_side is not None and (not self.native or not 8 <= self.max_side <= 16384):
             raise InputError(f"--max-side needs --size native and a value in 8..16384, got {self.max_side}")
-        if self.limit is not None and self.limit < 1:
-            raise InputError(f"--limit must be >= 1, got {self.limit}")
         if not 1 <= self.jpeg_quality <= 100:
             raise InputError(f"--jpeg-quality must be between 1 and 100, got {self.jpeg_quality}")
         if self.on_error not in ON_ERROR:
@@ -60,14 +58,12 @@ class PrepareConfig:
             raise InputError(f"--resize-policy must be one of {RESIZE_POLICIES}, got {self.resize_policy!r}")
         if self.per_class is not None and self.per_class < 2:
             raise InputError(f"--per-class must be >= 2 (one train and one test image), got {self.per_class}")
-        if self.num_classes is not None and self.num_classes < 2:
-            raise InputError(f"--num-classes must be >= 2, got {self.num_classes}")
         if self.val_fraction is not None and not 0.0 < self.val_fraction < 1.0:
             raise InputError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
-        if self.workers is not None and self.workers < 1:
-            raise InputError(f"--workers must be >= 1, got {self.workers}")
-        if self.max_pixels < 1:
-            raise InputError(f"--max-pixels must be >= 1, got {self.max_pixels}")
+        for opt, value, least in (("--limit", self.limit, 1), ("--num-classes", self.num_classes, 2),
+                                  ("--workers", self.workers, 1), ("--max-pixels", self.max_pixels, 1)):
+            if value is not None and value < least:
+                raise InputError(f"{opt} must be >= {least}, got {value}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -33,16 +33,12 @@ class TrainConfig:
     amp: Amp = "auto"
 
     def __post_init__(self) -> None:
-        if not 0 < self.lr < math.inf:
-            raise ValueError(f"lr must be > 0 and finite, got {self.lr}")
-        if not 0 <= self.momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
-        if not 0 <= self.weight_decay < math.inf:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        if not 0 <= self.label_smoothing < 1:
-            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
-        if self.amp not in ("auto", "bf16", "off"):
-            raise ValueError(f"amp must be auto|bf16|off, got {self.amp!r}")
+        for name, ok, want in (("lr", 0 < self.lr < math.inf, "> 0 and finite"), ("momentum", 0 <= self.momentum < 1,
+                               "in [0, 1)"), ("weight_decay", 0 <= self.weight_decay < math.inf, ">= 0"),
+                               ("label_smoothing", 0 <= self.label_smoothing < 1, "in [0, 1)"),
+                               ("amp", self.amp in ("auto", "bf16", "off"), "auto|bf16|off")):
+            if not ok:
+                raise ValueError(f"{name} must be {want}, got {getattr(self, name)!r}")
 
 
 def autocast_for(device: torch.device, amp: Amp):
