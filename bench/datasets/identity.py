@@ -18,14 +18,11 @@ from bench.errors import InputError
 
 def _first(ds: PreparedDataset, split: str, n: int | None) -> tuple[int, str, str]:
     """(count, sha256 of the first ``n`` images' pixels, of their labels); native sizes: pixels concatenated."""
-    if ds.native:
-        s = ds.native_split(split)
-        k = len(s) if n is None else min(len(s), n)
-        flat = np.concatenate([im.reshape(-1) for im in s.images[:k]]) if k else np.zeros(0, np.uint8)
-        return len(s), sha256_array(flat), sha256_array(s.labels[:k])
-    s = ds.split(split)
+    s = ds.native_split(split) if ds.native else ds.split(split)
     k = len(s) if n is None else min(len(s), n)
-    return len(s), sha256_array(s.images[:k]), sha256_array(s.labels[:k])
+    px = s.images[:k] if not ds.native else (np.concatenate([im.reshape(-1) for im in s.images[:k]]) if k
+                                             else np.zeros(0, np.uint8))
+    return len(s), sha256_array(px), sha256_array(s.labels[:k])
 
 
 def source_record(ds: PreparedDataset, split: str, limit: int | None = None) -> dict[str, Any]:
@@ -36,9 +33,7 @@ def source_record(ds: PreparedDataset, split: str, limit: int | None = None) -> 
     return {
         "prepared": str(ds.root), "split": split, "limit": limit, "count": count,
         "pixels_sha256": info.get("pixels_sha256"), "labels_sha256": info.get("labels_sha256"),
-        "encoded_count": n,
-        "encoded_pixels_sha256": px,
-        "encoded_labels_sha256": lab,
+        "encoded_count": n, "encoded_pixels_sha256": px, "encoded_labels_sha256": lab,
     }
 
 

@@ -9,6 +9,7 @@ point estimates: both methods train one model from seed 0, so the accuracy drop 
 from __future__ import annotations
 
 import argparse
+import math
 import tempfile
 from pathlib import Path
 
@@ -113,8 +114,6 @@ GOAL_NOTE = ("not a result: the accuracy drop is one model each, and the time ra
 def _ratio(value: float, lo: float, hi: float, what: str, why: str | None = None) -> str:
     """``1.42x shorter [95% CI 1.20-1.68]``, ``no difference detected [95% CI 0.99-1.08]``, or without an
     interval (one run a side, no spread: ``why``) the ratio said to be no result."""
-    import math
-
     from bench import stats as S
 
     if not (math.isfinite(lo) and math.isfinite(hi)):
