@@ -18,8 +18,6 @@ import numpy as np
 
 from bench.compare.jpeg import payload_bytes as jpeg_payload_bytes
 
-QUALITIES = range(1, 101)
-
 
 def _pil_version() -> str:
     import PIL

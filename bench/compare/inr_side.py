@@ -21,9 +21,10 @@ PIXELS_PER_FORWARD = 1 << 21  # activations [B, H*W, hidden] float32 stay ~0.25 
 
 def variant_name(store, path: Path) -> str:
     """``meta["variant"]`` / ``meta["name"]`` of the store header, else the file name's stem."""
+    meta = store.meta if isinstance(store.meta, dict) else {}  # a crafted header may hold anything
     for key in ("variant", "name"):
-        if isinstance(store.meta.get(key), str) and store.meta[key]:
-            return store.meta[key]
+        if isinstance(meta.get(key), str) and meta[key]:
+            return meta[key]
     return path.name.split(".")[0]
 
 
