@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from bench.compare.codecs import Ladder, create
 from bench.compare.jpeg import (
-    JpegLadder,
     JpegParseError,
-    decode_jpeg,
     exhaustive_quality,
     parse_layout,
     payload_bytes,
@@ -65,7 +64,8 @@ def test_header_free_bytes_ignore_markers_inside_a_comment():
     assert lay.payload_bytes == payload_bytes(data)
     assert lay.header_bytes == parse_layout(data).header_bytes + len(com)
     assert spliced.index(b"\xff\xda") == 6  # a naive search would land in the comment
-    np.testing.assert_array_equal(decode_jpeg(spliced), decode_jpeg(data))
+    jpeg = create("jpeg")
+    np.testing.assert_array_equal(jpeg.decode(spliced), jpeg.decode(data))
 
 
 def test_restart_markers_and_progressive_scans_count_as_payload():
@@ -88,7 +88,7 @@ def test_truncated_or_foreign_bytes_are_refused():
 
 @pytest.mark.parametrize("name,size", [("astronaut", 32), ("rocket", 32), ("coffee", 48)])
 def test_binary_search_equals_exhaustive_scan(name, size):
-    ladder = JpegLadder(_photo(name, size))
+    ladder = Ladder(create("jpeg"), _photo(name, size))
     for key in ("file", "header-free"):
         sz = ladder.size(key)
         sizes = sorted({sz(q) for q in range(1, 101)})

@@ -42,6 +42,7 @@ def test_paired_difference_and_interval_in_the_summary():
     assert np.isnan(s.loc[("inr", "ahead"), "psnr_diff"])  # only matched rows carry a difference
     assert psnr_diff_text(ahead).startswith(f"{ahead['psnr_diff']:+.2f} dB [")
     assert psnr_diff_text(tie).startswith("no difference detected [")
-    text = markdown(summarize(per_image), {"image_size": (8, 8), "dataset": "t", "split": "test", "n_images": 30})
+    text = markdown(summarize(per_image), {"image_size": (8, 8), "dataset": "t", "split": "test", "n_images": 30},
+                    per_image)
     assert "INR − JPEG no difference detected [" in text and f"INR − JPEG {ahead['psnr_diff']:+.2f} dB" in text
     assert psnr_diff_text(pd.Series({"psnr": 1.0})) == "–"  # a summary.csv from before the columns

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from bench.compare import figures
+from bench.compare.codecs import Ladder, create
 from bench.compare.config import CompareConfig
 from bench.compare.core import InrDecoded
-from bench.compare.jpeg import JpegLadder, exhaustive_quality
+from bench.compare.jpeg import exhaustive_quality
 from bench.compare.run import run_compare
 from bench.datasets.prepared import SplitData, write_prepared
 from bench.errors import InputError
@@ -92,7 +94,7 @@ def test_matched_quality_is_the_highest_that_fits(result):
     m = pi[(pi.method == "jpeg-matched") & (pi.variant == "8bit")]
     assert len(m) == 2 * N and (m.status == "ok").all()
     for _, r in m.iterrows():
-        ladder = JpegLadder(images[int(r.image)])
+        ladder = Ladder(create("jpeg"), images[int(r.image)])
         assert r.quality == exhaustive_quality(ladder.size(r.match), 950.0)
         col = "file_bytes" if r.match == "file" else "header_free_bytes"
         assert r[col] <= 950 and r[col] == getattr(ladder(int(r.quality)), "file_bytes" if r.match == "file" else "payload_bytes")
@@ -103,7 +105,7 @@ def test_unreachable_target_is_a_row_not_a_gap(result):
     pi = pd.read_csv(res.out / "per_image.csv")
     u = pi[(pi.method == "jpeg-matched") & (pi.variant == "pruned-8bit") & (pi.match == "file")]
     assert len(u) == N and (u.status == "unreachable").all() and u.quality.isna().all()
-    smallest = [JpegLadder(im)(1).file_bytes for im in images]
+    smallest = [Ladder(create("jpeg"), im)(1).file_bytes for im in images]
     np.testing.assert_array_equal(u.sort_values("image")["min_bytes"].to_numpy(), smallest)
     s = pd.read_csv(res.out / "summary.csv")
     row = s[(s.method == "jpeg-matched") & (s.variant == "pruned-8bit") & (s.match == "file")].iloc[0]
@@ -175,6 +177,9 @@ def test_cli_bad_input_is_one_line_error(prepared, tmp_path):
         CompareConfig(qualities=(0,))  # the library's check names the option too; the CLI refuses it while parsing
     with pytest.raises(InputError, match="no such INR store"):
         _cli([str(root), "--store", str(tmp_path / "nope.inr"), "--out", str(tmp_path / "o")])
+    os.mkfifo(tmp_path / "fifo.inr")  # named as what it is, never opened (a read would block)
+    with pytest.raises(InputError, match=r"fifo\.inr: is a named pipe \(FIFO\), not an INR store file"):
+        _cli([str(root), "--store", str(tmp_path / "fifo.inr"), "--out", str(tmp_path / "o")])
     with pytest.raises(InputError, match="no split 'val'"):
         _cli([str(root), "--split", "val", "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
@@ -198,21 +203,24 @@ def test_cli_inr_bytes_reaches_the_config(prepared, tmp_path):
 
 
 def test_crossover_on_the_inr_frontier():
-    from bench.compare.table import crossovers, inr_frontier
+    from bench.compare.core import COLUMNS
+    from bench.compare.table import crossovers, inr_frontier, summarize
 
     rows = [dict(method="jpeg-sweep", variant="", match="", quality=q, file_bytes=b, header_free_bytes=b - 50, psnr=p)
             for q, b, p in ((10, 100.0, 25.0), (90, 1000.0, 40.0))]
     rows += [dict(method="inr", variant=v, match="", file_bytes=b, psnr=p)
              for v, b, p in (("a", 100.0, 30.0), ("bad", 300.0, 20.0), ("b", 1000.0, 32.0))]
-    s = pd.DataFrame(rows)
+    pi = pd.DataFrame([{**dict.fromkeys([*COLUMNS, "bpp", "bpp_header_free", "pct_raw"], np.nan), "image": 0,
+                        "codec": "", "status": "ok", **r} for r in rows])
+    s = summarize(pi)
     assert list(inr_frontier(s)["variant"]) == ["a", "b"]  # "bad" is dominated by "a"
-    lines = crossovers(s, pixels=100)
+    lines = crossovers(s, pixels=100, per_image=pi)
     # diff(log b) goes +5 dB at 100 bytes to -8 dB at 1000 bytes: zero at t = 5/13 in log10 bytes
     expected = 10 ** (2 + 5 / 13)
     cross = [ln for ln in lines if ln.startswith("crossing")]
     assert len(cross) == 1 and "INR ahead of JPEG below" in cross[0]
     assert f"~{expected * 8 / 100:.2f} bpp" in cross[0] and f"~{expected:.0f} bytes" in cross[0]
-    # from a summary alone (no per-image rows) every line is a point reading, never a result
+    # one image: every line is a point reading, never a result
     assert all("not a result" in ln for ln in lines) and not any("ahead:" in ln or "behind:" in ln for ln in lines)
 
 

@@ -67,7 +67,7 @@ def test_a_compare_of_four_images_says_its_interval_is_a_t_interval():
     text = psnr_diff_text(r)
     assert text.startswith(f"{r['psnr_diff']:+.2f} dB [") and text.endswith(
         f"(t interval, 4 images: fewer than {S.BOOTSTRAP_MIN_N} for a bootstrap)")
-    md = markdown(s, {"image_size": (8, 8), "dataset": "t", "split": "test", "n_images": 4})
+    md = markdown(s, {"image_size": (8, 8), "dataset": "t", "split": "test", "n_images": 4}, _per_image(4))
     assert "(t interval, 4 images" in md and f"Student's t on the per-image differences below {S.BOOTSTRAP_MIN_N}" in md
     many = summarize(_per_image(S.BOOTSTRAP_MIN_N))
     r = many[many["method"] == "jpeg-matched"].iloc[0]
@@ -90,7 +90,7 @@ def test_equal_differences_on_a_few_images_are_no_interval_and_the_table_keeps_t
 
     iv = stats.paired_diff_ci([31.5, 30.5, 29.5], [30.0, 29.0, 28.0])
     assert iv.value == 1.5 and math.isnan(iv.lo) and math.isnan(iv.hi) and iv.n == 3
-    text = psnr_diff_text({"psnr_diff": iv.value, "psnr_diff_lo": iv.lo, "psnr_diff_hi": iv.hi, "n_ok": 3,
+    text = psnr_diff_text({"psnr_diff": iv.value, "psnr_diff_lo": iv.lo, "psnr_diff_hi": iv.hi, "psnr_diff_n": 3,
                            "psnr_diff_interval": "t"})
     assert text == "+1.50 dB (the same on all 3 images: no spread, no interval, not a result)"
 

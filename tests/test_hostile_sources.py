@@ -296,7 +296,7 @@ def test_max_pixels_option_is_validated(run, tmp_path):
 
 
 def test_pil_bomb_error_is_an_input_error(tmp_path):
-    """Outside ``decode_files`` PIL's own guard stays on; its error still becomes one InputError line."""
+    """Outside ``split_from_files`` PIL's own guard stays on; its error still becomes one InputError line."""
     from bench.datasets.decode import read_image
     from bench.errors import InputError
 
@@ -310,7 +310,7 @@ def test_decode_budget_holds_big_images_one_at_a_time():
     import threading
     import time
 
-    from bench.datasets.budget import ByteBudget
+    from bench.datasets.decode import ByteBudget
 
     budget, lock, held, peak = ByteBudget(100), threading.Lock(), [0], [0]
 

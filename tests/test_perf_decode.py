@@ -1,4 +1,4 @@
-"""`inrbench perf decode --device`: the CPU output keeps its rows, a bad device is one line (exit 2), and the
+"""`inrbench perf decode`: every row measured on the CPU, a bad device is one line (exit 2), and the
 CUDA code's logic (decoder variants as the ``inr`` adapter builds them there, GPU-sized batches, the GPU
 JPEG rows' plumbing and skip reasons) runs here without a GPU and without mocks.
 """
@@ -14,26 +14,59 @@ import torch
 from bench.cli import main
 from bench.perf import decode
 
-ARGS = ["perf", "decode", "--json", "--sizes", "16", "--no-compile", "--seconds", "0.01", "--repeats", "1"]
+ARGS = ["perf", "decode", "--sizes", "16", "--no-compile", "--seconds", "0.01", "--repeats", "1"]
 
 
-def _json(capsys, *extra: str) -> dict:
-    assert main([*ARGS, *extra]) == 0
-    return json.loads(capsys.readouterr().out)
+@pytest.fixture(scope="module")
+def doc():
+    """One ``perf decode --json`` run on the CPU (the default device) at 16 px."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*ARGS, "--json"]) == 0
+    return json.loads(out.getvalue())
 
 
-def test_device_cpu_is_the_default_and_records_the_device(capsys):
-    default, cpu = _json(capsys), _json(capsys, "--device", "cpu")
-    for doc in (default, cpu):
-        assert set(doc) == {"device", "threads", "matmul_peak_gflops", "inr_batch", "rows"}
-        assert doc["device"] == "cpu" and doc["inr_batch"] == {"16": 256}
-    assert [(r["method"], r["variant"], sorted(r)) for r in default["rows"]] == [
-        (r["method"], r["variant"], sorted(r)) for r in cpu["rows"]]
-    variants = [r["variant"] for r in cpu["rows"] if r["method"].startswith("INR")]
-    assert variants == ["inr.siren.forward (reference: [B,P,h] baddbmm, w0 folded, in-place sin_)",
-                        "channels-first [B,h,P], whole batch", "channels-first, chunks of 39",
-                        "channels-first, chunks of 39, bf16"]
-    assert all("images_per_s_per_thread" in r for r in cpu["rows"] if "rate" in r)
+def test_every_row_is_measured_and_the_device_recorded(doc):
+    assert set(doc) == {"device", "threads", "matmul_peak_gflops", "inr_batch", "rows"}
+    assert doc["device"] == "cpu" and doc["inr_batch"] == {"16": 256} and doc["threads"] == 1
+    assert doc["matmul_peak_gflops"]["fp32"] > 0
+    rows = doc["rows"]
+    assert {"PIL", "torchvision.io.decode_jpeg", "torchcodec.decoders.decode_jpeg", "DALI", "INR"} <= {
+        r["method"].split(" ")[0] for r in rows}
+    assert all(r["size"] == 16 and ("skipped" in r or r["images_per_s"] > 0) for r in rows)
+    assert all("images_per_s_per_thread" in r for r in rows if "rate" in r)
+    inr = [r for r in rows if r["method"].startswith("INR")]
+    assert [r["variant"] for r in inr] == ["inr.siren.forward (reference: [B,P,h] baddbmm, w0 folded, in-place sin_)",
+                                           "channels-first [B,h,P], whole batch", "channels-first, chunks of 39",
+                                           "channels-first, chunks of 39, bf16"]
+    assert all(r["gflops"] > 0 and 0 < r["pct_peak"] for r in inr)
+    # fp32 variants compute the reference function: 8-bit identical or nearly
+    assert all(r["psnr_vs_reference_db"] >= 60.0 for r in inr if "bf16" not in r["variant"])
+
+
+def test_torchcodec_is_measured_beside_torchvision_where_the_adapter_uses_it(doc):
+    from pipelines.torch_nvjpeg import jpeg_decoder
+
+    rows = {r["method"].split(" ")[0]: r for r in doc["rows"]}
+    tv, tc = rows["torchvision.io.decode_jpeg"], rows["torchcodec.decoders.decode_jpeg"]
+    assert tv["images_per_s"] > 0 and tv["variant"] == tc["variant"] == "cpu, one image per call"
+    dec = jpeg_decoder()
+    if dec.library == "torchcodec":
+        assert "skipped" not in tc and tc["method"] == f"torchcodec.decoders.decode_jpeg {dec.version}"
+    else:
+        assert tc["skipped"].startswith("torchcodec cannot be imported: ") and "rate" not in tc
+
+
+def test_the_torchcodec_row_is_skipped_with_the_reason(monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torchcodec.decoders", None)
+    assert main(ARGS) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "torchcodec" in x)
+    assert "skipped" in line and "torchcodec.decoders.decode_jpeg: torchcodec cannot be imported" in line
 
 
 @pytest.mark.parametrize("device", [pytest.param("gpu", id="not-a-device"), "cuda:x", "cpu:1", "cuda:99"])

@@ -32,18 +32,18 @@ WRITERS = {"imagefolder": write_imagefolder, "flowers102": write_flowers102, "mi
 
 @pytest.fixture
 def reads(monkeypatch):
-    """Small chunks, and the files decoded (``_read`` calls) since the last ``reads.clear()``."""
+    """Small chunks, and the files decoded (``read_image`` calls) since the last ``reads.clear()``."""
     monkeypatch.setattr(resume, "CHUNK_IMAGES", CHUNK)
     seen: list = []
     lock = threading.Lock()
-    real = decode._read
+    real = decode.read_image
 
     def counted(path, *a, **k):
         with lock:
             seen.append(path)
         return real(path, *a, **k)
 
-    monkeypatch.setattr(decode, "_read", counted)
+    monkeypatch.setattr(decode, "read_image", counted)
     return seen
 
 

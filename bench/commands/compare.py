@@ -32,7 +32,7 @@ def _reference_names() -> tuple[str, ...]:
 
 
 def quality(text: str) -> int:
-    """A codec quality, an integer in 1..100 (``argparse`` type of ``--jpeg-qualities``)."""
+    """``--jpeg-qualities``: an integer in 1..100."""
     try:
         v = int(text)
     except ValueError:
@@ -81,8 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_config(args: argparse.Namespace):
-    """The validated ``CompareConfig`` of the options (``InputError`` on a bad one); reads no file
-    (``inrbench sweep`` checks its compare cells with it when the sweep file is loaded)."""
+    """The validated ``CompareConfig`` (``InputError`` on a bad option); reads no file (the sweep checks cells with it)."""
     try:
         return CompareConfig(
             split=args.split, qualities=tuple(args.jpeg_qualities), limit=args.limit, match=args.match,

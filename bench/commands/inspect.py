@@ -22,47 +22,38 @@ def summary(path: str) -> dict:
     from inr.store import load
 
     st = load(path, "cpu")
-    n = st.num_images
-    kept = []
-    for li, (i, o) in enumerate(st.arch.shapes):
-        ql = st._layers[li]
-        if ql.mask is None:
-            kept.append(1.0)
-        else:
-            bits = np.unpackbits(ql.mask.numpy(), axis=1, bitorder="little")[:, : i * o]
-            kept.append(float(bits.mean()) if n else 1.0)
-    weights_total = sum(i * o for i, o in st.arch.shapes)
-    pruned_frac = 1.0 - sum(k * i * o for k, (i, o) in zip(kept, st.arch.shapes, strict=True)) / weights_total
-    psnr = None
-    if st.psnr is not None and n:
-        p = st.psnr.astype(np.float64)
-        psnr = {"mean": float(p.mean()), "min": float(p.min()), "p5": float(np.percentile(p, 5)), "median": float(np.median(p)), "max": float(p.max())}
+    shapes = st.arch.shapes
+    kept = [1.0 if ql.mask is None or not st.num_images
+            else float(np.unpackbits(ql.mask.numpy(), axis=1, bitorder="little")[:, : i * o].mean())
+            for ql, (i, o) in zip(st._layers, shapes, strict=True)]
+    p = None if st.psnr is None or not st.num_images else st.psnr.astype(np.float64)
+    disk_bpp = _bpp(st, st.bytes_on_disk)
     return {
         "file": str(st.path),
         "format_version": st.header["format_version"],
         "arch": st.arch.to_dict(),
         "params_per_image": st.arch.params_per_image,
         "image_size": list(st.image_size),
-        # native-size stores (format v2): every image's [H, W]; bits_per_pixel is then the mean over images
-        "image_sizes": None if st.image_sizes is None else st.image_sizes.tolist(),
-        "num_images": n,
+        "image_sizes": None if st.image_sizes is None else st.image_sizes.tolist(),  # native sizes: [H, W] each
+        "num_images": st.num_images,
         "bits": list(st.bits),
         "per_channel": st.per_channel,
-        "pruned_fraction_of_weights": pruned_frac,
+        "pruned_fraction_of_weights": 1.0 - sum(k * i * o for k, (i, o) in zip(kept, shapes, strict=True))
+                                      / sum(i * o for i, o in shapes),
         "kept_fraction_per_layer": kept,
         "bytes_on_disk": st.bytes_on_disk,
         "bytes_per_image": st.bytes_per_image,
-        "bits_per_pixel": (st.bytes_per_image * 8 / (st.image_size[0] * st.image_size[1]) if st.image_sizes is None
-                           else float((st.bytes_per_image * 8 / st.image_sizes.prod(axis=1)).mean())),
+        "bits_per_pixel": disk_bpp,  # native sizes: the mean of the images' bpp
         "raw_rgb_bytes_per_image": st.raw_bytes_per_image,
         "percent_of_raw_rgb": 100.0 * st.bytes_per_image / st.raw_bytes_per_image,
         "resident_bytes": st.resident_bytes(),
-        # disk (the file; packed with --at-rest) vs the store layout vs device-resident bytes, per image and as bpp
+        # the file (packed with --at-rest) vs the store layout vs device-resident bytes
         "at_rest": st.at_rest,
         "store_bytes": st.store_bytes,
-        "disk_bits_per_pixel": _bpp(st, st.bytes_on_disk),
+        "disk_bits_per_pixel": disk_bpp,
         "resident_bits_per_pixel": _bpp(st, st.resident_bytes()),
-        "psnr_db": psnr,
+        "psnr_db": None if p is None else {"mean": float(p.mean()), "min": float(p.min()), "p5": float(np.percentile(p, 5)),
+                                          "median": float(np.median(p)), "max": float(p.max())},
         "meta": st.meta,
     }
 

@@ -1,2 +1,2 @@
-"""``inrbench compare``: INR stores against JPEG and other codecs at matched bytes (the paper's Figures 3
-and 4): the codec registry, per-image rows, summary tables and figures."""
+"""``inrbench compare``: INR stores against JPEG and other codecs at matched bytes (``run`` end to end;
+``core`` per-image rows, ``table`` summaries, ``figures``, ``codecs`` registry, ``kodak`` self-check)."""

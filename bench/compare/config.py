@@ -15,17 +15,9 @@ INR_BYTES = ("file", "payload")
 
 @dataclass(frozen=True)
 class CompareConfig:
-    """split: prepared split to read; qualities: JPEG quality sweep; limit: first N images
-    (``None`` = all); match: which JPEG bytes must fit the INR's bytes per image;
-    search: ``binary`` (+ repair window) or ``exhaustive`` over qualities 1..100;
-    subsampling: JPEG chroma subsampling; weight_images: images sampled for the weight
-    histograms; batch: images decoded per INR forward; codecs: ``bench.compare.codecs`` names
-    compared at matched bytes (the sweep qualities apply to each); reference: published
-    curves to draw (``bench.compare.references``: ``kodak`` | ``cifar10``) or ``None``;
-    inr_bytes: what an INR image costs, i.e. the bytes the codecs must fit and every INR bpp:
-    ``file`` (store file / N, its header amortized) or ``payload`` (the packed weight arrays /
-    N: codes, scales, masks, no store header; the network's bits, as COIN counts them); assert_kodak: run the
-    Kodak self-check (``bench.compare.kodak``) even where the pixels are not recognised as Kodak's."""
+    """The options of ``inrbench compare`` (``bench.commands.compare`` documents each); ``batch``: images
+    per INR forward (no CLI option); ``inr_bytes``: what an INR image costs, ``file`` (store file / N)
+    or ``payload`` (its weight arrays / N, no header, as COIN counts it)."""
 
     split: str = "train"
     qualities: tuple[int, ...] = DEFAULT_QUALITIES
@@ -45,17 +37,17 @@ class CompareConfig:
         if not self.qualities or any(not (1 <= int(q) <= 100) for q in self.qualities):
             raise ValueError(f"--jpeg-qualities: JPEG qualities must be in 1..100, got {list(self.qualities)}")
         object.__setattr__(self, "qualities", tuple(sorted({int(q) for q in self.qualities})))
-        if self.limit is not None and self.limit < 1:
-            raise ValueError(f"--limit must be >= 1, got {self.limit}")
-        if self.match not in MATCH_CHOICES:
-            raise ValueError(f"--match must be one of {', '.join(MATCH_CHOICES)}, got {self.match!r}")
-        if self.search not in SEARCH_CHOICES:
-            raise ValueError(f"search must be one of {', '.join(SEARCH_CHOICES)} (--exhaustive-jpeg: exhaustive), got {self.search!r}")
-        if self.window < 0:
-            raise ValueError(f"--window must be >= 0, got {self.window}")
-        if self.subsampling not in SUBSAMPLINGS:
-            raise ValueError(f"--subsampling must be one of {', '.join(SUBSAMPLINGS)}, got {self.subsampling!r}")
+        for opt, value, choices in (("--match", self.match, MATCH_CHOICES), ("search", self.search, SEARCH_CHOICES),
+                                    ("--subsampling", self.subsampling, SUBSAMPLINGS),
+                                    ("--inr-bytes", self.inr_bytes, INR_BYTES)):
+            if value not in choices:
+                raise ValueError(f"{opt} must be one of {', '.join(choices)}, got {value!r}")
+        for opt, value, least in (("--limit", self.limit, 1), ("--window", self.window, 0),
+                                  ("--weight-images", self.weight_images, 1), ("batch (images per INR forward)", self.batch, 1)):
+            if value is not None and value < least:
+                raise ValueError(f"{opt} must be >= {least}, got {value}")
         from bench.compare import codecs as registry
+        from bench.compare.references import DATASETS
 
         names = tuple(dict.fromkeys(str(c).strip().lower() for c in self.codecs if str(c).strip()))
         if not names:
@@ -64,19 +56,10 @@ class CompareConfig:
             if c not in registry.names():
                 raise ValueError(f"--codecs: unknown codec {c!r}; known: {', '.join(registry.names())}")
         object.__setattr__(self, "codecs", names)
-        if self.reference is not None:
-            from bench.compare.references import DATASETS
-
-            if self.reference not in DATASETS:
-                raise ValueError(f"--reference: unknown reference {self.reference!r}; known: {', '.join(DATASETS)}")
+        if self.reference is not None and self.reference not in DATASETS:
+            raise ValueError(f"--reference: unknown reference {self.reference!r}; known: {', '.join(DATASETS)}")
         if self.assert_kodak and self.reference != "kodak":
             raise ValueError("--assert-kodak needs --reference kodak")
-        if self.inr_bytes not in INR_BYTES:
-            raise ValueError(f"--inr-bytes must be one of {', '.join(INR_BYTES)}, got {self.inr_bytes!r}")
-        if self.weight_images < 1:
-            raise ValueError(f"--weight-images must be >= 1, got {self.weight_images}")
-        if self.batch < 1:  # no CLI option: a library caller's value
-            raise ValueError(f"batch (images per INR forward) must be >= 1, got {self.batch}")
 
     @property
     def match_keys(self) -> tuple[str, ...]:

@@ -1,16 +1,7 @@
-"""The numbers of ``inrbench compare``: per-image rows for INR variants, each codec
-(``bench.compare.codecs``: JPEG, WebP, AVIF, JPEG XL, JPEG 2000) at matched bytes and each
-codec's quality sweep.
-
-Input: the original images (uint8 ``[N, H, W, 3]``) and the INR variants already decoded
-(``InrDecoded``); output: one tidy ``pandas.DataFrame`` with a row per (method, variant,
-match, quality, image). Aggregation lives in ``bench.compare.table``.
-
-A codec at matched bytes: for every variant and every image, the highest quality (1..100)
-whose file fits the variant's bytes per image (``match="file"``: whole file; ``match=
-"header-free"``: entropy-coded bytes only, JPEG only, see ``bench.compare.jpeg``). An image
-whose smallest file (over all qualities tried) does not fit gets a row with
-``status="unreachable"`` and ``min_bytes`` = that smallest size; it is never dropped.
+"""Per-image rows of ``inrbench compare``: each INR variant, and each codec at matched bytes and over
+its quality sweep. A codec at matched bytes: per variant and image, the highest quality whose bytes
+(``match``: whole file, or JPEG's header-free bytes) fit the variant's; an image no quality reaches is
+an ``unreachable`` row with the smallest size seen, never dropped. Aggregation: ``bench.compare.table``.
 """
 
 from __future__ import annotations
@@ -47,15 +38,9 @@ COLUMNS = [
 
 @dataclass(frozen=True)
 class InrDecoded:
-    """One INR store, decoded for the comparison.
-
-    name: variant name (palette key without the ``inr-`` prefix is fine);
-    bytes_per_image: store file bytes / N (header amortized);
-    header_free_bytes_per_image: bytes of the packed weight arrays / N, or ``None``;
-    decoded: uint8 ``[N, H, W, 3]`` (clamped and rounded reconstruction);
-    weights: layer name -> 1-D float array of (dequantized) weights over sampled images,
-    in layer order (first, hidden..., last), for the weight-distribution figure.
-    """
+    """One INR store decoded: ``decoded`` uint8 ``[N, H, W, 3]`` (native sizes: a list of ``[H_i, W_i, 3]``);
+    ``bytes_per_image``: store file / N; ``header_free_bytes_per_image``: the weight arrays / N;
+    ``weights``: layer name -> 1-D dequantized weights of sampled images, in layer order (first .. last)."""
 
     name: str
     bytes_per_image: float
@@ -77,7 +62,7 @@ def _row(**kw) -> dict:
 
 def _codec_rows(codec: Codec, image: np.ndarray, i: int, variants: Sequence[InrDecoded], cfg: CompareConfig,
                 find) -> list[dict]:
-    """The sweep and matched rows of one image under one codec."""
+    """The sweep and matched rows of one uint8 ``[H, W, 3]`` image under one codec."""
     rows: list[dict] = []
     ladder = Ladder(codec, image)
     keys = [k for k in cfg.match_keys if k == "file" or codec.header_free]
@@ -96,7 +81,7 @@ def _codec_rows(codec: Codec, image: np.ndarray, i: int, variants: Sequence[InrD
                 rows.append(_row(**common, status="unreachable", min_bytes=float(min(tried))))
             else:
                 pending.append((q, dict(common, quality=q)))
-    # Decode each distinct quality once; one PSNR call for all of them.
+    # each distinct quality decoded once, one PSNR call for all of them
     qs = sorted({q for q, _ in pending})
     if not qs:
         return rows
@@ -119,46 +104,34 @@ def compare_images(
     progress: Callable[[int], None] | None = None,
     codecs: Sequence[Codec] | None = None,
 ) -> pd.DataFrame:
-    """All per-image rows.
+    """All per-image rows (``COLUMNS`` plus ``bpp``, ``bpp_header_free``, ``pct_raw``, each of its own image).
 
-    Args:
-        images: uint8 ``[N, H, W, 3]`` originals, or (native sizes) a list of uint8 ``[H_i, W_i, 3]``.
-        variants: decoded INR stores, each with ``decoded.shape == images.shape`` (a list of the
-            same shapes for native sizes). bpp and % raw are per image (its own pixel count).
-        codecs: the (available) codecs to run; default: ``cfg.codecs`` from the registry.
-    Returns:
-        DataFrame with ``COLUMNS`` plus ``bpp``, ``bpp_header_free``, ``pct_raw``.
+    images: uint8 ``[N, H, W, 3]``, or (native sizes) a list of uint8 ``[H_i, W_i, 3]``; every variant's
+    ``decoded`` has the same shape(s). codecs: those to run (default: ``cfg.codecs``).
     """
     ragged = isinstance(images, (list, tuple))
     if not ragged:
         images = np.asarray(images)
     n = len(images)
-    pixels = np.array([im.shape[0] * im.shape[1] for im in images], dtype=np.float64)
-    for v in variants:
-        bad = (len(v.decoded) != n or any(d.shape != im.shape for d, im in zip(v.decoded, images, strict=False))
-               if ragged else v.decoded.shape != images.shape)
-        if bad:
-            shape = [d.shape for d in v.decoded][:3] if ragged else v.decoded.shape
-            raise ValueError(f"variant {v.name}: decoded {shape} vs images {[im.shape for im in images][:3] if ragged else images.shape}")
+    want = [im.shape for im in images] if ragged else [images.shape]
     rows: list[dict] = []
-
     for v in variants:
-        if ragged:  # one image at a time (each its own size)
-            ps = [(psnr(d[None], im[None])[0], ssim(np.ascontiguousarray(d)[None], np.ascontiguousarray(im)[None])[0])
-                  for d, im in zip(v.decoded, images, strict=True)]
-            p, s = [x for x, _ in ps], [y for _, y in ps]
-        else:
-            p, s = psnr(v.decoded, images), ssim(v.decoded, images)
+        have = [d.shape for d in v.decoded] if ragged else [v.decoded.shape]
+        if have != want:
+            raise ValueError(f"variant {v.name}: decoded {have[:3]} vs images {want[:3]}")
+        pairs = ([(np.ascontiguousarray(d)[None], np.ascontiguousarray(im)[None])
+                  for d, im in zip(v.decoded, images, strict=True)] if ragged else [(v.decoded, images)])
+        p = np.concatenate([psnr(d, im) for d, im in pairs])
+        s = np.concatenate([ssim(d, im) for d, im in pairs])
         hf = np.nan if v.header_free_bytes_per_image is None else float(v.header_free_bytes_per_image)
-        for i in range(n):
-            rows.append(
-                _row(method="inr", variant=v.name, image=i, file_bytes=float(v.bytes_per_image),
-                     header_free_bytes=hf, psnr=p[i], ssim=s[i])
-            )
+        rows += [_row(method="inr", variant=v.name, image=i, file_bytes=float(v.bytes_per_image),
+                      header_free_bytes=hf, psnr=p[i], ssim=s[i]) for i in range(n)]
 
-    find = exhaustive_quality if cfg.search == "exhaustive" else (
-        lambda size, target: search_quality(size, target, window=cfg.window)
-    )
+    def find(size, target):
+        if cfg.search == "exhaustive":
+            return exhaustive_quality(size, target)
+        return search_quality(size, target, window=cfg.window)
+
     if codecs is None:
         codecs = [create_codec(c, cfg.subsampling) for c in cfg.codecs]
     for i in range(n):
@@ -166,9 +139,9 @@ def compare_images(
             rows += _codec_rows(codec, images[i], i, variants, cfg, find)
         if progress is not None:
             progress(1)
-
     df = pd.DataFrame(rows, columns=COLUMNS)
-    px = pixels[df["image"].to_numpy(int)] if n else np.zeros(0)  # each row's own image size
+    pixels = np.array([im.shape[0] * im.shape[1] for im in images], dtype=np.float64)
+    px = pixels[df["image"].to_numpy(int)] if n else np.zeros(0)
     df["bpp"] = df["file_bytes"] * 8.0 / px
     df["bpp_header_free"] = df["header_free_bytes"] * 8.0 / px
     df["pct_raw"] = df["file_bytes"] * 100.0 / (px * 3)

@@ -1,19 +1,8 @@
-"""Figures of ``inrbench compare`` (matplotlib Agg, colours from ``bench.plotstyle``).
-
-Each ``*_figure`` function returns the ``Figure`` (tests read the plotted series back from
-its artists); ``save`` writes it atomically as PNG. Every series carries a ``label`` (legend)
-and a ``gid`` (stable id, e.g. ``jpeg-sweep:file``, ``inr:8bit``, ``jpeg-matched:file:8bit``).
-
-* ``rd_figure``: PSNR against bytes per image (log x, bpp on the top axis): the JPEG quality
-  sweep against file bytes and against header-free bytes, every other codec's sweep against
-  file bytes (``<codec>-sweep:file``), each INR variant as a point, the matched-bytes codec
-  points (same marker as their INR variant, codec colour), published reference curves in grey
-  (``reference:<method>``, with ``--reference``), and a dotted
-  vertical line at JPEG's smallest file (mean over images at quality 1 is not in the sweep
-  unless asked; the line is the smallest file seen in the sweep).
-* ``spread_figure``: per-image PSNR box plots, one box per INR variant and matched codec.
-* ``weights_figure``: histograms of the first, hidden (pooled) and last layer weights of one
-  INR store (the paper's Figure 4); exact zeros (pruned weights) left out and counted.
+"""Figures of ``inrbench compare`` (matplotlib Agg, colours from ``bench.plotstyle``): ``rd_figure``
+(PSNR vs bytes per image: each codec's sweep, INR points, matched codec points, published curves),
+``spread_figure`` (per-image PSNR boxes) and ``weights_figure`` (the paper's Figure 4). Each returns
+the ``Figure``; every series has a ``label`` and a stable ``gid`` (``jpeg-sweep:file``, ``inr:8bit``,
+``jpeg-matched:file:8bit``, ``reference:COIN``) that tests read back.
 """
 
 from __future__ import annotations
@@ -26,9 +15,12 @@ import pandas as pd
 
 from bench import plotstyle
 from bench.atomic import atomic_write_bytes
+from bench.compare import references
+from bench.compare.table import codec_label, codecs_in
 
 plotstyle.use_agg()
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter  # noqa: E402
 
 
 def _new(nrows=1, ncols=1, figsize=(7.0, 4.5)):
@@ -52,17 +44,11 @@ REFERENCE_GREYS = ("#4d4d4d", "#7f7f7f", "#a6a6a6")
 
 def rd_figure(summary: pd.DataFrame, image_size: tuple[int, int], title: str = "", reference: str | None = None,
               pixels: float | None = None):
-    """PSNR (dB) vs bytes per image; see the module docstring for the series. ``reference``
-    (``kodak`` | ``cifar10``): the published curves of ``bench.compare.references`` in grey,
-    converted from bpp at this image size (their data, not these images). ``pixels``: pixels per
-    image when images differ in size (native sizes: the mean), else ``image_size``'s."""
-    from bench.compare.table import codec_label, codecs_in
-
+    """PSNR (dB) vs bytes per image. ``reference``: that dataset's published curves in grey, converted from
+    bpp at these images' size (their data, not these). ``pixels``: per image, where sizes differ (the mean)."""
     px = float(pixels) if pixels is not None else image_size[0] * image_size[1]
     fig, (ax,) = _new()
     if reference:
-        from bench.compare import references
-
         for k, c in enumerate(references.curves(reference)):
             x = np.asarray(c.bpp) * px / 8.0
             col, ls = REFERENCE_GREYS[k % len(REFERENCE_GREYS)], REFERENCE_STYLES[k % len(REFERENCE_STYLES)]
@@ -71,21 +57,17 @@ def rd_figure(summary: pd.DataFrame, image_size: tuple[int, int], title: str = "
                     gid=f"reference:{c.method}")
             ax.annotate(c.method, (x[-1], c.psnr[-1]), textcoords="offset points", xytext=(2, 0), fontsize=6,
                         color=col)
-    sw = summary[summary["method"] == "jpeg-sweep"].sort_values("quality")
-    if len(sw):
-        ax.plot(sw["file_bytes"], sw["psnr"], "-", marker=".", color=plotstyle.color("jpeg"),
-                label="JPEG quality sweep (file bytes)", gid="jpeg-sweep:file")
-        ax.plot(sw["header_free_bytes"], sw["psnr"], "--", marker=".", color=plotstyle.color("jpeg-header-free"),
-                label="JPEG quality sweep (header-free bytes)", gid="jpeg-sweep:header-free")
-        floor = float(sw["file_bytes"].min())
-        ax.axvline(floor, ls=":", lw=1, color=plotstyle.color("jpeg"), gid="jpeg-floor",
-                   label=f"smallest JPEG file in sweep (q={int(sw['quality'].min())})")
     for codec in codecs_in(summary):
-        csw = summary[(summary["method"] == f"{codec}-sweep") & summary["psnr"].notna()].sort_values("quality")
-        if codec == "jpeg" or not len(csw):
+        sw = summary[(summary["method"] == f"{codec}-sweep") & summary["psnr"].notna()].sort_values("quality")
+        if not len(sw):
             continue
-        ax.plot(csw["file_bytes"], csw["psnr"], "-", marker=".", color=plotstyle.color(codec),
+        ax.plot(sw["file_bytes"], sw["psnr"], "-", marker=".", color=plotstyle.color(codec),
                 label=f"{codec_label(codec)} quality sweep (file bytes)", gid=f"{codec}-sweep:file")
+        if codec == "jpeg":
+            ax.plot(sw["header_free_bytes"], sw["psnr"], "--", marker=".", color=plotstyle.color("jpeg-header-free"),
+                    label="JPEG quality sweep (header-free bytes)", gid="jpeg-sweep:header-free")
+            ax.axvline(float(sw["file_bytes"].min()), ls=":", lw=1, color=plotstyle.color("jpeg"), gid="jpeg-floor",
+                       label=f"smallest JPEG file in sweep (q={int(sw['quality'].min())})")
     inr = summary[summary["method"] == "inr"]
     for _, r in inr.iterrows():
         m = plotstyle.inr_method(r["variant"])
@@ -121,8 +103,6 @@ def rd_figure(summary: pd.DataFrame, image_size: tuple[int, int], title: str = "
     ax.set_ylabel("PSNR (dB)")
     top = ax.secondary_xaxis("top", functions=(lambda b: b * 8.0 / px, lambda bpp: bpp * px / 8.0))
     top.set_xlabel("bits per pixel" if pixels is None else f"bits per pixel (at the mean image size, {px:,.0f} px)")
-    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
-
     top.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     top.xaxis.set_major_formatter(FormatStrFormatter("%g"))
     top.xaxis.set_minor_formatter(NullFormatter())
@@ -173,13 +153,8 @@ def spread_figure(per_image: pd.DataFrame, title: str = ""):
 
 
 def weight_histograms(weights: dict[str, np.ndarray], bins: int = 80) -> list[tuple[str, np.ndarray, np.ndarray, int]]:
-    """Group layers as first / hidden (pooled) / last and histogram their nonzero weights.
-
-    Args:
-        weights: layer name -> 1-D array of weights over images, in layer order.
-    Returns:
-        ``(group, counts [bins], edges [bins + 1], zeros left out)`` for each group present.
-    """
+    """``(group, counts [bins], edges [bins + 1], zeros left out)`` of the nonzero weights of the first,
+    hidden (pooled) and last layers; ``weights``: layer name -> 1-D weights, in layer order."""
     names = list(weights)
     if not names:
         return []

@@ -1,12 +1,6 @@
-"""The Kodak self-check of ``inrbench compare --reference kodak``: are our codecs at the settings of
-the published runs?
-
-When the compared images are Kodak images (recognised by their pixels, or asserted with
-``--assert-kodak``), each codec whose library has a published Kodak curve (``SAME_LIBRARY``, curves in
-``bench.compare.references``) gets the mean gap of our quality sweep to that curve: our mean PSNR minus
-the published PSNR at our mean bpp (linear in log bpp), averaged over our sweep points inside the
-published bpp range. A gap beyond ``TOLERANCE_DB`` either way reads "settings differ from the published
-run". On other images the check says it needs Kodak.
+"""The Kodak self-check of ``inrbench compare --reference kodak`` (docs/codecs.md): on the Kodak images,
+each codec's sweep against the published Kodak curve of the same library (``SAME_LIBRARY``); a mean
+gap beyond ``TOLERANCE_DB`` either way reads "settings differ from the published run".
 """
 
 from __future__ import annotations
@@ -17,6 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+
+from bench.compare.references import curves
 
 TOLERANCE_DB = 0.5
 
@@ -68,8 +64,6 @@ def identify(images: Sequence[np.ndarray], asserted: bool = False) -> dict:
 
 def gaps(summary: pd.DataFrame) -> list[dict]:
     """Per codec with a same-library published curve, per such curve: the mean gap (dB) of our sweep."""
-    from bench.compare.references import curves
-
     published = {c.method: c for c in curves("kodak")}
     out = []
     for codec, methods in SAME_LIBRARY.items():

@@ -1,15 +1,6 @@
-"""Image quality per image: PSNR (the project convention, ``bench.metrics``) and SSIM.
-
-PSNR: ``bench.metrics.psnr_per_image`` — decode, clamp, round to 8 bits, per image; the
-set mean is ``bench.metrics.mean_psnr``. Not re-implemented here.
-
-SSIM: ``skimage.metrics.structural_similarity`` on the uint8 images, ``channel_axis=-1``,
-``data_range=255``, skimage's defaults otherwise: a 7x7 *uniform* window (not Gaussian),
-K1 = 0.01, K2 = 0.03, sample covariance, SSIM per channel averaged over R, G, B. The mean
-skips a 3-pixel border (half the window), so on a 32x32 image it is the mean over the
-26x26 interior positions; each window sees 49 pixels, so SSIM at 32x32 is noisier than at
-224x224 and not comparable across image sizes. Images smaller than 7 pixels use the
-largest odd window that fits.
+"""Image quality per image: PSNR (``bench.metrics``: decode, clamp, round to 8 bits) and SSIM
+(skimage on uint8, ``data_range=255``, its 7x7 uniform window, mean over R, G, B; smaller images use
+the largest odd window that fits). SSIM at 32x32 averages 26x26 windows: not comparable across sizes.
 """
 
 from __future__ import annotations

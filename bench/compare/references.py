@@ -1,13 +1,8 @@
-"""Published rate-distortion points (bpp -> PSNR dB) for Kodak and CIFAR-10, with sources.
+"""Published rate-distortion points (bpp -> PSNR dB) for Kodak and CIFAR-10, with their sources.
 
-The data file ``bench/compare/data/reference_rd.csv`` holds one row per point: ``dataset``
-(``kodak`` | ``cifar10``), ``method``, ``bpp``, ``psnr``, ``paper`` (the publication),
-``source`` (the public result file the number was copied from: repository, path, commit,
-key) and ``approximate`` (``yes`` for values read off a figure; every current point is
-copied from a result file, so ``no``). These are *their* numbers on *their* data (the 24
-Kodak images at 768x512; the CIFAR-10 test set): ``inrbench compare --reference`` draws them
-as grey curves for orientation and interpolates them at the INR's bpp; they are not
-measured here and not on the images being compared.
+``data/reference_rd.csv``: one row per point (``dataset``, ``method``, ``bpp``, ``psnr``, ``paper``, the
+public result file it was copied from, ``approximate``). Their numbers on their data, drawn for
+orientation by ``inrbench compare --reference`` (docs/codecs.md); not measured here.
 """
 
 from __future__ import annotations
@@ -72,8 +67,3 @@ def curves(dataset: str) -> list[Curve]:
             approximate=any(r["approximate"] == "yes" for r in rs),
         ))
     return out
-
-
-def at_bpp(dataset: str, bpp: float) -> dict[str, float]:
-    """``method -> interpolated PSNR`` at ``bpp`` (NaN where ``bpp`` is outside a curve)."""
-    return {c.method: c.psnr_at(bpp) for c in curves(dataset)}

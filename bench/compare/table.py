@@ -1,20 +1,10 @@
-"""Aggregate the per-image rows of ``bench.compare.core`` into the summary table, find
-where INR overtakes JPEG, and render the markdown summary.
+"""Aggregate the per-image rows of ``bench.compare.core``: the summary table, where INR stands against
+each codec's sweep (``crossovers``) and the markdown summary (docs/measurement.md: intervals).
 
-Summary: one row per (method, variant, match, quality-for-the-sweep). Means are over the
-images whose status is ``ok``; ``n_ok`` / ``n_images`` say how many that is; ``status`` is
-``ok`` (all reached), ``partial`` or ``unreachable`` (none reached: ``min_bytes`` is the
-mean smallest JPEG). For matched JPEG rows ``inr_psnr_same_images`` is the INR variant's
-mean PSNR over the same reached images, so the two PSNRs compare like with like, and
-``psnr_diff`` [``psnr_diff_lo``, ``psnr_diff_hi``] is the mean per-image difference INR minus
-JPEG over those images with its 95% paired interval (``bench.stats.paired_diff_ci``: a bootstrap, or
-Student's t below ``bench.stats.BOOTSTRAP_MIN_N`` images, ``psnr_diff_interval`` says which; none for
-one image; lossless images count as ``PSNR_CAP_DB``): an interval that holds 0 is no difference detected.
-
-Where INR stands against each codec's sweep curve (``crossovers``, given the per-image rows): per
-variant, the same paired interval over the images, of INR PSNR minus the codec's PSNR on that image's
-own sweep at the INR's bytes (``curve_gap``); a crossing is a result only where the gaps on both sides
-exclude 0. From a summary alone these are point readings, labelled not a result.
+Summary: one row per (method, variant, match, sweep quality); means over the images whose status is
+``ok`` (``n_ok`` of ``n_images``). Matched rows carry the INR's PSNR on the same images and the mean
+per-image difference INR minus codec with its 95% paired interval (``bench.stats.paired_diff_ci``;
+lossless images count as ``PSNR_CAP_DB``): an interval that holds 0 is no difference detected.
 """
 
 from __future__ import annotations
@@ -26,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from bench import stats
+from bench.compare import kodak, references
 from bench.metrics import PSNR_CAP_DB, mean_psnr
 
 SUMMARY_COLUMNS = [
@@ -41,6 +32,7 @@ CODEC_LABELS = {"jpeg": "JPEG", "webp": "WebP", "avif": "AVIF", "jxl": "JPEG XL"
 
 
 def codec_label(codec: str) -> str:
+    """The codec's name in prose (``jp2`` -> ``JPEG 2000``)."""
     return CODEC_LABELS.get(codec, codec)
 
 
@@ -54,10 +46,7 @@ def summarize(per_image: pd.DataFrame) -> pd.DataFrame:
     """Per-image rows -> one summary row per group (see the module docstring)."""
     out = []
     df = per_image.copy()
-    # the codec is the method's prefix (``webp-matched`` -> ``webp``); rows without it are read that way
     df["codec"] = df["method"].str.replace(r"-(matched|sweep)$", "", regex=True).where(df["method"] != "inr", "")
-    if "overhead_bytes" not in df:
-        df["overhead_bytes"] = np.nan
     df["_q"] = np.where(df["method"].str.endswith("-sweep"), df["quality"], -1)
     inr = df[df["method"] == "inr"].set_index(["variant", "image"])["psnr"]
     for (method, variant, match, qkey), g in df.groupby(["method", "variant", "match", "_q"], sort=False):
@@ -85,25 +74,7 @@ def summarize(per_image: pd.DataFrame) -> pd.DataFrame:
             row.update(psnr_diff=d.value, psnr_diff_lo=d.lo, psnr_diff_hi=d.hi,
                        psnr_diff_interval=stats.paired_diff_method(d.n), psnr_diff_n=d.n)
         out.append(row)
-    s = pd.DataFrame(out)
-    for c in SUMMARY_COLUMNS:
-        if c not in s:
-            s[c] = np.nan
-    return s[SUMMARY_COLUMNS]
-
-
-def jpeg_curve(summary: pd.DataFrame, bytes_col: str = "file_bytes", codec: str = "jpeg") -> tuple[np.ndarray, np.ndarray]:
-    """A codec's sweep (default JPEG) as ``(mean bytes per image, mean PSNR)`` sorted by bytes."""
-    sw = summary[(summary["method"] == f"{codec}-sweep") & summary["psnr"].notna()].sort_values(bytes_col)
-    return sw[bytes_col].to_numpy(float), sw["psnr"].to_numpy(float)
-
-
-def jpeg_psnr_at(summary: pd.DataFrame, nbytes: float, bytes_col: str = "file_bytes", codec: str = "jpeg") -> float:
-    """A codec's sweep PSNR at ``nbytes`` per image, linear in log(bytes); NaN outside the sweep."""
-    x, y = jpeg_curve(summary, bytes_col, codec)
-    if len(x) == 0 or nbytes < x[0] or nbytes > x[-1]:
-        return math.nan
-    return float(np.interp(np.log(nbytes), np.log(x), y))
+    return pd.DataFrame(out).reindex(columns=SUMMARY_COLUMNS)
 
 
 def inr_frontier(summary: pd.DataFrame) -> pd.DataFrame:
@@ -120,21 +91,15 @@ def inr_frontier(summary: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class CurveGap:
-    """One INR variant against a codec's sweep curve at the INR's bytes per image.
-
-    ``diff``: the mean over images of INR PSNR minus the codec's PSNR interpolated (linear in log bytes)
-    on *that image's* quality sweep at the INR's bytes, with its paired interval
-    (``bench.stats.paired_diff_ci``, as the matched-bytes table's); ``inr`` / ``codec``: the two mean
-    PSNRs over the same images; ``n_in``: images whose sweep spans the INR's bytes, of ``n``. Without
-    per-image rows (``per_image=None``): the difference of the mean curves, a point reading (``diff``
-    has no interval, ``per_image`` False)."""
+    """One INR variant against a codec's sweep at the INR's bytes per image: ``diff``, the mean over images
+    of INR PSNR minus the codec's PSNR on that image's own sweep (linear in log bytes) with its paired
+    interval; ``inr`` / ``codec``: the two mean PSNRs; ``n_in`` of ``n`` images' sweeps span the bytes."""
 
     inr: float
     codec: float
     diff: stats.Interval
     n_in: int
     n: int
-    per_image: bool = True
 
 
 def _image_curves(per_image: pd.DataFrame, bytes_col: str, codec: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -146,19 +111,9 @@ def _image_curves(per_image: pd.DataFrame, bytes_col: str, codec: str) -> dict[i
             for i, g in sw.groupby("image", sort=False)}
 
 
-def curve_gap(summary: pd.DataFrame, variant: str, bytes_col: str = "file_bytes", codec: str = "jpeg",
-              per_image: pd.DataFrame | None = None, _curves=None) -> CurveGap | None:
-    """INR ``variant`` against ``codec``'s sweep at the variant's bytes per image (``CurveGap``); ``None``
-    where no image's sweep (or, without ``per_image``, the mean curve) spans those bytes."""
-    r = summary[(summary["method"] == "inr") & (summary["variant"] == variant)].iloc[0]
-    if per_image is None:
-        j = jpeg_psnr_at(summary, float(r["file_bytes"]), bytes_col, codec)
-        if math.isnan(j):
-            return None
-        n = int(r["n_images"]) if "n_images" in r and pd.notna(r["n_images"]) else 0
-        d = float(r["psnr"]) - j
-        return CurveGap(float(r["psnr"]), j, stats.Interval(d, math.nan, math.nan, 0), n, n, per_image=False)
-    curves = _image_curves(per_image, bytes_col, codec) if _curves is None else _curves
+def curve_gap(per_image: pd.DataFrame, variant: str, curves: dict) -> CurveGap | None:
+    """INR ``variant`` against the per-image sweeps ``curves`` (``_image_curves``) at its bytes per image;
+    ``None`` where no image's sweep spans those bytes."""
     inr = per_image[(per_image["method"] == "inr") & (per_image["variant"] == variant)]
     xs, ys = [], []
     for _, row in inr.iterrows():
@@ -177,15 +132,11 @@ def curve_gap(summary: pd.DataFrame, variant: str, bytes_col: str = "file_bytes"
 
 
 def gap_text(g: CurveGap, name: str) -> str:
-    """``INR behind: INR − JPEG -2.11 dB [-2.52, -1.70] (t interval, 24 images: ...)``, ``INR − JPEG no
-    difference detected [-0.20, 0.31] dB``, or the value said to be a point reading, not a result (one
-    image, no spread, or no per-image rows); ``k/n imgs`` where the sweep spans the INR's bytes on only k."""
+    """``INR behind: INR − JPEG -2.11 dB [-2.52, -1.70] ...``, ``... no difference detected ...``, or the
+    value said to be a point reading; ``k/n imgs`` where the sweep spans the INR's bytes on only k."""
     iv = g.diff
     if not math.isfinite(iv.value):
         return f"INR − {name}: no image with a finite PSNR on both sides, no result"
-    if not g.per_image:
-        return (f"INR − {name} {iv.value:+.2f} dB between the mean curves (a point reading without per-image rows: "
-                "no interval, not a result)")
     text = psnr_diff_text(dict(psnr_diff=iv.value, psnr_diff_lo=iv.lo, psnr_diff_hi=iv.hi, psnr_diff_n=iv.n,
                                psnr_diff_interval=stats.paired_diff_method(iv.n)))
     if not iv.ok:
@@ -196,24 +147,13 @@ def gap_text(g: CurveGap, name: str) -> str:
     return f"{who}INR − {name} {text}{part}"
 
 
-def crossovers(summary: pd.DataFrame, pixels: int, bytes_col: str = "file_bytes", codec: str = "jpeg",
-               per_image: pd.DataFrame | None = None) -> list[str]:
-    """Plain-language lines: where each INR variant sits against a codec's sweep curve
-    (default JPEG), and the bit-rates (bpp) where the INR frontier (``inr_frontier``, joined
-    piecewise-linearly in log bytes) crosses it.
-
-    With ``per_image`` (``bench.compare.core`` rows) each variant's gap is the paired per-image
-    difference with its interval (``curve_gap``): a gap whose interval holds 0 reads "no difference
-    detected", never ahead or behind. A crossing is a supported result only where the frontier
-    variants on both sides of it differ from the curve beyond their intervals, in opposite
-    directions; its location (interpolated between them) has no interval. Any other crossing, and
-    every line without ``per_image``, is labelled a point reading, not a result."""
+def crossovers(summary: pd.DataFrame, pixels: int, bytes_col: str = "file_bytes", codec: str = "jpeg", *,
+               per_image: pd.DataFrame) -> list[str]:
+    """Plain-language lines: each INR variant's gap to a codec's sweep (``curve_gap``), and the bpp where
+    the INR frontier crosses it: a result only where the gaps on both sides exclude 0."""
     inr = summary[summary["method"] == "inr"].sort_values("file_bytes")
-    x, _ = jpeg_curve(summary, bytes_col, codec)
-    if inr.empty or (len(x) == 0 and per_image is None):
-        return []
-    curves = None if per_image is None else _image_curves(per_image, bytes_col, codec)
-    if curves is not None and not curves:
+    curves = _image_curves(per_image, bytes_col, codec)
+    if inr.empty or not curves:
         return []
     lines = []
     name = codec_label(codec)
@@ -221,19 +161,15 @@ def crossovers(summary: pd.DataFrame, pixels: int, bytes_col: str = "file_bytes"
     gaps = {}
     for _, r in inr.iterrows():
         b, bpp = float(r["file_bytes"]), float(r["file_bytes"]) * 8 / pixels
-        g = gaps[r["variant"]] = curve_gap(summary, r["variant"], bytes_col, codec, per_image, curves)
+        g = gaps[r["variant"]] = curve_gap(per_image, r["variant"], curves)
         if g is None:
-            lows = [c[0][0] for c in curves.values()] if curves else [x[0]]
-            highs = [c[0][-1] for c in curves.values()] if curves else [x[-1]]
-            where = ("below the smallest" if b < min(lows) else "above the largest" if b > max(highs)
-                     else "outside the range of")
-            scope = "every image's" if curves else "the"
-            lines.append(f"inr-{r['variant']} at {bpp:.2f} bpp: {where} {label} of {scope} sweep "
-                         f"({min(lows) * 8 / pixels:.2f}-{max(highs) * 8 / pixels:.2f} bpp); no {name} point to compare")
+            lo, hi = min(c[0][0] for c in curves.values()), max(c[0][-1] for c in curves.values())
+            where = "below the smallest" if b < lo else "above the largest" if b > hi else "outside the range of"
+            lines.append(f"inr-{r['variant']} at {bpp:.2f} bpp: {where} {label} of every image's sweep "
+                         f"({lo * 8 / pixels:.2f}-{hi * 8 / pixels:.2f} bpp); no {name} point to compare")
             continue
-        how = "per image at the INR's bytes" if g.per_image else "mean curve"
         lines.append(f"inr-{r['variant']} at {bpp:.2f} bpp: {g.inr:.2f} dB vs {name} {g.codec:.2f} dB "
-                     f"({label}, {how}): {gap_text(g, name)}")
+                     f"({label}, per image at the INR's bytes): {gap_text(g, name)}")
     front = inr_frontier(summary)
     fg = [gaps.get(v) for v in front["variant"]]
     bx = front["file_bytes"].to_numpy(float)
@@ -269,18 +205,13 @@ def _fmt(v, nd=2) -> str:
 
 
 def psnr_diff_text(r) -> str:
-    """``+1.23 dB [0.95, 1.51]`` (INR minus matched JPEG, paired per image), or ``no difference
-    detected [-0.20, 0.31] dB`` when the interval holds 0 (``bench.stats.fmt_diff``: bounds rounded
-    outward, more digits where one would round onto 0); ``(t interval, 4 images)`` after it where
-    there were too few images for the bootstrap (``psnr_diff_interval`` = t); one image: the value,
-    said to be no result; ``–`` without the columns. The image count is the interval's own
-    (``psnr_diff_n``: pairs with a non-finite PSNR are not in it), ``n_ok`` for older summaries."""
+    """A summary row's INR − codec difference: ``+1.23 dB [0.95, 1.51]``, ``no difference detected [-0.20,
+    0.31] dB`` (``bench.stats.fmt_diff``), ``(t interval, 4 images ...)`` below the bootstrap's minimum,
+    the value said to be no result for one image or no spread, ``–`` without the columns."""
     v, lo, hi = (r.get(c, np.nan) for c in ("psnr_diff", "psnr_diff_lo", "psnr_diff_hi"))
     if v is None or pd.isna(v):
         return "–"
     n = r.get("psnr_diff_n", np.nan)
-    if n is None or pd.isna(n):
-        n = r.get("n_ok", np.nan)
     if any(x is None or pd.isna(x) for x in (lo, hi)):
         if n == 1:
             return f"{v:+.2f} dB (one image: no interval, not a result)"
@@ -302,8 +233,6 @@ def _matched_name(r) -> str:
 def reference_lines(summary: pd.DataFrame, dataset: str, pixels: int) -> list[str]:
     """Markdown lines: each INR variant's PSNR beside each published curve of ``dataset``
     interpolated at that variant's bpp (``bench.compare.references``)."""
-    from bench.compare import references
-
     curves = references.curves(dataset)
     inr = summary[summary["method"] == "inr"].sort_values("file_bytes")
     if inr.empty:
@@ -325,9 +254,8 @@ def reference_lines(summary: pd.DataFrame, dataset: str, pixels: int) -> list[st
     return lines
 
 
-def markdown(summary: pd.DataFrame, meta: dict, per_image: pd.DataFrame | None = None) -> str:
-    """The short README-style summary (``summary.md``); ``per_image`` (the rows ``summary`` came from)
-    gives the curve positions their paired intervals (``crossovers``), without it they are point readings."""
+def markdown(summary: pd.DataFrame, meta: dict, per_image: pd.DataFrame) -> str:
+    """The short README-style summary (``summary.md``) of ``summary`` and the per-image rows it came from."""
     native = bool(meta.get("native"))
     if native:
         px = float(meta["image_sizes"]["mean_pixels"])
@@ -386,33 +314,28 @@ def markdown(summary: pd.DataFrame, meta: dict, per_image: pd.DataFrame | None =
             )
     for _, r in summary[summary["status"] == "skipped"].iterrows():
         lines.append(f"| {r['codec']} | – | – | – | – | – | – | – | – | – | – | skipped: {r['note']} |")
-    sw = summary[summary["method"] == "jpeg-sweep"].sort_values("quality")
-    if len(sw):
-        lines += ["", "JPEG quality sweep (means over images):", "",
-                  "| quality | file bytes | bpp | header-free bytes | bpp (header-free) | PSNR dB | SSIM |",
-                  "|---|---|---|---|---|---|---|"]
-        for _, r in sw.iterrows():
-            lines.append(f"| {r['quality']:.0f} | {r['file_bytes']:.0f} | {r['bpp']:.2f} | {r['header_free_bytes']:.0f} | "
-                         f"{r['bpp_header_free']:.2f} | {r['psnr']:.2f} | {r['ssim']:.3f} |")
-    for c in codecs:
+    for c in sorted(codecs, key=lambda c: c != "jpeg"):  # JPEG's sweep first, with its header-free bytes
         sw = summary[summary["method"] == f"{c}-sweep"].sort_values("quality")
-        if c == "jpeg" or not len(sw):
+        if not len(sw):
             continue
-        lines += ["", f"{codec_label(c)} quality sweep (means over images):", "",
-                  "| quality | file bytes | bpp | overhead bytes | PSNR dB | SSIM |", "|---|---|---|---|---|---|"]
+        cols = ["header-free bytes", "bpp (header-free)"] if c == "jpeg" else ["overhead bytes"]
+        cols = ["quality", "file bytes", "bpp", *cols, "PSNR dB", "SSIM"]
+        lines += ["", f"{codec_label(c)} quality sweep (means over images):", "", f"| {' | '.join(cols)} |",
+                  "|---" * len(cols) + "|"]
         for _, r in sw.iterrows():
-            lines.append(f"| {r['quality']:.0f} | {r['file_bytes']:.0f} | {r['bpp']:.2f} | {_fmt(r['overhead_bytes'], 0)} | "
+            mid = (f"{r['header_free_bytes']:.0f} | {r['bpp_header_free']:.2f}" if c == "jpeg"
+                   else _fmt(r["overhead_bytes"], 0))
+            lines.append(f"| {r['quality']:.0f} | {r['file_bytes']:.0f} | {r['bpp']:.2f} | {mid} | "
                          f"{r['psnr']:.2f} | {r['ssim']:.3f} |")
     cross = []
     for c in codecs:
-        cross += crossovers(summary, px, "file_bytes", c, per_image)
+        cross += crossovers(summary, px, "file_bytes", c, per_image=per_image)
         if c == "jpeg":
-            cross += crossovers(summary, px, "header_free_bytes", c, per_image)
+            cross += crossovers(summary, px, "header_free_bytes", c, per_image=per_image)
     if cross:
         front = ", ".join(f"inr-{v}" for v in inr_frontier(summary)["variant"])
         how = ("each gap is the mean over images of INR PSNR minus the codec's PSNR on that image's quality sweep at "
-               "the INR's bytes (linear in log bytes), with its paired 95% interval as above"
-               if per_image is not None else "gaps between the mean curves: point readings, no interval, not results")
+               "the INR's bytes (linear in log bytes), with its paired 95% interval as above")
         lines += ["", f"Where INR stands against each codec's curve (INR frontier: {front}; {how}):", ""]
         lines += [f"- {c}" for c in cross]
     stores = [st for st in meta.get("stores", []) if st.get("resident_bytes_per_image")]
@@ -428,7 +351,5 @@ def markdown(summary: pd.DataFrame, meta: dict, per_image: pd.DataFrame | None =
     if meta.get("reference"):
         lines += reference_lines(summary, meta["reference"], px)
     if meta.get("kodak_check"):
-        from bench.compare import kodak
-
         lines += kodak.lines(meta["kodak_check"])
     return "\n".join(lines) + "\n"

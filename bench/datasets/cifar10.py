@@ -1,12 +1,7 @@
-"""``cifar10``: the official CIFAR-10 "python version" batch files.
-
-``--root`` is the folder holding ``data_batch_1`` .. ``data_batch_5``, ``test_batch`` and
-``batches.meta`` (``cifar-10-batches-py/`` from ``cifar-10-python.tar.gz``; its parent
-folder works too). Each batch is a pickled dict with ``b"data"`` uint8 ``[10000, 3072]``
-(1024 R, then G, then B values, row-major 32 x 32) and ``b"labels"``. Splits: ``train``
-(batches 1-5, 50,000) and ``test`` (10,000). Native size 32 (no resampling) unless
-``--size`` asks for another. The pickles are read with an unpickler that only accepts
-plain containers and numpy arrays, so a hostile file cannot run code.
+"""``cifar10``: the official CIFAR-10 "python version" batches (``data_batch_1..5``, ``test_batch``,
+``batches.meta``; ``--root`` is that folder or its parent). Each batch pickles uint8 ``[10000, 3072]``
+(R, G, B planes of 32 x 32). Read with an unpickler that takes only containers and arrays, so a
+hostile file cannot run code. Native size 32 unless ``--size`` asks for another.
 """
 
 from __future__ import annotations
@@ -84,7 +79,6 @@ def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
 class Cifar10(Source):
     splits_by_ratio = False  # the official splits
     description = "CIFAR-10 python batches (data_batch_1..5, test_batch, batches.meta); 32x32, 10 classes"
-    needs_root = True
     default_size = None
     default_resize_policy = "resize"
 

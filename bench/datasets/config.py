@@ -10,32 +10,16 @@ from bench.errors import InputError
 RESIZE_POLICIES = ("shorter-side-center-crop", "resize")
 ON_ERROR = ("fail", "skip")
 
-# Largest image ``prepare`` decodes, in pixels (width x height), read from the header
-# before decoding. 50 MP passes every common camera sensor (8K UHD is 33 MP); one such
-# image costs up to ~1 GB to decode and convert, so on the 2-core, 24 GB machines this
-# project targets a hostile or accidental giant (a 200 KB PNG can claim 10000 x 10000)
-# is refused instead of taking the machine's memory. Raise it with ``--max-pixels``.
+# Largest image ``prepare`` decodes (width x height, from the header): every common camera sensor
+# passes, a giant (a 200 KB PNG may claim 10000 x 10000) is refused. ``--max-pixels`` raises it.
 DEFAULT_MAX_PIXELS = 50_000_000
 NATIVE = "native"  # --size native: every image keeps its own size (compression studies)
 
 
 @dataclass(frozen=True)
 class PrepareConfig:
-    """Options of one ``prepare`` run. ``None`` means "the source's default".
-
-    source: registered source name; root: input folder (``None`` for built-in sources);
-    size: output side S (images are S x S); limit: at most this many images per split
-    (a seeded subset, taken before decoding); jpeg_quality: 1..100 for the JPEG tree;
-    on_error: ``fail`` on the first unreadable image, or ``skip`` it and list it in the
-    manifest; seed: every random choice (crops, subsets, ratio splits) derives from it;
-    resize_policy: one of ``RESIZE_POLICIES``; per_class: images per class for generated
-    sources (``photos``, ``synthetic``); num_classes: classes for ``synthetic``;
-    val_fraction: held-out fraction per class where a source splits by ratio;
-    workers: decode threads; max_pixels: an image file with more pixels (width x height,
-    from its header) is unreadable (``on_error`` applies) and is never decoded;
-    ``size="native"``: every image keeps its own size (sources that support it), downscaled
-    (aspect kept) only when its long side exceeds ``max_side``.
-    """
+    """The options of ``inrbench prepare`` (its ``--help`` documents each); ``None``: the source's default.
+    ``size`` is the side S of S x S images, or ``"native"``: each image's own size, capped by ``max_side``."""
 
     source: str
     root: str | None = None
@@ -66,8 +50,6 @@ class PrepareConfig:
             raise InputError(f"--size must be between 8 and 4096, got {self.size}")
         if self.max_side is not None and (not self.native or not 8 <= self.max_side <= 16384):
             raise InputError(f"--max-side needs --size native and a value in 8..16384, got {self.max_side}")
-        if self.limit is not None and self.limit < 1:
-            raise InputError(f"--limit must be >= 1, got {self.limit}")
         if not 1 <= self.jpeg_quality <= 100:
             raise InputError(f"--jpeg-quality must be between 1 and 100, got {self.jpeg_quality}")
         if self.on_error not in ON_ERROR:
@@ -76,14 +58,12 @@ class PrepareConfig:
             raise InputError(f"--resize-policy must be one of {RESIZE_POLICIES}, got {self.resize_policy!r}")
         if self.per_class is not None and self.per_class < 2:
             raise InputError(f"--per-class must be >= 2 (one train and one test image), got {self.per_class}")
-        if self.num_classes is not None and self.num_classes < 2:
-            raise InputError(f"--num-classes must be >= 2, got {self.num_classes}")
         if self.val_fraction is not None and not 0.0 < self.val_fraction < 1.0:
             raise InputError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
-        if self.workers is not None and self.workers < 1:
-            raise InputError(f"--workers must be >= 1, got {self.workers}")
-        if self.max_pixels < 1:
-            raise InputError(f"--max-pixels must be >= 1, got {self.max_pixels}")
+        for opt, value, least in (("--limit", self.limit, 1), ("--num-classes", self.num_classes, 2),
+                                  ("--workers", self.workers, 1), ("--max-pixels", self.max_pixels, 1)):
+            if value is not None and value < least:
+                raise InputError(f"{opt} must be >= {least}, got {value}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,33 +1,16 @@
-"""Decode image files to S x S uint8 arrays in a thread pool, with ``--on-error fail|skip``.
+"""Decode image files to uint8 arrays in a thread pool, chunk by chunk, with ``--on-error fail|skip``
+(docs/datasets.md). Resize policy ``native`` keeps each image's own size (capped by ``--max-side``).
 
-With the ``native`` policy (``--size native``) every image keeps its own H x W instead (a list of
-arrays), downscaled, aspect kept, only past ``--max-side`` (``bench.datasets.resize.native_image``);
-each downscaled file is listed (``{"file", "from", "to"}``) for the manifest.
-
-Limits on hostile images: the header is read first and an image over ``--max-pixels``
-(width x height) is refused before any pixel is decoded; decode threads share a memory
-budget (``DECODE_BUDGET_BYTES``, ``bench.datasets.budget``) estimated from the header's
-size and mode, so a few huge images are never decoded at once however many threads run.
-While ``decode_files`` runs, that header check replaces PIL's own decompression-bomb
-guard (``Image.MAX_IMAGE_PIXELS``), so there is one limit and its message names the size;
-elsewhere in the process PIL's ``DecompressionBombWarning`` is raised as an error, and
-``read_image`` turns either PIL bomb signal into an ``InputError``: it never reaches the
-user raw.
-
-Files are decoded chunk after chunk (``bench.datasets.resume``); within ``prepare`` each
-finished chunk is committed to the work folder, so an interrupted decode resumes there.
-
-EXIF orientation is *not* applied: pixels are stored as they lie in the file, as torchvision's
-``ImageFolder`` (PIL's ``Image.open``) and the published results on these datasets read them.
-Files whose EXIF says they should be displayed rotated or mirrored (orientation tag not 1) are
-counted and listed in the manifest (``orientation_meta``), so a tree of phone photos does not
-turn sideways unnoticed.
+Against hostile images: the header is read first and an image over ``--max-pixels`` is refused
+undecoded (that check stands in for PIL's bomb guard while ``split_from_files`` runs); threads share a
+memory budget estimated from headers. EXIF orientation is counted, not applied (as torchvision reads it).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +21,6 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 from PIL import Image
 
-from bench.datasets.budget import ByteBudget
 from bench.datasets.config import DEFAULT_MAX_PIXELS
 from bench.datasets.prepared import SplitData
 from bench.datasets.resize import NATIVE_POLICY, native_image, resize_image
@@ -50,33 +32,47 @@ if TYPE_CHECKING:
     from bench.datasets.config import PrepareConfig
     from bench.datasets.resume import SplitWork
 
-# Splits bigger than this are decoded into a memory-mapped scratch file, not RAM
-# (mini-ImageNet at 224 x 224 is 9 GB of pixels).
-MEMMAP_BYTES = 1 << 30
+MEMMAP_BYTES = 1 << 30  # bigger splits are decoded into a memory-mapped scratch file, not RAM
 
 STOP_ENV = "INRBENCH_TEST_PREPARE_STOP"  # test hook (``_StopHook``)
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".ppm", ".tif", ".tiff")
 
-# Memory all decode threads together may hold (estimated, see ``decode_bytes``): 2 GiB
-# lets 8 threads decode 12 MP photos at once, and two 50 MP images, on a 24 GB machine.
-DECODE_BUDGET_BYTES = 2 << 30
-# Bytes per pixel PIL holds for a decoded image of each mode (4 for the rest).
-MODE_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}
-# Bytes per pixel of the conversion to RGB on top of the decoded image (worst case:
-# RGBA composited on black holds three 4-byte copies plus the RGB result).
-CONVERT_BYTES = 16
+DECODE_BUDGET_BYTES = 2 << 30  # decode memory of all threads together (estimated by ``decode_bytes``)
+MODE_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}  # per pixel; 4 for the rest
+CONVERT_BYTES = 16  # per pixel of the conversion to RGB (RGBA on black: three 4-byte copies + the result)
 
 warnings.filterwarnings("error", category=Image.DecompressionBombWarning)
+
+
+class ByteBudget:
+    """A semaphore counted in bytes: a request larger than the whole budget waits until it is idle and
+    runs alone, so one big image never deadlocks and a few are never decoded at once."""
+
+    def __init__(self, total: int):
+        if total < 1:
+            raise ValueError(f"budget must be >= 1 byte, got {total}")
+        self.total = self.free = int(total)
+        self._cond = threading.Condition()
+
+    @contextmanager
+    def hold(self, nbytes: int) -> Iterator[None]:
+        """Wait until ``nbytes`` (at most the whole budget) are free, hold them for the block."""
+        n = min(max(int(nbytes), 0), self.total)
+        with self._cond:
+            self._cond.wait_for(lambda: self.free >= n)
+            self.free -= n
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.free += n
+                self._cond.notify_all()
 
 
 def is_image_name(p: Path) -> bool:
     """Named like an image (``.jpg``, ``.png``, ...; not hidden), whatever it is on disk."""
     return not p.name.startswith(".") and p.suffix.lower() in IMAGE_EXTENSIONS
-
-
-def is_image_file(p: Path) -> bool:
-    return p.is_file() and is_image_name(p)
 
 
 def _not_a_file(path: Path) -> str:
@@ -93,27 +89,16 @@ def decode_bytes(width: int, height: int, mode: str) -> int:
     return width * height * (MODE_BYTES.get(mode, 4) + CONVERT_BYTES)
 
 
-def read_image(
-    path: Path, size: int | None, policy: str, max_pixels: int = DEFAULT_MAX_PIXELS, budget: ByteBudget | None = None,
-    max_side: int | None = None,
-) -> np.ndarray:
-    """One file -> uint8 ``[S, S, 3]`` (policy ``native``: ``[H, W, 3]``, its own size, capped by
-    ``max_side``). Raises ``InputError`` naming the file when it cannot be read.
-
-    The header is checked first: over ``max_pixels`` pixels is refused without decoding.
-    ``budget``: the decode holds ``decode_bytes(...)`` of it while it runs.
-    """
-    return _read(path, size, policy, max_pixels, budget, max_side)[0]
-
-
 ORIENTATION_TAG = 0x0112  # EXIF Orientation: 1 = as stored; 2-8 = mirror and/or rotate to display
 
 
-def _read(
-    path: Path, size: int | None, policy: str, max_pixels: int, budget: ByteBudget | None, max_side: int | None
+def read_image(
+    path: Path, size: int | None, policy: str, max_pixels: int = DEFAULT_MAX_PIXELS, budget: ByteBudget | None = None,
+    max_side: int | None = None,
 ) -> tuple[np.ndarray, tuple[int, int], int]:
-    """``read_image`` plus the file's own ``(H, W)`` (from its header) and its EXIF orientation
-    (1 where it has none or an unreadable one; never applied)."""
+    """One file -> (uint8 ``[S, S, 3]`` or, policy ``native``, ``[H, W, 3]``; its own ``(H, W)``; its EXIF
+    orientation, 1 where unknown). ``InputError`` naming the file when it cannot be read; over
+    ``max_pixels`` is refused before decoding; the decode holds ``decode_bytes`` of ``budget``."""
     if not path.is_file():  # a dangling symlink, a folder or a FIFO named like an image: never opened
         raise InputError(_not_a_file(path), path)
     try:
@@ -159,85 +144,9 @@ def header_check_only() -> Iterator[None]:
         Image.MAX_IMAGE_PIXELS = old
 
 
-class Decoded(NamedTuple):
-    """What ``decode_files`` returns.
-
-    images: uint8 ``[M, S, S, 3]`` of the readable files (policy ``native``: a list of M uint8
-    ``[H_i, W_i, 3]``); kept: int64 ``[M]``, their indices into ``paths``; skipped: ``{"file",
-    "error"}`` per unreadable file (empty unless ``on_error == "skip"``); downscaled: ``{"file",
-    "from": [H, W], "to": [H', W']}`` per kept image reduced by ``max_side`` (native only);
-    oriented: indices into ``paths`` of kept files whose EXIF orientation is not 1 (not applied).
-    """
-
-    images: np.ndarray | list[np.ndarray]
-    kept: np.ndarray
-    skipped: list[dict[str, str]]
-    downscaled: list[dict]
-    oriented: list[int]
-
-
-def decode_files(
-    paths: Sequence[Path],
-    size: int | None,
-    policy: str,
-    on_error: str,
-    workers: int | None = None,
-    progress: Callable[[int], None] | None = None,
-    scratch: Path | None = None,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
-    budget_bytes: int = DECODE_BUDGET_BYTES,
-    max_side: int | None = None,
-    work: SplitWork | None = None,
-) -> Decoded:
-    """Decode ``paths`` in order (``Decoded``); with ``fail`` the first unreadable file raises.
-
-    Splits over ``MEMMAP_BYTES`` are held in a memory-mapped file under ``scratch`` (native
-    sizes: a list in memory, for compression studies of tens to hundreds of images). An image
-    over ``max_pixels`` is unreadable; threads share ``budget_bytes`` of decode memory.
-
-    Files are decoded in chunks (``bench.datasets.resume.chunk_length``). ``work``: the chunks
-    already committed there are restored instead of decoded (the images live in its memmap, not
-    under ``scratch``), and each newly finished chunk is committed there.
-    """
-    n = len(paths)
-    native = policy == NATIVE_POLICY
-    shape = None if native else (n, size, size, 3)
-    if work is not None:
-        st = work.open(paths, shape)
-    else:
-        st = Decoding(images=[] if shape is None else allocate(shape, scratch), length=chunk_length(size))
-    if progress is not None and st.chunks:
-        progress(st.done(n))
-    budget = ByteBudget(budget_bytes)
-
-    def read(p: Path) -> tuple[np.ndarray, tuple[int, int], int]:
-        return _read(p, size, policy, max_pixels, budget, max_side)
-
-    # one count for the whole prepare (every split in turn), so a stop can land in any split
-    stop = _StopHook.from_env() if work is None else work.work.shared.setdefault(STOP_ENV, _StopHook.from_env())
-    with header_check_only(), ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
-        for c, (s, e) in enumerate(chunk_ranges(n, st.length)):
-            if c < st.chunks:
-                continue
-            files = file_fingerprint(paths[s:e], work.work.root) if work is not None else None
-            ch = _decode_chunk(pool, paths, s, e, st, read, on_error, progress, stop)
-            ch.files = files
-            st.add(ch)
-            if work is not None:
-                work.commit(c, ch, st)
-    kept = np.asarray(st.kept, dtype=np.int64)
-    if native:
-        images = list(st.images)
-        downscaled = [{"file": str(paths[i]), "from": list(own), "to": list(im.shape[:2])}
-                      for i, own, im in zip(st.kept, st.own, images, strict=True) if tuple(im.shape[:2]) != tuple(own)]
-        return Decoded(images, kept, st.skipped, downscaled, list(st.oriented))
-    return Decoded(st.images[: st.rows], kept, st.skipped, [], list(st.oriented))
-
-
 def _decode_chunk(pool: ThreadPoolExecutor, paths: Sequence[Path], s: int, e: int, st: Decoding, read,
                   on_error: str, progress: Callable[[int], None] | None, stop: _StopHook) -> Chunk:
-    """Decode files ``[s, e)``. Fixed sizes land in ``st.images`` rows ``st.rows ..``, compacted
-    (``st.rows <= s``, so the chunk's window fits and rows already finished are never touched)."""
+    """Decode files ``[s, e)``; fixed sizes land in ``st.images`` rows ``st.rows ..``, compacted (``st.rows <= s``)."""
     native = isinstance(st.images, list)
     base = st.rows
     got: list = [None] * (e - s)
@@ -278,11 +187,8 @@ def _decode_chunk(pool: ThreadPoolExecutor, paths: Sequence[Path], s: int, e: in
 
 
 class _StopHook:
-    """Test hook: ``INRBENCH_TEST_PREPARE_STOP=N`` interrupts the decode (``KeyboardInterrupt``, as
-    Ctrl-C does) once N images were decoded, counted over the splits in turn within one ``prepare``
-    (``PrepareWork.shared``; images restored from the work folder are not counted), so the stop can
-    land in any split; ``N:kill`` kills the process outright (SIGKILL, as an OOM killer does). Read
-    in this one place; tests only."""
+    """Test hook: ``INRBENCH_TEST_PREPARE_STOP=N`` interrupts the decode (``KeyboardInterrupt``) once N images
+    of one ``prepare`` were decoded (restored ones not counted); ``N:kill`` sends SIGKILL instead."""
 
     def __init__(self, after: int | None, kill: bool):
         self.after, self.kill, self.seen = after, kill, 0
@@ -317,8 +223,9 @@ def allocate(shape: tuple[int, ...], scratch: Path | None) -> np.ndarray:
 
 
 class SplitRead(NamedTuple):
-    """What ``split_from_files`` returns: the split, the skipped files, (native) the downscaled ones
-    and the kept files with an EXIF orientation (as in ``Decoded``, ids relative to the root)."""
+    """split: the readable files (native: ``images`` a list of uint8 ``[H_i, W_i, 3]``); skipped: ``{"file",
+    "error"}`` per unreadable file; downscaled: ``{"file", "from", "to"}`` per image reduced by ``max_side``;
+    oriented: kept files with an EXIF orientation (names relative to the root)."""
 
     split: SplitData
     skipped: list[dict[str, str]]
@@ -336,40 +243,59 @@ def split_from_files(
     scratch: Path | None = None,
     work: SplitWork | None = None,
 ) -> SplitRead:
-    """``--limit`` subset, decode, drop skipped files -> ``SplitRead``.
-
-    cfg: a resolved ``PrepareConfig`` (size and resize policy set; ``--size native`` keeps each
-    image's own size, capped by ``--max-side``). ids are paths relative to ``root``. work: this
-    split in ``prepare``'s work folder (``bench.datasets.resume``): the decode resumes there.
-    """
-
+    """The ``--limit`` subset of ``paths`` decoded in order, chunk by chunk, unreadable files dropped (``fail``:
+    the first raises). ``cfg``: resolved (size and policy set). Splits over ``MEMMAP_BYTES`` live in a memmap
+    under ``scratch``; ``work``: this split's work folder, whose chunks are restored and extended."""
     labels = np.asarray(labels, dtype=np.int64)
     sel = limit_indices(len(paths), cfg.limit, cfg.seed + split_index)
-    chosen = [paths[i] for i in sel]
-    policy = NATIVE_POLICY if cfg.native else cfg.resize_policy
-    size = None if cfg.native else cfg.size
-    d = decode_files(chosen, size, policy, cfg.on_error, cfg.workers, progress, scratch, cfg.max_pixels,
-                     max_side=cfg.max_side, work=work)
-    ids = [_rel(chosen[i], root) for i in d.kept]
-    down = [{**r, "file": _rel(Path(r["file"]), root)} for r in d.downscaled]
-    oriented = [_rel(chosen[i], root) for i in d.oriented]
-    return SplitRead(SplitData(images=d.images, labels=labels[sel][d.kept], ids=ids), d.skipped, down, oriented)
+    paths = [paths[i] for i in sel]
+    n, native = len(paths), cfg.native
+    policy, size = (NATIVE_POLICY, None) if native else (cfg.resize_policy, cfg.size)
+    shape = None if native else (n, size, size, 3)
+    if work is not None:
+        st = work.open(paths, shape)
+    else:
+        st = Decoding(images=[] if shape is None else allocate(shape, scratch), length=chunk_length(size))
+    if progress is not None and st.chunks:
+        progress(st.done(n))
+    budget = ByteBudget(DECODE_BUDGET_BYTES)
+
+    def read(p: Path) -> tuple[np.ndarray, tuple[int, int], int]:
+        return read_image(p, size, policy, cfg.max_pixels, budget, cfg.max_side)
+
+    # one count for the whole prepare (every split in turn), so a stop can land in any split
+    stop = _StopHook.from_env() if work is None else work.work.shared.setdefault(STOP_ENV, _StopHook.from_env())
+    with header_check_only(), ThreadPoolExecutor(max_workers=cfg.workers or min(8, os.cpu_count() or 1)) as pool:
+        for c, (s, e) in enumerate(chunk_ranges(n, st.length)):
+            if c < st.chunks:
+                continue
+            files = file_fingerprint(paths[s:e], work.work.root) if work is not None else None
+            ch = _decode_chunk(pool, paths, s, e, st, read, cfg.on_error, progress, stop)
+            ch.files = files
+            st.add(ch)
+            if work is not None:
+                work.commit(c, ch, st)
+    images = list(st.images) if native else st.images[: st.rows]
+    down = [{"file": _rel(paths[i], root), "from": list(own), "to": list(im.shape[:2])}
+            for i, own, im in zip(st.kept, st.own, images, strict=True) if tuple(im.shape[:2]) != tuple(own)
+            ] if native else []
+    split = SplitData(images=images, labels=labels[sel][np.asarray(st.kept, dtype=np.int64)],
+                      ids=[_rel(paths[i], root) for i in st.kept])
+    return SplitRead(split, st.skipped, down, [_rel(paths[i], root) for i in st.oriented])
 
 
 ORIENTATION_EXAMPLES = 20  # files listed in the manifest (all are counted)
 
 
 def orientation_meta(oriented: list[str]) -> dict:
-    """Manifest ``source_meta`` field: how many kept files carry an EXIF orientation other than 1
-    (meant to be displayed rotated or mirrored), and the first few; the pixels are stored as they
-    lie in the file, not rotated (as torchvision's ``ImageFolder`` reads them)."""
+    """Manifest ``source_meta``: the count of kept files with an EXIF orientation other than 1 (not applied)
+    and the first few."""
     return {"exif_orientation": {"applied": False, "files": len(oriented),
                                  "examples": oriented[:ORIENTATION_EXAMPLES]}}
 
 
 def native_meta(cfg: PrepareConfig, downscaled: list[dict]) -> dict:
-    """Manifest ``source_meta`` fields of a ``--size native`` read (empty otherwise): the cap and the
-    images it reduced."""
+    """Manifest ``source_meta`` of a ``--size native`` read (empty otherwise): the cap, the images it reduced."""
     if not cfg.native:
         return {}
     return {"max_side": cfg.max_side, "downscaled": downscaled,

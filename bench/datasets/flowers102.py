@@ -1,34 +1,21 @@
-"""``flowers102``: Oxford 102 Flowers in its official layout.
-
-``--root`` holds ``jpg/image_00001.jpg`` .. (from ``102flowers.tgz``), ``imagelabels.mat``
-(``labels``: 1 x N, values 1..102) and ``setid.mat`` (``trnid``, ``valid``, ``tstid``:
-1-based image ids). Splits ``train``/``val``/``test`` come from ``setid.mat`` (1,020 /
-1,020 / 6,149 in the official files); labels are shifted to 0..101. Class names are the
-102 category names in label order. Images are resampled to S x S (default 224,
-``shorter-side-center-crop``; see ``bench.datasets.resize``), or kept at their own sizes
-with ``--size native`` (capped by ``--max-side``). An image that resolves
-(symlinks included) outside ``--root`` stops the run (``bench.datasets.paths``).
+"""``flowers102``: Oxford 102 Flowers as published: ``jpg/image_NNNNN.jpg``, ``imagelabels.mat``
+(labels 1..102, shifted to 0..101) and ``setid.mat`` (1-based ids of the train/val/test splits).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bench.datasets.config import PrepareConfig
 from bench.datasets.paths import ReadOnce, list_dir
-from bench.datasets.sources import Loaded, Source, loaded_from_files, register_source
+from bench.datasets.sources import FileSource, Parts, register_source
 from bench.errors import InputError
-
-if TYPE_CHECKING:
-    from bench.datasets.resume import PrepareWork
 
 SPLIT_KEYS = (("train", "trnid"), ("val", "valid"), ("test", "tstid"))
 
-# Category names in label order (label 1 = "pink primrose"), as commonly published with the dataset.
+# category names in label order (label 1 = "pink primrose"), as commonly published with the dataset
 CLASS_NAMES = (
     "pink primrose", "hard-leaved pocket orchid", "canterbury bells", "sweet pea", "english marigold",
     "tiger lily", "moon orchid", "bird of paradise", "monkshood", "globe thistle", "snapdragon",
@@ -73,19 +60,11 @@ def _vector(mat: dict, key: str, path: Path) -> np.ndarray:
 
 
 @register_source("flowers102")
-class Flowers102(Source):
+class Flowers102(FileSource):
     splits_by_ratio = False  # the official splits
     description = "Oxford 102 Flowers: jpg/image_NNNNN.jpg + imagelabels.mat + setid.mat (train/val/test)"
-    needs_root = True
-    default_size = 224
-    resumable = True  # bench.datasets.resume
-    supports_native = True  # --size native (bench.datasets.decode)
 
-    def load(
-        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None,
-        work: PrepareWork | None = None,
-    ) -> Loaded:
-        root = Path(cfg.root)
+    def parts(self, cfg: PrepareConfig, root: Path) -> tuple[Parts, list[str], dict]:
         jpg = root / "jpg"
         if not jpg.is_dir():
             raise InputError("missing jpg/ folder: not an Oxford 102 Flowers folder (expected jpg/, imagelabels.mat, setid.mat)", jpg)
@@ -112,4 +91,4 @@ class Flowers102(Source):
             counts[split] = int(ids.size)
             parts[split] = (paths, labels[ids - 1] - 1)
         meta = {"split_rule": "setid.mat trnid/valid/tstid", "label_shift": -1, "counts_before_limit": counts}
-        return loaded_from_files(parts, list(CLASS_NAMES[:num_classes]), meta, cfg, root, progress, scratch, work)
+        return parts, list(CLASS_NAMES[:num_classes]), meta

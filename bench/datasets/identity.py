@@ -1,24 +1,7 @@
-"""A store belongs to its images: what ``encode`` records, and the one check every consumer runs.
-
-``inrbench encode`` records in the store's ``meta["source"]`` (``source_record``)::
-
-    prepared, split, limit, count          where the images came from (count: the whole split)
-    pixels_sha256, labels_sha256           the whole split's hashes, copied from the manifest
-    encoded_count                          images actually encoded (the first N with --limit)
-    encoded_pixels_sha256                  sha256 of exactly the encoded pixels / labels
-    encoded_labels_sha256
-
-``check_store_source`` ties a loaded store to a split of a prepared dataset. Cheap in the
-common case: the store's ``pixels_sha256`` (and ``labels_sha256``) equal the manifest's, so the
-store's images are the first ``num_images`` of this split (no hashing: the manifest is trusted
-because ``PreparedDataset.split`` verifies ``pixels.npy`` against it). Otherwise the first
-``num_images`` images of the split are hashed and compared with ``encoded_pixels_sha256``
-(a --limit encode of a dataset that has since grown). A mismatch is an ``InputError`` naming
-the store and the dataset.
-
-A store that records no source (saved by ``inr.store.save`` directly, or by an older
-inrbench) cannot be verified: refused, unless the caller passes ``allow_unverified=True``
-(the CLI's ``--allow-unverified-store``), which prints one warning line and goes on.
+"""A store belongs to its images: what ``encode`` records (``source_record``: the split's pixel and
+label hashes from the manifest, and those of exactly the encoded images) and the check every consumer
+runs (``check_store_source``). A store that records no source cannot be verified: refused, unless the
+caller allows it (``--allow-unverified-store``: one warning line).
 """
 
 from __future__ import annotations
@@ -34,16 +17,12 @@ from bench.errors import InputError
 
 
 def _first(ds: PreparedDataset, split: str, n: int | None) -> tuple[int, str, str]:
-    """(count, sha256 of the first ``n`` images' pixels, of their labels); native-size splits hash
-    the images' pixels concatenated (as ``pixels_flat.npy`` stores them)."""
-    if ds.native:
-        s = ds.native_split(split)
-        k = len(s) if n is None else min(len(s), n)
-        flat = np.concatenate([im.reshape(-1) for im in s.images[:k]]) if k else np.zeros(0, np.uint8)
-        return len(s), sha256_array(flat), sha256_array(s.labels[:k])
-    s = ds.split(split)
+    """(count, sha256 of the first ``n`` images' pixels, of their labels); native sizes: pixels concatenated."""
+    s = ds.native_split(split) if ds.native else ds.split(split)
     k = len(s) if n is None else min(len(s), n)
-    return len(s), sha256_array(s.images[:k]), sha256_array(s.labels[:k])
+    px = s.images[:k] if not ds.native else (np.concatenate([im.reshape(-1) for im in s.images[:k]]) if k
+                                             else np.zeros(0, np.uint8))
+    return len(s), sha256_array(px), sha256_array(s.labels[:k])
 
 
 def source_record(ds: PreparedDataset, split: str, limit: int | None = None) -> dict[str, Any]:
@@ -54,9 +33,7 @@ def source_record(ds: PreparedDataset, split: str, limit: int | None = None) -> 
     return {
         "prepared": str(ds.root), "split": split, "limit": limit, "count": count,
         "pixels_sha256": info.get("pixels_sha256"), "labels_sha256": info.get("labels_sha256"),
-        "encoded_count": n,
-        "encoded_pixels_sha256": px,
-        "encoded_labels_sha256": lab,
+        "encoded_count": n, "encoded_pixels_sha256": px, "encoded_labels_sha256": lab,
     }
 
 
@@ -65,11 +42,9 @@ def _short(h: Any) -> str:
 
 
 def check_store_source(store: Any, ds: PreparedDataset, split: str, *, allow_unverified: bool = False) -> bool:
-    """Refuse (``InputError``) a store whose images are not the first ``store.num_images`` of ``split``.
-
-    ``store``: an ``inr.store.StoredINR`` (uses ``meta``, ``num_images``, ``path``). Returns True
-    when verified, False for an unverified store let through by ``allow_unverified``.
-    """
+    """Refuse (``InputError``) a store whose images are not the first ``store.num_images`` of ``split``: the
+    manifest's hashes match (cheap), else the first images are hashed. True when verified, False for an
+    unverified store let through by ``allow_unverified``."""
     where = f"split {split!r} of {ds.root}"
     meta = store.meta if isinstance(store.meta, dict) else {}
     src = meta.get("source")
@@ -106,8 +81,8 @@ def check_store_source(store: Any, ds: PreparedDataset, split: str, *, allow_unv
 
 
 def check_store_shape(store: Any, n: int, image_size: Any, path: Any, *, at_least: bool = False) -> None:
-    """The store holds ``n`` images (``at_least``: n or more) of the split's ``image_size`` (h, w), from its
-    header, before anything is decoded: a header may claim any size (100000x100000 is an 80 GB decode)."""
+    """The store's header claims ``n`` images (``at_least``: n or more) of ``image_size``, checked before any
+    decode: a header may claim any size."""
     have, (h, w) = int(store.num_images), tuple(store.image_size)
     if (have < n if at_least else have != n) or (h, w) != tuple(image_size):
         raise InputError(f"store holds {have} images of {h}x{w}, the split has {n} of "
@@ -115,8 +90,7 @@ def check_store_shape(store: Any, n: int, image_size: Any, path: Any, *, at_leas
 
 
 def encode_command(ds: PreparedDataset, split: str, limit: Any = None) -> str:
-    """The ``inrbench encode`` command line of a store of ``split`` of ``ds`` (the path shell-quoted;
-    ``--limit`` where the refused store had one; its fit options are the user's to repeat)."""
+    """The ``inrbench encode`` command line of a store of ``split`` of ``ds`` (with the refused store's ``--limit``)."""
     import shlex
 
     lim = f" --limit {int(limit)}" if isinstance(limit, int) and not isinstance(limit, bool) else ""
@@ -124,8 +98,8 @@ def encode_command(ds: PreparedDataset, split: str, limit: Any = None) -> str:
 
 
 def _other_split_of(ds: PreparedDataset, src: dict) -> str | None:
-    """The split of ``ds`` a store's ``source`` record names, when it is this very dataset: the recorded
-    split's pixels hash is the manifest's (the folder may have moved), or the recorded folder is ``ds``'s."""
+    """The split of ``ds`` a store's ``source`` record names, when it is this very dataset (same hashes, or
+    the same folder)."""
     name = src.get("split")
     info = ds.manifest.get("splits", {}).get(name) if isinstance(name, str) else None
     if not isinstance(info, dict):

@@ -1,50 +1,28 @@
-"""``imagefolder``: class-per-folder image trees (ImageNet-style and the like).
+"""``imagefolder``: class-per-folder image trees under ``--root`` (docs/datasets.md):
 
-Three layouts under ``--root``:
+- pre-split: ``train/<class>/...`` plus ``val/`` and/or ``test/`` (``--val-fraction`` refused);
+- one tree ``<class>/...``, each class split by a seeded ratio (``--val-fraction``, default 0.2);
+- a flat folder of images (Kodak, CLIC): one class named after the folder, all in ``train``.
 
-- pre-split: ``train/<class>/*.jpg`` plus ``val/<class>/...`` and/or ``test/<class>/...``;
-  each present subfolder becomes a split. Classes are the sorted folder names under
-  ``train/``; a class folder in ``val``/``test`` that ``train`` lacks is an error. ``--val-fraction``
-  is refused here (the tree has its own split).
-- one tree: ``<class>/*.jpg``; each class is split by a seeded ratio into ``train`` and
-  ``val`` (``--val-fraction``, default 0.2; ``bench.datasets.splitting.ratio_split``).
-- a flat folder: ``*.png`` directly under ``--root`` and no class folders (Kodak, CLIC: a
-  compression test set): one class named after the folder, every image in one split
-  ``train``; with ``--val-fraction`` it is split by ratio as one tree is.
-
-``--size native`` keeps every image at its own size, mixed sizes and orientations in one split
-(downscaled, aspect kept, only past ``--max-side``; ``bench.datasets.decode``); the guards on
-broken files and pixel bombs are the same.
-
-Files: JPEG, PNG (and BMP/WebP/PPM/TIFF), any mode converted to RGB; hidden files are
-ignored. An entry named like an image that is not a file (a dangling symlink, a folder
-``x.jpg``) is an unreadable image: it stops the run, or with ``--on-error skip`` is listed in
-the manifest's ``skipped`` (a folder's own images are still read). Label = index of the class name in sorted order (like torchvision ``ImageFolder``).
-
-Symlinks (``bench.datasets.paths``): a symlinked class folder or image file is read when
-it resolves inside ``--root``; one that resolves outside it, or that reaches a file the
-tree already holds (a class folder linked to another, or back to the root), stops the run
-with one line naming it. Symlinked folders inside a class folder are not followed.
+Labels index the sorted class names (as torchvision's ``ImageFolder``). An entry named like an image
+that is not a file is an unreadable image, never dropped unseen. Symlinks are read where they resolve
+inside the root and reach no file twice (``bench.datasets.paths``); linked folders inside a class are
+not followed.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bench.datasets.config import PrepareConfig
 from bench.datasets.decode import is_image_name
 from bench.datasets.paths import ReadOnce, list_dir, list_tree
-from bench.datasets.sources import Loaded, Source, loaded_from_files, register_source
+from bench.datasets.sources import FileSource, Parts, register_source
 from bench.datasets.splitting import ratio_split
 from bench.errors import InputError
-
-if TYPE_CHECKING:
-    from bench.datasets.resume import PrepareWork
 
 DEFAULT_VAL_FRACTION = 0.2
 HELD_OUT = ("val", "test")
@@ -62,10 +40,8 @@ def _class_dirs(folder: Path, once: ReadOnce) -> list[Path]:
 def scan(
     folder: Path, classes: list[str] | None = None, once: ReadOnce | None = None
 ) -> tuple[list[str], list[Path], np.ndarray]:
-    """``folder/<class>/<image>`` -> (class names, image paths, int64 labels ``[N]``), sorted.
-
-    once: the files (resolved) already taken from this root; each file is taken once.
-    """
+    """``folder/<class>/<image>`` -> (class names, image paths, int64 labels ``[N]``), sorted; ``once``: the
+    files already taken from this root."""
     once = once if once is not None else ReadOnce(folder)
     dirs = _class_dirs(folder, once)
     if not dirs:
@@ -92,23 +68,15 @@ def scan(
 
 
 @register_source("imagefolder")
-class ImageFolder(Source):
+class ImageFolder(FileSource):
     description = ("class-per-folder JPEG/PNG tree: train/ + val/ (or test/) subfolders, or one tree split by ratio; "
                    "or a flat folder of images (one class)")
-    needs_root = True
-    default_size = 224
-    resumable = True  # bench.datasets.resume
-    supports_native = True  # --size native
 
-    def load(
-        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None,
-        work: PrepareWork | None = None,
-    ) -> Loaded:
-        root = Path(cfg.root)
+    def parts(self, cfg: PrepareConfig, root: Path) -> tuple[Parts, list[str], dict]:
         once = ReadOnce(root)
         held = [h for h in HELD_OUT if (root / h).is_dir()]
         if (root / "train").is_dir() and held:
-            if cfg.val_fraction is not None:  # it would be recorded in the manifest as if it had split something
+            if cfg.val_fraction is not None:
                 raise InputError(f"--val-fraction {cfg.val_fraction:g} does not apply: this tree is split already "
                                  f"(train/ + {'/ + '.join(held)}/); leave it out", root)
             classes, tr_paths, tr_labels = scan(root / "train", once=once)
@@ -132,14 +100,12 @@ class ImageFolder(Source):
                 parts = {"train": ([paths[i] for i in tr], labels[tr]), "val": ([paths[i] for i in va], labels[va])}
                 rule = f"seeded per-class ratio: val_fraction {frac}, seed {cfg.seed}"
         counts = {n: len(p) for n, (p, _) in parts.items()}
-        return loaded_from_files(parts, classes, {"split_rule": rule, "counts_before_limit": counts}, cfg, root,
-                                 progress, scratch, work)
+        return parts, classes, {"split_rule": rule, "counts_before_limit": counts}
 
 
 def _image_entries(folder: Path) -> list[Path]:
-    """Everything under ``folder`` named like an image, sorted: its files, and the entries that are
-    not files (a dangling symlink, a folder ``x.jpg``) so that reading them fails or lists them
-    as skipped instead of dropping them unseen."""
+    """Every entry under ``folder`` named like an image, sorted: files, and the non-files (a dangling
+    symlink, a folder ``x.jpg``), whose read fails or is listed as skipped."""
     entries = [p for p in list_tree(folder) if is_image_name(p)]
     for top, dirs, _ in os.walk(folder, followlinks=False):
         entries += [Path(top) / d for d in dirs if is_image_name(Path(d))]

@@ -1,33 +1,20 @@
-"""``mini-imagenet``: the common distribution (``images/`` + ``train.csv``/``val.csv``/``test.csv``).
-
-Each csv has a header and rows ``filename,label`` (``n0153282900000005.jpg,n01532829``),
-images in ``images/``. The official csvs split *classes* (64/16/20) for few-shot work;
-for classification (Rapid-INR: 100 classes, 42,000 train / 12,000 val) the rows of all
-csvs present are pooled and each class is split by a seeded ratio into ``train`` and
-``val``: ``--val-fraction`` of each class (default 12/54 = 0.222, the paper's
-12,000 : 42,000 proportion; with 600 images per class that is 133 val + 467 train).
-Classes are the sorted wnids. Images are resampled to S x S (default 224,
-``shorter-side-center-crop``), or kept at their own sizes with ``--size native``. A row whose file name resolves (symlinks included)
-outside ``images/`` stops the run naming the csv and row (``bench.datasets.paths``).
+"""``mini-imagenet``: ``images/`` + ``train.csv``/``val.csv``/``test.csv`` (``filename,label``). The official
+csvs split classes (few-shot); for classification all rows are pooled and each class split by a seeded
+ratio into train and val (``--val-fraction``, default 12/54: the paper's 12,000 : 42,000).
 """
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bench.datasets.config import PrepareConfig
 from bench.datasets.paths import cannot_read, inside_root
-from bench.datasets.sources import Loaded, Source, loaded_from_files, register_source
+from bench.datasets.sources import FileSource, Parts, register_source
 from bench.datasets.splitting import ratio_split
 from bench.errors import InputError
-
-if TYPE_CHECKING:
-    from bench.datasets.resume import PrepareWork
 
 CSVS = ("train.csv", "val.csv", "test.csv")
 DEFAULT_VAL_FRACTION = 12 / 54
@@ -55,18 +42,10 @@ def read_csv(path: Path, images: Path) -> list[tuple[Path, str]]:
 
 
 @register_source("mini-imagenet")
-class MiniImageNet(Source):
+class MiniImageNet(FileSource):
     description = "mini-ImageNet: images/ + train/val/test.csv (filename,label); all classes pooled, per-class seeded split"
-    needs_root = True
-    default_size = 224
-    resumable = True  # bench.datasets.resume
-    supports_native = True  # --size native (bench.datasets.decode)
 
-    def load(
-        self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None,
-        work: PrepareWork | None = None,
-    ) -> Loaded:
-        root = Path(cfg.root)
+    def parts(self, cfg: PrepareConfig, root: Path) -> tuple[Parts, list[str], dict]:
         images = root / "images"
         if not images.is_dir():
             raise InputError("missing images/ folder: not a mini-ImageNet folder (expected images/ + train.csv/val.csv/test.csv)", images)
@@ -94,4 +73,4 @@ class MiniImageNet(Source):
             "csvs": present,
             "counts_before_limit": {"train": int(tr.size), "val": int(va.size)},
         }
-        return loaded_from_files(parts, classes, meta, cfg, root, progress, scratch, work)
+        return parts, classes, meta

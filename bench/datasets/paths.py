@@ -1,12 +1,6 @@
-"""Paths a source reads stay inside its root; each file is read once.
-
-Every path a source takes from a csv, a ``.mat`` index or a folder walk goes through
-``inside_root``: it is resolved (symlinks followed, ``..`` collapsed, an absolute path
-taken as is) and must land inside the resolved root, or the run stops with an
-``InputError`` naming the file (and the csv row). Folder walks use ``list_tree``, which
-does not follow symlinked folders below its top, and ``ReadOnce``, which refuses a file
-reached a second time (a symlinked class folder pointing back into the tree would
-otherwise duplicate it, or loop).
+"""Paths a source reads stay inside its root, and each file is read once: ``inside_root`` for paths
+from a csv or index, ``list_tree`` (symlinked folders below the top not followed) and ``ReadOnce``
+(a file reached twice through a symlink is refused) for folder walks.
 """
 
 from __future__ import annotations

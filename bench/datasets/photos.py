@@ -1,13 +1,7 @@
-"""``photos``: built-in crops of the real colour photographs shipped with scikit-image.
-
-One class per photograph (plus scikit-learn's two sample photos when scikit-learn is
-installed). For class ``c`` image ``i`` a square box is drawn from a generator seeded by
-``(seed, c)``: side ``U(0.35, 1.0)`` of the photo's (region's) shorter side, uniform
-position, then a horizontal flip with probability 1/2; the box is resampled to S x S
-(``bench.datasets.resize``). Boxes do not depend on S, so the 32 and 224 sets show the
-same crops. Of ``per_class`` images per class the last ``round(val_fraction * per_class)``
-(default 20%) form ``test``. No file is downloaded: only photos that load offline are used.
-``--size native`` keeps every image at its own size (``native_boxes``; capped by ``--max-side``).
+"""``photos``: built-in seeded crops of scikit-image's colour photographs (and scikit-learn's two, when
+installed), one class per photo; nothing is downloaded. Class ``c`` image ``i``: a square box of side
+U(0.35, 1) of the photo's shorter side at a uniform position, flipped with p = 1/2, resampled to S x S
+(boxes do not depend on S). The last ``val_fraction`` of each class is ``test``.
 """
 
 from __future__ import annotations
@@ -21,7 +15,7 @@ from PIL import Image
 
 from bench.datasets.config import PrepareConfig
 from bench.datasets.prepared import SplitData
-from bench.datasets.resize import crop_resize
+from bench.datasets.resize import crop_resize, native_image
 from bench.datasets.sources import Loaded, Source, register_source
 from bench.datasets.splitting import limit_indices
 
@@ -33,7 +27,7 @@ MIN_SIDE_FRACTION = 0.35
 
 @dataclass(frozen=True)
 class Photo:
-    """name: class name; loader: () -> uint8 [H, W, 3]; region: (x0, y0, x1, y1) fractions to crop within."""
+    """loader: () -> uint8 ``[H, W, 3]``; region: (x0, y0, x1, y1) fractions to crop within."""
 
     name: str
     loader: Callable[[], np.ndarray]
@@ -67,8 +61,7 @@ def photo_list() -> list[Photo]:
         Photo("coffee", _skimage("coffee")),
         Photo("hubble_deep_field", _skimage("hubble_deep_field")),
         Photo("immunohistochemistry", _skimage("immunohistochemistry")),
-        # The fundus photo sits in a black disc: crop inside it.
-        Photo("retina", _skimage("retina"), (0.2, 0.2, 0.8, 0.8)),
+        Photo("retina", _skimage("retina"), (0.2, 0.2, 0.8, 0.8)),  # inside its black disc
         Photo("rocket", _skimage("rocket")),
         Photo("motorcycle", _skimage("stereo_motorcycle")),
     ]
@@ -100,8 +93,8 @@ def crop_boxes(
 def native_boxes(
     width: int, height: int, region: tuple[float, float, float, float], n: int, rng: np.random.Generator
 ) -> list[tuple[tuple[float, float, float, float], bool]]:
-    """``n`` integer (box, flip) pairs for ``--size native``: the whole region first, then boxes of
-    independent width and height fractions (mixed sizes and orientations)."""
+    """``n`` integer (box, flip) pairs for ``--size native``: the whole region, then boxes of independent
+    width and height fractions (mixed sizes and orientations)."""
     rx0, ry0 = round(region[0] * width), round(region[1] * height)
     rx1, ry1 = round(region[2] * width), round(region[3] * height)
     out = [((rx0, ry0, rx1, ry1), False)]
@@ -114,22 +107,13 @@ def native_boxes(
     return out
 
 
-def native_crop(img: Image.Image, box, max_side: int | None) -> np.ndarray:
-    """Crop integer ``box`` at native resolution; downscale (aspect kept) only past ``max_side``."""
-    c = img.crop(tuple(int(v) for v in box))
-    if max_side is not None and max(c.size) > max_side:
-        f = max_side / max(c.size)
-        c = c.resize((max(1, round(c.width * f)), max(1, round(c.height * f))), Image.Resampling.BICUBIC)
-    return np.ascontiguousarray(np.asarray(c.convert("RGB")))
-
-
 @register_source("photos")
 class Photos(Source):
     description = "built in: seeded crops of scikit-image's colour photographs, one class per photo (no download)"
     needs_root = False
     default_size = 32
     default_resize_policy = "seeded-square-crop"
-    supports_native = True  # --size native
+    supports_native = True
 
     def load(
         self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
@@ -147,7 +131,7 @@ class Photos(Source):
             boxes = (native_boxes(img.width, img.height, ph.region, per_class, rng) if native
                      else crop_boxes(img.width, img.height, ph.region, per_class, rng))
             for i, (box, flip) in enumerate(boxes):
-                a = native_crop(img, box, cfg.max_side) if native else crop_resize(img, box, size)
+                a = native_image(img.crop(box), cfg.max_side) if native else crop_resize(img, box, size)
                 if flip:
                     a = np.ascontiguousarray(a[:, ::-1])
                 split = "train" if i < per_class - n_test else "test"
@@ -158,7 +142,7 @@ class Photos(Source):
                     progress(1)
         splits = {}
         for k, (name, (ims, labs, ids)) in enumerate(parts.items()):
-            # Mix classes (a seeded permutation), then apply --limit.
+            # classes mixed by a seeded permutation, then --limit
             order = np.random.default_rng([cfg.seed, 1000 + k]).permutation(len(ims))
             order = order[limit_indices(len(order), cfg.limit, cfg.seed + k)]
             splits[name] = SplitData(

@@ -1,18 +1,7 @@
-"""The one resize used by ``prepare``: Pillow, bicubic, antialiased.
-
-Policies (recorded in the manifest as ``resize_policy``):
-
-- ``shorter-side-center-crop`` (default for the 224 x 224 sets): take the centred square
-  whose side is the image's shorter side and resample it to S x S. This equals "resize the
-  shorter side to S, then centre-crop S x S" (torchvision ``Resize(S)`` + ``CenterCrop(S)``)
-  up to sub-pixel rounding of the crop box, in one resampling step.
-- ``resize``: resample the whole image to S x S directly (aspect ratio not kept).
-- ``native`` (``--size native``, ``native_image``): every image keeps its own H x W; only an
-  image whose long side exceeds ``--max-side`` is downscaled (aspect kept) to that long side.
-
-Pillow's ``Image.resize`` with ``BICUBIC`` widens its kernel by the downscale factor, so a
-downscale is antialiased. Pixels can differ by a few levels between Pillow and pillow-simd;
-the manifest records which PIL did the work.
+"""The one resize of ``prepare``: Pillow, bicubic, antialiased on downscale. Policies (the manifest's
+``resize_policy``): ``shorter-side-center-crop`` (the centred square resampled to S x S, i.e. torchvision's
+``Resize(S)`` + ``CenterCrop(S)`` in one step), ``resize`` (the whole image to S x S), ``native`` (own size,
+downscaled with aspect kept only past ``--max-side``).
 """
 
 from __future__ import annotations
@@ -21,8 +10,7 @@ import numpy as np
 from PIL import Image
 
 FILTER = "bicubic"
-# 16-bit and float images are scaled to 8 bits this many pixels at a time.
-CHUNK_PIXELS = 1 << 20
+CHUNK_PIXELS = 1 << 20  # 16-bit and float images are scaled to 8 bits this many pixels at a time
 
 
 def resample_info() -> dict[str, str]:
@@ -37,7 +25,7 @@ def to_rgb(img: Image.Image) -> Image.Image:
     if img.mode == "RGB":
         return img
     if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
-        # Composite on black so transparent pixels are defined.
+        # composited on black, so transparent pixels are defined
         rgba = img.convert("RGBA")
         bg = Image.new("RGBA", rgba.size, (0, 0, 0, 255))
         return Image.alpha_composite(bg, rgba).convert("RGB")
@@ -56,9 +44,8 @@ def to_rgb(img: Image.Image) -> Image.Image:
 
 
 def _full_scale(img: Image.Image) -> float:
-    """The value read as 255: 1.0 for a float image (mode F), whose values must lie in 0..1 (any other
-    range, NaN or inf is refused, not guessed: 0..1 divided by 255 was a black image); 65535 for 16 bits
-    (or a 32-bit integer image over 255); else 255."""
+    """The value read as 255: 1.0 for a float image (values outside 0..1 refused, not guessed), 65535 for
+    16 bits (or a 32-bit integer image over 255), else 255."""
     lo, hi = img.getextrema()
     if img.mode == "F":
         if not (0.0 <= lo and hi <= 1.0):
@@ -96,8 +83,7 @@ NATIVE_POLICY = "native"
 
 
 def native_size(width: int, height: int, max_side: int | None) -> tuple[int, int]:
-    """``(W, H)`` an image of ``width`` x ``height`` is kept at: its own, or scaled so the long side
-    is ``max_side`` (aspect kept, each side rounded, at least 1) when it is longer."""
+    """``(W, H)`` of a ``width`` x ``height`` image kept: its own, or its long side scaled to ``max_side``."""
     if max_side is None or max(width, height) <= max_side:
         return width, height
     f = max_side / max(width, height)
@@ -105,8 +91,7 @@ def native_size(width: int, height: int, max_side: int | None) -> tuple[int, int
 
 
 def native_image(img: Image.Image | np.ndarray, max_side: int | None = None) -> np.ndarray:
-    """PIL image or uint8 ``[H, W, 3]`` -> uint8 ``[H', W', 3]`` RGB at its own size (``H', W' = H, W``),
-    downscaled (aspect kept, bicubic, antialiased) only when its long side exceeds ``max_side``."""
+    """PIL image or uint8 ``[H, W, 3]`` -> uint8 RGB at its own size, downscaled only past ``max_side``."""
     if isinstance(img, np.ndarray):
         img = Image.fromarray(img)
     img = to_rgb(img)

@@ -6,12 +6,8 @@ import numpy as np
 
 
 def ratio_split(labels: np.ndarray, held_out: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Split indices per class: ``round(held_out * n_c)`` of each class go to the second part.
-
-    labels: int ``[N]``. Every class keeps at least one item in the first part when it has
-    one, and gives at least one to the second part when it has two or more. Returns two
-    sorted int64 index arrays (first, held-out). Deterministic in ``seed``.
-    """
+    """Sorted int64 indices (kept, held out) of int labels ``[N]``: ``round(held_out * n_c)`` of each class
+    held out, at least one kept and (with two or more) one held out per class. Deterministic in ``seed``."""
     labels = np.asarray(labels)
     rng = np.random.default_rng(seed)
     first, second = [], []

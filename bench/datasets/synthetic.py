@@ -1,12 +1,8 @@
 """``synthetic``: procedural images whose label can be read back from the pixels (for tests).
 
-Class ``c`` has the colour ``palette(K)[c]`` (levels 40/128/216 per channel, so two class
-colours differ by >= 88 in some channel). Each image is that colour plus a random
-oriented sinusoid (amplitude <= 24 per channel) plus uniform noise (+-6): **every pixel is
-within 30 of its class colour in every channel**, so ``recover_labels`` reads the label
-from any crop, flip or mildly lossy copy (JPEG q >= 50, an INR reconstruction at a
-reasonable PSNR) by the median colour. Generation is vectorised numpy: ~100k 32x32
-images/s on one core.
+Class ``c`` is the colour ``palette(K)[c]`` plus a random oriented sinusoid and uniform noise: every
+pixel lies within ``MAX_DEVIATION`` of its class colour, while class colours differ by >= 88 in some
+channel, so ``recover_labels`` reads the label from any crop, flip or mildly lossy copy.
 """
 
 from __future__ import annotations
@@ -61,12 +57,8 @@ def generate(labels: np.ndarray, size: int, rng: np.random.Generator, num_classe
 
 
 def recover_labels(images: np.ndarray, num_classes: int = MAX_CLASSES) -> np.ndarray:
-    """Labels read back from pixels.
-
-    images: uint8 ``[H, W, 3]`` or ``[N, H, W, 3]`` (values 0..255; a float array in
-    0..1 is scaled by 255). Returns int64 ``[N]`` (or a scalar array for one image):
-    the class whose colour is nearest the per-channel median of the image.
-    """
+    """uint8 ``[N, H, W, 3]`` or ``[H, W, 3]`` (floats in 0..1 are scaled by 255) -> int64 ``[N]`` (or a
+    scalar): the class whose colour is nearest each image's per-channel median."""
     a = np.asarray(images)
     single = a.ndim == 3
     if single:

@@ -1,5 +1,5 @@
-"""Benchmarks that print figures (`inrbench perf TARGET`): one module per target, like a command module,
-each with ``--json``."""
+"""Benchmarks that print figures (`inrbench perf TARGET`): one module per target, each a command module
+(``HELP``, ``add_arguments``, ``run``) with ``--json``."""
 
 TARGETS: dict[str, str] = {
     "encode": "bench.perf.encode",

@@ -1,29 +1,16 @@
-"""`inrbench perf decode`: images/s of INR decode vs JPEG decoders, side by side in one run.
+"""`inrbench perf decode`: images/s of INR decode against JPEG decoders, side by side in one run.
 
-Per size (default 32 and 224): PIL, ``torchvision.io.decode_jpeg``, ``torchcodec.decoders.decode_jpeg``
-(what ``torch-nvjpeg`` calls when TorchCodec is installed; the row is skipped with the reason when it
-cannot be imported) and DALI CPU decode of the ``photos`` JPEGs (quality 90), and batched SIREN decode (5x13 up to 64 px, 10x32 above, random
-SIREN-initialized weights: decode cost does not depend on the values) in several
-implementations. All on ``--threads`` CPU threads (default 1: per-core figures). INR rows
-also give achieved GFLOP/s (2 * MACs of the linear layers; sines not counted) as a percentage
-of this machine's dense matmul rate in the same dtype, measured in the same run (``torch.mm``
-2048^3, fp32 and bf16),
-and their agreement with the reference decode (PSNR against ``inr.siren.forward``).
-
-``--device cuda[:N]`` measures the same on the GPU (the project's claim: decoding SIRENs on the GPU is
-faster than decoding JPEGs there): the matmul peak on the device (8192^3); the INR rows run
-``SirenDecoder`` as the ``inr`` adapter builds it on CUDA (whole batch, no chunks; compiled without the
-polynomial sine), weights, grid and crops on the device; the JPEG rows are the GPU decoders the
-adapters use: ``torch-nvjpeg``'s batched ``decode_jpeg(list, device=...)`` (nvJPEG) and DALI's ``mixed``
-decode (each skipped with the reason where it cannot run). Every call on CUDA ends in
-``torch.cuda.synchronize``, so each clock read is of finished work. Every row of a size decodes the same
-GPU-sized batch per call (``inr_batch``). The CPU JPEG rows (PIL, one image per call) are measured by
-``--device cpu`` only; its output is as before, with the device recorded.
+Per size: the JPEG decoders (CPU: PIL, torchvision, TorchCodec, DALI; CUDA: the adapters' nvJPEG and
+DALI ``mixed``) on the ``photos`` JPEGs, and batched SIREN decode (random weights: the cost does not
+depend on them) in the implementations the ``inr`` adapter may use, with GFLOP/s as a share of this
+device's matmul peak in the same dtype and PSNR against the reference decode. A row that cannot run is
+skipped with the reason. CUDA calls are synchronized before each clock read (docs/measurement.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import statistics
 import tempfile
 import time
@@ -51,14 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def inr_batch(size: int, cuda: bool) -> int:
-    """Images per decode call at ``size``: every row of that size on CUDA, the INR rows on the CPU.
-
-    CPU: 256 at up to 64 px, 8 above (seconds of work per call on one core). CUDA: a batch that fills
-    the GPU and makes the per-call costs (one kernel per layer, the launch, the sync) small: 256 at
-    224 px, a usual ImageNet training batch (12.8 M pixels; the 10x32 SIREN's fp32 activations are
-    1.6 GB a layer); 4096 at 32 px (4.2 M pixels; 218 MB a layer at 5x13). A CIFAR-sized training batch
-    of 256 at 32 px is only 0.26 M pixels, mostly launch cost: not the decoder's throughput.
-    """
+    """Images per decode call at ``size``: CPU, seconds of work per call on one core; CUDA, a batch that
+    fills the GPU so per-call launch costs stay small (docs/measurement.md, "perf decode")."""
     if cuda:
         return 4096 if size <= 64 else 256
     return 256 if size <= 64 else 8
@@ -75,7 +56,7 @@ def synchronizer(device: Any) -> Callable[[], None]:
 
 
 def rate(fn: Callable[[], int], seconds: float, repeats: int) -> dict[str, float]:
-    """Items/s of ``fn`` (returns items done per call): median and best of ``repeats`` timed runs."""
+    """Items/s of ``fn`` (returns items done per call): median and best of ``repeats`` runs of ``seconds``."""
     fn()  # warm-up
     rates = []
     for _ in range(repeats):
@@ -90,9 +71,8 @@ def rate(fn: Callable[[], int], seconds: float, repeats: int) -> dict[str, float
 
 
 def matmul_peak(seconds: float, repeats: int, dtype: Any = None, device: Any = None) -> float:
-    """Dense ``torch.mm`` GFLOP/s (best of ``repeats``): 2048^3 on the CPU's current threads (512^3 in a
-    reduced precision: a CPU without native bf16 runs it ~100x slower, a minute a product), 8192^3 on a
-    CUDA device (each call synchronized, so the rate is of finished products)."""
+    """Dense ``torch.mm`` GFLOP/s (best of ``repeats``): 2048^3 on the CPU (512^3 in bf16, which a CPU without
+    native bf16 runs far slower), 8192^3 on CUDA (synchronized)."""
     import torch
 
     dev = torch.device(device or "cpu")
@@ -120,66 +100,58 @@ def photo_jpegs(size: int, workdir: Path) -> tuple[Path, list[bytes]]:
     return split.root, [p.read_bytes() for p in split.jpeg_paths]
 
 
-def jpeg_rows(size: int, root: Path, blobs: list[bytes], args: argparse.Namespace) -> list[dict[str, Any]]:
-    import io
+def _each(decode: Callable[[Any], Any], items: list[Any]) -> Callable[[], int]:
+    """A timing step: ``decode`` each of ``items``, one call each."""
+    def step() -> int:
+        for x in items:
+            decode(x)
+        return len(items)
 
-    import torch
+    return step
+
+
+def _pil_decode(data: bytes) -> None:
     from PIL import Image
 
-    rows: list[dict[str, Any]] = []
+    with Image.open(io.BytesIO(data)) as im:
+        im.convert("RGB").load()
 
-    def pil() -> int:
-        for b in blobs:
-            with Image.open(io.BytesIO(b)) as im:
-                im.convert("RGB").load()
-        return len(blobs)
 
-    rows.append({"method": f"PIL {Image.__version__} decode", "variant": "Image.open+convert('RGB')", "rate": rate(pil, args.seconds, args.repeats)})
-
+def jpeg_rows(size: int, root: Path, blobs: list[bytes], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The CPU JPEG decoders, one image per call: PIL, torchvision, TorchCodec, and DALI (a batch per call)."""
+    import PIL
+    import torch
     import torchvision
     from torchvision.io import decode_jpeg
 
     tensors = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
-
-    def tv() -> int:
-        for t in tensors:
-            decode_jpeg(t, mode="RGB")
-        return len(tensors)
-
     with warnings.catch_warnings():  # torchvision 0.29 deprecates its decoders (for TorchCodec) on every call
         warnings.simplefilter("ignore", DeprecationWarning)
-        tv_rate = rate(tv, args.seconds, args.repeats)
-    rows.append({"method": f"torchvision.io.decode_jpeg {torchvision.__version__}", "variant": "cpu, one image per call",
-                 "rate": tv_rate})
-    rows.append(torchcodec_row(tensors, args))
-    rows.append(dali_row(root, len(blobs), args, size))
-    return rows
+        tv = rate(_each(lambda t: decode_jpeg(t, mode="RGB"), tensors), args.seconds, args.repeats)
+    return [{"method": f"PIL {PIL.__version__} decode", "variant": "Image.open+convert('RGB')",
+             "rate": rate(_each(_pil_decode, blobs), args.seconds, args.repeats)},
+            {"method": f"torchvision.io.decode_jpeg {torchvision.__version__}", "variant": "cpu, one image per call",
+             "rate": tv},
+            torchcodec_row(tensors, args), dali_row(root, len(blobs), args, size)]
 
 
 def torchcodec_row(tensors: list[Any], args: argparse.Namespace) -> dict[str, Any]:
-    """``torchcodec.decoders.decode_jpeg`` on the CPU, called as the torchvision row calls its decoder."""
+    """``torchcodec.decoders.decode_jpeg`` on the CPU where ``torch-nvjpeg`` would use it, as the torchvision row."""
     from pipelines.torch_nvjpeg import jpeg_decoder
 
     row: dict[str, Any] = {"method": "torchcodec.decoders.decode_jpeg", "variant": "cpu, one image per call"}
-    dec = jpeg_decoder()  # the import torch-nvjpeg does, so the row runs exactly where the adapter uses it
+    dec = jpeg_decoder()
     if dec.library != "torchcodec":
         row["skipped"] = dec.fallback_reason
         return row
     row["method"] += f" {dec.version}"
-
-    def tc() -> int:
-        for t in tensors:
-            dec.decode(t, mode="RGB")
-        return len(tensors)
-
-    row["rate"] = rate(tc, args.seconds, args.repeats)
+    row["rate"] = rate(_each(lambda t: dec.decode(t, mode="RGB"), tensors), args.seconds, args.repeats)
     return row
 
 
 def dali_row(root: Path, n: int, args: argparse.Namespace, size: int) -> dict[str, Any]:
-    """DALI ``decoders.image`` of the files under ``root``, ``n`` per call (the reader wraps around): on
-    the CPU (``device_id=None``), or ``mixed`` on a CUDA ``--device`` with the ``dali`` adapter's decoder
-    options (``pipelines.dali.decoder_options``: hardware-decoder load and ``size`` buffer hints)."""
+    """DALI ``decoders.image`` of the files under ``root``, ``n`` per call: on the CPU, or ``mixed`` on a CUDA
+    ``--device`` with the ``dali`` adapter's decoder options."""
     import torch
 
     dev = torch.device(args.device)
@@ -225,8 +197,7 @@ def dali_row(root: Path, n: int, args: argparse.Namespace, size: int) -> dict[st
 
 
 def _release_dali_memory() -> None:
-    """Hand DALI's pooled memory back once its pipeline is gone (as ``DaliPipeline.close``), so the rows
-    measured after it start without it."""
+    """Hand DALI's pooled memory back once its pipeline is gone, so the rows measured after it start without it."""
     import gc
 
     gc.collect()
@@ -242,8 +213,7 @@ def _one_line(e: BaseException) -> str:
 
 
 def gpu_jpeg_rows(size: int, root: Path, blobs: list[bytes], batch: int, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The GPU JPEG decoders, ``batch`` images per call (the files repeated): ``torch-nvjpeg``'s batched
-    ``decode_jpeg`` and DALI ``mixed``; a row that cannot run is skipped with the reason."""
+    """The GPU JPEG decoders, ``batch`` images per call (the files repeated): nvJPEG and DALI ``mixed``."""
     import torch
 
     tensors = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
@@ -278,12 +248,8 @@ def nvjpeg_row(data: list[Any], args: argparse.Namespace) -> dict[str, Any]:
 
 
 def decoder_variants(size: int, device: Any, no_compile: bool) -> list[tuple[str, dict[str, Any]]]:
-    """``(label, SirenDecoder keyword arguments)`` of the measured decoders on ``device``.
-
-    CPU: the whole batch, L2-sized chunks (``cpu_chunk``), bf16, and compiled with the polynomial sine.
-    CUDA: as the ``inr`` adapter builds it there (``pipelines/inr.py``): no chunks (the whole batch in one
-    pass), ``torch.sin`` (the polynomial sine only pays on the CPU), eager or compiled, fp32 or bf16.
-    """
+    """``(label, SirenDecoder keyword arguments)`` of the measured decoders: on CUDA as the ``inr`` adapter
+    builds them there (whole batch, ``torch.sin``); on the CPU also L2-sized chunks and the polynomial sine."""
     import torch
 
     from pipelines.inr_decode import cpu_chunk
@@ -294,7 +260,7 @@ def decoder_variants(size: int, device: Any, no_compile: bool) -> list[tuple[str
                 ("channels-first, whole batch, bf16", dict(dtype=bf16))] + ([] if no_compile else [
                 ("torch.compile, whole batch", dict(compile=True)),
                 ("torch.compile, whole batch, bf16", dict(compile=True, dtype=bf16))])
-    auto_chunk = cpu_chunk(_arch(size), size)  # activations of a chunk stay in L2
+    auto_chunk = cpu_chunk(_arch(size), size)
     return [
         ("channels-first [B,h,P], whole batch", dict(chunk=inr_batch(size, False))),
         (f"channels-first, chunks of {auto_chunk}", dict(chunk=auto_chunk)),
@@ -381,14 +347,13 @@ def run(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {"device": args.device, "threads": args.threads, "matmul_peak_gflops": peaks,
                                "inr_batch": {str(s): inr_batch(s, cuda) for s in args.sizes}, "rows": []}
     if not args.json:
+        where = (f"device: {args.device} ({torch.cuda.get_device_name(torch.device(args.device))})" if cuda
+                 else f"threads: {args.threads}")
+        print(f"{where}   dense matmul (torch.mm {8192 if cuda else 2048}^3): fp32 {peaks['fp32']:.1f} GFLOP/s, "
+              f"bf16 {peaks['bf16']:.1f} GFLOP/s (%peak of an INR row: against its own dtype)"
+              + ("; every call synchronized" if cuda else ""))
         if cuda:
-            print(f"device: {args.device} ({torch.cuda.get_device_name(torch.device(args.device))})   dense matmul "
-                  f"(torch.mm 8192^3 on the device): fp32 {peaks['fp32']:.1f} GFLOP/s, bf16 {peaks['bf16']:.1f} GFLOP/s "
-                  "(%peak of an INR row: against its own dtype); every call synchronized")
             print("batch per call (every row): " + ", ".join(f"{s} px: {b}" for s, b in results["inr_batch"].items()))
-        else:
-            print(f"threads: {args.threads}   dense matmul (torch.mm 2048^3): fp32 {peaks['fp32']:.1f} GFLOP/s, "
-                  f"bf16 {peaks['bf16']:.1f} GFLOP/s (%peak of an INR row: against its own dtype)")
         print("PSNR: INR variant vs the reference decode (8-bit, 100 = identical)")
         print(f"{'size':>4}  {'img/s':>9}  {'GFLOP/s':>7}  {'%peak':>5}  {'PSNR':>6}  method / variant", flush=True)
     with tempfile.TemporaryDirectory(prefix="inrbench-perf-decode-") as tmp:

@@ -1,23 +1,15 @@
-"""`inrbench perf expand`: total training time and test accuracy of ``--method expand`` against
-``dense`` on the same data, pipeline and epochs, side by side in one run.
+"""`inrbench perf expand`: total training time and test accuracy of ``--method expand`` against ``dense``
+on the same data, pipeline and epochs, in one process (docs/training-methods.md).
 
-Prepares a built-in set (``photos`` at ``--per-class`` crops per photo, or ``synthetic``), then
-runs ``inrbench bench --mode train`` (the harness, ``run_bench``) ``--repeats`` times per
-method, alternating the order each repeat so load from other jobs on a shared machine falls on
-both. Prints the "dense vs expand" table of the report (``bench.report.methods``): total training
-time per repeat with the 95% interval of the speedup (each repeat is a run of its own, built
-afresh and interleaved with the other method's, so each counts once as a unit; they share this
-one Python process: ``docs/measurement.md``, "In-process runs"; its tables say "in-process runs"),
-FLOPs per image relative to dense, test accuracy with Wilson intervals and McNemar against dense, and
-the per-stage rows. Both methods train from seed 0 in every run, so each has one trained model: the
-accuracy difference has no interval over training randomness and is printed as not a result (the
-McNemar test speaks of these two models only). The goal it checks (issue 15): speedup >= 1.3x at no
-more than 1 point lower test accuracy, on the point estimates, said to be no result.
+Runs ``run_bench`` ``--repeats`` times per method, alternating the order each repeat, and prints the
+report's "dense vs expand" tables and the goal check (>= 1.3x shorter at <= 1 point lower accuracy) on
+point estimates: both methods train one model from seed 0, so the accuracy drop is no result.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import tempfile
 from pathlib import Path
 
@@ -120,11 +112,8 @@ GOAL_NOTE = ("not a result: the accuracy drop is one model each, and the time ra
 
 
 def _ratio(value: float, lo: float, hi: float, what: str, why: str | None = None) -> str:
-    """``1.42x shorter [95% CI 1.20-1.68]`` (``bench.stats.fmt_ratio``: bounds rounded outward, never onto 1);
-    ``no difference detected [95% CI 0.99-1.08]`` when the interval holds 1.0 (no value: it is no claim);
-    with one run a side, or no spread (``why``: ``bench.stats.NO_SPREAD``), the ratio said to be no result."""
-    import math
-
+    """``1.42x shorter [95% CI 1.20-1.68]``, ``no difference detected [95% CI 0.99-1.08]``, or without an
+    interval (one run a side, no spread: ``why``) the ratio said to be no result."""
     from bench import stats as S
 
     if not (math.isfinite(lo) and math.isfinite(hi)):

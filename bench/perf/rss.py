@@ -6,11 +6,8 @@ from pathlib import Path
 
 
 def peak_rss() -> int:
-    """This process's peak resident bytes: ``VmHWM`` of ``/proc/self/status`` (Linux), else ``ru_maxrss``.
-
-    Not ``ru_maxrss`` first: Linux keeps it across ``execve``, so a worker started by ``subprocess``
-    (vfork + exec) reports at least its parent's peak (e.g. the parent that generated a benchmark's inputs).
-    """
+    """This process's peak resident bytes: ``VmHWM`` (Linux), else ``ru_maxrss``, which Linux keeps across
+    ``execve`` (a worker would report at least its parent's peak)."""
     import resource
     import sys
 

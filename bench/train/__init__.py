@@ -1,1 +1,1 @@
-"""Training and evaluation: the backbone registry, the training step, test accuracy on the original pixels."""
+"""Training and evaluation: backbones, trainers (dense, expand), the step (``loop``), test accuracy."""

@@ -1,16 +1,9 @@
-"""Backbone registry: ``create_backbone(name, num_classes)`` -> ``nn.Module`` taking float
-``[B, 3, H, W]`` normalized images and returning logits ``[B, num_classes]``.
+"""Backbone registry: ``create_backbone(name, num_classes)`` -> ``nn.Module`` from normalized float
+``[B, 3, H, W]`` to logits ``[B, num_classes]``, randomly initialized (no downloads).
 
-- ``resnet18-cifar``: ResNet-18 with a 3x3 stride-1 stem and no max-pool, for 32x32 inputs
-  (the usual CIFAR variant; torchvision's blocks, only the stem replaced).
-- ``resnet18``: torchvision's ResNet-18 (7x7 stride-2 stem + max-pool) for 224x224 inputs,
-  randomly initialized (no weight downloads).
-- ``small-cnn``: four 3x3 conv/BN/ReLU layers and global pooling (~0.1 M parameters), sized
-  for CPU demos and tests; any input size. A ``SmallCNN`` (an ``nn.Sequential``, so the class only
-  marks it for network expansion, which grows its width and depth: ``bench.train.expand``).
-- ``vit-tiny``: a small class-token ViT for 32x32 inputs (patch 4, dim 96, 3 heads, MLP ratio 2,
-  depth 6, drop-path 0.1; ~0.46 M parameters; ``bench.train.vit``). Network expansion grows its
-  depth by EMA interleaving (width growth is not implemented for it).
+``resnet18-cifar`` (3x3 stride-1 stem, no max-pool, for 32x32), ``resnet18`` (torchvision's, 224x224),
+``small-cnn`` (four conv/BN/ReLU layers, ~0.1 M parameters, for CPU demos and tests; any size) and
+``vit-tiny`` (``bench.train.vit``). Network expansion grows width and depth of the CNNs, depth of the ViT.
 """
 
 from __future__ import annotations
@@ -75,7 +68,7 @@ def _conv_bn(cin: int, cout: int, stride: int) -> nn.Sequential:
 
 
 class SmallCNN(nn.Sequential):
-    """``small_cnn``'s model: ``[conv/BN/ReLU] x 4, AdaptiveAvgPool2d, Flatten, Linear``."""
+    """``[conv/BN/ReLU] x 4, AdaptiveAvgPool2d, Flatten, Linear`` (the class marks it for network expansion)."""
 
 
 @register_backbone("small-cnn")

@@ -1,16 +1,9 @@
-"""Test accuracy on the ORIGINAL pixels, whatever pipeline fed training.
+"""Test accuracy on the ORIGINAL pixels, whatever pipeline fed training: the prepared uint8 test split,
+centre crop of the largest square, resize to the training size, normalize.
 
-The test split is read from the prepared dataset's uint8 array (``split.images``, never a
-decoded JPEG or INR reconstruction) and transformed with the evaluation transform
-``Augment.eval_for(train_augment)``: centre crop of the largest square, resize to ``size``
-(bilinear, antialiased), scale to [0, 1], normalize with mean/std.
-
-Data parallel (inside an initialized ``torch.distributed`` group of more than one process):
-every rank evaluates its contiguous slice of the split (``eval_slice``: ``numpy.array_split``
-bounds, rank order), the model's buffers (BatchNorm statistics) are first broadcast from rank 0
-(parameters are identical under DDP; buffers drift apart by each rank's last forward), and the
-correct counts, loss sums and image counts are all-reduced, the predictions gathered in rank
-order: every rank returns the same ``EvalResult`` of the whole split, as one process would.
+Data parallel (a process group of more than one): each rank evaluates its contiguous slice
+(``eval_slice``) after rank 0's buffers (BatchNorm statistics) are broadcast; the counts are
+all-reduced and the predictions gathered, so every rank returns the whole split's ``EvalResult``.
 """
 
 from __future__ import annotations
@@ -19,17 +12,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
-from bench.train.loop import autocast_for
+from bench.train.loop import autocast_for, rank_and_world
 from pipelines.base import Augment
 
 
 def eval_transform(images: np.ndarray | torch.Tensor, augment: Augment,
                    device: str | torch.device = "cpu") -> torch.Tensor:
-    """uint8 ``[N, H, W, 3]`` -> float32 ``[N, 3, size, size]`` normalized, on ``device``.
-
-    ``augment`` must be an evaluation transform (centre crop, no flip).
-    """
+    """uint8 ``[N, H, W, 3]`` -> float32 ``[N, 3, size, size]`` normalized, on ``device``; ``augment`` is an
+    evaluation transform (centre crop, no flip)."""
     from torchvision.transforms.v2 import functional as F
 
     if augment.crop != "center" or augment.flip:
@@ -60,30 +52,19 @@ def eval_slice(n: int, rank: int, world_size: int) -> slice:
     return slice(bounds[rank], bounds[rank + 1])
 
 
-def _group() -> tuple[int, int]:
-    """(rank, world size) of the initialized group of more than one process, else (0, 1)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, images: np.ndarray, labels: np.ndarray, train_augment: Augment,
              device: str | torch.device, batch_size: int = 500, amp: str = "auto") -> EvalResult:
-    """Top-1 accuracy, loss and per-image predictions of ``model`` on uint8 ``images [N, H, W, 3]``,
-    ``labels [N]`` (the whole split's, also when data-parallel: see the module docstring)."""
+    """Top-1 accuracy, loss and predictions of ``model`` on uint8 ``images [N, H, W, 3]``, ``labels [N]``
+    (the whole split's, also when data-parallel)."""
     dev = torch.device(device)
     aug = Augment.eval_for(train_augment)
     model.eval()
     total = int(labels.shape[0])
     if total == 0:
         raise ValueError("evaluation split is empty")
-    rank, world = _group()
+    rank, world = rank_and_world()
     if world > 1:
-        import torch.distributed as dist
-
         for b in model.buffers():
             dist.broadcast(b, src=0)
     part = eval_slice(total, rank, world)
@@ -101,8 +82,6 @@ def evaluate(model: torch.nn.Module, images: np.ndarray, labels: np.ndarray, tra
     mine = torch.cat(preds).numpy().astype(np.int64) if preds else np.zeros(0, np.int64)
     n = part.stop - part.start
     if world > 1:
-        import torch.distributed as dist
-
         sums = torch.tensor([correct, loss_sum, n], dtype=torch.float64, device=dev)
         dist.all_reduce(sums)
         correct, loss_sum, n = int(round(sums[0].item())), float(sums[1].item()), int(round(sums[2].item()))

@@ -1,64 +1,18 @@
-"""Network expansion (CVPR 2023, the seeds' second system): train a sub-network of the dense
-backbone and grow it into the dense model during training.
+"""Network expansion (CVPR 2023): train a sub-network of the dense backbone and grow it into the dense
+model during training (docs/training-methods.md, "Growth in detail").
 
-The sub-network computes with genuinely smaller tensors: ``subnet(dense, width, depth)`` rebuilds
-every ``Conv2d``/``BatchNorm2d``/``Linear`` with ``round(width x channels)`` hidden channels (the
-image's 3 input channels and the classifier's outputs stay), and keeps the first ``depth``
-residual blocks of each ResNet stage (``layer1..4``; the first, downsampling block always stays).
-For ``small-cnn`` (four conv/BN/ReLU layers, no residual stages) ``depth`` (1..4) counts the conv
-layers kept, from the first; each later layer is a parameter-free ``SkippedLayer`` that computes
-what that layer's identity initialization computes (below): its stride's subsampling
-``x[:, :, ::s, ::s]``, channels unchanged; the classifier reads the last kept layer's channels. The
-dense small-cnn (depth 4) is exactly ``small_cnn``.
-
-Growth at a stage boundary (``grow``), CNN strategy (the paper's CNN code is not public; this is
-this project's design, after Net2Net-style zero-outgoing growth and torchvision's
-``zero_init_residual``):
-
-- width: trained weights are copied into the leading slices of the wider tensors; the new slices
-  come from the dense model's initialization, except every weight from a NEW input channel to an
-  OLD output channel, which is zero. Old channels therefore see exactly what they saw before
-  (BatchNorm is per channel, in train and eval mode); new channels are ignored downstream until
-  those zero weights learn. The classifier's columns for new features are zero too, so the logits
-  are preserved **exactly** in real arithmetic; in floating point up to summation order
-  (tests: max |diff| <= 1e-4 x max |logit| on a fixed batch).
-- depth: a new BasicBlock/Bottleneck is appended at the end of its stage with the dense
-  initialization and its last BatchNorm scale (and shift) zero: the residual branch outputs 0, and
-  the block returns ``relu(x) = x`` (its input is a ReLU output, >= 0): the identity, exactly.
-- small-cnn depth (Net2DeeperNet, Chen et al. 2016): a skipped layer is inserted as an identity
-  conv/BN/ReLU. Its 3x3 conv has, for each channel ``j`` the old model carried there (the old
-  classifier's inputs), the identity kernel (center tap ``w[j, j, 1, 1] = 1``, all else 0 in that
-  row; with padding 1 and stride ``s`` that is ``x[:, :, ::s, ::s]``: what the skipped layer
-  computed); its other output channels keep the dense initialization and, like width growth's new
-  channels, reach old outputs downstream only through zero weights. The BatchNorm of the identity
-  channels gets running mean 0, running variance 1, scale ``sqrt(1 + eps)``, shift 0, so in eval
-  mode BN(x) = x (up to one float32 rounding, ~1e-7 relative), and ReLU(x) = x on its input, a
-  ReLU output (>= 0; the first layer, whose input is the image, is always kept). Eval-mode logits
-  are therefore preserved (tests: <= 1e-5 relative on a fixed batch). In training mode BatchNorm
-  normalizes with batch statistics instead, so the new layer outputs ``relu(sqrt(1 + eps) x (x -
-  mean_B) / sqrt(var_B + eps))`` per channel, the identity only where the batch mean is 0 and
-  variance 1: no bound holds in general, the train-mode function right after depth growth is NOT
-  preserved (Net2DeeperNet's caveat for BatchNorm); the running statistics then move from (0, 1)
-  toward the batch statistics at BatchNorm's momentum.
-- optimizer: momentum (any per-parameter state tensor shaped like the parameter) is copied into
-  the leading slice of the new tensor, zero elsewhere; new parameters join the same param group;
-  the learning-rate schedule is kept (``restart_lr=False``) or restarted as a cosine over the
-  remaining steps.
-
-ViT (``vit-tiny``, ``bench.train.vit``): depth only, as in the public DeiT code. The sub-network
-keeps the first ``depth`` blocks; the trainer keeps an EMA of the model (decay 0.99, updated after
-every step); at growth the deeper model interleaves the current blocks with EMA copies
-(``[b0, ema0, b1, ema1, ...]``), drop-path rates are re-spread linearly over the new depth, the
-EMA is rebuilt from the grown model, the optimizer state of the carried-over blocks follows them
-to their new indices (the EMA copies start with none). The function is NOT preserved (measured
-bound in ``bench.train.vit``); a ViT stage with width < 1 is refused.
+``subnet(dense, width, depth)`` rebuilds every conv/BN/linear layer with ``round(width x channels)``
+channels (the image's 3 inputs and the classifier's outputs stay) and keeps the first ``depth`` blocks
+of each ResNet stage (small-cnn: conv layers; the rest are ``SkippedLayer``). ``grow_module`` grows it
+with the function preserved (exactly for width and ResNet depth, in eval mode for small-cnn depth);
+the ViT grows in depth by EMA interleaving (``bench.train.vit``), not function preserving.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -71,9 +25,8 @@ from bench.train.vit import ModelEma, ViT, grow_vit, interleave_plan, vit_subnet
 
 @dataclass(frozen=True)
 class Stage:
-    """One stage of a schedule: ``width`` fraction of the dense channels (0, 1], ``depth`` residual
-    blocks per ResNet stage, transformer blocks of a ViT or conv layers of small-cnn (``None`` = the
-    dense depth), trained for ``epochs`` epochs."""
+    """``width``: fraction of the dense channels (0, 1]; ``depth``: blocks per ResNet stage, ViT blocks or
+    small-cnn conv layers (``None``: the dense depth); trained for ``epochs`` epochs."""
 
     width: float
     epochs: int
@@ -125,9 +78,6 @@ class ExpandConfig:
                 raise ValueError(f"schedule stage {part!r}: {e}") from None
         return cls(stages=tuple(stages), restart_lr=restart_lr)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 # ------------------------------------------------------------------------------------------ subnets
 
@@ -143,8 +93,8 @@ SMALL_CNN_LAYERS = 4  # conv/BN/ReLU layers of small_cnn: its dense depth
 
 
 class SkippedLayer(nn.Module):
-    """A small-cnn conv layer the sub-network skips: the stride's subsampling, what the layer's
-    identity initialization computes at growth (see the module docstring)."""
+    """A small-cnn conv layer the sub-network skips: the stride's subsampling, which the layer's identity
+    initialization at growth computes."""
 
     def __init__(self, stride: int):
         super().__init__()
@@ -152,13 +102,6 @@ class SkippedLayer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x[:, :, ::self.stride, ::self.stride] if self.stride > 1 else x
-
-    def extra_repr(self) -> str:
-        return f"stride={self.stride}"
-
-
-def _is_small_cnn(model: nn.Module) -> bool:
-    return isinstance(model, SmallCNN)
 
 
 def _small_cnn_subnet(m: nn.Module, depth: int) -> None:
@@ -176,16 +119,12 @@ def _small_cnn_subnet(m: nn.Module, depth: int) -> None:
     m[-1] = new
 
 
-def _is_vit(model: nn.Module) -> bool:
-    return isinstance(model, ViT)
-
-
 def dense_depth(model: nn.Module) -> int | None:
     """Blocks per ResNet stage of the dense model (all stages equal), a ViT's blocks, or ``None``
     (no residual stages)."""
-    if _is_vit(model):
+    if isinstance(model, ViT):
         return len(model.blocks)
-    if _is_small_cnn(model):
+    if isinstance(model, SmallCNN):
         return SMALL_CNN_LAYERS
     seqs = _blocks_sequences(model)
     if not seqs:
@@ -199,7 +138,7 @@ def dense_depth(model: nn.Module) -> int | None:
 def check_schedule(cfg: ExpandConfig, dense: nn.Module) -> None:
     """``ValueError`` unless every stage fits ``dense`` and the last one IS ``dense``."""
     full = dense_depth(dense)
-    if _is_vit(dense):
+    if isinstance(dense, ViT):
         if any(s.width != 1.0 for s in cfg.stages):
             raise ValueError("width growth is not implemented for the ViT (depth only): use width 1 in every stage")
         depths = [s.depth if s.depth is not None else full for s in cfg.stages]
@@ -207,7 +146,7 @@ def check_schedule(cfg: ExpandConfig, dense: nn.Module) -> None:
             if a is not None and b is not None and b <= full:
                 interleave_plan(a, b)  # refuses more than doubling
     for s in cfg.stages:
-        if _is_small_cnn(dense) and s.depth is not None and not 1 <= s.depth <= SMALL_CNN_LAYERS:
+        if isinstance(dense, SmallCNN) and s.depth is not None and not 1 <= s.depth <= SMALL_CNN_LAYERS:
             raise ValueError(f"small-cnn stage depth {s.depth} is not in 1..{SMALL_CNN_LAYERS} "
                              "(conv layers kept; the others are inserted as identity layers at growth)")
         if s.depth is not None and full is None:
@@ -227,18 +166,18 @@ def _scaled(n: int, width: float) -> int:
 def subnet(dense: nn.Module, width: float, depth: int | None) -> nn.Module:
     """A new module with the structure of ``dense`` at ``width``/``depth`` (parameters sliced from
     ``dense``: leading channels, first blocks). ``width=1, depth=None`` is a copy of ``dense``."""
-    if _is_vit(dense):
+    if isinstance(dense, ViT):
         if width != 1.0:
             raise ValueError("width growth is not implemented for the ViT (depth only)")
         return vit_subnet(dense, depth)
     m = copy.deepcopy(dense)
-    if depth is not None and not _is_small_cnn(m):
+    if depth is not None and not isinstance(m, SmallCNN):
         for seq in _blocks_sequences(m).values():
             for i in range(len(seq) - 1, depth - 1, -1):
                 del seq[i]
     if width != 1.0:
         _scale_width(m, width)
-    if depth is not None and _is_small_cnn(m):
+    if depth is not None and isinstance(m, SmallCNN):
         _small_cnn_subnet(m, depth)
     return m
 
@@ -270,21 +209,17 @@ def _copy_leading(dst: nn.Module, src: nn.Module) -> None:
 
 
 def grow_module(old: nn.Module, template: nn.Module, width: float, depth: int | None) -> nn.Module:
-    """The model at ``width``/``depth``: ``template`` (the dense initialization) sliced, with ``old``'s
-    tensors in the leading slices, zero weights from new input channels to old outputs, new
-    residual blocks' last BatchNorm zeroed and new small-cnn layers set to the identity on the old
-    model's channels. See the module docstring for the bound."""
-    from torchvision.models.resnet import BasicBlock, Bottleneck
+    """The model at ``width``/``depth``: ``template`` (the dense initialization) sliced, with ``old``'s tensors
+    in the leading slices, zero weights from new inputs to old outputs, new residual blocks' last
+    BatchNorm zeroed and new small-cnn layers the identity on the old model's channels."""
+    from torchvision.models.resnet import Bottleneck
 
     new = subnet(template, width, depth)
     old_sd = old.state_dict()
-    new_blocks = set()
     for seq_name, seq in _blocks_sequences(new).items():
         for i, block in enumerate(seq):
             if f"{seq_name}.{i}.conv1.weight" not in old_sd:
-                new_blocks.add(f"{seq_name}.{i}.")
                 last_bn = block.bn3 if isinstance(block, Bottleneck) else block.bn2
-                assert isinstance(block, BasicBlock | Bottleneck)
                 nn.init.zeros_(last_bn.weight)
                 nn.init.zeros_(last_bn.bias)
     with torch.no_grad():
@@ -299,14 +234,14 @@ def grow_module(old: nn.Module, template: nn.Module, width: float, depth: int | 
             t[lead] = o
             if k.endswith("weight") and t.ndim >= 2 and t.shape[1] > o.shape[1]:
                 t[: o.shape[0], o.shape[1]:] = 0  # new inputs -> old outputs: zero
-    if _is_small_cnn(new):
+    if isinstance(new, SmallCNN):
         _init_inserted_layers(old, new)
     return new
 
 
 def _init_inserted_layers(old: nn.Module, new: nn.Module) -> None:
-    """Layers of small-cnn ``new`` that are ``SkippedLayer`` in ``old``: identity on the channels
-    ``old`` carried (its classifier's inputs), dense initialization elsewhere (module docstring)."""
+    """Layers of small-cnn ``new`` that ``old`` skipped: the identity on the channels ``old`` carried (its
+    classifier's inputs), the dense initialization elsewhere."""
     carried = old[-1].in_features
     with torch.no_grad():
         for i in range(SMALL_CNN_LAYERS):
@@ -322,20 +257,22 @@ def _init_inserted_layers(old: nn.Module, new: nn.Module) -> None:
             bn.bias[:carried] = 0
 
 
+def _padded(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``t`` in the leading slice of zeros shaped as ``like``."""
+    out = torch.zeros_like(like)
+    out[tuple(slice(0, n) for n in t.shape)] = t
+    return out
+
+
 # ----------------------------------------------------------------------------------------- trainer
 
-EMA_DECAY = 0.99  # ViT depth growth's EMA, updated every step (see bench.train.vit)
+EMA_DECAY = 0.99  # ViT depth growth's EMA, updated every step
 
 
 class ExpandTrainer(Trainer):
-    """``Trainer`` whose model grows at stage boundaries (``ExpandConfig``).
-
-    ``end_epoch()`` counts epochs; the growth due after a stage's last epoch runs at the first
-    ``step`` of the next epoch, so its cost lands in that epoch's time. ``epoch_metrics`` reports
-    the stage that trained the epoch just run. Autorange epochs past the schedule stay dense.
-    Data parallel (``ddp``): ``grow`` assigns ``self.model``, which re-wraps the grown module in
-    DDP on every rank at the same step (the optimizer's param group takes the new parameters).
-    """
+    """``Trainer`` whose model grows at stage boundaries: the growth due after a stage's last epoch runs at
+    the next ``step``, inside that epoch's time; epochs past the schedule stay dense. Under DDP every rank
+    grows (and re-wraps) at the same step."""
 
     def __init__(self, model: nn.Module, cfg: TrainConfig, device: str | torch.device, total_steps: int,
                  expand: ExpandConfig, ddp: bool = False):
@@ -351,10 +288,7 @@ class ExpandTrainer(Trainer):
 
     def _new_ema(self) -> Any:
         """A fresh EMA of the model for ViT depth growth (``None`` for CNNs: they need none)."""
-        if not _is_vit(self.model):
-            return None
-
-        return ModelEma(self.model, EMA_DECAY)
+        return ModelEma(self.model, EMA_DECAY) if isinstance(self.model, ViT) else None
 
     def step(self, batch: Any) -> None:
         if self._grow_pending:
@@ -384,7 +318,7 @@ class ExpandTrainer(Trainer):
         self.stage += 1
         s = self.expand.stages[self.stage]
         old_model = self.model
-        if _is_vit(old_model):
+        if isinstance(old_model, ViT):
             depth = s.depth if s.depth is not None else dense_depth(self.template)
             new_model, old_names = grow_vit(old_model, self.ema.module, depth)
             new_model = new_model.to(self.device)
@@ -396,17 +330,9 @@ class ExpandTrainer(Trainer):
         new_state: dict[torch.Tensor, dict[str, Any]] = {}
         for name, p in new_model.named_parameters():
             op = old_params.get(old_names.get(name, ""))
-            if op is None or op not in self.opt.state:
-                continue
-            st = {}
-            for k, v in self.opt.state[op].items():
-                if torch.is_tensor(v) and v.shape == op.shape:
-                    nv = torch.zeros_like(p)
-                    nv[tuple(slice(0, n) for n in v.shape)] = v
-                    st[k] = nv
-                else:
-                    st[k] = v
-            new_state[p] = st
+            if op is not None and op in self.opt.state:  # momentum into the leading slice, zero elsewhere
+                new_state[p] = {k: _padded(v, p) if torch.is_tensor(v) and v.shape == op.shape else v
+                                for k, v in self.opt.state[op].items()}
         self.opt.state.clear()
         group["params"] = list(new_model.parameters())
         for p, st in new_state.items():

@@ -1,25 +1,21 @@
-"""One training step and its schedule: SGD with momentum (Nesterov), cosine-annealed per step,
-cross-entropy, bf16 autocast on CUDA (fp32 on CPU). The trainer takes any ``Batch`` (images
-float ``[B, 3, S, S]`` normalized, labels int64 ``[B]``, both on the device) and never knows
-which pipeline produced it.
+"""One training step and its schedule: SGD with Nesterov momentum, cosine-annealed per step, cross-entropy,
+bf16 autocast on CUDA. The trainer takes any ``Batch`` (float ``[B, 3, S, S]`` normalized, int64 labels
+``[B]``, on the device) and never knows which pipeline produced it.
 
-Data parallel (``ddp=True``, inside an initialized ``torch.distributed`` group of more than one
-process): the forward/backward runs through ``DistributedDataParallel`` (``device_ids`` on CUDA,
-none on the CPU; buffers broadcast from rank 0 at each forward, DDP's default), so after every
-``step`` each rank's parameters are identical: the SGD update of the gradients averaged over the
-ranks (batch size is per rank; the learning rate is not scaled). ``model`` is always the plain
-module (state dicts, evaluation, FLOPs); assigning a new one (network expansion's growth)
-re-wraps it, which every rank must do at the same step (DDP's constructor broadcasts rank 0's
-parameters). Optimizers hold the module's parameters, which DDP shares, so they follow as they are.
+Data parallel (``ddp=True`` in a process group of more than one): forward/backward through
+``DistributedDataParallel``, so every rank's parameters stay identical (batch size per rank, the learning
+rate not scaled). ``model`` is the plain module; assigning a new one (growth) re-wraps it, which every
+rank must do at the same step.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 Amp = Literal["auto", "bf16", "off"]
@@ -37,19 +33,12 @@ class TrainConfig:
     amp: Amp = "auto"
 
     def __post_init__(self) -> None:
-        if not 0 < self.lr < math.inf:
-            raise ValueError(f"lr must be > 0 and finite, got {self.lr}")
-        if not 0 <= self.momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
-        if not 0 <= self.weight_decay < math.inf:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        if not 0 <= self.label_smoothing < 1:
-            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
-        if self.amp not in ("auto", "bf16", "off"):
-            raise ValueError(f"amp must be auto|bf16|off, got {self.amp!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        for name, ok, want in (("lr", 0 < self.lr < math.inf, "> 0 and finite"), ("momentum", 0 <= self.momentum < 1,
+                               "in [0, 1)"), ("weight_decay", 0 <= self.weight_decay < math.inf, ">= 0"),
+                               ("label_smoothing", 0 <= self.label_smoothing < 1, "in [0, 1)"),
+                               ("amp", self.amp in ("auto", "bf16", "off"), "auto|bf16|off")):
+            if not ok:
+                raise ValueError(f"{name} must be {want}, got {getattr(self, name)!r}")
 
 
 def autocast_for(device: torch.device, amp: Amp):
@@ -59,11 +48,8 @@ def autocast_for(device: torch.device, amp: Amp):
 
 
 class Trainer:
-    """Model + SGD + cosine schedule over ``total_steps`` optimizer steps.
-
-    ``step(batch)`` runs forward/backward/update without synchronizing the device: the loss
-    is accumulated on the device and read once per epoch by ``end_epoch()``.
-    """
+    """Model + SGD + cosine schedule over ``total_steps`` steps; ``step`` never synchronizes the device
+    (the loss is summed there and read once per epoch by ``end_epoch``)."""
 
     def __init__(self, model: nn.Module, cfg: TrainConfig, device: str | torch.device, total_steps: int,
                  ddp: bool = False):
@@ -122,10 +108,8 @@ class Trainer:
         return {}
 
     def epoch_metrics(self) -> list[tuple[str, float, str]]:
-        """(metric, value, unit) rows describing the model that trained the epoch just run:
-        ``model_params`` and ``model_flops_per_image`` (forward FLOPs of one image counted by
-        ``torch.utils.flop_counter.FlopCounterMode``: conv/matmul, 2 per multiply-add; a train step
-        costs about 3x), plus ``stage_info()``. Counted once per model, outside the step timing."""
+        """(metric, value, unit) rows of the model that trained the epoch just run: ``model_params``,
+        ``model_flops_per_image`` (forward, ``forward_flops``) and ``stage_info()``; counted once per model."""
         if self._input_shape is None:
             return []
         if self._metrics_cache is None or self._metrics_cache[0] is not self.model:
@@ -134,12 +118,16 @@ class Trainer:
         return self._metrics_cache[1] + [(k, float(v), "1") for k, v in self.stage_info().items()]
 
 
-def wrap_ddp(module: nn.Module, device: torch.device) -> nn.Module:
-    """``module`` in ``DistributedDataParallel`` when this process is in a group of more than one
-    (else ``module`` itself): ``device_ids=[index]`` on CUDA, none on the CPU."""
-    import torch.distributed as dist
+def rank_and_world() -> tuple[int, int]:
+    """(rank, world size) of the initialized process group of more than one process, else (0, 1)."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
-    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+
+def wrap_ddp(module: nn.Module, device: torch.device) -> nn.Module:
+    """``module`` in ``DistributedDataParallel`` in a group of more than one process, else ``module``."""
+    if rank_and_world()[1] == 1:
         return module
     from torch.nn.parallel import DistributedDataParallel
 
@@ -149,8 +137,8 @@ def wrap_ddp(module: nn.Module, device: torch.device) -> nn.Module:
 
 @torch.no_grad()
 def forward_flops(model: nn.Module, input_shape: tuple[int, ...], device: torch.device) -> int:
-    """Forward FLOPs of ``model`` on one input ``[1, *input_shape]`` (eval mode: BatchNorm running
-    statistics untouched; the mode is restored)."""
+    """Forward FLOPs (2 per multiply-add, ``FlopCounterMode``) of ``model`` on one input ``[1, *input_shape]``,
+    in eval mode (BatchNorm statistics untouched)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     was_training = model.training

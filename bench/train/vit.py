@@ -1,30 +1,8 @@
-"""A small Vision Transformer (``vit-tiny`` in the backbone registry) and its depth growth for
-network expansion (``bench.train.expand``), after the paper's public DeiT code.
-
-Model: a 4x4 patch embedding (a stride-4 convolution: an 8x8 grid of tokens for 32x32 inputs;
-other sizes interpolate the learned position embedding), a class token, ``depth`` pre-norm
-blocks (multi-head self-attention + a GELU MLP, each a residual branch with drop-path), a final
-LayerNorm and a linear head on the class token. ``vit-tiny``: dim 96, 3 heads, MLP ratio 2,
-depth 6, drop-path 0.1 (~0.46 M parameters). Attention is written as two matmuls so
-``torch.utils.flop_counter`` counts it.
-
-Depth growth (``grow_vit``), as in the public DeiT expansion code: the deeper model's blocks
-interleave the current blocks with copies of the blocks of an EMA of the model,
-``[b0, ema0, b1, ema1, ...]``; growing by ``n < depth`` blocks takes the EMA copies of ``n``
-blocks spread evenly (``floor(i x depth / n)``), each placed after its source; growth by more
-than the current depth (more than doubling) is refused. The drop-path rates are re-spread
-linearly over the new depth (``linspace(0, drop_path, depth)``). The EMA (``ModelEma``) is
-updated after every optimizer step with decay 0.99 (a few hundred steps' horizon, sized for the
-short runs of this harness; DeiT uses 0.99996 over ImageNet epochs) and is rebuilt from the
-grown model (a fresh EMA). Width growth is not implemented for the ViT.
-
-Function preservation does NOT hold: each EMA copy adds a residual branch that is not zero. The
-change is bounded by measurement instead: the relative change of the logits on a fixed batch of
-8 random 32x32 images, ``||after - before|| / ||before||``, at depth 3 -> 6 (SGD lr 0.05, seeds
-0-2) was 0.010-0.028 after 5 steps and 0.034-0.085 after 40 steps (max |diff| / max |logit|
-0.02-0.05 and 0.07-0.10): the small initialization (std 0.02) keeps the EMA blocks' residual
-branches small early on; it grows with training. ``tests/test_train_vit.py`` checks it is finite
-and < 0.25.
+"""A small Vision Transformer (``vit-tiny``) and its depth growth for network expansion, after the paper's
+public DeiT code: 4x4 patches (other input sizes interpolate the position embedding), a class token,
+pre-norm blocks (attention as two matmuls, so ``torch.utils.flop_counter`` counts it; GELU MLP;
+drop-path), a final LayerNorm and a linear head. ``grow_vit`` interleaves the current blocks with
+EMA copies (docs/training-methods.md, "Growth in detail"); it does not preserve the function.
 """
 
 from __future__ import annotations
@@ -51,9 +29,6 @@ class DropPath(nn.Module):
         keep = 1.0 - self.p
         mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep)
         return x * mask / keep
-
-    def extra_repr(self) -> str:
-        return f"p={self.p:.4f}"
 
 
 class Attention(nn.Module):
@@ -94,7 +69,6 @@ class ViT(nn.Module):
     def __init__(self, num_classes: int, image_size: int = 32, patch: int = 4, dim: int = 96, depth: int = 6,
                  heads: int = 3, mlp_ratio: float = 2.0, drop_path: float = 0.1):
         super().__init__()
-        self.patch = patch
         self.drop_path_rate = drop_path
         self.grid = image_size // patch
         self.patch_embed = nn.Conv2d(3, dim, patch, patch)
@@ -165,24 +139,17 @@ def interleave_plan(old_depth: int, new_depth: int) -> list[tuple[str, int]]:
 
 
 def grow_vit(old: ViT, ema: ViT, depth: int) -> tuple[ViT, dict[str, str]]:
-    """The model at ``depth``: ``old``'s blocks interleaved with deep copies of ``ema``'s (see
-    ``interleave_plan``), drop-path re-spread. Returns the new model (sharing no tensors with
-    ``old``) and the map new parameter name -> ``old``'s name for the parameters carried over
-    (every non-block parameter and the current blocks; the EMA copies are new parameters)."""
+    """(the model at ``depth``: ``old``'s blocks interleaved with copies of ``ema``'s, sharing no tensors with
+    ``old``; new parameter name -> ``old``'s name of each parameter carried over, EMA copies not)."""
     plan = interleave_plan(len(old.blocks), depth)
     new = copy.deepcopy(old)
     new.blocks = nn.ModuleList(copy.deepcopy(old.blocks[i] if src == "cur" else ema.blocks[i]) for src, i in plan)
     respread_drop_path(new)
     for p in new.parameters():  # the EMA's copies were frozen
         p.requires_grad_(True)
-    names: dict[str, str] = {}
-    for name, _ in new.named_parameters():
-        if not name.startswith("blocks."):
-            names[name] = name
-    for j, (src, i) in enumerate(plan):
-        if src == "cur":
-            for pname, _ in new.blocks[j].named_parameters():
-                names[f"blocks.{j}.{pname}"] = f"blocks.{i}.{pname}"
+    names = {n: n for n, _ in new.named_parameters() if not n.startswith("blocks.")}
+    names.update({f"blocks.{j}.{p}": f"blocks.{i}.{p}" for j, (src, i) in enumerate(plan) if src == "cur"
+                  for p, _ in new.blocks[j].named_parameters()})
     return new, names
 
 
