@@ -1,15 +1,7 @@
-"""Start a sweep cell's ``python -m bench`` by forking a server that has torch and the project imported.
-
-A fresh interpreter spends seconds importing torch, torchvision and the project before a cell does
-any work, the same seconds for every cell. The server imports them once, single-threaded (no torch
-op runs, no CUDA context exists, DALI is not imported) and forks one child per cell, which runs
-``python -m bench <argv>`` as a new process would: its own working folder, environment, stdio
-files, default signal handlers and exit code. Each cell is still its own process (the unit of an
-interval); only the import time is shared. A cell the server cannot start runs as a subprocess.
-
-Protocol (JSON lines): the runner writes ``{"argv", "cwd", "env", "stdout", "stderr"}`` to the
-server's stdin; the server answers ``{"pid"}`` once the child runs, then ``{"rc"}`` when it exits.
-"""
+"""Start a cell's ``python -m bench`` by forking a server that has torch and the project imported: each cell is still
+its own process (folder, environment, stdio, signals, exit code), only the imports are shared. The server forks only
+while no thread and no CUDA context exist. Protocol (JSON lines): ``{"argv", "cwd", "env", "stdout", "stderr"}`` in;
+``{"pid"}`` once the child runs, then ``{"rc"}`` out."""
 
 from __future__ import annotations
 

@@ -1,21 +1,6 @@
-"""The on-disk layout of a sweep's results folder, and reading it back.
-
-::
-
-    OUT/sweep.json                the resolved sweep (every cell's fields, argv and hash)
-    OUT/env.json                  ``bench.envinfo.collect()`` at the start of the last run
-    OUT/results.csv               merged view: every finished cell's rows + one status row per cell
-    OUT/cells/<id>/               one folder per cell: its outputs, stdout.log, stderr.log
-    OUT/cells/<id>/cell.json      the completion marker, written atomically *after* the outputs
-    OUT/cells/<id>/attempt.json   written when the cell starts: what an unfinished cell may resume from
-    OUT/shared/<name>/            caches shared by cells (``encode --fit-cache``), never read as results
-
-A cell folder without ``cell.json`` is a killed or running cell: it is never read, and the
-next run redoes it, resuming from what the same cell left to resume from (``Cell.resume_state``:
-an encode's finished shards) and discarding the rest. Status rows use the results schema (``bench.results``):
-``run_id = "sweep:<id>"``, ``metric = "cell_s"`` (the cell's wall time, NaN unless ok),
-``mode`` = the bench mode or the cell kind, ``status``/``reason`` from the marker.
-"""
+"""A sweep's results folder (docs/sweeps.md): ``sweep.json``, ``env.json``, ``results.csv`` (the merged view, written
+at the end of a run), ``cells/<id>/`` with ``cell.json`` written atomically after the cell's outputs (a folder without it
+is never read), ``attempt.json`` (what an unfinished cell may resume from) and ``shared/<name>/`` (caches)."""
 
 from __future__ import annotations
 
@@ -41,12 +26,7 @@ def is_sweep_dir(out: str | Path) -> bool:
 
 
 def enclosing_sweep(out: str | Path) -> Path | None:
-    """The sweep results folder that ``out`` lies inside (symlinks resolved), or ``None``.
-
-    A sweep folder is recognized as ``bench.outputs`` recognizes it: its marker (``.inrbench.json``,
-    kind ``sweep``), or, written before markers existed, ``sweep.json`` beside ``cells/``. A sweep whose
-    ``--out`` lies inside another one's would read there as a cell nobody declared (``OUT/cells/new``).
-    """
+    """The sweep results folder ``out`` lies inside (symlinks resolved), or ``None``."""
     from bench.outputs import is_own
 
     return next((p for p in Path(out).expanduser().resolve().parents if is_own(p, "sweep")), None)
@@ -104,11 +84,7 @@ def status_row(marker: dict[str, Any]) -> dict[str, Any]:
 
 
 def cell_rows(cell_dir: Path):
-    """The result rows a finished cell wrote itself (``inrbench bench`` layout), or ``None``.
-
-    Read from ``CELL/results`` (bench cells), ``CELL/out`` (command cells) or, for sweeps
-    written before those existed, ``CELL`` itself: the first that holds runs.
-    """
+    """The result rows a cell wrote itself (``inrbench bench`` layout) in ``CELL/results``, ``CELL/out`` or ``CELL``."""
     import pandas as pd
 
     from bench import results as R
