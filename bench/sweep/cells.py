@@ -1,8 +1,5 @@
-"""Sweep cells: an ``inrbench`` command and its options, checked by that command's own parser.
-
-A cell's keys are the command's options (``jpeg_quality: 50`` -> ``--jpeg-quality 50``); the sweep owns only
-``--out``, ``--overwrite``, ``--nproc``/``--nnodes``/``--rdzv-*`` and the keys that name other cells (``REFS``).
-"""
+"""Sweep cells: an ``inrbench`` command whose options are the cell's keys (``jpeg_quality: 50`` -> ``--jpeg-quality
+50``), checked by that command's own parser; the sweep owns only the output, the launch and references (``REFS``)."""
 
 from __future__ import annotations
 
@@ -14,7 +11,6 @@ import io
 import re
 import shlex
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,8 +18,7 @@ from typing import Any
 from bench.errors import InputError, one_line
 from bench.sweep import layout
 
-# a key naming other cells -> the kind those cells must be
-REFS = {"data": "prepare", "store": "encode", "stores": "encode", "init": "meta-init"}
+REFS = {"data": "prepare", "store": "encode", "stores": "encode", "init": "meta-init"}  # key -> the kind it names
 SWEEP_OWNED = ("out", "overwrite", "rdzv_endpoint", "rdzv_id")  # options the sweep writes or never passes
 LAUNCH = ("nproc", "nnodes")  # keys of a distributed kind: processes per node, nodes (torchrun)
 COMMON = ("id", "needs", "args", "timeout_s")
@@ -85,36 +80,29 @@ def command_parser(command: str) -> argparse.ArgumentParser:
     return p
 
 
-def _build_config(command: str) -> Callable:
+def command_checks(command: str, ns: argparse.Namespace) -> None:
+    """The command's own checks of its parsed options (its ``build_config``), as far as they read no file: the
+    cell's inputs are other cells' outputs, which do not exist when the sweep is loaded."""
     from bench.cli import COMMANDS
 
-    return importlib.import_module(COMMANDS[command]).build_config
-
-
-def _check_prepare(ns: argparse.Namespace) -> None:
-    from bench.datasets.prepare import resolve
-
-    resolve(_build_config("prepare")(ns), read_root=False)  # the root is read when the cell runs
-
-
-def _check_encode(ns: argparse.Namespace) -> None:
-    ns.init = None  # another cell's output: it does not exist yet
-    _build_config("encode")(ns)
-
-
-def _check_bench(ns: argparse.Namespace) -> None:
+    if command == "encode":
+        ns.init = None
     try:
-        _build_config("bench")(ns)
+        cfg = importlib.import_module(COMMANDS[command]).build_config(ns)
+        if command == "prepare":
+            from bench.datasets.prepare import resolve
+
+            resolve(cfg, read_root=False)  # the root is read when the cell runs
     except InputError as e:
-        if e.path != Path(ns.data):  # build_config reached the dataset: the file-free checks passed
+        if command != "bench" or e.path != Path(ns.data):  # bench opens --data once its other checks passed
             raise
 
 
 @dataclass(frozen=True)
 class Kind:
     """How a cell of one kind runs: ``command`` (None: written out in full under ``command:``), the key given
-    as its positional argument, its output inside the cell folder (``{name}``: the cell's ``name`` or id), what
-    an interrupted run resumes from (``{}``: the output's name), and its checks once parsed."""
+    as its positional argument, its output inside the cell folder (``{name}``: the cell's ``name`` or id), and
+    what an interrupted run resumes from (``{}``: the output's name)."""
 
     name: str
     command: str | None = None
@@ -122,7 +110,6 @@ class Kind:
     output: str = ""
     resume: str = ""
     world_in_identity: bool = True  # nproc/nnodes change the result (bench), or not (encode)
-    check: Callable[[argparse.Namespace], None] | None = None
     python: bool = False  # ``python COMMAND...`` instead of ``python -m bench COMMAND...``
 
     @functools.cached_property
@@ -154,13 +141,11 @@ class Kind:
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("prepare", "prepare", "source", "{name}", ".{}.inrbench-prepare.work", check=_check_prepare),
-    Kind("meta-init", "meta-init", "data", "init.pt", ".{}.inrbench-meta-init.work",
-         check=lambda ns: _build_config("meta-init")(ns)),
-    Kind("encode", "encode", "data", "{name}.inr", "{}" + ENCODE_WORK_SUFFIX, world_in_identity=False,
-         check=_check_encode),
-    Kind("compare", "compare", "data", "compare", check=lambda ns: _build_config("compare")(ns)),
-    Kind("bench", "bench", output=RESULTS_SUBDIR, check=_check_bench),
+    Kind("prepare", "prepare", "source", "{name}", ".{}.inrbench-prepare.work"),
+    Kind("meta-init", "meta-init", "data", "init.pt", ".{}.inrbench-meta-init.work"),
+    Kind("encode", "encode", "data", "{name}.inr", "{}" + ENCODE_WORK_SUFFIX, world_in_identity=False),
+    Kind("compare", "compare", "data", "compare"),
+    Kind("bench", "bench", output=RESULTS_SUBDIR),
     Kind("inrbench", output=OUT_SUBDIR),
     Kind("python", python=True),
 )}
@@ -234,11 +219,11 @@ class Cell:
         argv = [spec.command]
         if spec.positional:
             argv.append(self._value(spec.positional, f.get(spec.positional), ctx))
-        for key, act in spec.options.items():  # the command's own order
-            if act.dest in ("nproc", "nnodes") or key in ("rdzv_endpoint", "rdzv_id", "overwrite"):
-                continue
+        for key in spec.options:  # the command's own order
             if key == "out":
                 val = self.output(ctx)
+            elif key in SWEEP_OWNED or key in LAUNCH:
+                continue
             elif key == "store" and "stores" in f:
                 val = f["stores"]
             elif key == "fit_cache":
@@ -268,10 +253,9 @@ class Cell:
             return [sys.executable, "-m", "bench", *self.argv(ctx)]
         from bench import dist
 
-        if self.nnodes == 1:
-            return dist.torchrun_command(self.argv(ctx), self.nproc)
-        return dist.torchrun_command(self.argv(ctx), self.nproc, self.nnodes, ctx.rendezvous.endpoint,
-                                     f"{ctx.rendezvous.id}-{self.id}")
+        # one rendezvous per multi-node cell: a node still in one cell's job never meets the next cell's
+        nodes = (self.nnodes, ctx.rendezvous.endpoint, f"{ctx.rendezvous.id}-{self.id}") if self.nnodes > 1 else ()
+        return dist.torchrun_command(self.argv(ctx), self.nproc, *nodes)
 
     def elsewhere(self, ctx: SweepContext) -> str | None:
         """Why the sweep cannot start this cell itself (several nodes: the same line on each), or None."""
@@ -312,14 +296,11 @@ class Cell:
         said = io.StringIO()
         try:
             with contextlib.redirect_stderr(said):
-                ns = command_parser(spec.command).parse_args(self.argv(ctx)[1:])
+                command_checks(spec.command, command_parser(spec.command).parse_args(self.argv(ctx)[1:]))
         except SystemExit:
             raise ValueError(one_line(said.getvalue().strip()).removeprefix("inrbench: error: ")) from None
-        if spec.check is not None:
-            try:
-                spec.check(ns)
-            except InputError as e:
-                raise ValueError(str(e)) from None
+        except InputError as e:
+            raise ValueError(str(e)) from None
 
 
 def owned_options(kind: Kind) -> list[str]:
@@ -330,9 +311,9 @@ def owned_options(kind: Kind) -> list[str]:
 
 def check_option(kind: Kind, key: str, val: Any, where: str) -> None:
     """Refuse a key the sweep owns or the command lacks, and a value argparse would read as an option."""
-    name = key.lstrip("-").replace("-", "_")
     if not isinstance(key, str) or not _KEY_RE.fullmatch(key.lstrip("-")):
         raise ValueError(f"{where} {key!r} must be an option name such as 'jpeg_quality' (letters, digits, '_', '-')")
+    name = key.lstrip("-").replace("-", "_")
     if name in SWEEP_OWNED or (name in LAUNCH and name in kind.options and where == "args key"):
         raise ValueError(f"{where} {key!r} would set --{name.replace('_', '-')}, which the sweep sets itself "
                          "(from the cell's folder and its own options): remove it (see docs/sweeps.md)")

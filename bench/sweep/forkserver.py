@@ -28,8 +28,7 @@ def die_with_parent() -> None:
 
 
 def _safe_to_fork() -> bool:
-    """No Python thread but this one and no CUDA context: what a ``DataLoader`` forking its workers
-    relies on (the idle native pools of OpenBLAS and jemalloc reinitialize in the child)."""
+    """No Python thread but this one and no CUDA context (what a ``DataLoader`` forking its workers relies on)."""
     import threading
 
     torch = sys.modules.get("torch")
@@ -106,8 +105,7 @@ def serve() -> None:  # pragma: no cover - the server process (tested through Fo
 
 
 class ForkedCell:
-    """The ``subprocess.Popen`` calls the runner makes (``wait``, ``send_signal``, ``terminate``,
-    ``kill``) for a child of the server."""
+    """The ``subprocess.Popen`` calls the runner makes, for a child of the server."""
 
     def __init__(self, server: ForkServer, pid: int):
         self.server, self.pid, self.returncode = server, pid, None
@@ -187,8 +185,7 @@ _SERVER: ForkServer | None = None
 
 
 def server_for(env: dict[str, str]) -> ForkServer | None:
-    """The running server for ``env`` (started on first use; another ``env`` replaces it), or None
-    where forking is off (``INRBENCH_NO_FORKSERVER``) or not possible here (not retried for ``env``)."""
+    """The server for ``env`` (started on first use), or None where forking is off or not possible here."""
     global _SERVER
     if env.get(DISABLE_ENV) or not hasattr(os, "fork"):
         return None

@@ -64,23 +64,12 @@ def status_row(marker: dict[str, Any]) -> dict[str, Any]:
     from bench.results import RESULTS_SCHEMA_VERSION
 
     ok = marker["status"] == "ok"
-    return {
-        "schema_version": RESULTS_SCHEMA_VERSION,
-        "run_id": f"sweep:{marker['id']}",
-        "pipeline": marker.get("pipeline", ""),
-        "dataset": marker.get("dataset", ""),
-        "mode": marker.get("mode", ""),
-        "repeat": None,
-        "epoch": None,
-        "rank": None,  # a status row is about the whole cell, never one rank of it
-        "metric": STATUS_METRIC,
-        "value": float(marker["wall_s"]) if ok else float("nan"),
-        "unit": "s",
-        "status": marker["status"],
-        "reason": "" if ok else marker.get("reason", "") or marker["status"],
-        "cfg.sweep.cell": marker["id"],
-        "cfg.sweep.kind": marker.get("kind", ""),
-    }
+    return {"schema_version": RESULTS_SCHEMA_VERSION, "run_id": f"sweep:{marker['id']}",
+            "pipeline": marker.get("pipeline", ""), "dataset": marker.get("dataset", ""), "mode": marker.get("mode", ""),
+            "repeat": None, "epoch": None, "rank": None,  # about the whole cell, never one rank of it
+            "metric": STATUS_METRIC, "value": float(marker["wall_s"]) if ok else float("nan"), "unit": "s",
+            "status": marker["status"], "reason": "" if ok else marker.get("reason", "") or marker["status"],
+            "cfg.sweep.cell": marker["id"], "cfg.sweep.kind": marker.get("kind", "")}
 
 
 def cell_rows(cell_dir: Path):
@@ -108,15 +97,11 @@ def read_sweep_results(out: str | Path):
     out = Path(out)
     if not is_sweep_dir(out):
         raise InputError(f"not a sweep results folder (no {SWEEP_FILE})", out)
-    frames = []
-    status = []
+    frames, status = [], []
     for cell_dir, marker in finished_cells(out):
         df = cell_rows(cell_dir)
         if df is not None:
-            df = df.copy()
-            df["cfg.sweep.cell"] = marker["id"]
-            df["cfg.sweep.kind"] = marker.get("kind", "")
-            frames.append(df)
+            frames.append(df.assign(**{"cfg.sweep.cell": marker["id"], "cfg.sweep.kind": marker.get("kind", "")}))
         status.append(status_row(marker))
     if status:
         frames.append(pd.DataFrame(status))
@@ -126,12 +111,7 @@ def read_sweep_results(out: str | Path):
     cfg_cols = sorted(c for c in df.columns if c.startswith(R.CFG_PREFIX))
     df = df[list(R.CORE_COLUMNS) + cfg_cols].copy()
     for col, dtype in R.CORE_COLUMNS.items():
-        if dtype == "Int64":
-            df[col] = pd.to_numeric(df[col]).astype("Int64")
-        elif dtype == "float64":
-            df[col] = pd.to_numeric(df[col]).astype("float64")
-        else:
-            df[col] = df[col].astype("string")
+        df[col] = pd.to_numeric(df[col]).astype(dtype) if dtype in ("Int64", "float64") else df[col].astype("string")
     df["reason"] = df["reason"].fillna("")
     return df
 

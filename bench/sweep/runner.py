@@ -47,8 +47,7 @@ class SweepSummary:
 
 
 def cell_hashes(cfg: SweepConfig, ctx: SweepContext, code: str | None = None) -> dict[str, str]:
-    """Merkle hash per cell: its resolved command (``Cell.identity``) and its dependencies' hashes; with
-    ``code`` (``bench.envinfo.code_identity()["id"]``) each hash also covers the code."""
+    """Merkle hash per cell: ``Cell.identity`` and its dependencies' hashes, and with ``code`` the code identity."""
     hashes: dict[str, str] = {}
     for c in cfg.cells:
         doc = {**c.identity(ctx), "deps": [hashes[d] for d in c.deps()]}
@@ -107,12 +106,11 @@ def _hand_run_status(cell_dir: Path, output: Path, elsewhere: str) -> tuple[str,
     own = _own_status(cell_dir)
     if own is not None:
         return own
-    try:
+    with contextlib.suppress(InputError):
         rows = layout.cell_rows(cell_dir)
-    except InputError:
-        rows = None
-    done = (rows is not None and not rows.empty) or output.is_file()
-    return ("ok", "") if done else ("skip", elsewhere)
+        if rows is not None and not rows.empty:
+            return "ok", ""
+    return ("ok", "") if output.is_file() else ("skip", elsewhere)
 
 
 FORK_MIN_CELLS = 3
@@ -193,11 +191,9 @@ def run_sweep(cfg: SweepConfig, out: str | Path, data_root: str | Path | None = 
         resolved["data_root"] = str(ctx.data_root) if ctx.data_root else None
         resolved["code"] = ident
         for c in resolved["cells"]:
-            c["argv"] = cells[c["id"]].argv(ctx)
-            c["process_argv"] = cells[c["id"]].process_argv(ctx)
-            c["hash"] = hashes[c["id"]]
-            c["config_hash"] = config_hashes[c["id"]]
-            c["deps"] = list(cells[c["id"]].deps())
+            cell = cells[c["id"]]
+            c.update(argv=cell.argv(ctx), process_argv=cell.process_argv(ctx), hash=hashes[cell.id],
+                     config_hash=config_hashes[cell.id], deps=list(cell.deps()))
         atomic_write_json(out / layout.SWEEP_FILE, resolved)
         from bench import envinfo
 

@@ -38,10 +38,6 @@ class SweepConfig:
     source: str = ""
     rendezvous: Rendezvous = Rendezvous()
 
-    def __post_init__(self) -> None:
-        if self.device not in DEVICES:
-            raise ValueError(f"device must be one of {'|'.join(DEVICES)}, got {self.device!r}")
-
     def by_id(self) -> dict[str, Cell]:
         return {c.id: c for c in self.cells}
 
@@ -158,47 +154,35 @@ def _check_size(doc: Any, path: Path) -> None:
         if seen > MAX_NODES:
             raise InputError(f"more than {MAX_NODES:,} values once its YAML aliases (*name) are expanded: "
                              "an alias bomb or a mistake", path)
-        if isinstance(node, dict):
-            stack.extend(node.keys())
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
+        if isinstance(node, (dict, list)):
+            stack.extend([*node.keys(), *node.values()] if isinstance(node, dict) else node)
 
 
 def _format_id(template: str, fields_: dict, path: Path, where: str) -> str:
     """A cell's ``id`` template filled in: ``{name}`` or ``{name[key]}`` only, the result at most ``ID_MAX`` long."""
     import string
 
-    bad = None
     try:
         for _, name, spec, _ in string.Formatter().parse(template):
-            if name is None:
-                continue
-            if not FIELD_RE.match(name):
-                bad = f"{{{name}}}: a field is a name, or name[key] (no attribute access)"
-            elif "{" in (spec or "") or any(int(n) > ID_MAX for n in re.findall(r"\d+", spec or "")):
-                bad = f"{{{name}:{spec}}}: widths and precisions are at most {ID_MAX}"
-            if bad:
-                break
-        if bad is None:
-            out = template.format(**fields_)
+            if name is not None and not FIELD_RE.match(name):
+                raise ValueError(f"{{{name}}}: a field is a name, or name[key] (no attribute access)")
+            if name is not None and ("{" in (spec or "") or any(int(n) > ID_MAX for n in re.findall(r"\d+", spec or ""))):
+                raise ValueError(f"{{{name}:{spec}}}: widths and precisions are at most {ID_MAX}")
+        out = template.format(**fields_)
     except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
-        bad = f"{type(e).__name__}: {e}"
-    if bad is not None:
-        raise InputError(f"{where}: cannot format id {_short(template)}: {bad[:120]}", path)
+        bad = str(e) if isinstance(e, ValueError) and str(e).startswith("{") else f"{type(e).__name__}: {e}"
+        raise InputError(f"{where}: cannot format id {_short(template)}: {bad[:120]}", path) from None
     if len(out) > ID_MAX:
         raise InputError(f"{where}: id {_short(out)} is {len(out)} characters long, at most {ID_MAX}", path)
     return out
 
 
 def _short(text: str, limit: int = 80) -> str:
-    """``repr(text)``, cut to ``limit`` characters: a message stays one short line."""
     r = repr(text)
     return r if len(r) <= limit else f"{r[:limit]}...' ({len(text)} characters)"
 
 
 def _check_endpoint(endpoint: str | None) -> None:
-    """``HOST:PORT`` (a port 1..65535), else an ``InputError``."""
     if endpoint is None:
         return
     host, _, port = endpoint.rpartition(":")
@@ -242,10 +226,9 @@ def _expand(raw: dict, defaults: dict, known: set[str], path: Path, where: str) 
 
 def _int(f: dict, key: str, where: str, path: Path) -> int:
     v = f.get(key, 1)
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise InputError(f"{where}: {key} must be an integer, got {v!r}", path)
-    if v < 1:
-        raise InputError(f"{where}: {key} must be an integer >= 1, got {v!r}", path)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        more = " >= 1" if isinstance(v, int) and not isinstance(v, bool) else ""
+        raise InputError(f"{where}: {key} must be an integer{more}, got {v!r}", path)
     return v
 
 
