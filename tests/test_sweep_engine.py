@@ -367,3 +367,31 @@ def test_matrix_dict_item_may_carry_a_label_for_the_id(tmp_path):
                                                                                    "{label: dense, epoch: 3}"))
     with pytest.raises(InputError, match=r"field 'epoch': inrbench bench has no option --epoch"):  # a typo of epochs
         load_sweep(str(p))
+
+
+def test_the_merged_view_is_written_once_per_run_and_on_an_interrupt(tmp_path, monkeypatch):
+    """Not after every cell (it reads every finished cell's rows: quadratic in the cells), and on an
+    interrupt the cells finished so far are in it."""
+    from bench.sweep import runner
+
+    calls = []
+    real = layout.write_merged
+    monkeypatch.setattr(layout, "write_merged", lambda out: (calls.append(out), real(out)))
+    y = tmp_path / "s.yaml"
+    y.write_text(yaml.safe_dump({"name": "s", "cells": [
+        {"kind": "python", "id": f"c{i}", "command": ["-c", "print(1)"]} for i in range(3)]}))
+    assert run_sweep(load_sweep(str(y)), tmp_path / "out", progress=False).status == {f"c{i}": "ok" for i in range(3)}
+    assert len(calls) == 1
+    real_run = runner._run_cell
+
+    def interrupted(cell, *a, **kw):
+        if cell.id == "c1":
+            raise KeyboardInterrupt
+        return real_run(cell, *a, **kw)
+
+    monkeypatch.setattr(runner, "_run_cell", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(load_sweep(str(y)), tmp_path / "out", progress=False, redo=("c*",))
+    assert len(calls) == 2
+    rows = pd.read_csv(tmp_path / "out" / "results.csv")
+    assert list(rows["run_id"]) == ["sweep:c0", "sweep:c2"]  # c0 ran again; c1 left no marker; c2 not reached
