@@ -35,7 +35,7 @@ def test_gpu_run_fits_coins_five_architectures_at_coins_settings():
     for name, c in enc.items():
         argv = _lines(cfg)[c.id]
         assert (_opt(argv, "--iterations"), _opt(argv, "--lr"), _opt(argv, "--w0"), _opt(argv, "--bits")) == (
-            "50000", "0.0002", "30.0", "16")
+            "50000", "0.0002", "30", "16")
         assert f"{_opt(argv, '--layers')}x{_opt(argv, '--hidden')}" == name and _opt(argv, "--device") == "cuda"
         # 16 bits per weight over a 768x512 image lands on one of COIN's published Kodak points
         bpp = SirenArch(c.layers, c.hidden).params_per_image * 16 / (768 * 512)

@@ -181,13 +181,13 @@ def test_a_killed_sweep_cell_resumes_from_its_work_folder(tmp_path, tmp_path_fac
 
 
 def test_meta_init_cells_keep_the_work_folder_inr_meta_work_resumes_from(tmp_path):
-    from bench.sweep.cells import MetaInitCell
+    from bench.sweep.cells import Cell
 
     class Ctx:
         def cell_dir(self, cell_id):
             return tmp_path / cell_id
 
-    cell = MetaInitCell(id="mi", data="prep")
+    cell = Cell(id="mi", kind="meta-init", fields={"data": "prep"})
     assert cell.resume_state(Ctx()) == (work_path(cell.output(Ctx())),)
 
 

@@ -240,13 +240,13 @@ def test_a_stop_in_a_later_split_resumes_there(run, reads, monkeypatch, tmp_path
 
 
 def test_prepare_cells_keep_the_work_folder_prepare_resumes_from(tmp_path):
-    from bench.sweep.cells import PrepareCell
+    from bench.sweep.cells import Cell
 
     class Ctx:
         def cell_dir(self, cell_id):
             return tmp_path / cell_id
 
-    cell = PrepareCell(id="prep", source="imagefolder", name="ds")
+    cell = Cell(id="prep", kind="prepare", fields={"source": "imagefolder", "name": "ds"})
     assert cell.resume_state(Ctx()) == (resume.work_path(cell.output(Ctx())),)
 
 

@@ -4,7 +4,6 @@ when the file is loaded, before any cell runs (``--list`` too): one line naming 
 
 from __future__ import annotations
 
-import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -12,19 +11,11 @@ import pytest
 from cli_helpers import assert_one_line_error, run_cli, snapshot
 
 from bench.errors import InputError
-from bench.sweep.cells import (
-    KINDS,
-    Cell,
-    _ProbeContext,
-    command_parser,
-    extra_argv,
-    managed_dests,
-    probe_cell,
-)
+from bench.sweep.cells import KINDS, SWEEP_OWNED, command_parser, owned_options
 from bench.sweep.runner import SweepContext
 from bench.sweep.spec import builtin_names, load_sweep
 
-TYPED = [k for k, c in KINDS.items() if c.COMMAND]
+TYPED = [k for k, c in KINDS.items() if c.command]
 
 
 def _sweep(tmp_path: Path, body: str, name: str = "s.yaml") -> Path:
@@ -65,20 +56,18 @@ def test_audit_args_out_overwrite_cannot_replace_a_users_dataset(tmp_path, capsy
 
 
 @pytest.mark.parametrize("kind", TYPED)
-def test_every_option_a_kind_sets_is_refused_in_args_by_any_spelling(tmp_path, kind):
-    """Derived, not listed: every option the kind's own line writes (a probe cell with every field
-    set), and ``--overwrite`` where the command has it, is refused as ``x_y``, ``x-y`` and ``--x-y``."""
-    cls = KINDS[kind]
-    written = {a for a in probe_cell(cls).argv(_ProbeContext()) if a.startswith("--")}
-    assert "--out" in written
-    parser = command_parser(cls.COMMAND)
-    flags = {o for a in parser._actions if a.dest in managed_dests(cls) for o in a.option_strings}
-    assert written <= flags
+def test_every_option_the_sweep_owns_is_refused_by_any_spelling(tmp_path, kind):
+    """``--out``, ``--overwrite``, ``--rdzv-*`` (and ``--nproc``/``--nnodes`` in ``args``), as ``x_y``, ``x-y``
+    and ``--x-y``, as a field and in ``args``."""
+    opts = KINDS[kind].options
+    owned = [k for k in opts if k in SWEEP_OWNED]
+    assert "out" in owned
     cells = _cells_for(kind)
-    for flag in sorted(flags):
-        name = flag[2:]
-        for key in {name, name.replace("-", "_"), flag}:
-            _refused(tmp_path, cells.replace("ARGS", f"{{'{key}': x}}"), "cell 'c'", f"args key '{key}'")
+    for name in owned + [k for k in ("nproc", "nnodes") if k in opts]:
+        flag = "--" + name.replace("_", "-")
+        for key in {name, name.replace("_", "-"), flag}:
+            _refused(tmp_path, cells.replace("ARGS", f"{{'{key}': x}}"), "cell 'c'", f"args key '{key}'", flag)
+    _refused(tmp_path, cells.replace("args: ARGS", "out: x"), "cell 'c'", "field 'out' would set --out")
 
 
 def _cells_for(kind: str) -> str:
@@ -98,45 +87,40 @@ def _cells_for(kind: str) -> str:
     """
 
 
-@pytest.mark.parametrize("kind, keys", [
-    # at least what the audit named: outputs, inputs, replacing, the device and the world size
-    ("prepare", {"out", "overwrite", "root", "size", "limit", "jpeg_quality"}),
-    ("meta-init", {"out", "overwrite", "device", "preset"}),
-    ("encode", {"out", "overwrite", "init", "fit_cache", "device", "nproc", "nnodes", "rdzv_endpoint", "rdzv_id",
-                "preset", "bits", "prune"}),
-    ("compare", {"out", "store", "jpeg_qualities"}),
-    ("bench", {"out", "data", "store", "pipeline", "mode", "device", "nproc", "nnodes", "rdzv_endpoint", "seed"}),
+@pytest.mark.parametrize("kind, flags", [
+    ("prepare", ["--out", "--overwrite"]),
+    ("meta-init", ["--out", "--overwrite"]),
+    ("encode", ["--fit-cache", "--init", "--nnodes", "--nproc", "--out", "--overwrite", "--rdzv-endpoint", "--rdzv-id"]),
+    ("compare", ["--out", "--store"]),
+    ("bench", ["--data", "--nnodes", "--nproc", "--out", "--rdzv-endpoint", "--rdzv-id", "--store"]),
 ])
-def test_managed_options_include_outputs_inputs_device_and_world_size(kind, keys):
-    assert keys <= managed_dests(KINDS[kind])
+def test_the_sweep_owns_outputs_references_and_the_launch(kind, flags):
+    assert owned_options(KINDS[kind]) == flags
 
 
 @pytest.mark.parametrize("name", builtin_names())
-def test_builtin_cells_write_only_managed_options_before_their_args(name):
-    """Every option a built-in cell's line holds before its ``args`` is one ``args`` may not set."""
+def test_builtin_cells_parse_and_write_inside_their_folder(name):
+    """Every built-in cell's line is one its command's parser reads, with ``--out`` inside the cell's folder."""
     cfg = load_sweep(name)
     ctx = SweepContext(out=Path("/o"), data_root=Path("/d"), cells=cfg.by_id())
     for c in cfg.cells:
-        if not c.COMMAND:
-            continue
-        own = c.argv(ctx)[: len(c.argv(ctx)) - len(extra_argv(c.args))]
-        parser = command_parser(c.COMMAND)
-        for flag in (a for a in own if a.startswith("--")):
-            assert parser._option_string_actions[flag].dest in managed_dests(type(c)), (c.id, flag)
+        if KINDS[c.kind].command:
+            ns = command_parser(c.kind).parse_args(c.argv(ctx)[1:])
+            assert Path(ns.out).parent == Path("/o/cells") / c.id and not getattr(ns, "overwrite", False), c.id
 
 
 @pytest.mark.parametrize("args, fragment", [
-    ("{ou: /x}", "args key 'ou' would set --out"),  # argparse completes a unique prefix
-    ("{o: /x}", "would set --out/--overwrite"),
+    ("{ou: /x}", "args key 'ou': inrbench prepare has no option --ou"),  # never completed as a prefix
+    ("{o: /x}", "has no option --o"),
     ("{data_root: /x}", "has no option --data-root"),
     ("{data-root: /x}", "has no option --data-root"),
     ("{colour: red}", "inrbench prepare has no option --colour"),
-    ("{root: /x}", "is a field of prepare cells: set 'root:' on the cell"),
-    ("{name: x}", "is a field of prepare cells"),
+    ("{root: /x}, root: y", "args key 'root' sets 'root' a second time"),
+    ("{name: ../x}", "name '../x' must be a plain file name"),
     ("{'--per-class': 3}", "write the option name without dashes ('per_class')"),
     ("{per_class: [3, --out, /x]}", "value '--out' would be read as an option"),
     ("{per_class: '--out=/x'}", "value '--out=/x' would be read as an option"),
-    ("{help: true}", "prints the help"),
+    ("{help: true}", "has no option --help"),
     ("{'out=/x': 1}", "must be an option name"),
 ])
 def test_args_that_reach_a_managed_option_another_way_are_refused(tmp_path, args, fragment):
@@ -174,22 +158,17 @@ def test_legitimate_args_still_pass(tmp_path):
                    dist_timeout: 120, lr: -0.5}
     """)
     cells = load_sweep(str(p)).by_id()
-    assert dict(cells["b"].args)["scale"] == [0.5, 1.0]
+    assert cells["b"].scale == [0.5, 1.0] and cells["e"].shard_size == 2
 
 
 @pytest.mark.parametrize("kind", ["inrbench", "python"])
 def test_command_kinds_take_args_verbatim(tmp_path, kind):
-    """``inrbench``/``python`` cells run the command as written (docs/sweeps.md): ``args`` only
-    appends to it and adds nothing the command could not say itself, so it is not checked."""
-    assert KINDS[kind].COMMAND is None and not managed_dests(KINDS[kind])
+    """``inrbench``/``python`` cells run the command as written (docs/sweeps.md): ``args`` only appends to it."""
+    assert KINDS[kind].command is None and not owned_options(KINDS[kind])
     p = _sweep(tmp_path, f"cells: [{{kind: {kind}, id: c, command: [x], args: {{out: y}}}}]")
-    assert load_sweep(str(p)).cells[0].args == (("out", "y"),)
-
-
-def test_a_kind_without_a_command_has_no_checks_to_derive():
-    for cls in KINDS.values():
-        assert (cls.COMMAND is None) == (cls.kind in ("inrbench", "python")), cls
-        assert dataclasses.is_dataclass(cls) and issubclass(cls, Cell)
+    cell = load_sweep(str(p)).cells[0]
+    assert cell.args == {"out": "y"} and cell.argv(SweepContext(out=tmp_path, data_root=None, cells={})) == \
+        ["x", "--out", "y"]
 
 
 # --- the sweep's own name (audit 1.2) ---------------------------------------------------------------

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 import yaml
 
 from bench.errors import InputError
 from bench.sweep import layout
-from bench.sweep.cells import KINDS, DistributedCell, Rendezvous
+from bench.sweep.cells import KINDS, Rendezvous
 from bench.sweep.runner import SweepContext, cell_hashes, run_sweep
 from bench.sweep.spec import load_sweep
 
@@ -89,8 +87,8 @@ def test_list_prints_the_torchrun_lines_of_paper_on_one_8_gpu_node(capsys):
             assert "nodes" not in header
         else:  # prepare, meta-init, compare: one process
             assert line.startswith(f"inrbench {c.kind} "), line
-    assert listing["train-cifar10-inr-1"][1].endswith("--out " + str(Path.cwd() / "runs/paper/cells/train-cifar10-inr-1/results")
-                                                    + " --crop random-pad --no-step-sync")
+    assert listing["train-cifar10-inr-1"][1].endswith(" --crop random-pad --no-step-sync --out "
+                                                    + str(Path.cwd() / "runs/paper/cells/train-cifar10-inr-1/results"))
     assert "inrbench prepare cifar10 --root /data/sets/cifar-10-batches-py" in listing["prepare-cifar10"][1]
 
 
@@ -115,8 +113,9 @@ def test_cells_pinned_to_another_device_or_setting_nproc_keep_it(tmp_path):
     by = load_sweep(str(p), nproc=8).by_id()
     assert (by["gpu"].nproc, by["cpu"].nproc, by["two"].nproc, by["enc"].nproc) == (8, 1, 2, 8)
     demo = load_sweep("demo")  # the CPU demo: one process per cell unless asked
-    assert all(c.nproc == 1 and c.nnodes == 1 for c in demo.cells if isinstance(c, DistributedCell))
-    assert all(c.nproc == 2 for c in load_sweep("demo", nproc=2).cells if isinstance(c, DistributedCell))
+    assert all(c.nproc == 1 and c.nnodes == 1 for c in demo.cells)
+    two = [c for c in load_sweep("demo", nproc=2).cells if KINDS[c.kind].distributed]
+    assert two and all(c.nproc == 2 for c in two)
 
 
 def test_cell_hash_includes_world_size_but_not_the_rendezvous(tmp_path):
@@ -139,33 +138,11 @@ def test_cell_hash_includes_world_size_but_not_the_rendezvous(tmp_path):
     assert r1 == r2 and r1["b"] not in (one["b"], eight["b"], hashes(nproc=2)["b"])
     assert hashes(nproc=8, nnodes=1)["b"] != r1["b"]  # same world size, other topology
     cells = load_sweep(str(p)).by_id()
+    ctx = SweepContext(out=tmp_path / "o", data_root=None, cells=cells)
     cell = cells["b"]
-    assert "nproc" not in cell.identity() and cell.to_dict()["nproc"] == 1
-    assert dataclasses.replace(cell, nproc=2).identity()["nproc"] == 2
-    assert "nproc" not in dataclasses.replace(cells["enc"], nproc=2, nnodes=3).identity()
-
-
-@dataclass(frozen=True)
-class _DatasetsCell(DistributedCell):
-    """A distributed cell running ``inrbench datasets`` (each rank prints the list): torchrun plumbing only."""
-
-    kind: ClassVar[str] = "test-datasets"
-
-    def argv(self, ctx):
-        return ["datasets"]
-
-
-def test_runner_starts_a_2_process_cell_under_torchrun(tmp_path, monkeypatch):
-    monkeypatch.setitem(KINDS, _DatasetsCell.kind, _DatasetsCell)
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    y = tmp_path / "d.yaml"
-    y.write_text(yaml.safe_dump({"name": "d", "cells": [{"kind": "test-datasets", "id": "ls", "nproc": 2}]}))
-    s = run_sweep(load_sweep(str(y)), tmp_path / "out", progress=False)
-    log = (tmp_path / "out/cells/ls/stdout.log").read_text()
-    assert s.status == {"ls": "ok"}, (tmp_path / "out/cells/ls/stderr.log").read_text()[-2000:]
-    assert log.count("synthetic") == 2  # both ranks ran the command
-    m = layout.read_marker(tmp_path / "out/cells/ls")
-    assert m["process_argv"][1:3] == ["-m", "torch.distributed.run"] and "--nproc-per-node" in m["process_argv"]
+    assert "world" not in cell.identity(ctx) and cell.to_dict()["nproc"] == 1
+    assert dataclasses.replace(cell, nproc=2).identity(ctx)["world"] == [2, 1]
+    assert "world" not in dataclasses.replace(cells["enc"], nproc=2, nnodes=3).identity(ctx)
 
 
 def test_multi_node_cell_is_a_skip_with_the_line_then_adopted_when_run_by_hand(tmp_path, monkeypatch):

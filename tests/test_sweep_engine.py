@@ -181,11 +181,11 @@ def test_resume_without_previous_run_is_an_input_error(tmp_path):
     ("cells: [{kind: python, id: x, colour: red}]", "unknown fields ['colour']"),
     ("cells: [{kind: bench, id: b, pipeline: raw, data: later}]", "data='later' names no earlier cell"),
     ("cells: [{kind: python, id: p}, {kind: bench, id: b, pipeline: raw, data: p}]", "is a python cell, expected prepare"),
-    ("cells: [{kind: prepare, id: p, source: photos, size: big}]", "size must be an integer"),
+    ("cells: [{kind: prepare, id: p, source: photos, size: big}]", "argument --size: invalid int value: 'big'"),
     ("cells: [{kind: python, id: 'a b'}]", "id must match"),
     ("cells: [{kind: python, id: a}, {kind: python, id: a}]", "duplicate cell id 'a'"),
     ("cells: [{kind: prepare, id: p, source: photos}, {kind: bench, id: b, pipeline: raw, data: p, mode: fast}]",
-     "mode must be one of loader|replay|train"),
+     "argument --mode: invalid choice: 'fast'"),
     # a name is a file name inside the cell folder: it never climbs out of the sweep folder (audit)
     ("cells: [{kind: prepare, id: p, source: photos, name: ../../../../esc_out}]",
      "cell 'p': name '../../../../esc_out' must be a plain file name"),
@@ -243,7 +243,7 @@ def test_builtin_sweeps_are_valid_and_cover_every_stage(capsys):
     assert argv[argv.index("--out") + 1] == "/o/cells/encode-8bit/8bit.inr"
 
     paper = load_sweep("paper", device="cpu")  # --device overrides the file's cuda
-    assert paper.device == "cpu" and all(c.device == "cpu" for c in paper.cells if hasattr(c, "device"))
+    assert paper.device == "cpu" and all(c.device == "cpu" for c in paper.cells if c.kind != "prepare" and c.kind != "compare")
     roots = {c.root for c in paper.cells if c.kind == "prepare"}
     assert roots == {"cifar-10-batches-py", "flowers102", "mini-imagenet"}
 
@@ -278,7 +278,6 @@ def test_builtin_sweeps_time_every_comparison_in_several_processes(name):
     seed is no timed setting (``cfg.pipe.seed`` splits no comparison: ``bench.report.settings.IGNORED``),
     so cells that differ only in ``seed`` are processes of the same thing."""
     import collections
-    import dataclasses
 
     from bench.report.settings import IGNORED
 
@@ -287,15 +286,15 @@ def test_builtin_sweeps_time_every_comparison_in_several_processes(name):
     bench = [c for c in cfg.cells if c.kind == "bench"]
     groups = collections.defaultdict(list)
     for i, c in enumerate(bench):
-        key = {f.name: getattr(c, f.name) for f in dataclasses.fields(c) if f.name not in ("id", "seed")}
+        key = {k: v for k, v in c.to_dict().items() if k not in ("id", "seed")}
         groups[repr(sorted(key.items(), key=lambda kv: kv[0]))].append(i)
     assert groups and all(len(ix) >= 2 for ix in groups.values()), \
         [bench[ix[0]].id for ix in groups.values() if len(ix) < 2]
     # interleaved: another cell runs between two processes of the same thing
     assert all(all(b - a > 1 for a, b in zip(ix, ix[1:], strict=False)) for ix in groups.values())
-    expand = [dict(c.args) for c in bench if "-expand-" in c.id]
-    assert expand and all(a["method"] == "expand" and a["schedule"] for a in expand)
-    assert all("method" not in dict(c.args) for c in bench if "-dense-" in c.id)
+    expand = [c for c in bench if "-expand-" in c.id]
+    assert expand and all(c.method == "expand" and c.schedule for c in expand)
+    assert all(c.method is None for c in bench if "-dense-" in c.id)
 
 
 @pytest.mark.parametrize("name, n_seeds", [("demo", 3), ("paper", 2)])
@@ -305,7 +304,6 @@ def test_builtin_train_cells_sample_training_seeds(name, n_seeds):
     permutation, augmentation and initial weights, so the report pairs their accuracies by seed.
     The loader/replay and method cells keep bench's default seed."""
     import collections
-    import dataclasses
 
     from bench.sweep.runner import SweepContext
 
@@ -314,7 +312,7 @@ def test_builtin_train_cells_sample_training_seeds(name, n_seeds):
     assert train
     groups = collections.defaultdict(list)
     for c in train:
-        key = {f.name: getattr(c, f.name) for f in dataclasses.fields(c) if f.name not in ("id", "seed")}
+        key = {k: v for k, v in c.to_dict().items() if k not in ("id", "seed")}
         groups[repr(sorted(key.items()))].append(c)
         assert c.id.endswith(f"-{c.seed}") and c.mode == "train"
     for cells in groups.values():
@@ -329,15 +327,18 @@ def test_builtin_train_cells_sample_training_seeds(name, n_seeds):
     assert all(c.seed is None for c in cfg.cells if c.kind == "bench" and not c.id.startswith("train-"))
     # unset, a seed stays out of the cell's hash (cells without one keep theirs)
     other = next(c for c in cfg.cells if c.kind == "bench" and c.seed is None)
-    assert "seed" not in other.identity() and train[0].identity()["seed"] == 1
+    assert "--seed" not in other.identity(ctx)["argv"] and "--seed" in train[0].identity(ctx)["argv"]
 
 
-def test_bench_cell_refuses_a_seed_out_of_range():
-    from bench.sweep.cells import BenchCell
-
-    with pytest.raises(ValueError, match="seed"):
-        BenchCell(id="b", pipeline="raw", data="p", seed=-1)
-    assert BenchCell(id="b", pipeline="raw", data="p", seed=0).seed == 0
+def test_bench_cell_refuses_a_seed_out_of_range(tmp_path):
+    """The command's own parser checks the cell's options (``bench --seed``: 0..2**32-1)."""
+    p = tmp_path / "s.yaml"
+    cells = "cells: [{kind: prepare, id: p, source: photos}, {kind: bench, id: b, data: p, pipeline: raw, seed: SEED}]"
+    p.write_text(cells.replace("SEED", "-1"))
+    with pytest.raises(InputError, match="cell 'b': inrbench bench: argument --seed: a seed must be an integer in"):
+        load_sweep(str(p))
+    p.write_text(cells.replace("SEED", "0"))
+    assert load_sweep(str(p)).by_id()["b"].seed == 0
 
 
 def test_matrix_dict_item_may_carry_a_label_for_the_id(tmp_path):
@@ -360,9 +361,37 @@ def test_matrix_dict_item_may_carry_a_label_for_the_id(tmp_path):
     """))
     ids = {c.id: c for c in load_sweep(str(p)).cells}
     assert list(ids) == ["p", "m-dense-1", "m-expand-1", "m-dense-2", "m-expand-2"]
-    assert dict(ids["m-expand-2"].args) == {"method": "expand"} and not ids["m-dense-1"].args
+    assert ids["m-expand-2"].method == "expand" and ids["m-dense-1"].method is None
     text = p.read_text().replace('id: "m-{label}-{process}"', 'id: "m-{label}-{process}-e{epoch}"')
     p.write_text(text.replace("{label: expand,", "{label: expand, epoch: 3,").replace("{label: dense}",
                                                                                    "{label: dense, epoch: 3}"))
-    with pytest.raises(InputError, match=r"unknown fields \['epoch'\]"):  # a typo of epochs
+    with pytest.raises(InputError, match=r"field 'epoch': inrbench bench has no option --epoch"):  # a typo of epochs
         load_sweep(str(p))
+
+
+def test_the_merged_view_is_written_once_per_run_and_on_an_interrupt(tmp_path, monkeypatch):
+    """Not after every cell (it reads every finished cell's rows: quadratic in the cells), and on an
+    interrupt the cells finished so far are in it."""
+    from bench.sweep import runner
+
+    calls = []
+    real = layout.write_merged
+    monkeypatch.setattr(layout, "write_merged", lambda out: (calls.append(out), real(out)))
+    y = tmp_path / "s.yaml"
+    y.write_text(yaml.safe_dump({"name": "s", "cells": [
+        {"kind": "python", "id": f"c{i}", "command": ["-c", "print(1)"]} for i in range(3)]}))
+    assert run_sweep(load_sweep(str(y)), tmp_path / "out", progress=False).status == {f"c{i}": "ok" for i in range(3)}
+    assert len(calls) == 1
+    real_run = runner._run_cell
+
+    def interrupted(cell, *a, **kw):
+        if cell.id == "c1":
+            raise KeyboardInterrupt
+        return real_run(cell, *a, **kw)
+
+    monkeypatch.setattr(runner, "_run_cell", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(load_sweep(str(y)), tmp_path / "out", progress=False, redo=("c*",))
+    assert len(calls) == 2
+    rows = pd.read_csv(tmp_path / "out" / "results.csv")
+    assert list(rows["run_id"]) == ["sweep:c0", "sweep:c2"]  # c0 ran again; c1 left no marker; c2 not reached

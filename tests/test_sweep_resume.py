@@ -9,13 +9,13 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import yaml
 
 from bench.sweep import layout
-from bench.sweep.cells import PythonCell
+from bench.sweep.cells import KINDS, Cell, Kind
 from bench.sweep.runner import run_sweep
 from bench.sweep.spec import SweepConfig, load_sweep
 
@@ -32,14 +32,14 @@ STEPS = ("import pathlib, sys\n"
          "(st / 'step2').write_text('2')\n")
 
 
-@dataclass(frozen=True)
-class ResumableCell(PythonCell):
-    def resume_state(self, ctx) -> tuple[Path, ...]:
-        return (ctx.cell_dir(self.id) / "state",)
+@pytest.fixture(autouse=True)
+def resumable(monkeypatch):
+    """A python kind that resumes from ``CELL/state``."""
+    monkeypatch.setitem(KINDS, "resumable", Kind("resumable", output="x", resume="state", python=True))
 
 
-def _sweep(log: Path, **fields) -> SweepConfig:
-    cell = ResumableCell(id="r", command=("-c", STEPS, str(log)))
+def _sweep(log: Path, args: dict | None = None, **fields) -> SweepConfig:
+    cell = Cell(id="r", kind="resumable", fields={"command": ["-c", STEPS, str(log)], **({"args": args} if args else {})})
     return SweepConfig(name="resume", description="", device="cpu", report=False,
                        cells=(dataclasses.replace(cell, **fields),))
 
@@ -60,7 +60,7 @@ def test_same_cell_resumes_its_state_and_nothing_else(tmp_path):
 def test_other_argv_or_redo_starts_from_nothing(tmp_path):
     log, out = tmp_path / "log", tmp_path / "out"
     run_sweep(_sweep(log), out, progress=False)
-    other = _sweep(log, args=(("flag", True),))  # another argv: its state is not this run's
+    other = _sweep(log, args={"flag": True})  # another argv: its state is not this run's
     assert run_sweep(other, out, progress=False).status == {"r": "error"}
     assert _found(log)[-1] == "|False"
     assert run_sweep(other, out, progress=False, redo=("r",)).status == {"r": "error"}  # redo: from nothing

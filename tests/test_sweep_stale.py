@@ -76,20 +76,6 @@ def test_keep_stale_keeps_finished_cells_and_says_so(tmp_path, code):
     assert s.kept_stale == ["a"] and s.ran == ["b"] and s.stale == []
 
 
-def test_marker_from_before_code_identities_is_stale(tmp_path, code):
-    counter, out = tmp_path / "count", tmp_path / "out"
-    y = _sweep(tmp_path, counter)
-    run_sweep(load_sweep(str(y)), out, progress=False)
-    for cid in ("a", "b"):  # rewrite the markers as the previous version wrote them
-        p = out / "cells" / cid / "cell.json"
-        m = json.loads(p.read_text())
-        m["hash"] = m.pop("config_hash")
-        del m["code"]
-        p.write_text(json.dumps(m))
-    s = run_sweep(load_sweep(str(y)), out, progress=False)
-    assert s.stale == ["a", "b"] and s.ran == ["a", "b"]
-
-
 def test_cli_reports_stale_cells(tmp_path, code, capsys):
     counter, out = tmp_path / "count", tmp_path / "out"
     y = _sweep(tmp_path, counter)

@@ -1,2 +1,1 @@
-"""Sweeps: grids of ``inrbench`` commands declared as data (``bench/sweeps/<name>.yaml`` or any path), run
-cell by cell in subprocesses, each in its own folder, resumable."""
+"""Sweeps: grids of ``inrbench`` commands declared in YAML (``spec``), run cell by cell, resumable (``runner``)."""

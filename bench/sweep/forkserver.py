@@ -1,15 +1,7 @@
-"""Start a sweep cell's ``python -m bench`` by forking a server that has torch and the project imported.
-
-A fresh interpreter spends seconds importing torch, torchvision and the project before a cell does
-any work, the same seconds for every cell. The server imports them once, single-threaded (no torch
-op runs, no CUDA context exists, DALI is not imported) and forks one child per cell, which runs
-``python -m bench <argv>`` as a new process would: its own working folder, environment, stdio
-files, default signal handlers and exit code. Each cell is still its own process (the unit of an
-interval); only the import time is shared. A cell the server cannot start runs as a subprocess.
-
-Protocol (JSON lines): the runner writes ``{"argv", "cwd", "env", "stdout", "stderr"}`` to the
-server's stdin; the server answers ``{"pid"}`` once the child runs, then ``{"rc"}`` when it exits.
-"""
+"""Start a cell's ``python -m bench`` by forking a server that has torch and the project imported: each cell is still
+its own process (folder, environment, stdio, signals, exit code), only the imports are shared. The server forks only
+while no thread and no CUDA context exist. Protocol (JSON lines): ``{"argv", "cwd", "env", "stdout", "stderr"}`` in;
+``{"pid"}`` once the child runs, then ``{"rc"}`` out."""
 
 from __future__ import annotations
 
@@ -36,8 +28,7 @@ def die_with_parent() -> None:
 
 
 def _safe_to_fork() -> bool:
-    """No Python thread but this one and no CUDA context: what a ``DataLoader`` forking its workers
-    relies on (the idle native pools of OpenBLAS and jemalloc reinitialize in the child)."""
+    """No Python thread but this one and no CUDA context (what a ``DataLoader`` forking its workers relies on)."""
     import threading
 
     torch = sys.modules.get("torch")
@@ -114,8 +105,7 @@ def serve() -> None:  # pragma: no cover - the server process (tested through Fo
 
 
 class ForkedCell:
-    """The ``subprocess.Popen`` calls the runner makes (``wait``, ``send_signal``, ``terminate``,
-    ``kill``) for a child of the server."""
+    """The ``subprocess.Popen`` calls the runner makes, for a child of the server."""
 
     def __init__(self, server: ForkServer, pid: int):
         self.server, self.pid, self.returncode = server, pid, None
@@ -195,8 +185,7 @@ _SERVER: ForkServer | None = None
 
 
 def server_for(env: dict[str, str]) -> ForkServer | None:
-    """The running server for ``env`` (started on first use; another ``env`` replaces it), or None
-    where forking is off (``INRBENCH_NO_FORKSERVER``) or not possible here (not retried for ``env``)."""
+    """The server for ``env`` (started on first use), or None where forking is off or not possible here."""
     global _SERVER
     if env.get(DISABLE_ENV) or not hasattr(os, "fork"):
         return None

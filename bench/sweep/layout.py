@@ -1,21 +1,6 @@
-"""The on-disk layout of a sweep's results folder, and reading it back.
-
-::
-
-    OUT/sweep.json                the resolved sweep (every cell's fields, argv and hash)
-    OUT/env.json                  ``bench.envinfo.collect()`` at the start of the last run
-    OUT/results.csv               merged view: every finished cell's rows + one status row per cell
-    OUT/cells/<id>/               one folder per cell: its outputs, stdout.log, stderr.log
-    OUT/cells/<id>/cell.json      the completion marker, written atomically *after* the outputs
-    OUT/cells/<id>/attempt.json   written when the cell starts: what an unfinished cell may resume from
-    OUT/shared/<name>/            caches shared by cells (``encode --fit-cache``), never read as results
-
-A cell folder without ``cell.json`` is a killed or running cell: it is never read, and the
-next run redoes it, resuming from what the same cell left to resume from (``Cell.resume_state``:
-an encode's finished shards) and discarding the rest. Status rows use the results schema (``bench.results``):
-``run_id = "sweep:<id>"``, ``metric = "cell_s"`` (the cell's wall time, NaN unless ok),
-``mode`` = the bench mode or the cell kind, ``status``/``reason`` from the marker.
-"""
+"""A sweep's results folder (docs/sweeps.md): ``sweep.json``, ``env.json``, ``results.csv`` (the merged view, written
+at the end of a run), ``cells/<id>/`` with ``cell.json`` written atomically after the cell's outputs (a folder without it
+is never read), ``attempt.json`` (what an unfinished cell may resume from) and ``shared/<name>/`` (caches)."""
 
 from __future__ import annotations
 
@@ -41,12 +26,7 @@ def is_sweep_dir(out: str | Path) -> bool:
 
 
 def enclosing_sweep(out: str | Path) -> Path | None:
-    """The sweep results folder that ``out`` lies inside (symlinks resolved), or ``None``.
-
-    A sweep folder is recognized as ``bench.outputs`` recognizes it: its marker (``.inrbench.json``,
-    kind ``sweep``), or, written before markers existed, ``sweep.json`` beside ``cells/``. A sweep whose
-    ``--out`` lies inside another one's would read there as a cell nobody declared (``OUT/cells/new``).
-    """
+    """The sweep results folder ``out`` lies inside (symlinks resolved), or ``None``."""
     from bench.outputs import is_own
 
     return next((p for p in Path(out).expanduser().resolve().parents if is_own(p, "sweep")), None)
@@ -84,31 +64,16 @@ def status_row(marker: dict[str, Any]) -> dict[str, Any]:
     from bench.results import RESULTS_SCHEMA_VERSION
 
     ok = marker["status"] == "ok"
-    return {
-        "schema_version": RESULTS_SCHEMA_VERSION,
-        "run_id": f"sweep:{marker['id']}",
-        "pipeline": marker.get("pipeline", ""),
-        "dataset": marker.get("dataset", ""),
-        "mode": marker.get("mode", ""),
-        "repeat": None,
-        "epoch": None,
-        "rank": None,  # a status row is about the whole cell, never one rank of it
-        "metric": STATUS_METRIC,
-        "value": float(marker["wall_s"]) if ok else float("nan"),
-        "unit": "s",
-        "status": marker["status"],
-        "reason": "" if ok else marker.get("reason", "") or marker["status"],
-        "cfg.sweep.cell": marker["id"],
-        "cfg.sweep.kind": marker.get("kind", ""),
-    }
+    return {"schema_version": RESULTS_SCHEMA_VERSION, "run_id": f"sweep:{marker['id']}",
+            "pipeline": marker.get("pipeline", ""), "dataset": marker.get("dataset", ""), "mode": marker.get("mode", ""),
+            "repeat": None, "epoch": None, "rank": None,  # about the whole cell, never one rank of it
+            "metric": STATUS_METRIC, "value": float(marker["wall_s"]) if ok else float("nan"), "unit": "s",
+            "status": marker["status"], "reason": "" if ok else marker.get("reason", "") or marker["status"],
+            "cfg.sweep.cell": marker["id"], "cfg.sweep.kind": marker.get("kind", "")}
 
 
 def cell_rows(cell_dir: Path):
-    """The result rows a finished cell wrote itself (``inrbench bench`` layout), or ``None``.
-
-    Read from ``CELL/results`` (bench cells), ``CELL/out`` (command cells) or, for sweeps
-    written before those existed, ``CELL`` itself: the first that holds runs.
-    """
+    """The result rows a cell wrote itself (``inrbench bench`` layout) in ``CELL/results``, ``CELL/out`` or ``CELL``."""
     import pandas as pd
 
     from bench import results as R
@@ -132,15 +97,11 @@ def read_sweep_results(out: str | Path):
     out = Path(out)
     if not is_sweep_dir(out):
         raise InputError(f"not a sweep results folder (no {SWEEP_FILE})", out)
-    frames = []
-    status = []
+    frames, status = [], []
     for cell_dir, marker in finished_cells(out):
         df = cell_rows(cell_dir)
         if df is not None:
-            df = df.copy()
-            df["cfg.sweep.cell"] = marker["id"]
-            df["cfg.sweep.kind"] = marker.get("kind", "")
-            frames.append(df)
+            frames.append(df.assign(**{"cfg.sweep.cell": marker["id"], "cfg.sweep.kind": marker.get("kind", "")}))
         status.append(status_row(marker))
     if status:
         frames.append(pd.DataFrame(status))
@@ -150,12 +111,7 @@ def read_sweep_results(out: str | Path):
     cfg_cols = sorted(c for c in df.columns if c.startswith(R.CFG_PREFIX))
     df = df[list(R.CORE_COLUMNS) + cfg_cols].copy()
     for col, dtype in R.CORE_COLUMNS.items():
-        if dtype == "Int64":
-            df[col] = pd.to_numeric(df[col]).astype("Int64")
-        elif dtype == "float64":
-            df[col] = pd.to_numeric(df[col]).astype("float64")
-        else:
-            df[col] = df[col].astype("string")
+        df[col] = pd.to_numeric(df[col]).astype(dtype) if dtype in ("Int64", "float64") else df[col].astype("string")
     df["reason"] = df["reason"].fillna("")
     return df
 

@@ -1,61 +1,22 @@
-"""Sweep files -> a validated ``SweepConfig`` of frozen cells.
-
-YAML layout::
-
-    name: demo
-    description: one line
-    device: cpu                      # default for every cell with a ``device`` field
-    report: true                     # build the report after the last cell
-    defaults:                        # per kind, merged under each cell's own fields
-      bench: {epochs: 2, repeats: 3}
-    cpu_defaults:                    # on a CPU run only: merged over ``defaults`` (the description says so)
-      encode: {iterations: 500}
-    cells:
-      - {kind: prepare, id: prep, source: photos, name: photos32, size: 32}
-      - kind: bench
-        id: "bench-{pipeline}-{mode}"          # formatted with the cell's fields
-        data: prep
-        matrix:                                # cartesian product, one cell per combination
-          mode: [loader, train]                # scalar items set that field
-          feed: [{pipeline: raw}, {pipeline: inr, store: enc}]   # dict items merge fields
-
-Distributed cells (``bench``, ``encode``): ``nproc`` processes per node and ``nnodes`` nodes,
-per cell, in ``defaults`` or from the command line (``inrbench sweep paper --nproc 8``): a
-command-line value fills every such cell on the sweep's device that does not set the field
-itself (a cell pinned to ``device: cpu`` in a GPU sweep stays one process). ``nnodes > 1``
-needs the rendezvous endpoint (``--rdzv-endpoint HOST:PORT``), else an ``InputError``.
-
-Rules: ids are unique and ``[A-Za-z0-9][A-Za-z0-9._-]*``; a cell may only reference cells declared
-before it (so file order is a valid run order and there are no cycles); ``data`` must name a
-``prepare`` cell and ``store``/``stores`` ``encode`` cells (``stores`` items may be globs
-over ids). The sweep's ``name`` (default: the file's stem) is a plain file name: it names the default
-folders ``runs/<name>`` and ``reports/<name>``. A typed cell's ``args`` may not set what the kind
-sets itself (``cells.check_args``: its fields, every option its line writes, ``--overwrite``, or a
-prefix argparse completes to one), and its whole line is checked by its command's own parser and checks,
-as far as they read no file (``Cell.check_options``). Any violation is an ``InputError`` naming the file
-and the cell.
-The format, for users: ``docs/sweeps.md``.
-"""
+"""Sweep files -> a validated ``SweepConfig``: cells expanded from ``matrix``, ``defaults`` merged, references
+resolved to earlier cells, every line checked by its command's parser. The format: ``docs/sweeps.md``."""
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import functools
 import importlib.resources
 import itertools
 import math
 import re
-import types
-import typing
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.errors import InputError
-from bench.sweep.cells import KINDS, Cell, DistributedCell, Rendezvous, check_args, check_name
+from bench.sweep import cells as C
+from bench.sweep.cells import ID_RE, KINDS, Cell, Rendezvous, SweepContext
 
-ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a folder name: never ".", ".." or hidden
 FIELD_RE = re.compile(r"^[A-Za-z_]\w*(\[[^\]]*\])*$")  # an id template's field: name or name[key]
 ID_MAX = 200  # characters of a cell id (its folder's name: at most 255 bytes on most file systems)
 MAX_CELLS = 10_000  # cells of one sweep: each is a process; a matrix beyond it is a mistake
@@ -77,23 +38,13 @@ class SweepConfig:
     source: str = ""
     rendezvous: Rendezvous = Rendezvous()
 
-    def __post_init__(self) -> None:
-        if self.device not in DEVICES:
-            raise ValueError(f"device must be one of {'|'.join(DEVICES)}, got {self.device!r}")
-
     def by_id(self) -> dict[str, Cell]:
         return {c.id: c for c in self.cells}
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "description": self.description,
-            "device": self.device,
-            "report": self.report,
-            "source": self.source,
-            "rendezvous": dataclasses.asdict(self.rendezvous),
-            "cells": [c.to_dict() for c in self.cells],
-        }
+        return {"name": self.name, "description": self.description, "device": self.device, "report": self.report,
+                "source": self.source, "rendezvous": dataclasses.asdict(self.rendezvous),
+                "cells": [c.to_dict() for c in self.cells]}
 
 
 def builtin_names() -> list[str]:
@@ -117,11 +68,8 @@ def locate(name_or_path: str) -> Path:
 
 def load_sweep(name_or_path: str, device: str | None = None, nproc: int | None = None, nnodes: int | None = None,
                rendezvous: Rendezvous | None = None) -> SweepConfig:
-    """Read, expand and validate a sweep; ``device`` overrides the file's default device.
-
-    ``nproc``/``nnodes`` fill the distributed cells on the sweep's device that do not set them;
-    ``rendezvous`` is where multi-node cells meet.
-    """
+    """Read, expand and validate a sweep; ``device`` overrides the file's, ``nproc``/``nnodes`` fill the
+    distributed cells on the sweep's device that do not set them."""
     path = locate(name_or_path)
     import yaml
 
@@ -144,7 +92,7 @@ def parse_sweep(doc: Any, path: Path, device: str | None = None, nproc: int | No
     if isinstance(name, (dict, list)) or not str(name).strip():
         raise InputError(f"'name' must be a plain file name, got {name!r}", path)
     try:  # the default results and report folders are runs/<name> and reports/<name>
-        check_name(str(name), what="the sweep's default folders runs/<name> and reports/<name>")
+        C.check_name(str(name), what="the sweep's default folders runs/<name> and reports/<name>")
     except ValueError as e:
         raise InputError(f"sweep {e}", path) from None
     dev = device or doc.get("device", "cpu")
@@ -171,6 +119,7 @@ def parse_sweep(doc: Any, path: Path, device: str | None = None, nproc: int | No
 
     cells: list[Cell] = []
     seen: dict[str, Cell] = {}
+    probe = SweepContext(out=Path("/probe"), data_root=Path("/probe/data-root"), cells=seen)  # outputs to parse
     for i, raw in enumerate(raw_cells):
         where = f"cell #{i + 1}"
         if not isinstance(raw, dict):
@@ -178,24 +127,26 @@ def parse_sweep(doc: Any, path: Path, device: str | None = None, nproc: int | No
         kind = raw.get("kind")
         if kind not in KINDS:
             raise InputError(f"{where}: unknown kind {kind!r}; known: {', '.join(KINDS)}", path)
-        known = {fl.name for fl in fields(KINDS[kind])}
-        for fields_ in _expand(raw, defaults.get(kind, {}), known, path, where):
+        for fields_ in _expand(raw, defaults.get(kind, {}), KINDS[kind].keys, path, where):
             if len(cells) == MAX_CELLS:
                 raise InputError(f"more than {MAX_CELLS:,} cells, more than a sweep may hold", path)
             cell = _build(KINDS[kind], fields_, dev, path, where, launch)
-            if isinstance(cell, DistributedCell) and cell.nnodes > 1 and not rdzv.endpoint:
+            if cell.nnodes > 1 and not rdzv.endpoint:
                 raise InputError(f"cell {cell.id!r}: nnodes {cell.nnodes} needs a rendezvous: pass "
                                  "--rdzv-endpoint HOST:PORT (a node every node reaches) to inrbench sweep", path)
             cell = _check_refs(cell, seen, path)
             seen[cell.id] = cell
+            try:
+                cell.check(probe)
+            except ValueError as e:
+                raise InputError(f"cell {cell.id!r}: {e}", path) from None
             cells.append(cell)
     return SweepConfig(name=str(name), description=description, device=dev,
                        report=bool(doc.get("report", True)), cells=tuple(cells), source=str(path), rendezvous=rdzv)
 
 
 def _check_size(doc: Any, path: Path) -> None:
-    """Refuse a document of more than ``MAX_NODES`` values once its aliases are expanded (``&a`` used
-    as ``*a`` nine times per level: a billion values from a few lines), counted without expanding it."""
+    """Refuse more than ``MAX_NODES`` values once YAML aliases are expanded (an alias bomb), counted without expanding."""
     seen, stack = 0, [doc]
     while stack:
         node = stack.pop()
@@ -203,48 +154,35 @@ def _check_size(doc: Any, path: Path) -> None:
         if seen > MAX_NODES:
             raise InputError(f"more than {MAX_NODES:,} values once its YAML aliases (*name) are expanded: "
                              "an alias bomb or a mistake", path)
-        if isinstance(node, dict):
-            stack.extend(node.keys())
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
+        if isinstance(node, (dict, list)):
+            stack.extend([*node.keys(), *node.values()] if isinstance(node, dict) else node)
 
 
 def _format_id(template: str, fields_: dict, path: Path, where: str) -> str:
-    """A cell's ``id`` template filled in with its fields: ``{name}`` or ``{name[key]}`` fields (no attribute
-    access), widths and precisions of at most ``ID_MAX``; the result at most ``ID_MAX`` long."""
+    """A cell's ``id`` template filled in: ``{name}`` or ``{name[key]}`` only, the result at most ``ID_MAX`` long."""
     import string
 
-    bad = None
     try:
         for _, name, spec, _ in string.Formatter().parse(template):
-            if name is None:
-                continue
-            if not FIELD_RE.match(name):
-                bad = f"{{{name}}}: a field is a name, or name[key] (no attribute access)"
-            elif "{" in (spec or "") or any(int(n) > ID_MAX for n in re.findall(r"\d+", spec or "")):
-                bad = f"{{{name}:{spec}}}: widths and precisions are at most {ID_MAX}"
-            if bad:
-                break
-        if bad is None:
-            out = template.format(**fields_)
+            if name is not None and not FIELD_RE.match(name):
+                raise ValueError(f"{{{name}}}: a field is a name, or name[key] (no attribute access)")
+            if name is not None and ("{" in (spec or "") or any(int(n) > ID_MAX for n in re.findall(r"\d+", spec or ""))):
+                raise ValueError(f"{{{name}:{spec}}}: widths and precisions are at most {ID_MAX}")
+        out = template.format(**fields_)
     except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
-        bad = f"{type(e).__name__}: {e}"
-    if bad is not None:
-        raise InputError(f"{where}: cannot format id {_short(template)}: {bad[:120]}", path)
+        bad = str(e) if isinstance(e, ValueError) and str(e).startswith("{") else f"{type(e).__name__}: {e}"
+        raise InputError(f"{where}: cannot format id {_short(template)}: {bad[:120]}", path) from None
     if len(out) > ID_MAX:
         raise InputError(f"{where}: id {_short(out)} is {len(out)} characters long, at most {ID_MAX}", path)
     return out
 
 
 def _short(text: str, limit: int = 80) -> str:
-    """``repr(text)``, cut to ``limit`` characters: a message stays one short line."""
     r = repr(text)
     return r if len(r) <= limit else f"{r[:limit]}...' ({len(text)} characters)"
 
 
 def _check_endpoint(endpoint: str | None) -> None:
-    """``HOST:PORT`` (a port 1..65535), else an ``InputError``."""
     if endpoint is None:
         return
     host, _, port = endpoint.rpartition(":")
@@ -253,15 +191,8 @@ def _check_endpoint(endpoint: str | None) -> None:
 
 
 def _expand(raw: dict, defaults: dict, known: set[str], path: Path, where: str) -> list[dict]:
-    """One cell mapping with an optional ``matrix`` -> one field mapping per combination.
-
-    A scalar matrix key that is not a field of the kind only names the combination (usable in
-    the ``id`` template) and is dropped afterwards; so is a dict item's ``label`` (``LABEL``), a
-    reserved key that only names the item (``{label: expand, args: {...}}`` with
-    ``id: "method-{label}"``) where the kind has no field of that name. Any other unknown key of a
-    dict item is refused by validation, even when the id names it (a typo'd field never drops
-    silently).
-    """
+    """One cell mapping with an optional ``matrix`` -> one mapping per combination. A scalar matrix key the kind
+    does not know, and a dict item's ``label``, only name the combination (in the id) and are dropped."""
     base = {**defaults, **{k: v for k, v in raw.items() if k not in ("kind", "matrix")}}
     if isinstance(defaults.get("args"), dict) and isinstance(raw.get("args"), dict):
         base["args"] = {**defaults["args"], **raw["args"]}  # extra flags merge, the cell's win
@@ -293,120 +224,93 @@ def _expand(raw: dict, defaults: dict, known: set[str], path: Path, where: str) 
     return out
 
 
-def _coerce(value: Any, tp: Any, name: str) -> Any:
-    """Check/convert a YAML value against a dataclass field annotation."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errs = []
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return _coerce(value, a, name)
-            except ValueError as e:
-                errs.append(str(e))
-        raise ValueError(errs[0] if errs else f"{name}: bad value {value!r}")
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if not isinstance(value, (list, tuple)):
-            value = [value]
-        if args and args[-1] is Ellipsis:
-            return tuple(_coerce(v, args[0], name) for v in value)
-        if args == (str, Any):  # a (flag, value) pair of ``args``
-            return tuple(value)
-        return tuple(value)
-    if tp is Any:
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ValueError(f"{name} must be true/false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name} must be an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{name} must be a number, got {value!r}")
-        return float(value)
-    if tp is str:
-        if isinstance(value, (dict, list)) or value is None:
-            raise ValueError(f"{name} must be a string, got {value!r}")
-        return str(value)
-    return value
+def _int(f: dict, key: str, where: str, path: Path) -> int:
+    v = f.get(key, 1)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        more = " >= 1" if isinstance(v, int) and not isinstance(v, bool) else ""
+        raise InputError(f"{where}: {key} must be an integer{more}, got {v!r}", path)
+    return v
 
 
-@functools.cache
-def _type_hints(cls: type[Cell]) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _build(cls: type[Cell], f: dict, device: str, path: Path, where: str, launch: dict | None = None) -> Cell:
-    hints = _type_hints(cls)
-    known = {fl.name for fl in fields(cls)}
+def _build(kind: C.Kind, f: dict, device: str, path: Path, where: str, launch: dict) -> Cell:
+    """One expanded cell mapping -> a ``Cell`` whose line its command's parser and checks accept."""
     cid = f.get("id")
     where = f"cell {cid!r}" if cid else where
-    unknown = set(f) - known
-    if unknown:
-        raise InputError(f"{where}: unknown fields {sorted(unknown)} for kind {cls.kind!r}; "
-                         f"known: {sorted(known)}", path)
     if not ID_RE.match(str(cid)):
         raise InputError(f"{where}: id must match {ID_RE.pattern}", path)
-    if "device" in known and f.get("device") is None:
-        f = {**f, "device": device}
-    if f.get("device", device) == device:  # command-line nproc/nnodes: cells that do not set them
-        f = {**{k: v for k, v in (launch or {}).items() if k in known}, **f}
-    if "args" in f:
-        if not isinstance(f["args"], dict):
-            raise InputError(f"{where}: 'args' must be a mapping of flag -> value", path)
-        f = {**f, "args": tuple(f["args"].items())}
-    kw = {}
-    try:
-        for k, v in f.items():
-            kw[k] = _coerce(v, hints[k], k)
-        cell = cls(**kw)
-        check_args(cell)
-        cell.check_options()
-    except (TypeError, ValueError) as e:
-        raise InputError(f"{where}: {e}", path) from None
-    if cell.timeout_s is not None and not 0 < cell.timeout_s < math.inf:
-        raise InputError(f"{where}: timeout_s must be a finite number of seconds > 0, got {f.get('timeout_s')!r}", path)
-    for fl in fields(cls):
-        if fl.name in ("data", "source", "pipeline") and fl.name in known and not getattr(cell, fl.name):
-            raise InputError(f"{where}: missing required field {fl.name!r}", path)
-    return cell
+    args = f.get("args") or {}
+    if not isinstance(args, dict):
+        raise InputError(f"{where}: 'args' must be a mapping of flag -> value", path)
+    own = {k: v for k, v in f.items() if k not in (*C.COMMON, *C.LAUNCH)}
+    if kind.command is None:
+        unknown = set(f) - kind.keys
+        if unknown:
+            raise InputError(f"{where}: unknown fields {sorted(unknown)} for kind {kind.name!r}; "
+                             f"known: {sorted(kind.keys)}", path)
+        own = {"command": [str(a) for a in own.get("command") or ()], **({"args": args} if args else {})}
+    else:
+        opts: dict[str, Any] = {}
+        try:
+            if not kind.distributed and set(f) & set(C.LAUNCH):
+                raise ValueError(f"unknown fields {sorted(set(f) & set(C.LAUNCH))} for kind {kind.name!r}")
+            for what, src in (("field", own), ("args key", args)):
+                for k, v in src.items():
+                    C.check_option(kind, k, v, what)
+                    name = k.replace("-", "_")
+                    if name in opts:
+                        raise ValueError(f"{what} {k!r} sets {name!r} a second time")
+                    if v is not None:
+                        opts[name] = v
+            C.check_name(str(opts.get("name", "")))
+            if not isinstance(opts.get("fit_cache", False), bool):
+                raise ValueError(f"fit_cache must be true/false, got {opts['fit_cache']!r}")
+            if "store" in opts and "stores" in opts:
+                raise ValueError("set 'store' or 'stores', not both")
+        except ValueError as e:
+            raise InputError(f"{where}: {e}", path) from None
+        if kind.positional and kind.positional not in opts:
+            raise InputError(f"{where}: missing required field {kind.positional!r}", path)
+        if "device" in kind.options:
+            opts.setdefault("device", device)
+        if kind.distributed and opts.get("device", device) == device:  # --nproc/--nnodes: cells not setting them
+            f = {**launch, **f}
+        own = opts
+    timeout = f.get("timeout_s")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not 0 < timeout < math.inf):
+        raise InputError(f"{where}: timeout_s must be a finite number of seconds > 0, got {timeout!r}", path)
+    needs = f.get("needs") or []
+    if not isinstance(needs, list) or not all(isinstance(n, str) for n in needs):
+        raise InputError(f"{where}: 'needs' must be a list of cell ids", path)
+    world = {k: _int(f, k, where, path) for k in C.LAUNCH} if kind.distributed else {}
+    return Cell(id=str(cid), kind=kind.name, fields=own, needs=tuple(needs),
+                timeout_s=None if timeout is None else float(timeout), **world)
 
 
 def _check_refs(cell: Cell, seen: dict[str, Cell], path: Path) -> Cell:
-    """References resolve to earlier cells of the right kind; globs in ``stores`` expand."""
-    want = {"data": "prepare", "store": "encode", "stores": "encode", "init": "meta-init"}
-    updates: dict[str, Any] = {}
-    for name in cell.REF_FIELDS:
-        val = getattr(cell, name)
+    """References name earlier cells of the right kind; globs in ``stores`` expand."""
+    fields = dict(cell.fields)
+    for key, want in C.REFS.items():
+        val = fields.get(key)
         if val is None:
             continue
-        items = val if isinstance(val, tuple) else (val,)
+        many = isinstance(val, list)
         resolved: list[str] = []
-        for ref in items:
-            matches = [i for i in seen if fnmatch.fnmatchcase(i, ref)] if any(
-                ch in ref for ch in "*?[") else ([ref] if ref in seen else [])
+        for ref in val if many else [val]:
+            if not isinstance(ref, str):
+                raise InputError(f"cell {cell.id!r}: {key}={ref!r} must name a cell", path)
+            glob = many and any(ch in ref for ch in "*?[")
+            matches = [i for i in seen if fnmatch.fnmatchcase(i, ref)] if glob else [ref] if ref in seen else []
             if not matches:
-                raise InputError(f"cell {cell.id!r}: {name}={ref!r} names no earlier cell", path)
+                raise InputError(f"cell {cell.id!r}: {key}={ref!r} names no earlier cell", path)
             for m in matches:
-                if seen[m].kind != want[name]:
-                    raise InputError(f"cell {cell.id!r}: {name}={m!r} is a {seen[m].kind} cell, "
-                                     f"expected {want[name]}", path)
+                if seen[m].kind != want:
+                    raise InputError(f"cell {cell.id!r}: {key}={m!r} is a {seen[m].kind} cell, expected {want}", path)
             resolved.extend(matches)
-        if isinstance(val, tuple) and tuple(resolved) != val:
-            updates[name] = tuple(resolved)
-    if updates:
-        cell = dataclasses.replace(cell, **updates)
+        fields[key] = resolved if many else resolved[0]
     for dep in cell.needs:
         if dep not in seen:
             raise InputError(f"cell {cell.id!r}: needs {dep!r}, which is not an earlier cell", path)
     if cell.id in seen:
         raise InputError(f"duplicate cell id {cell.id!r}", path)
-    return cell
+    return dataclasses.replace(cell, fields=fields)
