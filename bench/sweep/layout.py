@@ -14,6 +14,7 @@ from bench.errors import InputError
 SWEEP_FILE = "sweep.json"
 ENV_FILE = "env.json"
 CELLS_DIR = "cells"
+RESULTS_SUBDIR, OUT_SUBDIR = "results", "out"  # where bench and inrbench cells write (cell_rows)
 SHARED_DIR = "shared"  # caches shared between cells (e.g. encode --fit-cache); never results
 MARKER = "cell.json"
 ATTEMPT = "attempt.json"  # {"resume_key", "started_utc"} of the cell's latest start
@@ -77,7 +78,6 @@ def cell_rows(cell_dir: Path):
     import pandas as pd
 
     from bench import results as R
-    from bench.sweep.cells import OUT_SUBDIR, RESULTS_SUBDIR
 
     frames = []
     for d in (cell_dir / RESULTS_SUBDIR, cell_dir / OUT_SUBDIR, cell_dir):
