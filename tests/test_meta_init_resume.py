@@ -115,7 +115,7 @@ def test_other_settings_never_reuse_the_checkpoints(data, tmp_path, tmp_path_fac
     before = snapshot(tmp_path)
     changed = [a if a != "4" else "5" for a in TINY]  # --outer-steps 5
     rc, _, err = run_cli(capsys, "meta-init", data, *changed, "--out", out)
-    assert_one_line_error(rc, err, work_path(out).name, "other settings", "job.config.outer_steps")
+    assert_one_line_error(rc, err, work_path(out).name, "other settings", "(config.outer_steps differs)")
     rc, _, err = run_cli(capsys, "meta-init", data, *TINY, "--seed", "3", "--out", out)
     assert_one_line_error(rc, err, "job.config.seed")
     assert snapshot(tmp_path) == before  # refused before anything was touched

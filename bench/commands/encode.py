@@ -6,9 +6,7 @@ merges; the store is the one a single process writes. Bad options, a bad ``--out
 are refused (one line, exit 2) before torchrun starts, and so is an option that would be ignored
 (``check_options``: ``--prune`` with ``--prune-budget-db``, ``--qat`` with float32 ``--bits``, ...).
 
-Resumable (``inr.encode``): a rerun that finds finished shards in ``OUT.work`` beside the store says so
-(``encode: resuming, K of M shards already fitted (work folder ...)``), and a run stopped with
-shards on disk (Ctrl-C, an error) says they are kept and to rerun the same command.
+Resumable (``inr.encode``, ``bench.workdir``): a rerun resumes from the finished shards of a killed run.
 """
 
 from __future__ import annotations
@@ -397,7 +395,7 @@ def encode_split_distributed(
     """``inr.encode.encode_split`` as rank ``world.rank`` of ``world.world_size`` processes (``bench.dist``, group joined).
 
     Rank 0 claims ``out`` (the lock, held to the end) and opens or checks the work folder; then
-    every rank checks its ``config.json`` and fits the shards ``si % world_size == rank`` on
+    every rank checks its marker and fits the shards ``si % world_size == rank`` on
     ``device`` (this rank's), resumably, as one process does; the ranks exchange their status
     and rank 0 merges. Every shard's bytes depend only on its images and the configuration, so
     the store is the one a single process writes (same device type and thread count per process).
@@ -409,10 +407,8 @@ def encode_split_distributed(
     """
     from pathlib import Path
 
+    from bench import workdir
     from inr.encode import (
-        WORK_SUFFIX,
-        _check_work,
-        _open_work,
         _split,
         claim_store,
         encode_shards,
@@ -428,7 +424,7 @@ def encode_split_distributed(
             try:
                 out = held.enter_context(claim_store(out, source, fit_cache, overwrite))
                 sp = _split(images, labels, cfg, out, source)
-                if not _open_work(sp.work, sp.job) and log is not None:
+                if not workdir.create_or_check(sp.work, "encode", sp.job) and log is not None:
                     every = finished_shards(sp, cfg)  # every rank's: rank 0 speaks for the run
                     resumed = sum(p is not None for p in every.values())
                     if resumed:
@@ -445,10 +441,10 @@ def encode_split_distributed(
         try:
             if not world.is_main:
                 sp = _split(images, labels, cfg, out, source)
-                if not (sp.work / "config.json").is_file():
+                if not (sp.work / workdir.WORK_JSON).is_file():
                     raise InputError(f"rank {world.rank} does not see the work folder rank 0 created (the ranks "
                                      "need one shared file system)", sp.work)
-                _check_work(sp.work, sp.job)
+                workdir.check(sp.work, "encode", sp.job)
             done = encode_shards(sp, cfg, device, progress, fit_cache, world.rank, world.world_size)
         except (InputError, OSError) as e:
             status = _message(e)
@@ -459,7 +455,7 @@ def encode_split_distributed(
                 raise PeerFailed(status)
             what = "; ".join(f"rank {r['rank']}: {r['error']}" for r in failed)
             raise InputError(f"{len(failed)} of {world.world_size} ranks failed ({what}); finished shards are kept in "
-                             f"{out.name}{WORK_SUFFIX}: rerun to resume")
+                             f"{sp.work.name}: rerun to resume")
         if not world.is_main:
             return None, ranks
         return merge_work(sp, cfg, out, source, keep_work), ranks

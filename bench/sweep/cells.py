@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from bench.argtypes import SEED_MAX
+from bench.workdir import work_path
 
 
 @dataclass(frozen=True)
@@ -72,12 +73,6 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-# encode's resumable work folder beside its store (inr.encode.WORK_SUFFIX; not imported: that imports torch)
-ENCODE_WORK_SUFFIX = ".work"
-# meta-init's, hidden beside its init file: ".<name>" + this (inr.meta_work.work_path; not imported either)
-META_INIT_WORK_SUFFIX = ".inrbench-meta-init.work"
-# prepare's, hidden beside its output folder: ".<name>" + this (bench.datasets.resume.work_path)
-PREPARE_WORK_SUFFIX = ".inrbench-prepare.work"
 # where bench and command cells write inside their folder (bench.sweep.layout.cell_rows reads both)
 RESULTS_SUBDIR = "results"
 OUT_SUBDIR = "out"
@@ -261,8 +256,7 @@ class PrepareCell(Cell):
         resolve(build_config(ns), read_root=False)
 
     def resume_state(self, ctx: Context) -> tuple[Path, ...]:
-        out = self.output(ctx)  # prepare's decoded chunks (bench.datasets.resume.work_path)
-        return (out.with_name(f".{out.name}{PREPARE_WORK_SUFFIX}"),)
+        return (work_path(self.output(ctx), "prepare"),)
 
     def labels(self) -> dict[str, str]:
         return {"pipeline": "", "dataset": self.name or self.id, "mode": "prepare"}
@@ -397,8 +391,7 @@ class EncodeCell(DistributedCell):
         build_config(ns)
 
     def resume_state(self, ctx: Context) -> tuple[Path, ...]:
-        out = self.output(ctx)  # encode's finished shards (inr.encode: OUT + WORK_SUFFIX)
-        return (out.with_name(out.name + ENCODE_WORK_SUFFIX),)
+        return (work_path(self.output(ctx), "encode"),)
 
     def labels(self) -> dict[str, str]:
         return {"pipeline": "inr", "dataset": "", "mode": "encode"}
@@ -439,8 +432,7 @@ class MetaInitCell(Cell):
         build_config(ns)
 
     def resume_state(self, ctx: Context) -> tuple[Path, ...]:
-        out = self.output(ctx)  # meta-init's checkpoints (inr.meta_work.work_path)
-        return (out.with_name(f".{out.name}{META_INIT_WORK_SUFFIX}"),)
+        return (work_path(self.output(ctx), "meta-init"),)
 
     def labels(self) -> dict[str, str]:
         return {"pipeline": "inr", "dataset": "", "mode": "meta-init"}
