@@ -80,10 +80,9 @@ from typing import Any
 
 from bench import envinfo
 from bench.atomic import atomic_write_bytes, atomic_write_json
-from bench.errors import InputError
+from bench.errors import InputError, older_artifact
 
-RESULTS_SCHEMA_VERSION = 2
-READABLE_SCHEMA_VERSIONS = (1, 2)  # 1: no rank column (read as <NA>)
+RESULTS_SCHEMA_VERSION = 3
 STATUSES = ("ok", "skip", "error")
 MODES = ("loader", "replay", "train")
 CFG_PREFIX = "cfg."
@@ -349,14 +348,13 @@ def _read_rows_csv(path: Path):
     _check_records(path)
     versions = set(pd.to_numeric(df.get("schema_version"), errors="coerce").dropna().astype(int)) \
         if "schema_version" in df.columns else set()
-    if versions == {1} and "rank" not in df.columns:  # version 1: single-process rows, no rank column
-        df.insert(list(df.columns).index("mode") + 1 if "mode" in df.columns else 0, "rank", pd.NA)
+    if versions and min(versions) < RESULTS_SCHEMA_VERSION:
+        raise older_artifact(path, min(versions), "rerun `inrbench bench`")
     missing = [c for c in CORE_COLUMNS if c not in df.columns]
     if missing:
         raise InputError(f"not a results file (missing columns {missing})", path)
-    if versions and not versions <= set(READABLE_SCHEMA_VERSIONS):
-        raise InputError(f"results schema_version {sorted(versions)}, this inrbench reads "
-                         f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}", path)
+    if versions - {RESULTS_SCHEMA_VERSION}:
+        raise InputError(f"results schema_version {sorted(versions)}, this inrbench reads {RESULTS_SCHEMA_VERSION}", path)
     _check_values(df, path)
     return df
 

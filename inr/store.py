@@ -1,28 +1,10 @@
 """The INR store: one self-describing file per split, loaded onto the device still quantized.
 
-File layout (little-endian)::
-
-    offset 0   b"INRSTORE"                magic (8 bytes)
-    offset 8   u32 format version          (FORMAT_VERSION; checked before anything else)
-    offset 12  u32 header length  H
-    offset 16  u32 CRC-32 of the header
-    offset 20  header: UTF-8 JSON         arch, image_size, num_images, per-layer bits /
-                                          per_channel / pruned, array table (name, dtype,
-                                          shape, offset, nbytes, crc32), file_length,
-                                          data_crc32 (the whole data region), meta
-    ...        arrays, each 64-byte aligned, layer-major:
-               labels [N] (smallest int dtype), psnr float16 [N],
-               per layer l: codes{l} uint8 bit stream, scales{l} float16 [N, 2, C],
-                            mask{l} uint8 [N, ceil(in*out/8)] (pruned layers only),
-               sizes uint16 [N, 2] (H, W per image; version-2 stores of native sizes only)
-
-The codes of layer ``l`` are the kept entries of ``M = [W; b]`` (``[in+1, out]`` row-major,
-pruned weights skipped, bias row always kept), image after image, each ``bits`` wide,
-packed LSB-first into one contiguous bit stream (8 zero bytes of padding at the end), so one
-read loads a layer for all images. ``scales`` hold ``lo, step`` (see ``inr.quantize``);
-masks are packed LSB-first per image. Loading checks magic, version, length, the header CRC,
-every array's CRC and the data region's CRC (so any flipped byte is caught) and refuses the
-file with an ``InputError`` that says which check failed.
+Layout (little-endian): b"INRSTORE", u32 format version, u32 header length, u32 header CRC-32, the JSON
+header (arch, image_size, num_images, layers, array table with CRCs, file_length, data_crc32, meta), then
+64-byte aligned arrays, layer-major: labels, psnr float16, per layer ``codes{l}`` (the kept entries of
+``[W; b]`` packed LSB-first, ``bits`` wide), ``scales{l}`` float16 ``[N, 2, C]``, ``mask{l}`` (pruned
+layers), and ``sizes`` uint16 ``[N, 2]`` where images differ in size. Every check failing is an ``InputError``.
 """
 
 from __future__ import annotations
@@ -42,17 +24,13 @@ import numpy as np
 import torch
 
 from bench.atomic import atomic_write_bytes
-from bench.errors import InputError
+from bench.errors import InputError, older_artifact
 from inr import atrest
 from inr.quantize import FLOAT_BITS, VALID_BITS, QLayer, check_arch, float_from_codes, keep_matrix
 from inr.siren import SirenArch, Weights, coord_grid, forward
 
 MAGIC = b"INRSTORE"
-FORMAT_VERSION = 1
-# Stores of images with different sizes (``prepare --size native``) carry a ``sizes`` array
-# (uint16 [N, 2], H and W per image) and version 2, so a reader that knows only one size refuses them.
-NATIVE_FORMAT_VERSION = 2
-READ_VERSIONS = (FORMAT_VERSION, NATIVE_FORMAT_VERSION)
+FORMAT_VERSION = 3
 PREFIX = struct.Struct("<8sIII")  # magic, version, header length, header crc32
 ALIGN = 64
 PAD_BYTES = 8  # zero bytes after each bit stream, so unpacking may read past the last value
@@ -144,14 +122,12 @@ def encode_bytes(
     if any(ql.codes.shape[0] != n for ql in layers):
         raise ValueError(f"{n} labels but layers hold {[ql.codes.shape[0] for ql in layers]} images")
     arrays: dict[str, np.ndarray] = {"labels": labels.astype(_label_dtype(labels))}
-    version = FORMAT_VERSION
     if image_sizes is not None:
         sizes = np.asarray(image_sizes, dtype=np.int64).reshape(-1, 2)
         if sizes.shape[0] != n or (n and (sizes.min() < 1 or sizes.max() > 0xFFFF)):
             raise ValueError(f"image_sizes must be [{n}, 2] in 1..65535, got {sizes.shape}")
         if n and not (sizes == sizes[0]).all():
             arrays["sizes"] = sizes.astype("<u2")
-            version = NATIVE_FORMAT_VERSION
         if n:
             image_size = (int(sizes[0, 0]), int(sizes[0, 1]))
     if psnr is not None:
@@ -166,7 +142,7 @@ def encode_bytes(
         table.append(array_entry(name, a.dtype.str, a.shape, off, a.nbytes, _crc(a)))
         off += aligned(a.nbytes)
     header = make_header(arch, image_size, n, [(ql.bits, ql.mask is not None) for ql in layers], per_channel,
-                         table, meta, version)
+                         table, meta)
     body = bytearray(off)  # the data region: arrays at their offsets, zero padding between
     for entry in table:
         a = arrays[entry["name"]]
@@ -186,12 +162,11 @@ def array_entry(name: str, dtype: str, shape: Sequence[int], offset: int, nbytes
 
 
 def make_header(arch: SirenArch, image_size: Sequence[int], num_images: int, layers: Sequence[tuple[int, bool]],
-                per_channel: bool, table: list[dict[str, Any]], meta: dict[str, Any] | None,
-                version: int = FORMAT_VERSION) -> dict[str, Any]:
+                per_channel: bool, table: list[dict[str, Any]], meta: dict[str, Any] | None) -> dict[str, Any]:
     """The header (without ``data_crc32`` / ``file_length``, which ``file_prefix`` sets);
     ``layers``: ``(bits, pruned)`` per linear layer; ``table``: ``array_entry`` rows in data order."""
     return {
-        "format_version": version,
+        "format_version": FORMAT_VERSION,
         "arch": arch.to_dict(),
         "image_size": [int(image_size[0]), int(image_size[1])],
         "num_images": int(num_images),
@@ -221,7 +196,7 @@ def file_prefix(header: dict[str, Any], data_len: int, data_crc32: int) -> bytes
             break
         file_length = new_len
     buf = bytearray(data_start)
-    PREFIX.pack_into(buf, 0, MAGIC, int(header.get("format_version", FORMAT_VERSION)), len(hbytes),
+    PREFIX.pack_into(buf, 0, MAGIC, FORMAT_VERSION, len(hbytes),
                      zlib.crc32(hbytes) & 0xFFFFFFFF)
     buf[PREFIX.size : PREFIX.size + len(hbytes)] = hbytes
     return bytes(buf)
@@ -254,7 +229,7 @@ def save(
 # ----------------------------------------------------------------------------- reading
 
 HEADER_KEYS = {"format_version": int, "arch": dict, "image_size": list, "num_images": int, "layers": list,
-               "arrays": list, "file_length": int, "meta": dict}
+               "arrays": list, "file_length": int, "data_crc32": int, "meta": dict}
 ARRAY_KEYS = {"name": str, "dtype": str, "shape": list, "offset": int, "nbytes": int, "crc32": int}
 LABEL_DTYPES = ("|u1", "<i2", "<i4", "<i8")
 
@@ -363,7 +338,7 @@ def check_arrays(header: dict[str, Any], arrays: dict[str, np.ndarray], path: Pa
             raise bad(f"layers[{li}] is float32 but marked per_channel")
         expected.add(f"codes{li}")
         want(f"codes{li}", ("|u1",), ((count * bits + 7) // 8 + PAD_BYTES,))
-    if header["format_version"] == NATIVE_FORMAT_VERSION:
+    if "sizes" in arrays:
         expected.add("sizes")
         if not want("sizes", ("<u2",), (n, 2)).all():
             raise bad("array 'sizes' holds a zero height or width")
@@ -382,8 +357,10 @@ def _parse_header(head: bytes | memoryview, total: int, path: Path) -> tuple[dic
     magic, version, hlen, hcrc = PREFIX.unpack_from(head, 0)
     if magic != MAGIC:
         raise InputError(f"not an INR store (magic {magic!r}, expected {MAGIC!r})", path)
-    if version not in READ_VERSIONS:
-        raise InputError(f"INR store format version {version}, this inrbench reads versions {list(READ_VERSIONS)}; re-encode it", path)
+    if version < FORMAT_VERSION:
+        raise older_artifact(path, version, "rerun `inrbench encode`")
+    if version != FORMAT_VERSION:
+        raise InputError(f"INR store format version {version}, this inrbench reads version {FORMAT_VERSION}", path)
     if PREFIX.size + hlen > total:
         raise InputError(f"truncated: header needs {PREFIX.size + hlen} bytes, file has {total}", path)
     hbytes = bytes(head[PREFIX.size : PREFIX.size + hlen])
@@ -465,8 +442,6 @@ def read_verified(path: str | Path, info: dict | None = None) -> tuple[dict[str,
         if got != e["crc32"]:
             raise InputError(f"checksum mismatch in array {e['name']!r} (stored crc32 {e['crc32']:08x}, computed {got:08x}): file is corrupt", path)
         arrays[e["name"]] = np.frombuffer(raw, dtype=np.dtype(e["dtype"])).reshape(e["shape"]).copy()
-    if "data_crc32" not in header:
-        raise InputError("header has no data_crc32 (written by a pre-release inrbench); re-encode it", path)
     got = zlib.crc32(memoryview(data)[data_start:]) & 0xFFFFFFFF
     if got != header["data_crc32"]:
         raise InputError(f"checksum mismatch in the padding between arrays (stored crc32 {header['data_crc32']:08x}, computed {got:08x}): file is corrupt", path)
@@ -521,8 +496,6 @@ class StoreStream:
             if crcs[name] != e["crc32"]:
                 raise InputError(f"checksum mismatch in array {name!r} (stored crc32 {e['crc32']:08x}, computed "
                                  f"{crcs[name]:08x}): file is corrupt", path)
-        if "data_crc32" not in header:
-            raise InputError("header has no data_crc32 (written by a pre-release inrbench); re-encode it", path)
         if data_crc != header["data_crc32"]:
             raise InputError(f"checksum mismatch in the padding between arrays (stored crc32 {header['data_crc32']:08x}, "
                              f"computed {data_crc:08x}): file is corrupt", path)

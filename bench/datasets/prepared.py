@@ -1,27 +1,8 @@
-"""The canonical prepared dataset on disk: written once by ``inrbench prepare``, read by everything.
+"""The prepared dataset on disk: written once by ``inrbench prepare`` (atomically), read by everything.
 
-Layout of a prepared folder ``DIR``::
-
-    DIR/manifest.json              schema_version, source, image_size [H, W], resize_policy,
-                                   jpeg {quality, subsampling}, classes, splits {name: {count,
-                                   pixels_sha256, labels_sha256, jpeg_bytes}}, skipped [...]
-    DIR/<split>/pixels.npy         uint8  [N, H, W, 3]  RGB (one size; ``image_size`` in the manifest)
-    DIR/<split>/pixels_flat.npy    native sizes instead (``--size native``, manifest ``native: true``,
-    DIR/<split>/sizes.npy          ``image_size: null``): uint8 [sum(H_i*W_i*3)], image after image,
-                                   and int64 [N, 2] (H_i, W_i); both checksummed in the manifest
-    DIR/<split>/labels.npy         int64  [N]           0 .. num_classes-1
-    DIR/<split>/jpeg/000000.jpg    one JPEG per image, index-aligned with pixels.npy
-    DIR/<split>/file_list.txt      "jpeg/000000.jpg <label>" per line (DALI ``readers.file`` format,
-                                   paths relative to DIR/<split>)
-    DIR/<split>/source_ids.json    optional: JSON list of the source id of each image (a file path
-                                   relative to the source root, or ``batch:index``), index-aligned;
-                                   JSON, so a file name holding a newline or non-UTF-8 bytes (kept
-                                   as surrogate escapes, ``os.fsencode`` gives the bytes back) cannot
-                                   shift it. Folders written before this read ``source_ids.txt``,
-                                   one id per line (``read_source_ids`` reads both)
-
-``write_prepared`` builds all of it in a temp folder and renames at the end, so an
-interrupted run never leaves a folder that looks complete (no manifest = not prepared).
+``DIR/manifest.json`` (schema_version, source, image_size, classes, splits {name: {count, checksums, jpeg_bytes}}, ...);
+per split ``pixels.npy`` uint8 [N, H, W, 3] (or, native sizes, ``pixels_flat.npy`` + ``sizes.npy`` int64 [N, 2]),
+``labels.npy`` int64 [N], ``jpeg/000000.jpg`` ..., ``file_list.txt`` (DALI format), ``source_ids.json``.
 """
 
 from __future__ import annotations
@@ -37,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from bench.atomic import atomic_dir
-from bench.errors import InputError
+from bench.errors import InputError, older_artifact
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MANIFEST = "manifest.json"
 SOURCE_IDS = "source_ids.json"
 
@@ -361,10 +342,11 @@ def open_prepared(path: str | Path) -> PreparedDataset:
         raise InputError(f"manifest is not valid JSON: {e}", mpath) from None
     if not isinstance(manifest, dict):
         raise InputError(f"manifest is a JSON {type(manifest).__name__}, expected an object", mpath)
-    if manifest.get("schema_version") != SCHEMA_VERSION:
-        raise InputError(
-            f"manifest schema_version {manifest.get('schema_version')!r}, this inrbench reads {SCHEMA_VERSION}", mpath
-        )
+    version = manifest.get("schema_version")
+    if isinstance(version, int) and version < SCHEMA_VERSION:
+        raise older_artifact(mpath, version, "rerun `inrbench prepare`")
+    if version != SCHEMA_VERSION:
+        raise InputError(f"manifest schema_version {version!r}, this inrbench reads {SCHEMA_VERSION}", mpath)
     _check_manifest(manifest, mpath)
     return PreparedDataset(root=root, manifest=manifest)
 
@@ -409,19 +391,17 @@ def _check_manifest(m: dict[str, Any], mpath: Path) -> None:
 
 
 def read_source_ids(split_dir: str | Path) -> list[str] | None:
-    """The source ids of a prepared split folder (``source_ids.json``, or an older ``source_ids.txt``); ``None`` if absent."""
-    d = Path(split_dir)
-    if (d / SOURCE_IDS).is_file():
-        try:
-            ids = json.loads((d / SOURCE_IDS).read_text())
-        except json.JSONDecodeError as e:
-            raise InputError(f"not valid JSON: {e}", d / SOURCE_IDS) from None
-        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            raise InputError("is not a JSON list of strings", d / SOURCE_IDS)
-        return ids
-    if (d / "source_ids.txt").is_file():
-        return (d / "source_ids.txt").read_text().splitlines()
-    return None
+    """The source ids of a prepared split folder (``source_ids.json``); ``None`` if absent."""
+    p = Path(split_dir) / SOURCE_IDS
+    if not p.is_file():
+        return None
+    try:
+        ids = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise InputError(f"not valid JSON: {e}", p) from None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise InputError("is not a JSON list of strings", p)
+    return ids
 
 
 def iter_splits(ds: PreparedDataset, names: Iterable[str] | None = None) -> Iterable[PreparedSplit]:
