@@ -27,12 +27,7 @@ SOURCE_IDS = "source_ids.json"
 
 @dataclass(frozen=True)
 class SplitData:
-    """One split in memory, as a source produces it.
-
-    images: uint8 ``[N, H, W, 3]`` RGB, or (native sizes) a list of N uint8 ``[H_i, W_i, 3]``;
-    labels: int64 ``[N]``; ids: one source id per image (a file name or ``batch:index``) for
-    error messages and the manifest.
-    """
+    """One split in memory: uint8 ``[N, H, W, 3]`` images (or, native sizes, a list), int64 labels, source ids."""
 
     images: np.ndarray | list[np.ndarray]
     labels: np.ndarray
@@ -86,13 +81,7 @@ def write_prepared(
     overwrite: bool = False,
     progress: Any = None,
 ) -> Path:
-    """Write a prepared dataset atomically and return its path.
-
-    Args:
-        splits: split name -> ``SplitData``; every split has the same ``[H, W]``.
-        meta: manifest fields from the source (``source``, ``classes``, ``resize_policy``, ...).
-        progress: optional callable ``progress(n_images_done)`` for a progress bar.
-    """
+    """Write a prepared dataset atomically (``splits``: name -> ``SplitData``; ``meta``: manifest fields); returns it."""
     out = Path(out)
     if not splits:
         raise InputError("no splits to write", out)
@@ -151,11 +140,7 @@ def write_prepared(
 
 @dataclass(frozen=True)
 class PreparedSplit:
-    """One split of a prepared dataset, memory-mapped.
-
-    images: uint8 ``[N, H, W, 3]`` (np.memmap); labels: int64 ``[N]``;
-    jpeg_paths: N absolute paths, index-aligned with ``images``.
-    """
+    """One split, memory-mapped: uint8 ``[N, H, W, 3]`` images, int64 ``[N]`` labels, N JPEG paths."""
 
     name: str
     root: Path
@@ -182,11 +167,7 @@ NATIVE_REFUSAL = ("images have different sizes (prepared with --size native): th
 
 @dataclass(frozen=True)
 class NativeSplit:
-    """One split as one array per image (``PreparedDataset.native_split``).
-
-    images: N uint8 ``[H_i, W_i, 3]`` (views of a memmap); labels: int64 ``[N]``;
-    sizes: int64 ``[N, 2]`` (H_i, W_i); jpeg_paths: N absolute paths.
-    """
+    """One split as one uint8 ``[H_i, W_i, 3]`` array per image, with int64 sizes ``[N, 2]``."""
 
     name: str
     root: Path
@@ -290,12 +271,7 @@ class PreparedDataset:
         return NativeSplit(name, d, images, labels.astype(np.int64), sizes.astype(np.int64), paths)
 
     def split(self, name: str, verify: bool = True) -> PreparedSplit:
-        """Open split ``name`` (memory-mapped); labels must lie in ``0 .. num_classes-1``.
-
-        ``verify`` (the default: every consumer that trains, compares or encodes) checks
-        ``pixels.npy`` and ``labels.npy`` against the manifest's sha256, once per process per
-        file state (``_verified``), so a damaged array is refused, never used.
-        """
+        """Open split ``name`` memory-mapped; ``verify`` checks the arrays against the manifest's sha256 (once per file state)."""
         self._refuse_native()
         if name not in self.manifest["splits"]:
             raise InputError(f"no split {name!r} (has {', '.join(self.splits)})", self.root / MANIFEST)

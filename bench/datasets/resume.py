@@ -163,11 +163,8 @@ class SplitWork:
         return self._path(f"chunk{c:05d}.{ext}")
 
     def open(self, paths: Sequence[Path], shape: tuple[int, ...] | None) -> Decoding:
-        """The split's ``Decoding`` restored from its committed chunks (a fresh one when there are none).
-
-        shape: ``(N, S, S, 3)``, or ``None`` for native sizes. Raises ``InputError`` when a committed
-        chunk's files changed since, or the split now has another number of files.
-        """
+        """The split's ``Decoding`` from its committed chunks (``shape``: ``(N, S, S, 3)`` or None for native sizes);
+        an ``InputError`` when a chunk's files changed since or the split has another number of files."""
         n = len(paths)
         want = {"name": self.name, "count": n, "shape": None if shape is None else list(shape)}
         rec = read_json(self._path("json"))
