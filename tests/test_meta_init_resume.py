@@ -117,7 +117,7 @@ def test_other_settings_never_reuse_the_checkpoints(data, tmp_path, tmp_path_fac
     rc, _, err = run_cli(capsys, "meta-init", data, *changed, "--out", out)
     assert_one_line_error(rc, err, work_path(out).name, "other settings", "(config.outer_steps differs)")
     rc, _, err = run_cli(capsys, "meta-init", data, *TINY, "--seed", "3", "--out", out)
-    assert_one_line_error(rc, err, "job.config.seed")
+    assert_one_line_error(rc, err, "(config.seed differs)")
     assert snapshot(tmp_path) == before  # refused before anything was touched
     rc, stdout, err = run_cli(capsys, "meta-init", data, *TINY, "--out", out)  # the same settings resume
     assert rc == 0 and "resuming candidate 1 of 1 at outer step 2 of 4" in stdout, err

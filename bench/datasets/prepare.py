@@ -117,38 +117,11 @@ def _load_and_write(src, cfg: PrepareConfig, out: Path, scratch: Path, work: Pre
             bar.close()
 
 
-def prepare_dataset(
-    source: str,
-    out: str | Path,
-    root: str | Path | None = None,
-    *,
-    size: int | str | None = None,
-    limit: int | None = None,
-    jpeg_quality: int = 90,
-    on_error: str = "fail",
-    seed: int = 0,
-    resize_policy: str | None = None,
-    per_class: int | None = None,
-    num_classes: int | None = None,
-    val_fraction: float | None = None,
-    workers: int | None = None,
-    max_side: int | None = None,
-    overwrite: bool = False,
-    progress: bool = False,
-) -> Path:
-    """Prepare ``source`` into ``out`` and return ``out`` (see ``PrepareConfig`` for the knobs)."""
-    cfg = PrepareConfig(
-        source=source, root=None if root is None else str(root), size=size, limit=limit,
-        jpeg_quality=jpeg_quality, on_error=on_error, seed=seed, resize_policy=resize_policy,
-        per_class=per_class, num_classes=num_classes, val_fraction=val_fraction, workers=workers,
-        max_side=max_side,
-    )
+def prepare_dataset(source: str, out: str | Path, root: str | Path | None = None, *, overwrite: bool = False,
+                    progress: bool = False, **options: Any) -> Path:
+    """Prepare ``source`` into ``out`` (``options``: the other ``PrepareConfig`` fields); returns ``out``."""
+    cfg = PrepareConfig(source=source, root=None if root is None else str(root), **options)
     return prepare_config(cfg, out, overwrite=overwrite, progress=progress)
-
-
-def default_workers(cfg: PrepareConfig) -> int:
-    """Decode threads: ``--workers`` or min(8, CPUs)."""
-    return cfg.workers or min(8, os.cpu_count() or 1)
 
 
 def _bar(enabled: bool, desc: str, total: int | None = None):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,41 +229,49 @@ class PreparedDataset:
         h, w = self.manifest["image_size"]
         return int(h), int(w)
 
+    def _arrays(self, name: str, files: tuple[str, ...]) -> tuple[dict[str, np.ndarray], Path, dict, int]:
+        """Split ``name``'s ``files`` (pixels memory-mapped) with its labels checked -> (arrays, folder, info, count)."""
+        if name not in self.manifest["splits"]:
+            raise InputError(f"no split {name!r} (has {', '.join(self.splits)})", self.root / MANIFEST)
+        info, d = self.manifest["splits"][name], self.root / name
+        try:
+            arrs = {f: np.load(d / f, mmap_mode="r" if f.startswith("pixels") else None) for f in (*files, "labels.npy")}
+        except (OSError, ValueError) as e:
+            raise InputError(f"cannot read split arrays: {e}", d) from None
+        n, labels, k = info["count"], arrs["labels.npy"], self.num_classes
+        if labels.shape != (n,) or labels.dtype.kind not in "iu":
+            raise InputError(f"labels.npy is {labels.dtype} {labels.shape}, expected integers [{n}]", d / "labels.npy")
+        if n and (int(labels.min()) < 0 or int(labels.max()) >= k):
+            bad = int(labels.min()) if int(labels.min()) < 0 else int(labels.max())
+            raise InputError(f"label {bad} is outside the dataset's {k} classes (0..{k - 1})", d / "labels.npy")
+        return arrs, d, info, n
+
+    @staticmethod
+    def _verify(arrs: dict[str, np.ndarray], d: Path, info: dict) -> None:
+        for fname, arr in arrs.items():
+            key = fname.split(".")[0].removesuffix("_flat") + "_sha256"
+            if not _verified(d / fname, arr, info.get(key)):
+                raise InputError(f"checksum mismatch with {MANIFEST} ({key}): the file is damaged or was "
+                                 "changed after `inrbench prepare`", d / fname)
+
     def native_split(self, name: str, verify: bool = True) -> NativeSplit:
-        """Split ``name`` as one array per image (native-size datasets, and uniform ones alike),
-        checked like ``split`` (shapes, labels, checksums)."""
+        """Split ``name`` as one array per image (native-size datasets and uniform ones), checked like ``split``."""
         if not self.native:
             sp = self.split(name, verify=verify)
             n, (h, w) = len(sp), sp.image_size
             return NativeSplit(name, sp.root, tuple(sp.images[i] for i in range(n)), sp.labels,
                                np.tile(np.array([h, w], np.int64), (n, 1)), sp.jpeg_paths)
-        if name not in self.manifest["splits"]:
-            raise InputError(f"no split {name!r} (has {', '.join(self.splits)})", self.root / MANIFEST)
-        info, d = self.manifest["splits"][name], self.root / name
-        try:
-            flat = np.load(d / "pixels_flat.npy", mmap_mode="r")
-            sizes = np.load(d / "sizes.npy")
-            labels = np.load(d / "labels.npy")
-        except (OSError, ValueError) as e:
-            raise InputError(f"cannot read split arrays: {e}", d) from None
-        n = info["count"]
+        arrs, d, info, n = self._arrays(name, ("pixels_flat.npy", "sizes.npy"))
+        flat, sizes, labels = arrs["pixels_flat.npy"], arrs["sizes.npy"], arrs["labels.npy"]
         if sizes.shape != (n, 2) or sizes.dtype.kind not in "iu" or (n and int(sizes.min()) < 1):
             raise InputError(f"sizes.npy is {sizes.dtype} {sizes.shape}, expected positive int [{n}, 2]", d / "sizes.npy")
         ends = np.cumsum(sizes[:, 0] * sizes[:, 1] * 3)
-        if flat.dtype != np.uint8 or flat.ndim != 1 or flat.shape[0] != (int(ends[-1]) if n else 0):
-            raise InputError(f"pixels_flat.npy is {flat.dtype} {flat.shape}, sizes.npy needs uint8 [{int(ends[-1]) if n else 0}]",
+        total = int(ends[-1]) if n else 0
+        if flat.dtype != np.uint8 or flat.ndim != 1 or flat.shape[0] != total:
+            raise InputError(f"pixels_flat.npy is {flat.dtype} {flat.shape}, sizes.npy needs uint8 [{total}]",
                              d / "pixels_flat.npy")
-        if labels.shape != (n,) or labels.dtype.kind not in "iu":
-            raise InputError(f"labels.npy is {labels.dtype} {labels.shape}, expected integers [{n}]", d / "labels.npy")
-        k = self.num_classes
-        if n and (int(labels.min()) < 0 or int(labels.max()) >= k):
-            raise InputError(f"labels outside the dataset's {k} classes (0..{k - 1})", d / "labels.npy")
         if verify:
-            for arr, key, fname in ((flat, "pixels_sha256", "pixels_flat.npy"), (sizes, "sizes_sha256", "sizes.npy"),
-                                    (labels, "labels_sha256", "labels.npy")):
-                if not _verified(d / fname, arr, info.get(key)):
-                    raise InputError(f"checksum mismatch with {MANIFEST} ({key}): the file is damaged or was "
-                                     "changed after `inrbench prepare`", d / fname)
+            self._verify(arrs, d, info)
         starts = np.concatenate([[0], ends[:-1]]) if n else np.zeros(0, np.int64)
         images = tuple(flat[int(a) : int(a) + int(h) * int(w) * 3].reshape(int(h), int(w), 3)
                        for a, (h, w) in zip(starts, sizes, strict=True))
@@ -273,31 +281,12 @@ class PreparedDataset:
     def split(self, name: str, verify: bool = True) -> PreparedSplit:
         """Open split ``name`` memory-mapped; ``verify`` checks the arrays against the manifest's sha256 (once per file state)."""
         self._refuse_native()
-        if name not in self.manifest["splits"]:
-            raise InputError(f"no split {name!r} (has {', '.join(self.splits)})", self.root / MANIFEST)
-        info = self.manifest["splits"][name]
-        d = self.root / name
-        try:
-            images = np.load(d / "pixels.npy", mmap_mode="r")
-            labels = np.load(d / "labels.npy")
-        except (OSError, ValueError) as e:
-            raise InputError(f"cannot read split arrays: {e}", d) from None
-        n, (h, w) = info["count"], self.image_size
+        arrs, d, info, n = self._arrays(name, ("pixels.npy",))
+        images, labels, (h, w) = arrs["pixels.npy"], arrs["labels.npy"], self.image_size
         if images.shape != (n, h, w, 3) or images.dtype != np.uint8:
             raise InputError(f"pixels.npy is {images.dtype} {images.shape}, manifest says uint8 {(n, h, w, 3)}", d / "pixels.npy")
-        if labels.shape != (n,):
-            raise InputError(f"labels.npy has {labels.shape[0]} labels, manifest says {n}", d / "labels.npy")
-        if labels.dtype.kind not in "iu":
-            raise InputError(f"labels.npy is {labels.dtype}, expected integers", d / "labels.npy")
-        k = self.num_classes
-        if n and (int(labels.min()) < 0 or int(labels.max()) >= k):
-            bad = int(labels.min()) if int(labels.min()) < 0 else int(labels.max())
-            raise InputError(f"label {bad} is outside the dataset's {k} classes (0..{k - 1})", d / "labels.npy")
         if verify:
-            for arr, key, fname in ((images, "pixels_sha256", "pixels.npy"), (labels, "labels_sha256", "labels.npy")):
-                if not _verified(d / fname, arr, info.get(key)):
-                    raise InputError(f"checksum mismatch with {MANIFEST} ({key}): the file is damaged or was "
-                                     "changed after `inrbench prepare`", d / fname)
+            self._verify(arrs, d, info)
         paths = tuple(d / "jpeg" / f"{i:06d}.jpg" for i in range(n))
         return PreparedSplit(name=name, root=d, images=images, labels=labels.astype(np.int64), jpeg_paths=paths)
 
@@ -379,7 +368,3 @@ def read_source_ids(split_dir: str | Path) -> list[str] | None:
         raise InputError("is not a JSON list of strings", p)
     return ids
 
-
-def iter_splits(ds: PreparedDataset, names: Iterable[str] | None = None) -> Iterable[PreparedSplit]:
-    for n in names or ds.splits:
-        yield ds.split(n)
