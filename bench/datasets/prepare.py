@@ -6,7 +6,6 @@ folder (``bench.datasets.resume``), so a rerun of a killed run decodes only the 
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable
 from contextlib import nullcontext
