@@ -1,10 +1,4 @@
-"""Atomic writes: a temp file (or folder) beside the target, renamed into place.
-
-An interrupted writer never leaves a half-written file or dataset that looks complete.
-Temporaries are named ``.<name>.inrbench-XXXX.tmp|partial|old`` (``bench.outputs``), so a later
-run of a command writing the same output can recognize and remove what a killed run left, and
-they get the permissions the umask gives, like any other file.
-"""
+"""Atomic writes: a temp file or folder beside the target (``bench.outputs.temp_name``), renamed into place."""
 
 from __future__ import annotations
 
@@ -22,8 +16,8 @@ from bench.errors import InputError
 
 @contextlib.contextmanager
 def atomic_open(path: str | Path) -> Iterator[Any]:
-    """A binary file to write ``path`` through: a temp file in the same folder, fsynced and renamed
-    over ``path`` when the block ends normally, removed when it raises (``path`` untouched)."""
+    """A binary file to write ``path`` through: a temp file fsynced and renamed over ``path`` when the block
+    ends normally, removed when it raises (``path`` untouched)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = outputs.make_temp_file(path)
@@ -40,7 +34,6 @@ def atomic_open(path: str | Path) -> Iterator[Any]:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same folder + ``os.replace``."""
     with atomic_open(path) as f:
         f.write(data)
 
@@ -55,15 +48,9 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
 
 @contextlib.contextmanager
 def atomic_dir(final: str | Path, kind: str | None = None, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temp folder beside ``final``; on success rename it to ``final``.
-
-    On any exception the temp folder is removed and ``final`` is untouched. ``kind`` (a
-    ``bench.outputs`` kind) marks the new folder as this project's output of that kind. With
-    ``overwrite`` an existing ``final`` is replaced only after the new one is complete, and only
-    when it is an output of the same ``kind`` this project wrote (or an empty folder) and holds
-    nothing it did not write (``bench.outputs.foreign_entries``): callers check with
-    ``bench.outputs.claim`` before any work; this is the last line of defence.
-    """
+    """A temp folder beside ``final``, marked as ``kind`` and renamed to ``final`` on success (removed on error).
+    With ``overwrite`` an existing ``final`` is replaced only when it is this project's ``kind`` output (or an
+    empty folder) holding nothing it did not write: ``claim`` checked before any work, this is the last line."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = outputs.make_temp_dir(final, ".partial")
@@ -100,15 +87,8 @@ def atomic_dir(final: str | Path, kind: str | None = None, overwrite: bool = Fal
 
 
 def create_marked_dir(folder: str | Path, marker: str, doc: Any) -> bool:
-    """Create ``folder`` holding ``marker`` (JSON ``doc``) in one step: both are written in a temp folder
-    beside it, which is then renamed into place. Returns False, creating nothing, when ``folder`` exists.
-
-    A work folder made this way exists only with its marker, so a folder at that name without one
-    (even an empty one) was made by someone else and is never used or removed. A killed call leaves only
-    its own temp folder (``bench.outputs.remove_stale_temps(folder)`` removes it). Call it under the
-    output's lock: ``os.replace`` onto a folder made between the check and the rename would take its
-    place if that folder were empty.
-    """
+    """Create ``folder`` holding ``marker`` (JSON ``doc``) in one rename of a temp folder; False, creating
+    nothing, when ``folder`` exists. Call it under the output's lock (a rename replaces an empty folder)."""
     folder = Path(folder)
     outputs.remove_stale_temps(folder)
     if folder.exists() or folder.is_symlink():

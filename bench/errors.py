@@ -23,6 +23,11 @@ class InputError(Exception):
         super().__init__(f"{path}: {message}" if path is not None else message)
 
 
+def older_artifact(path: str | Path, schema: object, rerun: str) -> InputError:
+    """The one line refusing an artifact of an older schema (no compatibility code before 1.0)."""
+    return InputError(f"written by an older inr-bench (schema {schema}); {rerun}", path)
+
+
 EXIT_OUT_OF_MEMORY = 3  # a command that ran out of (device or host) memory
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: stdout's reader went away (``| head``), as a shell reports it

@@ -1,37 +1,9 @@
 """Claiming an output: the one place that decides whether a command may write to a path.
 
-Every command that writes (``prepare``, ``encode``, ``compare``, ``bench``, ``report``,
-``sweep``, ``env --out``, ``scripts/gpu-check``) claims its output first, before any work::
-
-    with claim(out, "compare", inputs={"prepared dataset": data, "store": store}, mode="replace") as out:
-        ...  # write under out (bench.atomic.atomic_dir(out, kind="compare", overwrite=True))
-
-``claim`` refuses, with one ``InputError`` line (exit 2 at the CLI):
-
-* an output that equals, contains or lies inside any input of the same command
-  (symlinks resolved): no output ever sits on an input;
-* an existing file or folder that is not an output of the same kind written by this
-  project: the project replaces only what it wrote itself. Folders are recognized by the
-  marker file ``.inrbench.json`` (``{"kind": ...}``) written into every output folder; files
-  by their own format (an INR store's magic bytes, an env record's schema). Outputs written
-  before markers existed are recognized by their layout (``LEGACY``). An empty folder holds
-  nothing to lose and is accepted;
-* a file where a folder is expected and the reverse, naming which is which;
-* an existing output of the right kind when ``mode="new"`` (the command's ``--overwrite``
-  turns that into ``"replace"``; ``"append"`` is for folders that accumulate: results, sweeps);
-* with ``mode="replace"``, an output folder that holds entries the command did not write there
-  (a user's notes added to a compare or report folder): replacing it would delete them. The
-  marker lists what the command wrote (each top-level name and how many files and folders lie
-  under it); a folder marked before markers listed it, or written before markers existed, is
-  judged by its kind's layout (``OutputKind.layout``). ``bench.atomic.atomic_dir`` checks again
-  just before it swaps the new folder in.
-
-It also holds a lock beside the output (``.<name>.inrbench-lock``, ``fcntl.flock``) for the
-command's duration: a second writer of the same output is refused with the first one's pid,
-and a lock left by a dead process is taken over (the kernel drops it with the process).
-Under the lock, temporary siblings left by killed runs of a command writing the same output
-(``.<name>.inrbench-XXXXXXXX.partial|scratch|old|tmp``: names only this project makes) are
-removed, except a replaced output (``.old``) whose new output never arrived: it is put back.
+``claim(out, kind, inputs=..., mode=...)`` refuses in one line an output that overlaps an input, an
+existing path that is not this project's ``kind`` output (folders carry the marker ``.inrbench.json``,
+files are known by their format), an existing output in mode ``new``, and a replace that would delete
+entries the command did not write. It holds a lock beside ``out`` and removes stale temporaries there.
 """
 
 from __future__ import annotations
@@ -64,44 +36,12 @@ def _json(path: Path) -> object:
         return None
 
 
-def _is_prepared(p: Path) -> bool:
-    m = _json(p / "manifest.json")
-    return isinstance(m, dict) and "schema_version" in m and "splits" in m
-
-
 def _is_store(p: Path) -> bool:
     try:
         with open(p, "rb") as f:
             return f.read(8) in (b"INRSTORE", b"INRPACKZ")  # a store, or its packed at-rest form (inr.atrest)
     except OSError:
         return False
-
-
-def _is_results(p: Path) -> bool:
-    names = {c.name for c in p.iterdir()}
-    return (p / "runs").is_dir() and names <= {"runs", "results.csv", "results.parquet", MARKER}
-
-
-def _is_report(p: Path) -> bool:
-    try:
-        first = (p / "README.md").read_text().splitlines()[0]
-    except (OSError, IndexError, UnicodeDecodeError):
-        return False
-    rest = [c for c in p.iterdir() if c.name not in ("README.md", MARKER)]
-    return first.startswith("# inr-bench report") and all(c.is_file() and c.suffix == ".png" for c in rest)
-
-
-def _is_compare(p: Path) -> bool:
-    return all((p / f).is_file() for f in ("config.json", "summary.csv", "per_image.csv"))
-
-
-def _is_sweep(p: Path) -> bool:
-    return (p / "sweep.json").is_file() and (p / "cells").is_dir()
-
-
-def _is_fit_cache(p: Path) -> bool:
-    return all(c.is_file() and c.name.startswith("fit_") and c.suffix == ".inr"
-               for c in p.iterdir() if TEMP_TAG not in c.name)
 
 
 def _is_meta_init(p: Path) -> bool:
@@ -116,33 +56,9 @@ def _is_meta_init(p: Path) -> bool:
         return False
 
 
-def _is_gpu_check(p: Path) -> bool:
-    m = _json(p / "gpu-check.json")
-    return isinstance(m, dict) and m.get("kind") == "gpu-check"
-
-
 def _is_env(p: Path) -> bool:
     m = _json(p)
     return isinstance(m, dict) and {"schema_version", "git", "versions"} <= set(m)
-
-
-# what each replaceable folder kind writes at its top level: for folders whose marker lists no entries
-def _prepared_layout(p: Path, name: str) -> bool:
-    m = _json(p / "manifest.json")
-    splits = m.get("splits") if isinstance(m, dict) else None
-    return name == "manifest.json" or (isinstance(splits, dict) and name in splits)
-
-
-_COMPARE_FILES = {"config.json", "per_image.csv", "summary.csv", "summary.md", "weights_hist.csv",
-                  "psnr_vs_bytes.png", "psnr_spread.png"}
-
-
-def _compare_layout(p: Path, name: str) -> bool:
-    return name in _COMPARE_FILES or (name.startswith("weights_") and name.endswith(".png"))
-
-
-def _report_layout(p: Path, name: str) -> bool:
-    return name == "README.md" or (name.endswith(".png") and (p / name).is_file())
 
 
 def _gpu_check_layout(p: Path, name: str) -> bool:
@@ -151,26 +67,25 @@ def _gpu_check_layout(p: Path, name: str) -> bool:
 
 @dataclass(frozen=True)
 class OutputKind:
-    """What a command writes: a folder (with a marker) or a file (recognized by its format)."""
+    """What a command writes: a folder (known by its marker) or a file (known by ``is_file_kind``)."""
 
     name: str
     noun: str  # how messages call it: "prepared dataset folder", "INR store file"
     is_dir: bool
-    legacy: Callable[[Path], bool]  # recognizes this project's outputs (files: always; folders: pre-marker)
-    # folders a command replaces: (folder, top-level name) -> whether the command writes that name there
-    layout: Callable[[Path, str], bool] | None = None
+    is_file_kind: Callable[[Path], bool] | None = None
+    layout: Callable[[Path, str], bool] | None = None  # a folder marked without entries: the names it writes
 
 
 KINDS: dict[str, OutputKind] = {k.name: k for k in (
-    OutputKind("prepared", "prepared dataset folder", True, _is_prepared, _prepared_layout),
+    OutputKind("prepared", "prepared dataset folder", True),
     OutputKind("store", "INR store file", False, _is_store),
-    OutputKind("compare", "compare output folder", True, _is_compare, _compare_layout),
-    OutputKind("results", "results folder", True, _is_results),
-    OutputKind("report", "report folder", True, _is_report, _report_layout),
-    OutputKind("sweep", "sweep results folder", True, _is_sweep),
-    OutputKind("fit-cache", "fit cache folder", True, _is_fit_cache),
+    OutputKind("compare", "compare output folder", True),
+    OutputKind("results", "results folder", True),
+    OutputKind("report", "report folder", True),
+    OutputKind("sweep", "sweep results folder", True),
+    OutputKind("fit-cache", "fit cache folder", True),
     OutputKind("env", "environment record file", False, _is_env),
-    OutputKind("gpu-check", "gpu-check output folder", True, _is_gpu_check, _gpu_check_layout),
+    OutputKind("gpu-check", "gpu-check output folder", True, layout=_gpu_check_layout),
     OutputKind("meta-init", "learned initialization file", False, _is_meta_init),
 )}
 
@@ -188,18 +103,14 @@ def marker_kind(folder: Path) -> str | None:
 
 
 def write_marker(folder: Path, kind: str, *, entries: bool = True) -> None:
-    """Mark ``folder`` as this project's ``kind`` output (atomically).
-
-    entries: list what ``folder`` holds now as what the command wrote (``foreign_entries``): call
-    it once the folder is complete. ``False`` for a folder filled after it is marked (gpu-check):
-    its kind's layout says what is the command's.
-    """
+    """Mark ``folder`` as this project's ``kind`` output (atomically), listing what it holds now as what the
+    command wrote (``entries``); ``entries=False`` for a folder filled after it is marked (its kind's layout)."""
     kind_of(kind)
     doc: dict[str, object] = {"kind": kind, "written_by": "inr-bench",
                               "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if entries:
         doc["entries"] = {c.name: _tree_size(c) for c in sorted(folder.iterdir()) if c.name != MARKER}
-    fd, tmp = make_temp_file(folder / MARKER)  # temp + rename, as bench.atomic (which builds on this module)
+    fd, tmp = make_temp_file(folder / MARKER)  # temp + rename (bench.atomic builds on this module)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
@@ -211,33 +122,27 @@ def write_marker(folder: Path, kind: str, *, entries: bool = True) -> None:
 
 
 def _tree_size(p: Path) -> int:
-    """How many files and folders lie under ``p`` (0 for a file; symlinks are not followed)."""
     if p.is_symlink() or not p.is_dir():
         return 0
     return sum(len(dirs) + len(files) for _, dirs, files in os.walk(p))
 
 
-# files a desktop's file browser drops into any folder it shows: not the user's work, and it writes
-# them again, so a replace may delete them
+# what a desktop's file browser drops into any folder (and writes again): a replace may delete them
 OS_FILES = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
 
 
-def _is_own_temp(name: str) -> bool:
+def is_own_temp(name: str) -> bool:
     return f".{TEMP_TAG}" in name and name.endswith(TEMP_SUFFIXES)
 
 
 def foreign_entries(folder: Path, kind: str) -> list[str]:
-    """Entries of the existing ``kind`` output ``folder`` that inr-bench did not write (replacing it
-    would delete them): top-level names, or ``name/`` when a folder it wrote holds more than it wrote.
-
-    The marker's ``entries`` decide; without them (marked before markers listed them, or written
-    before markers existed) the kind's ``layout`` does (no layout: nothing is foreign).
-    """
+    """Entries of the ``kind`` output ``folder`` that inr-bench did not write (a replace would delete them):
+    names, or ``name/`` where a folder it wrote holds more. The marker's ``entries`` decide, else the kind's layout (none: all)."""
     k = kind_of(kind)
     m = _json(folder / MARKER)
     wrote = m.get("entries") if isinstance(m, dict) else None
     names = sorted(c.name for c in folder.iterdir()
-                   if c.name != MARKER and not _is_own_temp(c.name) and c.name not in OS_FILES)
+                   if c.name != MARKER and not is_own_temp(c.name) and c.name not in OS_FILES)
     if isinstance(wrote, dict):
         foreign = []
         for n in names:
@@ -246,13 +151,10 @@ def foreign_entries(folder: Path, kind: str) -> list[str]:
             elif isinstance(wrote[n], int) and _tree_size(folder / n) > wrote[n]:
                 foreign.append(f"{n}/")
         return foreign
-    if k.layout is None:
-        return []
-    return [n for n in names if not k.layout(folder, n)]
+    return [n for n in names if k.layout is None or not k.layout(folder, n)]
 
 
 def foreign_message(folder: Path, foreign: list[str]) -> str:
-    """What ``foreign_entries`` found, for an error that refuses to replace ``folder``."""
     shown = [f"{n} (more files than inr-bench wrote there)" if n.endswith("/") else n for n in foreign[:3]]
     what = ", ".join(shown) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
     return f"holds {what}, which inr-bench did not write; move it out of {folder} to replace it"
@@ -262,11 +164,8 @@ def is_own(path: str | Path, kind: str) -> bool:
     """True when ``path`` is an existing output of ``kind`` that this project wrote."""
     k, p = kind_of(kind), Path(path)
     if k.is_dir:
-        if not p.is_dir():
-            return False
-        mk = marker_kind(p)
-        return mk == kind if mk is not None else k.legacy(p)
-    return p.is_file() and k.legacy(p)
+        return p.is_dir() and marker_kind(p) == kind
+    return p.is_file() and k.is_file_kind(p)
 
 
 def _is_empty_dir(p: Path) -> bool:
@@ -278,9 +177,9 @@ def _describe(p: Path) -> str:
         return "a dangling symlink"
     if p.is_dir():
         mk = marker_kind(p)
-        own = next((k for k in KINDS.values() if k.is_dir and (mk == k.name or (mk is None and k.legacy(p)))), None)
+        own = next((k for k in KINDS.values() if k.is_dir and mk == k.name), None)
         return f"an existing {own.noun}" if own else "an existing folder that inr-bench did not write"
-    own = next((k for k in KINDS.values() if not k.is_dir and k.legacy(p)), None)
+    own = next((k for k in KINDS.values() if not k.is_dir and k.is_file_kind(p)), None)
     return f"an existing {own.noun}" if own else "an existing file that inr-bench did not write"
 
 
@@ -290,11 +189,8 @@ def _a(noun: str) -> str:
 
 def check_output(path: str | Path, kind: str, *, inputs: Mapping[str, object] | None = None,
                  mode: str = "new", option: str = "--out") -> Path:
-    """Validate ``path`` as the ``kind`` output of a command (see the module docstring); returns it resolved.
-
-    inputs: label -> path (or a list of paths, or None) of everything the command reads.
-    Raises ``InputError`` (one line) when the command must not write there. Writes nothing.
-    """
+    """``path`` resolved, or one ``InputError`` line where the command must not write (the module docstring).
+    inputs: label -> path (or paths, or None) of everything the command reads. Writes nothing."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     k = kind_of(kind)
@@ -341,11 +237,8 @@ def check_output(path: str | Path, kind: str, *, inputs: Mapping[str, object] | 
 @contextlib.contextmanager
 def claim(path: str | Path, kind: str, *, inputs: Mapping[str, object] | None = None, mode: str = "new",
           option: str = "--out", lock: bool = True) -> Iterator[Path]:
-    """``check_output``, then hold the output's lock and clear stale temporaries while the body runs.
-
-    Yields the resolved output path. Append-mode folders are created and marked here, so
-    that they are recognized as this project's from their first file on.
-    """
+    """``check_output``, then hold the output's lock and clear stale temporaries while the body runs;
+    yields the resolved path. Append-mode folders are created and marked here."""
     out = check_output(path, kind, inputs=inputs, mode=mode, option=option)
     out.parent.mkdir(parents=True, exist_ok=True)
     nested = _lock_path(out) in _HELD  # the command already holds it: its temporaries are live
@@ -367,9 +260,8 @@ NAME_MAX = 255  # bytes of one file name (Linux, macOS)
 
 
 def beside(out: Path, tail: str, reserve: int = 0) -> Path:
-    """``.<out name>.<tail>`` beside ``out`` (a lock, a temp name's prefix). Where that passes ``NAME_MAX``
-    bytes, with ``reserve`` more that ``tempfile`` appends, the out name is cut and a hash of it added:
-    every legal output name gets legal, distinct side names."""
+    """``.<out name>.<tail>`` beside ``out``; where that (plus ``reserve``) passes ``NAME_MAX`` bytes, the name
+    is cut and a hash of it added: every legal output name gets legal, distinct side names."""
     name = f".{out.name}.{tail}"
     if len(os.fsencode(name)) + reserve <= NAME_MAX:
         return out.with_name(name)
@@ -438,11 +330,8 @@ def _is_stale_temp(name: str, out: Path) -> bool:
 
 
 def remove_stale_temps(out: Path) -> list[Path]:
-    """Remove temporaries beside ``out`` left by killed writers of ``out``; call under its lock.
-
-    An ``.old`` folder is a replaced output: when ``out`` is missing (a replace was killed between
-    its two renames) it is put back at ``out`` instead of being removed.
-    """
+    """Remove temporaries beside ``out`` left by killed writers of ``out``; call under its lock. An ``.old``
+    folder (a replace killed between its two renames, ``out`` missing) is put back at ``out``."""
     removed = []
     with contextlib.suppress(FileNotFoundError):
         olds = sorted((c for c in out.parent.iterdir() if c.name.endswith(".old") and _is_stale_temp(c.name, out)

@@ -1,69 +1,6 @@
 """Results as data: one tidy row per observation, one folder per run, merged views on top.
 
-Schema (``RESULTS_SCHEMA_VERSION`` = 2). Every row has these columns, in this order:
-
-=================  ========  ===========================================================
-column             dtype     meaning
-=================  ========  ===========================================================
-schema_version     Int64     ``RESULTS_SCHEMA_VERSION`` of the writer
-run_id             string    one ``inrbench bench`` invocation (``<utc>-<pipeline>-<mode>-<hex>``)
-pipeline           string    registry name (``raw``, ``torch-jpeg``, ``torch-nvjpeg``, ``dali``, ``inr``, ...)
-dataset            string    prepared dataset (its folder name)
-mode               string    ``loader`` | ``replay`` | ``train``
-rank               Int64     the process (``torch.distributed`` rank) a per-rank row of a data-parallel
-                             run was measured on; <NA> for a single-process run's rows and for a
-                             data-parallel run's aggregate rows (over all ranks; ``bench.harness.ranks``)
-repeat             Int64     0-based repeat index; <NA> for run-level rows (skip/error)
-epoch              Int64     0-based epoch index within the repeat (warm-up epochs come first
-                             and carry their own metric names); <NA> for per-repeat rows
-metric             string    e.g. ``epoch_s``, ``images_per_s``, ``ttfb_s``, ``cpu_cores_busy``
-                             (the full list, with what each measures: ``bench.harness.runner``)
-value              float64   the number; NaN only on skip/error rows
-unit               string    ``s``, ``img/s``, ``bytes``, ``cores``, ``%``, ``1`` (ratio), ...
-status             string    ``ok`` | ``skip`` | ``error``
-reason             string    why a row is skip/error (empty for ok rows)
-cfg.<key>          any       the run's resolved config, flattened with ``.`` (nested dicts);
-                             lists/tuples are stored as JSON text (e.g. ``[0.08, 1.0]``)
-=================  ========  ===========================================================
-
-A data-parallel run (``inrbench bench --nproc N``, world size N) writes each rank's rows (``rank``
-= r) and the aggregate rows (``rank`` <NA>: global images/s, the slowest rank's epoch time, ...;
-the rules are in ``bench.harness.ranks``). Statistics and reports use the rows whose ``rank`` is
-<NA> (``aggregate_rows``), so per-rank rows never mix into the run's figures.
-Version 1 files (no ``rank`` column, single process only) are read with ``rank`` <NA>.
-
-A skipped run (pipeline ``Unavailable``) or a failed run (crash, out of memory) is ONE row
-with ``status`` skip/error, ``metric == "run"``, ``value`` NaN and the reason (a data-parallel
-run: one such row per failed rank, its ``rank`` set and its reason ``rank R: ...``). A single metric
-that cannot be measured here (NVML without a driver, torch allocator stats on a CPU run) is a
-``skip`` row *for that metric* (``value`` NaN, the reason) inside an ok run: absent, never 0.
-A run was skipped or failed iff it has a ``metric == "run"`` row. A run's ok
-rows are written together when the run has finished, so a crash never leaves a partial set
-of rows that reads as a result. Rows are raw samples (one per repeat/epoch); statistics over
-repeats (median, IQR) are computed on read by ``summarize``, never stored in place of them.
-
-Storage layout under a results folder ``OUT`` (chosen so concurrent runs never lose rows)::
-
-    OUT/runs/<run_id>/rows.csv     the run's rows: written once, atomically (the source of truth)
-    OUT/runs/<run_id>/config.json  the resolved config (also flattened into the rows' cfg.*)
-    OUT/runs/<run_id>/env.json     ``bench.envinfo.collect()`` (``write_env``)
-    OUT/runs/<run_id>/steps.csv    ok runs only: per-step samples of every measured epoch
-                                   (``repeat, epoch, step, wait_s, compute_s, images``; a leading
-                                   ``rank`` column in a data-parallel run), for
-                                   distributions (stalls, worker start-up); not in the merged views
-    OUT/runs/<run_id>/predictions.csv  ok train runs only: every test image's predicted class
-                                   (``repeat, image, label, prediction``), for paired tests
-    OUT/runs/<run_id>/monitor.csv  ok runs only: the monitors' samples over the measured region
-                                   (``repeat, t_s, cores_busy, rss_bytes, gpu_mem_used_bytes,
-                                   gpu_util_pct``; GPU columns empty without NVML; a leading
-                                   ``rank`` column in a data-parallel run: each rank's own
-                                   process tree and GPU)
-    OUT/results.csv                merged view of every runs/*/rows.csv, rebuilt atomically
-                                   (temp file + rename) after each run
-    OUT/results.parquet            the same view, when pyarrow is importable
-
-``read_results(OUT)`` reads ``runs/*/rows.csv`` (not the views), so a view that is stale
-because two runs finished at once is harmless; the next ``write_run`` rebuilds it.
+The schema (columns, statuses, the files under ``OUT/runs/<run_id>/``) is in ``docs/results.md``.
 """
 
 from __future__ import annotations
@@ -80,10 +17,9 @@ from typing import Any
 
 from bench import envinfo
 from bench.atomic import atomic_write_bytes, atomic_write_json
-from bench.errors import InputError
+from bench.errors import InputError, older_artifact
 
-RESULTS_SCHEMA_VERSION = 2
-READABLE_SCHEMA_VERSIONS = (1, 2)  # 1: no rank column (read as <NA>)
+RESULTS_SCHEMA_VERSION = 3
 STATUSES = ("ok", "skip", "error")
 MODES = ("loader", "replay", "train")
 CFG_PREFIX = "cfg."
@@ -145,12 +81,8 @@ REASON_MAX_CHARS = 500
 
 
 def exception_reason(e: BaseException) -> str:
-    """One line for an error row: ``Type: message``, at most ``REASON_MAX_CHARS`` characters.
-
-    A traceback carried inside the message (a DataLoader worker's "Caught X in DataLoader worker
-    process 0. Original Traceback ...") is reduced to its last line, the original exception,
-    plus where it was caught.
-    """
+    """One line for an error row, ``Type: message`` (a traceback inside reduced to its last line),
+    at most ``REASON_MAX_CHARS``."""
     text = str(e)
     if "Traceback (most recent call last)" in text:
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
@@ -164,16 +96,8 @@ def exception_reason(e: BaseException) -> str:
 
 @dataclass
 class RunRows:
-    """Collects one run's rows in memory; nothing touches disk until ``write_run``.
-
-    ``add`` records an ok observation. ``skip``/``error`` replace everything collected so
-    far with the single status row, so a failed run can never carry partial results.
-
-    ``rank``: the rank of a data-parallel run's process collecting its own rows (stamped on
-    every row, step and monitor sample); None for a single process and for the merged run.
-    ``rank_rows``: finished rows of the ranks (``rows()`` of each rank's ``RunRows``, their own
-    config flattened in), written after this run's own rows (the aggregate ones).
-    """
+    """One run's rows in memory until ``write_run``; ``skip``/``error`` replace them with one status row.
+    ``rank``: a data-parallel rank collecting its own rows; ``rank_rows``: the ranks' rows, written after these."""
 
     run_id: str
     pipeline: str
@@ -300,11 +224,8 @@ def _apply_dtypes(df):
 
 
 def write_run(out: str | Path, run: RunRows) -> Path:
-    """Write a finished run's rows (atomically, all at once) and rebuild the merged views. Views that
-    cannot be rebuilt (a full disk, another run's unreadable rows) are a warning: the run is recorded.
-
-    Returns the run folder ``out/runs/<run_id>``.
-    """
+    """Write a finished run's rows atomically and rebuild the merged views (a failure there is a warning);
+    returns ``out/runs/<run_id>``."""
     rows = run.rows()
     if not rows:
         raise ValueError(f"run {run.run_id} has no rows; record ok metrics, a skip or an error")
@@ -349,14 +270,13 @@ def _read_rows_csv(path: Path):
     _check_records(path)
     versions = set(pd.to_numeric(df.get("schema_version"), errors="coerce").dropna().astype(int)) \
         if "schema_version" in df.columns else set()
-    if versions == {1} and "rank" not in df.columns:  # version 1: single-process rows, no rank column
-        df.insert(list(df.columns).index("mode") + 1 if "mode" in df.columns else 0, "rank", pd.NA)
+    if versions and min(versions) < RESULTS_SCHEMA_VERSION:
+        raise older_artifact(path, min(versions), "rerun `inrbench bench`")
     missing = [c for c in CORE_COLUMNS if c not in df.columns]
     if missing:
         raise InputError(f"not a results file (missing columns {missing})", path)
-    if versions and not versions <= set(READABLE_SCHEMA_VERSIONS):
-        raise InputError(f"results schema_version {sorted(versions)}, this inrbench reads "
-                         f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}", path)
+    if versions - {RESULTS_SCHEMA_VERSION}:
+        raise InputError(f"results schema_version {sorted(versions)}, this inrbench reads {RESULTS_SCHEMA_VERSION}", path)
     _check_values(df, path)
     return df
 
@@ -402,9 +322,7 @@ def _check_values(df, path: Path) -> None:
 
 
 def _check_records(path: Path) -> None:
-    """Refuse a rows.csv that was cut short or edited out of shape, which pandas would read with the
-    missing fields as NA: every file ``write_run`` writes ends with a newline and has as many fields
-    in each record as in its header."""
+    """Refuse a rows.csv cut short or edited out of shape (no final newline, a record of another width)."""
     import csv
     import io
 
@@ -424,12 +342,8 @@ def _check_records(path: Path) -> None:
 
 
 def read_results(out: str | Path):
-    """Every run's rows under ``out`` as one DataFrame (core dtypes as in the schema table).
-
-    Reads ``out/runs/*/rows.csv`` (the source of truth). cfg.* columns keep the dtypes pandas
-    infers from CSV; a config key absent from some runs is NA there. Raises ``InputError``
-    when ``out`` is missing or holds no runs, or a file is not a results file of this schema.
-    """
+    """Every run's rows under ``out`` (``runs/*/rows.csv``) as one DataFrame; ``InputError`` when there are none
+    or a file is not a results file of this schema."""
     import pandas as pd
 
     out = Path(out)
@@ -458,12 +372,8 @@ def check_results(out: str | Path) -> None:
 
 
 def rebuild_views(out: str | Path) -> None:
-    """Rebuild ``results.csv`` (and ``results.parquet`` when pyarrow is importable) atomically.
-
-    A cfg.* column that Arrow cannot hold as read from the CSVs (an integer beyond int64, say,
-    from a run written before ``--seed`` was range-checked) goes into the parquet view as text,
-    so one odd value never stops later runs from rebuilding the views.
-    """
+    """Rebuild ``results.csv`` (and ``results.parquet`` with pyarrow) atomically; a cfg.* column Arrow cannot
+    hold goes into the parquet view as text."""
     out = Path(out)
     df = read_results(out)
     atomic_write_bytes(out / MERGED_CSV, df.to_csv(index=False).encode("utf-8"))
@@ -491,13 +401,8 @@ def aggregate_rows(df):
 
 
 def summarize(df, by: Iterable[str] = ("run_id", "pipeline", "dataset", "mode", "rank", "metric", "unit")):
-    """Median, quartiles, IQR and sample count of ``value`` over the ok rows, grouped by ``by``.
-
-    Returns a DataFrame with ``by`` columns plus ``median, q25, q75, iqr, n``. Skip/error
-    rows are excluded (they are never averaged in); report them from ``df.status``. The default
-    grouping keeps each rank of a data-parallel run (and its aggregate, rank <NA>) apart; with a
-    ``by`` without ``rank``, pass ``aggregate_rows(df)`` so per-rank rows are not pooled in.
-    """
+    """Median, quartiles, IQR and count of ``value`` over the ok rows, grouped by ``by``; without ``rank`` in
+    ``by``, pass ``aggregate_rows(df)``."""
     by = list(by)
     ok = df[df["status"] == "ok"]
     g = ok.groupby(by, dropna=False, sort=True)["value"]

@@ -1,22 +1,7 @@
-"""The at-rest form of an INR store: the whole store file entropy-coded for disk and transfer.
+"""The at-rest form of an INR store: the whole store file LZMA-coded for disk and transfer.
 
-A packed file is::
-
-    offset 0   b"INRPACKZ"     magic (8 bytes)
-    offset 8   u32 version     (PACK_VERSION)
-    offset 12  u32 header length H
-    offset 16  u32 CRC-32 of the header
-    offset 20  header: UTF-8 JSON  codec ("lzma"), preset, store_length, store_sha256,
-                                   packed_length, packed_crc32
-    ...        the compressed store file (LZMA, xz container, stdlib ``lzma``)
-
-``inr.store.load`` reads either form: a packed file is checked (header CRC, compressed bytes'
-CRC and length, the decompressed store's length and sha256), decompressed once, and then
-verified and loaded exactly like a store file, into the same resident layout. So a packed
-store decodes bit-identically to its store, its decode speed is the store's, and only its
-disk bytes differ (``StoredINR.bytes_on_disk``; ``at_rest`` says how it was packed and
-``store_bytes`` how large the store itself is). The store's data region is layer-major
-quantized codes, so LZMA sees long runs of one layer's codes.
+b"INRPACKZ", u32 version, u32 header length, u32 header CRC, a JSON header (codec, store length and sha256,
+packed length and CRC), the compressed store. ``inr.store.load`` checks and unpacks it into the same layout.
 """
 
 from __future__ import annotations

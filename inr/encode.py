@@ -1,20 +1,7 @@
-"""The whole encode of a split: fit -> prune -> (QAT) -> quantize -> store, sharded and resumable.
+"""The whole encode of a split: fit -> prune -> (QAT) -> quantize -> store, in resumable shards.
 
-Images are encoded in shards of ``shard_size`` images. Each finished shard is written
-atomically as a complete store file in a work folder beside the output
-(``OUT.work/shard_00000.inr``, plus ``config.json`` naming the configuration and input).
-A rerun with the same configuration and input skips the finished shards; the final file is
-the concatenation of the shards' codes, re-packed and written atomically by the streamed merge
-(``inr.merge``: bounded memory, whatever the split's size), and the work folder is removed.
-Fitting is seeded per image (``inr.siren.init_weights``) and shards have fixed boundaries, so
-an interrupted-and-resumed encode writes the same bytes as an uninterrupted one (on the same
-machine, device and thread count).
-
-Distributed (``bench.commands.encode.encode_split_distributed``, under torchrun): shard ``si`` is
-fitted by rank ``si % world_size``; rank 0 holds the output and merges. Shards are the same
-files whichever process fits them, so the store is byte-identical to a one-process encode,
-and a rerun after any rank was killed resumes from the shards on disk (with any number of
-processes).
+Each finished shard is a complete store in the work folder (``bench.workdir``); fitting is seeded per image
+and shards have fixed boundaries, so a resumed encode writes the bytes an uninterrupted one does.
 """
 
 from __future__ import annotations
@@ -22,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.atomic import atomic_write_bytes, create_marked_dir
+from bench import workdir
+from bench.atomic import atomic_write_bytes
 from bench.datasets.prepared import sha256_array
 from bench.errors import InputError
-from bench.jsontext import diff_keys
-from bench.outputs import check_output, claim
+from bench.outputs import claim
 from inr import atrest, store
 from inr.fit import (
     FitConfig,
@@ -52,13 +38,14 @@ from inr.prune import PruneConfig, prune_dynamic, prune_iterative
 from inr.quantize import FLOAT_BITS, QLayer, QuantConfig, dequantize, fake_quantize, quantize
 from inr.siren import coord_grid
 
-WORK_SUFFIX = ".work"
+
+def work_path(out: Path) -> Path:
+    return workdir.work_path(out, "encode")
 
 
 @dataclass(frozen=True)
 class EncodeConfig:
-    """fit / prune / quant as in their modules; qat_iterations > 0 adds a quantization-aware
-    fine-tune at ``qat_lr`` (straight-through fake quantization) before the final quantization."""
+    """fit / prune / quant as in their modules; ``qat_iterations`` > 0: a quantization-aware fine-tune first."""
 
     fit: FitConfig
     quant: QuantConfig
@@ -92,7 +79,6 @@ class EncodeConfig:
 
 @dataclass
 class Encoded:
-    """One encoded block of images: quantized layers and the PSNR of their dequantized weights."""
 
     layers: list[QLayer]
     psnr: np.ndarray
@@ -100,7 +86,7 @@ class Encoded:
 
 
 def _cached_fit(imgs: np.ndarray, cfg: EncodeConfig, dev, first_index: int, cache: Path | None, progress) -> FitResult:
-    """``fit``, or its float32 result from ``cache`` (a store file keyed by fit config, images, index)."""
+    """``fit``, or its float32 result from ``cache`` (a store keyed by fit config, images, first index)."""
     if cache is None:
         return fit(imgs, cfg.fit, device=dev, first_index=first_index, progress=progress)
     key = hashlib.sha256(json.dumps(
@@ -132,11 +118,8 @@ def encode_images(
     images, cfg: EncodeConfig, device: str | torch.device = "cpu", first_index: int = 0,
     progress: Callable[[int, np.ndarray], None] | None = None, fit_cache: str | Path | None = None,
 ) -> Encoded:
-    """Encode uint8 ``[N, H, W, 3]`` images (no files but the optional fit cache): the unit of work of a shard.
-
-    ``fit_cache``: a folder where float32 fits are kept and reused by later encodes of the same
-    images with the same ``FitConfig`` (e.g. the fp32 / 8-bit / pruned variants of one sweep).
-    """
+    """Encode uint8 ``[N, H, W, 3]`` images (a shard); ``fit_cache``: a folder of float32 fits reused by
+    encodes of the same images and ``FitConfig``."""
     imgs = as_image_array(images)
     dev = torch.device(device)
     arch = cfg.fit.arch
@@ -178,7 +161,7 @@ def encode_images(
 
 
 def concat_layers(parts: list[list[QLayer]]) -> list[QLayer]:
-    """Concatenate shards' ``QLayer``s along the image axis (a layer pruned in any shard gets masks everywhere)."""
+    """Shards' ``QLayer``s along the image axis (a layer pruned in any shard gets masks everywhere)."""
     out = []
     for li in range(len(parts[0])):
         ls = [p[li] for p in parts]
@@ -199,49 +182,12 @@ def _job(cfg: EncodeConfig, source: dict | None, n: int, h: int, w: int) -> dict
                                  default=str))
 
 
-def _open_work(work: Path, job: dict) -> bool:
-    """Create the work folder, or check that an existing one holds shards of this very job.
-    Returns True when this call created it: nothing in it to resume. The folder appears with its
-    ``config.json`` in one rename (``bench.atomic.create_marked_dir``), so a folder at that name
-    without one, even an empty one, is someone else's: refused, never used or removed."""
-    if work.is_symlink() or (work.exists() and not work.is_dir()):
-        raise InputError("exists and is not an encode work folder; refusing to use or remove it", work)
-    work.parent.mkdir(parents=True, exist_ok=True)
-    if create_marked_dir(work, "config.json", job):
-        return True
-    _check_work(work, job)
-    return False
-
-
-@contextlib.contextmanager
-def fresh_work(work: Path, job: dict):
-    """``_open_work``; if the body then fails (out of memory, a bad option, Ctrl-C) before any shard
-    was written in a work folder this call created, the folder is removed: nothing there to resume."""
-    created = _open_work(work, job)
-    try:
-        yield
-    except BaseException:
-        if created and work.is_dir() and {p.name for p in work.iterdir()} <= {"config.json"}:
-            shutil.rmtree(work, ignore_errors=True)
-        raise
-
-
-def _check_work(work: Path, job: dict) -> None:
-    """The work folder's ``config.json`` names this very job (else an ``InputError``)."""
-    try:
-        old = json.loads((work / "config.json").read_text())
-    except (OSError, ValueError):
-        old = None
-    if not isinstance(old, dict) or "encode" not in old:
-        raise InputError("exists and is not an encode work folder (no config.json of inrbench encode); "
-                         "refusing to use or remove it (an empty one may be left by an older inr-bench "
-                         "killed while creating it: delete it to start over)", work)
-    old = {**old, "source": {k: v for k, v in old.get("source", {}).items() if k != "prepared"}}
-    if old != job:
-        diff = sorted(diff_keys(old, job))
-        raise InputError(f"holds shards of an encode with other settings ({', '.join(diff[:6])} "
-                         f"{'differs' if len(diff) == 1 else 'differ'}); "
-                         "delete it to start over, or rerun with those settings to resume", work)
+def shards_kept(total: int) -> Callable[[Path], str | None]:
+    """What a failed encode leaves in its work folder to resume (``workdir.opened``)."""
+    def kept(work: Path) -> str | None:
+        k = sum((work / f"shard_{si:05d}.inr").is_file() for si in range(total))
+        return f"{k} of {total} fitted shards" if k else None
+    return kept
 
 
 def encode_split(
@@ -258,23 +204,9 @@ def encode_split(
     log: Callable[[str], None] | None = None,
     on_start: Callable[[], None] | None = None,
 ) -> Path:
-    """Encode ``images`` (uint8 ``[N, H, W, 3]``) with ``labels`` (int64 ``[N]``) into the store ``out``.
-
-    Resumable: finished shards in ``OUT.work/`` are reused when ``config.json`` there matches.
-    ``on_start()`` is called once the work folder is opened and checked (a folder of other settings is
-    refused before it); ``log(line)`` then gets ``encode: resuming, K of M shards already fitted (work
-    folder ...)`` when shards were found finished, and, if the run fails or is interrupted with shards
-    on disk, ``encode: K of M shards are fitted and kept in ...: rerun the same command to resume``.
-    ``source`` (e.g. the prepared dataset's identity) is recorded in the store's meta and
-    checked on resume. ``progress(n_images, psnr [n])`` is called as images finish
-    (immediately for shards found finished). ``fit_cache``: see ``encode_images`` (the fit is
-    deterministic, so a cached fit gives the same file as a fresh one).
-
-    ``out`` is claimed before any work (``bench.outputs.claim``): it must not overlap the
-    prepared dataset named in ``source`` nor ``fit_cache``; an existing store there is replaced
-    only with ``overwrite``; anything else there is refused. A second encode to the same
-    ``out`` while this one runs is refused (a lock naming this process).
-    """
+    """Encode uint8 ``[N, H, W, 3]`` ``images`` with int64 ``labels`` into the store ``out`` (claimed first), resumably.
+    ``source`` (the prepared dataset's identity) is recorded and part of the job; ``progress(n, psnr)`` as images
+    finish; ``on_start()`` once the work folder is checked; ``log(line)`` gets the resume and kept notes."""
     with claim_store(out, source, fit_cache, overwrite) as out:
         return _encode_split(images, labels, cfg, out, device, source, progress, keep_work, fit_cache, log, on_start)
 
@@ -282,19 +214,19 @@ def encode_split(
 @contextlib.contextmanager
 def claim_store(out: str | Path, source: dict | None, fit_cache: str | Path | None,
                 overwrite: bool) -> Iterator[Path]:
-    """``bench.outputs.claim`` of the store ``out`` (held while the block runs) and the check of
-    ``fit_cache``: neither may overlap the prepared dataset named in ``source``, and the cache may not
-    lie in ``OUT.work`` (removed with it after success); yields ``out`` resolved."""
+    """``claim`` of the store ``out`` for the block, and ``fit_cache`` checked: neither overlaps the prepared
+    dataset in ``source``, nor may the cache lie in the work folder; yields ``out`` resolved."""
     inputs = {"prepared dataset": (source or {}).get("prepared"), "fit cache (--fit-cache)": fit_cache}
     with claim(out, "store", inputs=inputs, mode="replace" if overwrite else "new") as claimed:
         if fit_cache is not None:
-            work = claimed.with_name(claimed.name + WORK_SUFFIX)
+            work = work_path(claimed)
             cache = Path(fit_cache).expanduser().resolve()
             if cache == work or work in cache.parents:
                 raise InputError(f"--fit-cache {fit_cache}: lies in this encode's work folder {work}, which is "
                                  "removed once the store is written; choose another --fit-cache")
-            check_output(fit_cache, "fit-cache", inputs={"prepared dataset": inputs["prepared dataset"]},
-                         mode="append", option="--fit-cache")
+            with claim(fit_cache, "fit-cache", inputs={"prepared dataset": inputs["prepared dataset"]},
+                       mode="append", option="--fit-cache", lock=False):
+                pass  # created and marked as a fit cache
         yield claimed
 
 
@@ -319,11 +251,10 @@ def _split(images, labels, cfg: EncodeConfig, out: Path, source) -> _Split:
     n, h, w, _ = imgs.shape
     if labels.shape[0] != n:
         raise InputError(f"{n} images but {labels.shape[0]} labels", out)
-    return _Split(imgs, labels, out.with_name(out.name + WORK_SUFFIX), _job(cfg, source, n, h, w))
+    return _Split(imgs, labels, work_path(out), _job(cfg, source, n, h, w))
 
 
 def shard_ranges(n: int, shard_size: int) -> list[tuple[int, int]]:
-    """``(start, end)`` image ranges of the shards of ``n`` images; shard ``si`` is ``shard_{si:05d}.inr``."""
     return [(s, min(n, s + shard_size)) for s in range(0, n, shard_size)]
 
 
@@ -341,37 +272,19 @@ def _finished(path: Path, size: int) -> np.ndarray | None:
 
 
 def finished_shards(sp: _Split, cfg: EncodeConfig, rank: int = 0, world_size: int = 1) -> dict[int, np.ndarray | None]:
-    """Shard ``si`` (those with ``si % world_size == rank``) -> its PSNRs when it is finished and intact in the
-    work folder, else None (to be fitted)."""
+    """Shard ``si`` of this rank -> its PSNRs when finished and intact in the work folder, else None."""
     return {si: _finished(sp.work / f"shard_{si:05d}.inr", e - s)
             for si, (s, e) in enumerate(shard_ranges(sp.shape[0], cfg.shard_size)) if si % world_size == rank}
 
 
 def resume_line(resumed: int, total: int, work: Path) -> str:
-    """What a rerun that finds finished shards says (as ``prepare`` and ``meta-init`` do)."""
     return f"encode: resuming, {resumed} of {total} shards already fitted (work folder {work})"
-
-
-@contextlib.contextmanager
-def kept_note(work: Path, total: int, log: Callable[[str], None] | None):
-    """If the block fails or is interrupted (Ctrl-C) with fitted shards (``shard_{si:05d}.inr``, ``si <
-    total``) in the work folder ``work``, ``log`` says they are kept and how to resume (as ``prepare``
-    does); the exception goes on. Shared by the batched and the native-size encode (``inr.native``)."""
-    try:
-        yield
-    except BaseException:
-        kept = sum((work / f"shard_{si:05d}.inr").is_file() for si in range(total)) if work.is_dir() else 0
-        if kept and log is not None:
-            log(f"encode: {kept} of {total} shards are fitted and kept in {work}: rerun the same command to "
-                "resume (or delete it)")
-        raise
 
 
 def encode_shards(sp: _Split, cfg: EncodeConfig, device, progress, fit_cache, rank: int = 0,
                   world_size: int = 1, finished: dict[int, np.ndarray | None] | None = None) -> dict:
-    """Fit the shards ``si`` with ``si % world_size == rank`` that are not finished in the work folder
-    (each written atomically as a complete store); -> ``{"fitted": [si...], "resumed": [si...], "images": k}``.
-    ``finished``: ``finished_shards`` of this rank when the caller looked already."""
+    """Fit this rank's unfinished shards (``si % world_size == rank``), each an atomic store in the work folder;
+    -> ``{"fitted": [si...], "resumed": [si...], "images": k}``."""
     n, h, w = sp.shape
     done: dict = {"rank": rank, "fitted": [], "resumed": [], "images": 0}
     if finished is None:
@@ -395,7 +308,7 @@ def encode_shards(sp: _Split, cfg: EncodeConfig, device, progress, fit_cache, ra
 
 
 def merge_work(sp: _Split, cfg: EncodeConfig, out: Path, source, keep_work: bool) -> Path:
-    """Merge the work folder's shards into the store ``out`` (``inr.merge``, streamed) and remove the folder."""
+    """Merge the shards into the store ``out`` (``inr.merge``, streamed) and remove the work folder."""
     n, h, w = sp.shape
     paths = [sp.work / f"shard_{si:05d}.inr" for si in range(len(shard_ranges(n, cfg.shard_size)))]
     missing = [p.name for p in paths if not p.is_file()]
@@ -403,7 +316,6 @@ def merge_work(sp: _Split, cfg: EncodeConfig, out: Path, source, keep_work: bool
         raise InputError(f"shards {', '.join(missing[:4])} are missing; rerun to fit them", sp.work)
     meta = {"encode": cfg.to_dict(), "source": source or {}, "fit": cfg.fit.to_dict(), "bits": list(cfg.quant.bits)}
     if cfg.fit.init_sha256:  # the learned init this store was fitted from (inrbench meta-init)
-
         meta["init"] = init_record(cfg.fit.init, cfg.fit.init_sha256)
     if cfg.fit.target_psnr:
         heads = [store.read_header(p) for p in paths]
@@ -411,14 +323,12 @@ def merge_work(sp: _Split, cfg: EncodeConfig, out: Path, source, keep_work: bool
     write_final(out, sp.work, cfg.at_rest, lambda path: merge_stores(
         path, paths, cfg.fit.arch, (h, w), cfg.quant.bits, cfg.quant.per_channel, meta, labels=sp.labels))
     if not keep_work:
-        shutil.rmtree(sp.work, ignore_errors=True)
+        workdir.remove(sp.work, "encode")
     return out
 
 
 def write_final(out: Path, work: Path, at_rest: str | None, write: Callable[[Path], object]) -> None:
-    """``write(path)`` writes the store; to ``out`` itself, or, packed at rest, to the work folder first, and
-    only its complete packed form is renamed to ``out`` (a run killed while packing leaves the work folder to
-    resume from and nothing at ``out``)."""
+    """``write(path)`` writes the store: to ``out``, or (packed at rest) to the work folder, then packed to ``out``."""
     if not at_rest:
         write(out)
         return
@@ -429,8 +339,7 @@ def write_final(out: Path, work: Path, at_rest: str | None, write: Callable[[Pat
 
 
 def early_stop_record(shards: list[tuple[int, dict]], fit_cfg: FitConfig) -> dict:
-    """What ``FitConfig.target_psnr`` did over a store's shards (``(images, stages)`` each, from the shard
-    files): the target, the mean fit iterations per image and the images that stopped before ``iterations``."""
+    """What early stop did over a store's shards (``(images, stages)`` each): mean iterations, images stopped."""
     n, its, stopped = 0, 0.0, 0
     for k, st in shards:
         if "fit_iterations_mean" not in st:  # a fit served from --fit-cache: its iterations were not recorded
@@ -443,7 +352,8 @@ def early_stop_record(shards: list[tuple[int, dict]], fit_cfg: FitConfig) -> dic
 def _encode_split(images, labels, cfg: EncodeConfig, out: Path, device, source, progress, keep_work, fit_cache,
                   log=None, on_start=None) -> Path:
     sp = _split(images, labels, cfg, out, source)
-    with fresh_work(sp.work, sp.job), kept_note(sp.work, len(shard_ranges(sp.shape[0], cfg.shard_size)), log):
+    total = len(shard_ranges(sp.shape[0], cfg.shard_size))
+    with workdir.opened(sp.work, "encode", sp.job, shards_kept(total), log):
         finished = finished_shards(sp, cfg)
         if on_start is not None:
             on_start()

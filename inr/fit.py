@@ -124,17 +124,7 @@ class FitConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["arch"] = self.arch.to_dict()
-        # defaults left out: dicts (fit-cache keys, encode work folders) of earlier encodes stay valid;
-        # the init's path is not part of what was computed, its hash is
-        del d["init"]
-        if self.step == "eager":
-            del d["step"]
-        if not self.init_sha256:
-            del d["init_sha256"]
-        if not self.target_psnr:
-            del d["target_psnr"]
-        if self.pixel_fraction == 1.0:
-            del d["pixel_fraction"]
+        del d["init"]  # the init's path is not part of what was computed, its hash is
         return d
 
     @staticmethod

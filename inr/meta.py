@@ -34,13 +34,13 @@ import numpy as np
 import torch
 
 from bench.atomic import atomic_write_bytes
-from bench.errors import InputError
+from bench.errors import InputError, older_artifact
 from bench.stats import geometric_mean_ci
 from inr.engine import SirenEngine, from_theta, to_theta
 from inr.meta_work import NoCheckpoints, meta_job, open_work
 from inr.siren import SirenArch, Weights, coord_grid, init_weights
 
-FORMAT = "inr-bench meta-init v1"
+FORMAT = "inr-bench meta-init v2"
 TRAIN_SPLIT = "train"
 NO_CHECKPOINTS = NoCheckpoints()
 
@@ -325,6 +325,9 @@ def load_init(path: str | Path, arch: SirenArch | None = None, expect_sha256: st
         d = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception:  # noqa: BLE001 - any unreadable file is the same user error
         d = None
+    version = str(d.get("format")).removeprefix(FORMAT[:-1]) if isinstance(d, dict) else ""
+    if version.isdigit() and int(version) < int(FORMAT[-1]):
+        raise older_artifact(p, version, "rerun `inrbench meta-init`")
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise InputError("not a learned initialization written by `inrbench meta-init`", p)
     try:

@@ -1,35 +1,9 @@
-"""Resumable meta-init: what a killed ``inrbench meta-init`` has done, kept in a work folder beside its output.
+"""Resumable meta-init: each candidate's Reptile state, finished weights and validation kept in its work folder.
 
-The folder is hidden, ``.<OUT name>.inrbench-meta-init.work`` beside ``--out`` (``work_path``; named as
-``prepare``'s work folder is), and holds, each file written atomically (temp + rename)::
-
-    work.json                 what the folder is for (its marker and fingerprint): kind "meta-init-work",
-                              schema_version, job; a folder without it is never used nor removed
-    candidate_J.state.pt      candidate J's (from 0) Reptile state mid-training (rewritten every ``every_s``
-                              seconds): the outer step reached, the init's weights, the numpy generator
-                              of the batch / pixel draws, torch's CPU (and CUDA) generator states, seconds
-    candidate_J.trained.pt    candidate J's finished weights and info (its state file is then removed)
-    validation_random.pt      --candidates > 1: the validation images' fit curves from random init
-    candidate_J.validation.json  candidate J's validation result (its row in info["selection"])
-
-The job (``meta_job``) is the ``MetaConfig``, the architecture, the lr, the fit iterations (those of
-the validation fits; 0 without ``--candidates``), the device
-type and the identity of the train images (count, their pixels' sha256, the subset's indices): a rerun
-whose job differs is refused (one line, exit 2, as ``inrbench encode`` refuses another encode's shards).
-
-A Reptile outer step draws its randomness only from the numpy generator whose state is saved (the
-inner Adam is new every step, the init of each candidate comes from its own seeded generator), so a
-run resumed from the state of any outer step computes, on the CPU, bit for bit the weights the
-uninterrupted run does. The validation results (``--candidates``) are those of the same machine,
-device and thread count (fits of large images use every torch thread), as for ``inrbench encode``;
-a candidate's weights do not depend on the thread count (Reptile runs on one). Saving the state costs a few
-milliseconds (the init is small): every 30 s, and at the end of each candidate, which keeps
-checkpoints far below 1% of the time.
-
-Test hook (read in one place, ``_injected_failure``): ``INRBENCH_TEST_META_KILL=C:S`` stops the run
-after candidate C's (1-based) outer step S, once a checkpoint due there is written, as Ctrl-C would
-(``KeyboardInterrupt``); ``C:validation`` stops it after candidate C's validation fit, before its
-result is saved; a ``:kill`` suffix makes the process SIGKILL itself instead.
+Files (``bench.workdir`` folder): ``candidate_J.state.pt`` (every ``every_s`` seconds), ``candidate_J.trained.pt``,
+``validation_random.pt``, ``candidate_J.validation.json``. Reptile draws only from the saved generators, so a resumed
+run computes the uninterrupted run's weights bit for bit on the CPU. Test hook: ``INRBENCH_TEST_META_KILL=C:S[:kill]``
+stops after candidate C's outer step S (``C:validation``: before its validation result is saved).
 """
 
 from __future__ import annotations
@@ -37,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -45,30 +18,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.atomic import atomic_open, atomic_write_json, create_marked_dir
+from bench import workdir
+from bench.atomic import atomic_open, atomic_write_json
 from bench.datasets.prepared import sha256_array
-from bench.errors import InputError
-from bench.jsontext import diff_keys
-from bench.outputs import TEMP_TAG, _is_own_temp
+from bench.workdir import WORK_JSON
 
-WORK_SUFFIX = f".{TEMP_TAG}meta-init.work"  # the folder is ".<OUT name>" + WORK_SUFFIX (bench.sweep.cells mirrors it)
-WORK_KIND = "meta-init-work"
-WORK_SCHEMA = 1
-WORK_JSON = "work.json"
 CHECKPOINT_EVERY_S = 30.0
 STATE_KEYS = frozenset({"step", "theta", "numpy", "torch", "cuda", "seconds"})  # what a resume reads from a state
 TARGET = "validation_random.pt"
 
 
 def work_path(out: str | Path) -> Path:
-    """The work folder of the init file ``out``: ``.<name>.inrbench-meta-init.work`` beside it."""
-    out = Path(out)
-    return out.with_name(f".{out.name}{WORK_SUFFIX}")
+    return workdir.work_path(out, "meta-init")
 
 
 def meta_job(cfg, arch, lr: float, iterations: int, device: torch.device, images: np.ndarray,
              identity: dict) -> dict:
-    """What the checkpoints depend on (``work.json``'s job); ``identity``: the train subset's count and hashes."""
+    """What the checkpoints depend on: config, arch, lr, iterations, device type and the train images."""
     from dataclasses import asdict
 
     job = {"config": asdict(cfg), "arch": arch.to_dict(), "lr": float(lr),
@@ -78,7 +44,7 @@ def meta_job(cfg, arch, lr: float, iterations: int, device: torch.device, images
 
 
 def _injected_failure(where: str) -> None:
-    """Test hook: ``INRBENCH_TEST_META_KILL=WHERE[:kill]`` stops the run at ``where`` (see the module docstring)."""
+    """Test hook: ``INRBENCH_TEST_META_KILL=WHERE[:kill]`` stops the run at ``where``."""
     want = os.environ.get("INRBENCH_TEST_META_KILL")
     if not want:
         return
@@ -121,7 +87,7 @@ class NoCheckpoints:
 
 
 class MetaWork(NoCheckpoints):
-    """The work folder of one meta-init job (opened by ``open_work``); see the module docstring."""
+    """The work folder of one meta-init job (``open_work``)."""
 
     def __init__(self, folder: Path, every_s: float | None = None) -> None:
         self.folder = folder
@@ -142,8 +108,7 @@ class MetaWork(NoCheckpoints):
 
     @staticmethod
     def _load(path: Path) -> dict | None:
-        """A checkpoint file, or None when it is missing or unreadable (recomputed: each is written atomically,
-        so only a damaged disk leaves a bad one)."""
+        """A checkpoint file, or None when it is missing or unreadable (then recomputed)."""
         try:
             d = torch.load(path, map_location="cpu", weights_only=True)
         except FileNotFoundError:
@@ -205,48 +170,14 @@ class MetaWork(NoCheckpoints):
         return f"candidate {candidates} of {candidates}, all trained" + (" and validated" if candidates > 1 else "")
 
 
-def _marker(folder: Path) -> dict | None:
-    """``folder``'s ``work.json`` when it marks a meta-init work folder, else None."""
-    try:
-        doc = json.loads((folder / WORK_JSON).read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) and doc.get("kind") == WORK_KIND else None
-
-
 @contextlib.contextmanager
 def open_work(folder: Path, job: dict, every_s: float | None = None) -> Iterator[MetaWork]:
-    """Create ``folder`` for ``job``, or check that an existing one holds checkpoints of this very job
-    (else one ``InputError`` line naming what differs). If the body fails before anything was kept in
-    a folder this call created, the folder is removed: nothing there to resume (``inr.encode.fresh_work``)."""
-    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-        raise InputError("exists and is not a meta-init work folder; refusing to use or remove it", folder)
-    doc = {"kind": WORK_KIND, "written_by": "inr-bench", "schema_version": WORK_SCHEMA, "job": job}
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    created = create_marked_dir(folder, WORK_JSON, doc)  # the folder and its work.json appear together
-    old = None if created else _marker(folder)
-    if not created and old is None:
-        raise InputError("exists and is not a meta-init work folder (no work.json of inrbench meta-init); "
-                         "refusing to use or remove it (an empty one may be left by an older inr-bench "
-                         "killed while creating it: delete it to start over)", folder)
-    elif not created:
-        was = {"schema_version": old.get("schema_version"), "job": old.get("job")}
-        if was != {"schema_version": WORK_SCHEMA, "job": job}:
-            diff = sorted(diff_keys(was, {"schema_version": WORK_SCHEMA, "job": job}))
-            raise InputError(f"holds the checkpoints of a meta-init with other settings ({', '.join(diff[:6])} "
-                             f"{'differs' if len(diff) == 1 else 'differ'}); delete it to start over, or rerun with those settings to resume", folder)
-        for c in folder.iterdir():  # a killed writer's temp file (the --out lock is held: none is live)
-            if _is_own_temp(c.name) and c.is_file():
-                c.unlink()
-    try:
-        yield MetaWork(folder, every_s)
-    except BaseException:
-        if created and folder.is_dir() and {p.name for p in folder.iterdir()} <= {WORK_JSON}:
-            shutil.rmtree(folder, ignore_errors=True)
-        raise
+    """Create ``folder`` for ``job`` or check an existing one (``bench.workdir``); removed if the body fails
+    with nothing kept."""
+    kept = lambda f: "the checkpoints" if any(p.name != WORK_JSON for p in f.iterdir()) else None  # noqa: E731
+    with workdir.opened(Path(folder), "meta-init", job, kept):
+        yield MetaWork(Path(folder), every_s)
 
 
 def remove_work(folder: Path) -> None:
-    """Remove a meta-init work folder once its init file is written; never a folder without the marker."""
-    if folder.is_dir() and not folder.is_symlink() and _marker(folder) is not None:
-        shutil.rmtree(folder, ignore_errors=True)
+    workdir.remove(folder, "meta-init")

@@ -4,8 +4,8 @@ Images are grouped by size; each group is fitted batched by ``inr.encode.encode_
 (coordinates ``inr.siren.coord_grid``: each axis normalized to [-1, 1] on its own, so the
 aspect is kept by the grid's spacing). A group is one shard, or several when it holds more than
 ``shard_size`` images (``native_shards``); each finished shard is written atomically as a
-complete one-size store in a work folder beside the output (``OUT.work/shard_00000.inr`` plus
-``config.json`` naming the job, as ``inr.encode.encode_split`` does: ``_open_work`` / ``_job``).
+complete one-size store in a work folder beside the output (``bench.workdir``), as
+``inr.encode.encode_split`` does.
 A rerun with the same configuration and images skips the finished shards. The final store is
 assembled from the shard files alone (the layers put back in the split's image order with
 ``concat_layers``, in memory: a native-size split is a compression study of tens of images), is
@@ -17,7 +17,6 @@ uninterrupted one (same machine, device and thread count).
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,20 +24,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench import workdir
 from bench.datasets.prepared import sha256_array
 from bench.errors import InputError
 from inr import store
 from inr.encode import (
-    WORK_SUFFIX,
     EncodeConfig,
     _job,
     claim_store,
     concat_layers,
     early_stop_record,
     encode_images,
-    fresh_work,
-    kept_note,
     resume_line,
+    shards_kept,
+    work_path,
     write_final,
 )
 from inr.meta import init_record
@@ -115,7 +114,7 @@ def encode_native(
     ``source`` is recorded in the store's meta (``bench.datasets.identity``) and checked on
     resume; ``out`` is claimed like ``encode_split``'s (never inside the prepared dataset;
     replaced only with ``overwrite``). ``progress(n_images, psnr [n])`` as shards finish (at once
-    for shards found finished). ``keep_work``: keep ``OUT.work/`` after success. ``log`` and
+    for shards found finished). ``keep_work``: keep the work folder after success. ``log`` and
     ``on_start`` as ``encode_split``'s: ``on_start()`` once the work folder is opened and checked, then
     ``log`` gets the resume line when shards were found finished, and the kept-shards line when the
     run fails or is interrupted with shards on disk.
@@ -125,11 +124,11 @@ def encode_native(
         raise InputError(f"{len(images)} images but {labels.shape[0]} labels (need at least one)", out)
     sizes = np.array([im.shape[:2] for im in images], dtype=np.int64)
     with claim_store(out, source, fit_cache, overwrite) as out:
-        work = out.with_name(out.name + WORK_SUFFIX)
+        work = work_path(out)
         shards = native_shards(sizes, cfg.shard_size)
         # the job: configuration, source and the sizes (which fix the shards); h, w of the first image
         job = {**_job(cfg, source, len(images), *map(int, sizes[0])), "native_sizes_sha256": sha256_array(sizes)}
-        with fresh_work(work, job), kept_note(work, len(shards), log):
+        with workdir.opened(work, "encode", job, shards_kept(len(shards)), log):
             finished = {si: _finished_psnr(work / f"shard_{si:05d}.inr", sh) for si, sh in enumerate(shards)}
             if on_start is not None:
                 on_start()
@@ -141,7 +140,7 @@ def encode_native(
                               finished.pop(si))
         _assemble(out, work, shards, labels, sizes, cfg, source)
         if not keep_work:
-            shutil.rmtree(work, ignore_errors=True)
+            workdir.remove(work, "encode")
     return out
 
 

@@ -1,28 +1,10 @@
 """The INR store: one self-describing file per split, loaded onto the device still quantized.
 
-File layout (little-endian)::
-
-    offset 0   b"INRSTORE"                magic (8 bytes)
-    offset 8   u32 format version          (FORMAT_VERSION; checked before anything else)
-    offset 12  u32 header length  H
-    offset 16  u32 CRC-32 of the header
-    offset 20  header: UTF-8 JSON         arch, image_size, num_images, per-layer bits /
-                                          per_channel / pruned, array table (name, dtype,
-                                          shape, offset, nbytes, crc32), file_length,
-                                          data_crc32 (the whole data region), meta
-    ...        arrays, each 64-byte aligned, layer-major:
-               labels [N] (smallest int dtype), psnr float16 [N],
-               per layer l: codes{l} uint8 bit stream, scales{l} float16 [N, 2, C],
-                            mask{l} uint8 [N, ceil(in*out/8)] (pruned layers only),
-               sizes uint16 [N, 2] (H, W per image; version-2 stores of native sizes only)
-
-The codes of layer ``l`` are the kept entries of ``M = [W; b]`` (``[in+1, out]`` row-major,
-pruned weights skipped, bias row always kept), image after image, each ``bits`` wide,
-packed LSB-first into one contiguous bit stream (8 zero bytes of padding at the end), so one
-read loads a layer for all images. ``scales`` hold ``lo, step`` (see ``inr.quantize``);
-masks are packed LSB-first per image. Loading checks magic, version, length, the header CRC,
-every array's CRC and the data region's CRC (so any flipped byte is caught) and refuses the
-file with an ``InputError`` that says which check failed.
+Layout (little-endian): b"INRSTORE", u32 format version, u32 header length, u32 header CRC-32, the JSON
+header (arch, image_size, num_images, layers, array table with CRCs, file_length, data_crc32, meta), then
+64-byte aligned arrays, layer-major: labels, psnr float16, per layer ``codes{l}`` (the kept entries of
+``[W; b]`` packed LSB-first, ``bits`` wide), ``scales{l}`` float16 ``[N, 2, C]``, ``mask{l}`` (pruned
+layers), and ``sizes`` uint16 ``[N, 2]`` where images differ in size. Every check failing is an ``InputError``.
 """
 
 from __future__ import annotations
@@ -42,17 +24,13 @@ import numpy as np
 import torch
 
 from bench.atomic import atomic_write_bytes
-from bench.errors import InputError
+from bench.errors import InputError, older_artifact
 from inr import atrest
 from inr.quantize import FLOAT_BITS, VALID_BITS, QLayer, check_arch, float_from_codes, keep_matrix
 from inr.siren import SirenArch, Weights, coord_grid, forward
 
 MAGIC = b"INRSTORE"
-FORMAT_VERSION = 1
-# Stores of images with different sizes (``prepare --size native``) carry a ``sizes`` array
-# (uint16 [N, 2], H and W per image) and version 2, so a reader that knows only one size refuses them.
-NATIVE_FORMAT_VERSION = 2
-READ_VERSIONS = (FORMAT_VERSION, NATIVE_FORMAT_VERSION)
+FORMAT_VERSION = 3
 PREFIX = struct.Struct("<8sIII")  # magic, version, header length, header crc32
 ALIGN = 64
 PAD_BYTES = 8  # zero bytes after each bit stream, so unpacking may read past the last value
@@ -135,23 +113,20 @@ def encode_bytes(
     per_channel: bool = False,
     image_sizes=None,
 ) -> bytes:
-    """The complete file content for a store (see the module docstring). ``image_sizes``
-    (``[N, 2]``, optional): each image's (H, W); when they differ the store is a version-2
-    (native sizes) store with a ``sizes`` array, else an ordinary one of ``image_size``."""
+    """The store file's bytes; ``image_sizes`` ``[N, 2]`` (optional): each image's (H, W), kept as a ``sizes``
+    array where they differ."""
     check_arch(layers, arch)
     labels = np.asarray(torch.as_tensor(labels).cpu(), dtype=np.int64).reshape(-1)
     n = labels.shape[0]
     if any(ql.codes.shape[0] != n for ql in layers):
         raise ValueError(f"{n} labels but layers hold {[ql.codes.shape[0] for ql in layers]} images")
     arrays: dict[str, np.ndarray] = {"labels": labels.astype(_label_dtype(labels))}
-    version = FORMAT_VERSION
     if image_sizes is not None:
         sizes = np.asarray(image_sizes, dtype=np.int64).reshape(-1, 2)
         if sizes.shape[0] != n or (n and (sizes.min() < 1 or sizes.max() > 0xFFFF)):
             raise ValueError(f"image_sizes must be [{n}, 2] in 1..65535, got {sizes.shape}")
         if n and not (sizes == sizes[0]).all():
             arrays["sizes"] = sizes.astype("<u2")
-            version = NATIVE_FORMAT_VERSION
         if n:
             image_size = (int(sizes[0, 0]), int(sizes[0, 1]))
     if psnr is not None:
@@ -166,7 +141,7 @@ def encode_bytes(
         table.append(array_entry(name, a.dtype.str, a.shape, off, a.nbytes, _crc(a)))
         off += aligned(a.nbytes)
     header = make_header(arch, image_size, n, [(ql.bits, ql.mask is not None) for ql in layers], per_channel,
-                         table, meta, version)
+                         table, meta)
     body = bytearray(off)  # the data region: arrays at their offsets, zero padding between
     for entry in table:
         a = arrays[entry["name"]]
@@ -186,12 +161,11 @@ def array_entry(name: str, dtype: str, shape: Sequence[int], offset: int, nbytes
 
 
 def make_header(arch: SirenArch, image_size: Sequence[int], num_images: int, layers: Sequence[tuple[int, bool]],
-                per_channel: bool, table: list[dict[str, Any]], meta: dict[str, Any] | None,
-                version: int = FORMAT_VERSION) -> dict[str, Any]:
+                per_channel: bool, table: list[dict[str, Any]], meta: dict[str, Any] | None) -> dict[str, Any]:
     """The header (without ``data_crc32`` / ``file_length``, which ``file_prefix`` sets);
     ``layers``: ``(bits, pruned)`` per linear layer; ``table``: ``array_entry`` rows in data order."""
     return {
-        "format_version": version,
+        "format_version": FORMAT_VERSION,
         "arch": arch.to_dict(),
         "image_size": [int(image_size[0]), int(image_size[1])],
         "num_images": int(num_images),
@@ -203,13 +177,8 @@ def make_header(arch: SirenArch, image_size: Sequence[int], num_images: int, lay
 
 
 def file_prefix(header: dict[str, Any], data_len: int, data_crc32: int) -> bytes:
-    """The bytes before the data region (prefix, header, zero gap to the aligned data start) of a
-    file whose data region is ``data_len`` bytes with CRC-32 ``data_crc32``; sets ``data_crc32``
-    and ``file_length`` in ``header``.
-
-    Data offsets are relative to the first aligned byte after the header; ``file_length`` is part
-    of the header, so the header is serialized until its length is stable.
-    """
+    """The bytes before the data region of a file whose data region is ``data_len`` bytes with CRC ``data_crc32``;
+    sets ``data_crc32`` and ``file_length`` (serialized until the header's length is stable)."""
     header["data_crc32"] = int(data_crc32) & 0xFFFFFFFF  # covers the padding too
     file_length = 0
     for _ in range(4):
@@ -221,7 +190,7 @@ def file_prefix(header: dict[str, Any], data_len: int, data_crc32: int) -> bytes
             break
         file_length = new_len
     buf = bytearray(data_start)
-    PREFIX.pack_into(buf, 0, MAGIC, int(header.get("format_version", FORMAT_VERSION)), len(hbytes),
+    PREFIX.pack_into(buf, 0, MAGIC, FORMAT_VERSION, len(hbytes),
                      zlib.crc32(hbytes) & 0xFFFFFFFF)
     buf[PREFIX.size : PREFIX.size + len(hbytes)] = hbytes
     return bytes(buf)
@@ -254,7 +223,7 @@ def save(
 # ----------------------------------------------------------------------------- reading
 
 HEADER_KEYS = {"format_version": int, "arch": dict, "image_size": list, "num_images": int, "layers": list,
-               "arrays": list, "file_length": int, "meta": dict}
+               "arrays": list, "file_length": int, "data_crc32": int, "meta": dict}
 ARRAY_KEYS = {"name": str, "dtype": str, "shape": list, "offset": int, "nbytes": int, "crc32": int}
 LABEL_DTYPES = ("|u1", "<i2", "<i4", "<i8")
 
@@ -274,11 +243,7 @@ def _typed(d: dict, keys: dict[str, type], where: str, path: Path) -> None:
 
 
 def check_header(header: Any, data_len: int, path: Path) -> None:
-    """The header's schema (keys, types) and its array table against the data region's length.
-
-    Done before any array is sliced, so a header that passes its CRC but lies about its arrays is
-    an ``InputError`` naming the key, never a numpy error.
-    """
+    """The header's keys and types and its array table against the data region's length (before any slicing)."""
     if not isinstance(header, dict):
         raise InputError(f"INR store header is inconsistent: a JSON {type(header).__name__}, expected an object", path)
     _typed(header, HEADER_KEYS, "header", path)
@@ -316,13 +281,7 @@ def check_header(header: Any, data_len: int, path: Path) -> None:
 
 
 def check_arrays(header: dict[str, Any], arrays: dict[str, np.ndarray], path: Path) -> SirenArch:
-    """Every array's presence, dtype and size against the header's architecture -> the arch.
-
-    Expected: ``labels`` [N] (an integer dtype), optional ``psnr`` float16 [N], and per layer
-    ``codes{l}`` uint8 holding exactly the kept codes (the masks tell how many), ``scales{l}``
-    float16 [N, 2, C] iff the layer is quantized (C = out when per_channel, else 1),
-    ``mask{l}`` uint8 [N, ceil(in*out/8)] iff the layer is pruned. Nothing else.
-    """
+    """Every array's presence, dtype and shape against the header's architecture (nothing else) -> the arch."""
     def bad(msg: str) -> InputError:
         return InputError(f"INR store header is inconsistent: {msg}", path)
 
@@ -363,7 +322,7 @@ def check_arrays(header: dict[str, Any], arrays: dict[str, np.ndarray], path: Pa
             raise bad(f"layers[{li}] is float32 but marked per_channel")
         expected.add(f"codes{li}")
         want(f"codes{li}", ("|u1",), ((count * bits + 7) // 8 + PAD_BYTES,))
-    if header["format_version"] == NATIVE_FORMAT_VERSION:
+    if "sizes" in arrays:
         expected.add("sizes")
         if not want("sizes", ("<u2",), (n, 2)).all():
             raise bad("array 'sizes' holds a zero height or width")
@@ -374,16 +333,16 @@ def check_arrays(header: dict[str, Any], arrays: dict[str, np.ndarray], path: Pa
 
 
 def _parse_header(head: bytes | memoryview, total: int, path: Path) -> tuple[dict[str, Any], int, int]:
-    """Prefix + header of a store of ``total`` bytes whose first bytes are ``head`` (at least the prefix
-    and header, or the whole file) -> (checked header, header end, data start); the bytes between
-    the two must be zero. Any defect is an ``InputError``."""
+    """``head`` (the prefix and header at least) of a ``total``-byte store -> (checked header, header end, data start)."""
     if total < PREFIX.size:
         raise InputError(f"not an INR store: file is {total} bytes, shorter than the {PREFIX.size}-byte prefix", path)
     magic, version, hlen, hcrc = PREFIX.unpack_from(head, 0)
     if magic != MAGIC:
         raise InputError(f"not an INR store (magic {magic!r}, expected {MAGIC!r})", path)
-    if version not in READ_VERSIONS:
-        raise InputError(f"INR store format version {version}, this inrbench reads versions {list(READ_VERSIONS)}; re-encode it", path)
+    if version < FORMAT_VERSION:
+        raise older_artifact(path, version, "rerun `inrbench encode`")
+    if version != FORMAT_VERSION:
+        raise InputError(f"INR store format version {version}, this inrbench reads version {FORMAT_VERSION}", path)
     if PREFIX.size + hlen > total:
         raise InputError(f"truncated: header needs {PREFIX.size + hlen} bytes, file has {total}", path)
     hbytes = bytes(head[PREFIX.size : PREFIX.size + hlen])
@@ -442,11 +401,8 @@ def read_header(path: str | Path) -> dict[str, Any]:
 
 
 def read_verified(path: str | Path, info: dict | None = None) -> tuple[dict[str, Any], dict[str, np.ndarray], int]:
-    """Read and verify a store file -> (header, arrays on CPU, file bytes). Any defect is an ``InputError``.
-
-    A packed (at-rest) file (``inr.atrest``) is checked and decompressed first; ``info``, when
-    given, receives ``at_rest`` (its pack header, or None) and ``store_bytes`` (the store's length).
-    """
+    """Read and verify a store file (a packed one unpacked first) -> (header, arrays, file bytes); ``info`` gets
+    ``at_rest`` and ``store_bytes``."""
     path = Path(path)
     check_store_path(path)
     data = path.read_bytes()
@@ -457,38 +413,41 @@ def read_verified(path: str | Path, info: dict | None = None) -> tuple[dict[str,
     if info is not None:
         info.update(at_rest=pack_header, store_bytes=len(data))
     header, header_end, data_start = _parse_header(data, len(data), path)
-    arrays = {}
-    for e in header["arrays"]:
-        s = data_start + e["offset"]
-        raw = memoryview(data)[s : s + e["nbytes"]]
-        got = zlib.crc32(raw) & 0xFFFFFFFF
-        if got != e["crc32"]:
-            raise InputError(f"checksum mismatch in array {e['name']!r} (stored crc32 {e['crc32']:08x}, computed {got:08x}): file is corrupt", path)
-        arrays[e["name"]] = np.frombuffer(raw, dtype=np.dtype(e["dtype"])).reshape(e["shape"]).copy()
-    if "data_crc32" not in header:
-        raise InputError("header has no data_crc32 (written by a pre-release inrbench); re-encode it", path)
-    got = zlib.crc32(memoryview(data)[data_start:]) & 0xFFFFFFFF
-    if got != header["data_crc32"]:
-        raise InputError(f"checksum mismatch in the padding between arrays (stored crc32 {header['data_crc32']:08x}, computed {got:08x}): file is corrupt", path)
-    if any(data[header_end:data_start]):
-        raise InputError("non-zero bytes between the header and the data: file is corrupt", path)
+    _verify(header, data[header_end:data_start], [memoryview(data)[data_start:]], path)
+    arrays = {e["name"]: np.frombuffer(data, np.dtype(e["dtype"]), math.prod(e["shape"]), data_start + e["offset"])
+              .reshape(e["shape"]).copy() for e in header["arrays"]}
     check_arrays(header, arrays, path)
     return header, arrays, disk_bytes
+
+
+def _verify(header: dict[str, Any], gap: bytes, pieces, path: Path) -> None:
+    """Each array's CRC, the data region's CRC (over the ``pieces`` of it, in order) and the zero gap before it."""
+    entries = header["arrays"]
+    crcs, data_crc, pos = [0] * len(entries), 0, 0
+    for buf in pieces:
+        data_crc = zlib.crc32(buf, data_crc)
+        for k, e in enumerate(entries):  # each array's part of this piece
+            a, b = max(e["offset"], pos), min(e["offset"] + e["nbytes"], pos + len(buf))
+            if a < b:
+                crcs[k] = zlib.crc32(memoryview(buf)[a - pos : b - pos], crcs[k])
+        pos += len(buf)
+    for e, got in zip(entries, crcs, strict=True):
+        if got != e["crc32"]:
+            raise InputError(f"checksum mismatch in array {e['name']!r} (stored crc32 {e['crc32']:08x}, computed "
+                             f"{got:08x}): file is corrupt", path)
+    if data_crc != header["data_crc32"]:
+        raise InputError(f"checksum mismatch in the padding between arrays (stored crc32 {header['data_crc32']:08x}, "
+                         f"computed {data_crc:08x}): file is corrupt", path)
+    if any(gap):
+        raise InputError("non-zero bytes between the header and the data: file is corrupt", path)
 
 
 CHUNK_BYTES = 1 << 22  # streamed reads: bytes per read
 
 
 class StoreStream:
-    """A store file verified and read in bounded memory (``inr.merge``; resume checks of shards).
-
-    Opening reads the file once in ``chunk``-byte pieces and makes every check ``read_verified``
-    makes (prefix, header, each array's CRC, the data CRC, the zero gap, the layout) while holding
-    only the small per-image arrays: ``labels`` int64 ``[N]``, ``psnr`` float16 ``[N]`` or None, and
-    each layer's masks, just long enough to count its kept codes (``counts``). Arrays are then
-    read again piece by piece with ``iter_array`` (re-checked against their CRC). Packed (at-rest)
-    files are refused: they are read whole (``load``).
-    """
+    """A store file verified as ``read_verified`` does, in bounded memory: only the per-image arrays are held;
+    the rest is read piece by piece with ``iter_array`` (``inr.merge``, shard checks). Packed files are refused."""
 
     def __init__(self, path: str | Path, chunk: int = CHUNK_BYTES):
         self.path = path = Path(path)
@@ -504,30 +463,19 @@ class StoreStream:
                 head += f.read(PREFIX.unpack_from(head, 0)[2])
             header, header_end, data_start = _parse_header(head, total, path)
             entries = {e["name"]: e for e in header["arrays"]}
-            crcs = dict.fromkeys(entries, 0)
-            data_crc, pos, data_len = 0, 0, total - data_start
+            data_len = total - data_start
             gap = f.read(data_start - header_end)
-            while pos < data_len:
-                buf = f.read(min(self.chunk, data_len - pos))
-                if not buf:
-                    raise InputError(f"truncated while reading: {pos} of {data_len} data bytes", path)
-                data_crc = zlib.crc32(buf, data_crc)
-                for name, e in entries.items():  # each array's part of this piece
-                    a, b = max(e["offset"], pos), min(e["offset"] + e["nbytes"], pos + len(buf))
-                    if a < b:
-                        crcs[name] = zlib.crc32(memoryview(buf)[a - pos : b - pos], crcs[name])
-                pos += len(buf)
-        for name, e in entries.items():
-            if crcs[name] != e["crc32"]:
-                raise InputError(f"checksum mismatch in array {name!r} (stored crc32 {e['crc32']:08x}, computed "
-                                 f"{crcs[name]:08x}): file is corrupt", path)
-        if "data_crc32" not in header:
-            raise InputError("header has no data_crc32 (written by a pre-release inrbench); re-encode it", path)
-        if data_crc != header["data_crc32"]:
-            raise InputError(f"checksum mismatch in the padding between arrays (stored crc32 {header['data_crc32']:08x}, "
-                             f"computed {data_crc:08x}): file is corrupt", path)
-        if any(gap):
-            raise InputError("non-zero bytes between the header and the data: file is corrupt", path)
+
+            def pieces():
+                pos = 0
+                while pos < data_len:
+                    buf = f.read(min(self.chunk, data_len - pos))
+                    if not buf:
+                        raise InputError(f"truncated while reading: {pos} of {data_len} data bytes", path)
+                    pos += len(buf)
+                    yield buf
+
+            _verify(header, gap, pieces(), path)
         self.header, self.data_start, self._entries = header, data_start, entries
         small = {n for n in entries if n in ("labels", "psnr", "sizes") or n.startswith("mask")}
         arrays = {n: self.read_array(n) if n in small else
@@ -590,14 +538,26 @@ class _DeviceLayer:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.codes, self.scales, self.mask, self.offsets) if t is not None)
 
+    def keep(self, idx: torch.Tensor) -> torch.Tensor | None:
+        """bool ``[B, (in+1)*out]``: the entries of ``[W; b]`` kept for images ``idx`` (None: unpruned)."""
+        if self.mask is None:
+            return None
+        B, dev = idx.shape[0], idx.device
+        bits = (self.mask[idx].unsqueeze(-1) >> torch.arange(8, device=dev, dtype=torch.uint8)) & 1
+        ones = torch.ones(B, self.out_f, dtype=torch.bool, device=dev)
+        return torch.cat([bits.reshape(B, -1)[:, : self.in_f * self.out_f].bool(), ones], dim=1)
+
+    def unpack(self, idx: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        """int64 ``[B, (in+1)*out]`` codes of images ``idx`` (meaningless where ``keep`` is False)."""
+        start = self.offsets[idx] if self.offsets is not None else idx * (self.count * self.bits)
+        pos = torch.arange((self.in_f + 1) * self.out_f, device=idx.device).unsqueeze(0) if keep is None \
+            else keep.cumsum(1) - 1
+        return unpack_bits(self.codes, start.unsqueeze(1) + pos * self.bits, self.bits)
+
 
 @dataclass
 class StoredINR:
-    """A loaded store: quantized codes, scales and masks resident on ``device``.
-
-    labels: int64 ``[N]`` on ``device``; psnr: float32 ``[N]`` numpy (PSNR of the stored,
-    dequantized weights, measured at encode time) or None; meta: the header's ``meta``.
-    """
+    """A loaded store: codes, scales, masks and int64 labels on ``device``; psnr float32 ``[N]`` (or None)."""
 
     path: Path
     arch: SirenArch
@@ -666,24 +626,15 @@ class StoredINR:
 
     def _layer_weights(self, dl: _DeviceLayer, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         B, i, o = idx.shape[0], dl.in_f, dl.out_f
-        K = (i + 1) * o
-        pos = torch.arange(K, device=self.device)
-        if dl.mask is None:
-            keep = None
-            vidx = pos.unsqueeze(0)
-        else:
-            mbits = (dl.mask[idx].unsqueeze(-1) >> torch.arange(8, device=self.device, dtype=torch.uint8)) & 1
-            keep = torch.cat([mbits.reshape(B, -1)[:, : i * o].bool(), torch.ones(B, o, dtype=torch.bool, device=self.device)], dim=1)
-            vidx = keep.cumsum(1) - 1
-        start = dl.offsets[idx] if dl.offsets is not None else idx * (dl.count * dl.bits)
-        codes = unpack_bits(dl.codes, start.unsqueeze(1) + vidx * dl.bits, dl.bits)
+        keep = dl.keep(idx)
+        codes = dl.unpack(idx, keep)
         if dl.bits == FLOAT_BITS:
             M = float_from_codes(codes)
         else:
             sc = dl.scales[idx].float()  # [B, 2, C]
             lo, step = sc[:, 0], sc[:, 1]
             if lo.shape[1] > 1:
-                ch = pos % o
+                ch = torch.arange((i + 1) * o, device=self.device) % o
                 lo, step = lo[:, ch], step[:, ch]
             M = torch.addcmul(lo, codes.float(), step)
         if keep is not None:
@@ -692,10 +643,7 @@ class StoredINR:
         return M[:, :i], M[:, i:]
 
     def decode(self, idx: torch.Tensor, coords: torch.Tensor | None = None) -> torch.Tensor:
-        """Images ``idx`` -> float ``[B, 3, H, W]`` in [0, 1] (clamped) on the device.
-
-        With ``coords`` (``[P, 2]`` or ``[B, P, 2]``) returns ``[B, P, 3]`` unclamped samples instead.
-        """
+        """Images ``idx`` -> float ``[B, 3, H, W]`` in [0, 1]; with ``coords`` ``[P, 2]`` or ``[B, P, 2]``: unclamped ``[B, P, 3]``."""
         ws = self.weights(idx)
         if coords is not None:
             return forward(ws, coords, self.arch)
@@ -705,23 +653,16 @@ class StoredINR:
         return out.view(-1, h, w, 3).permute(0, 3, 1, 2).contiguous()
 
     def select(self, idx, device: torch.device | str | None = None, chunk: int = 4096) -> StoredINR:
-        """The store holding only images ``idx`` (int64 ``[M]``, repeats allowed), in that order, on ``device``.
-
-        Image ``k`` of the result is image ``idx[k]`` here. Each layer's bit stream is repacked (in
-        chunks of ``chunk`` images), so the result holds only these images' codes, scales, masks and
-        labels (``resident_bytes`` ~ M/N of this one's). ``path``, ``header`` and ``bytes_on_disk`` still
-        describe the file. Select from a store loaded on the CPU to keep the whole store off ``device``.
-        """
+        """The store holding only images ``idx`` (repeats allowed), in that order, on ``device``: each layer's bit stream
+        repacked in chunks, so it holds only their codes; ``path``/``header``/``bytes_on_disk`` still describe the file."""
         idx = torch.as_tensor(idx, dtype=torch.int64, device=self.device).reshape(-1)
         dev = self.device if device is None else torch.device(device)
         m = int(idx.numel())
         layers = []
         for dl in self._layers:
-            if dl.mask is None:
-                counts = torch.full((m,), (dl.in_f + 1) * dl.out_f, dtype=torch.int64, device=self.device)
-            else:
-                mbits = (dl.mask[idx].unsqueeze(-1) >> torch.arange(8, device=self.device, dtype=torch.uint8)) & 1
-                counts = mbits.reshape(m, -1)[:, : dl.in_f * dl.out_f].sum(1).long() + dl.out_f
+            keep = dl.keep(idx)
+            counts = torch.full((m,), (dl.in_f + 1) * dl.out_f, dtype=torch.int64, device=self.device) \
+                if keep is None else keep.sum(1)
             start = dl.offsets[idx] if dl.offsets is not None else idx * (dl.count * dl.bits)
             total = int(counts.sum()) * dl.bits
             stream = np.zeros((total + 7) // 8 + PAD_BYTES, dtype=np.uint8)
@@ -762,16 +703,11 @@ class StoredINR:
             for s in range(0, self.num_images, chunk):
                 idx = torch.arange(s, min(self.num_images, s + chunk), device=self.device)
                 B, i, o = idx.shape[0], dl.in_f, dl.out_f
-                if dl.mask is None:
-                    keep = torch.ones(B, (i + 1) * o, dtype=torch.bool, device=self.device)
-                else:
-                    mbits = (dl.mask[idx].unsqueeze(-1) >> torch.arange(8, device=self.device, dtype=torch.uint8)) & 1
-                    m = mbits.reshape(B, -1)[:, : i * o].bool()
-                    mask_parts.append(m.view(B, i, o).cpu())
-                    keep = torch.cat([m, torch.ones(B, o, dtype=torch.bool, device=self.device)], dim=1)
-                start = dl.offsets[idx] if dl.offsets is not None else idx * (dl.count * dl.bits)
-                vidx = keep.cumsum(1) - 1
-                codes = unpack_bits(dl.codes, start.unsqueeze(1) + vidx * dl.bits, dl.bits) * keep
+                keep = dl.keep(idx)
+                codes = dl.unpack(idx, keep)
+                if keep is not None:
+                    mask_parts.append(keep[:, : i * o].reshape(B, i, o).cpu())
+                    codes = codes * keep
                 codes_parts.append(codes.view(B, i + 1, o).cpu())
             codes = torch.cat(codes_parts) if codes_parts else torch.zeros(0, dl.in_f + 1, dl.out_f, dtype=torch.int64)
             mask = (torch.cat(mask_parts) if mask_parts else torch.zeros(0, dl.in_f, dl.out_f, dtype=torch.bool)) if dl.mask is not None else None
@@ -836,6 +772,3 @@ def load(path: str | Path, device: torch.device | str = "cpu") -> StoredINR:
         store_bytes=info["store_bytes"],
     )
 
-
-def file_size(path: str | Path) -> int:
-    return os.path.getsize(path)

@@ -138,7 +138,7 @@ def test_encode_at_rest_killed_while_packing_leaves_nothing_at_out_and_resumes(t
     monkeypatch.setattr(atrest, "pack", killed)
     rc, _, err = run_cli(capsys, *argv)
     assert rc == 130, err
-    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["p16", "s.inr.work"]
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == [".s.inr.inrbench-encode.work", "p16"]
     monkeypatch.setattr(atrest, "pack", real)
     rc, text, err = run_cli(capsys, *argv)
     assert rc == 0, err

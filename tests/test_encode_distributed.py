@@ -81,7 +81,7 @@ def test_two_processes_write_the_single_process_store(single, two):
     assert "torchrun --standalone --nnodes 1 --nproc-per-node 2 -m bench encode" in r.stderr
     assert "2 processes (gloo)" in r.stdout
     assert "rank 0 3 fitted, 0 resumed (9 images); rank 1 3 fitted, 0 resumed (9 images)" in r.stdout
-    assert sorted(p.name for p in out.with_name("two.inr.work").glob("shard_*.inr")) == [
+    assert sorted(p.name for p in out.with_name(".two.inr.inrbench-encode.work").glob("shard_*.inr")) == [
         f"shard_{i:05d}.inr" for i in range(6)]
 
 
@@ -101,7 +101,7 @@ def _rank_pid(root: subprocess.Popen, rank: str, deadline: float) -> int:
 
 def test_killing_a_rank_then_rerunning_resumes_to_the_same_store(data, single, tmp_path):
     out = tmp_path / "killed.inr"
-    work = tmp_path / "killed.inr.work"
+    work = tmp_path / ".killed.inr.inrbench-encode.work"
     root = subprocess.Popen(encode_cmd(data, out, "--nproc", "2"), cwd=REPO, env=env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -131,15 +131,15 @@ def test_killing_a_rank_then_rerunning_resumes_to_the_same_store(data, single, t
 
 def test_a_failing_rank_is_reported_by_rank_0_in_one_line(data, two, tmp_path):
     out = tmp_path / "fail.inr"
-    work = tmp_path / "fail.inr.work"
+    work = tmp_path / ".fail.inr.inrbench-encode.work"
     work.mkdir()
-    shutil.copy(two[0].with_name("two.inr.work") / "config.json", work / "config.json")  # the same job
+    shutil.copy(two[0].with_name(".two.inr.inrbench-encode.work") / "work.json", work / "work.json")  # the same job
     (work / "shard_00001.inr").mkdir()  # rank 1 cannot write its first shard there
     r = run(encode_cmd(data, out, "--nproc", "2"))
     assert r.returncode == 2 and not out.exists()  # the ranks' class through --nproc, not torchrun's 1
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("inrbench: error:")]
     assert len(lines) == 1 and "1 of 2 ranks failed (rank 1: " in lines[0], r.stderr[-3000:]
-    assert "fail.inr.work: rerun to resume" in lines[0]
+    assert ".fail.inr.inrbench-encode.work: rerun to resume" in lines[0]
     assert {p.name for p in work.glob("shard_*.inr") if p.is_file()} == {"shard_00000.inr", "shard_00002.inr",
                                                                          "shard_00004.inr"}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 import inr.encode as E
+from inr.encode import work_path
 from tests.cli_helpers import assert_one_line_error, run_cli
 from tests.fixtures_datasets import write_tiny_prepared
 
@@ -44,13 +45,14 @@ def _interrupted_then_resumed(capsys, monkeypatch, tmp_path, data, args, stop, h
     rc, _, err = run_cli(capsys, "encode", data, *args, "--out", full)
     assert rc == 0, err
 
-    out, work = tmp_path / "s.inr", tmp_path / "s.inr.work"
+    out = tmp_path / "s.inr"
+    work = work_path(out)
     stop(monkeypatch, 2, KeyboardInterrupt())
     rc, stdout, err = run_cli(capsys, "encode", data, *args, "--out", out)
     assert rc == 130 and err.strip() == "inrbench: interrupted", err
     lines = stdout.splitlines()
     assert lines[0].startswith(header)
-    assert lines[-1] == (f"encode: 2 of {shards} shards are fitted and kept in {work}: rerun the same command "
+    assert lines[-1] == (f"encode: 2 of {shards} fitted shards are kept in {work}: rerun the same command "
                          "to resume (or delete it)") and len(lines) == 2
     assert not out.exists() and len(list(work.glob("shard_*.inr"))) == 2
     monkeypatch.undo()
@@ -72,7 +74,7 @@ def _other_settings_refused(capsys, monkeypatch, tmp_path, data, args, stop) -> 
     assert run_cli(capsys, "encode", data, *args, "--out", out)[0] == 130
     monkeypatch.undo()
     rc, stdout, err = run_cli(capsys, "encode", data, *args, "--iterations", "6", "--out", out)
-    assert_one_line_error(rc, err, f"{out}.work", "other settings (encode.fit.iterations differs)")
+    assert_one_line_error(rc, err, work_path(out), "other settings (encode.fit.iterations differs)")
     assert stdout == ""
 
 
@@ -88,7 +90,7 @@ def test_an_error_after_some_shards_says_they_are_kept(data, tmp_path, capsys, m
     _stop_at_shard(monkeypatch, 1, InputError("a disk went away"))
     rc, stdout, err = run_cli(capsys, "encode", data, *ARGS, "--out", out)
     assert_one_line_error(rc, err, "a disk went away")
-    assert f"encode: 1 of 4 shards are fitted and kept in {out}.work: rerun the same command" in stdout
+    assert f"encode: 1 of 4 fitted shards are kept in {work_path(out)}: rerun the same command" in stdout
 
 
 def test_a_fresh_run_and_a_stop_before_any_shard_say_nothing_of_resuming(data, tmp_path, capsys, monkeypatch):
@@ -122,12 +124,12 @@ def test_the_library_reports_through_its_callbacks(tmp_path, monkeypatch):
     _stop_at_shard(monkeypatch, 1, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         encode_split(imgs, labels, cfg, out, log=events.append, on_start=lambda: events.append("start"))
-    assert events == ["start", f"encode: 1 of 3 shards are fitted and kept in {out}.work: rerun the same command "
+    assert events == ["start", f"encode: 1 of 3 fitted shards are kept in {work_path(out)}: rerun the same command "
                                 "to resume (or delete it)"]
     monkeypatch.undo()
     events.clear()
     encode_split(imgs, labels, cfg, out, log=events.append, on_start=lambda: events.append("start"))
-    assert events == ["start", f"encode: resuming, 1 of 3 shards already fitted (work folder {out}.work)"]
+    assert events == ["start", f"encode: resuming, 1 of 3 shards already fitted (work folder {work_path(out)})"]
 
 
 # --- the native-size encode (``prepare --size native``, inr.native) says the same lines -------------------------
@@ -170,14 +172,14 @@ def test_a_native_error_after_some_shards_says_they_are_kept_and_a_fresh_run_say
     _stop_native_at_shard(monkeypatch, 1, InputError("a disk went away"))
     rc, stdout, err = run_cli(capsys, "encode", native_data, *NATIVE_ARGS, "--out", out)
     assert_one_line_error(rc, err, "a disk went away")
-    assert f"encode: 1 of 5 shards are fitted and kept in {out}.work: rerun the same command" in stdout
+    assert f"encode: 1 of 5 fitted shards are kept in {work_path(out)}: rerun the same command" in stdout
     monkeypatch.undo()
 
     fresh = tmp_path / "fresh.inr"
     _stop_native_at_shard(monkeypatch, 0, KeyboardInterrupt())
     rc, stdout, _ = run_cli(capsys, "encode", native_data, *NATIVE_ARGS, "--out", fresh)
     assert rc == 130 and len(stdout.splitlines()) == 1  # the header only: nothing fitted, nothing kept
-    assert not (tmp_path / "fresh.inr.work").exists()
+    assert not work_path(fresh).exists()
 
 
 def test_a_native_work_folder_of_other_settings_is_refused_before_the_header(native_data, tmp_path, capsys,

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from bench import results as R
+from bench.outputs import write_marker
 from tests.cli_helpers import assert_one_line_error, run_cli, snapshot
 
 
@@ -60,6 +61,7 @@ CASES = [  # id, damage(res) -> (file, line prefix), the rest of the message
 def res(tmp_path):
     for rid in ("a", "b"):
         R.write_run(tmp_path / "res", _run(rid))
+    write_marker(tmp_path / "res", "results", entries=False)  # as `inrbench bench` marks its --out
     return tmp_path / "res"
 
 

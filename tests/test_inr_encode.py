@@ -33,7 +33,7 @@ def test_resume_after_kill_gives_the_identical_file(tmp_path):
     imgs, labels = smooth_images(7, 12, 12), np.arange(7) % 3
     cfg = small_cfg(prune=PruneConfig(ratio=0.25, rounds=1, finetune_iterations=5))
     full = encode_split(imgs, labels, cfg, tmp_path / "full.inr")
-    assert not (tmp_path / "full.inr.work").exists()
+    assert not (tmp_path / ".full.inr.inrbench-encode.work").exists()
 
     out = tmp_path / "resumed.inr"
     done = []
@@ -44,7 +44,7 @@ def test_resume_after_kill_gives_the_identical_file(tmp_path):
             raise Killed  # dies while finishing the 3rd shard: shards 0 and 1 are on disk
     with pytest.raises(Killed):
         encode_split(imgs, labels, cfg, out, progress=killer)
-    work = tmp_path / "resumed.inr.work"
+    work = tmp_path / ".resumed.inr.inrbench-encode.work"
     assert not out.exists() and sorted(p.name for p in work.glob("shard_*.inr")) == ["shard_00000.inr", "shard_00001.inr"]
     # a half-written temp file from the kill is ignored; a damaged shard is redone
     (work / ".shard_00002.inr.123.tmp").write_bytes(b"partial")

@@ -115,9 +115,9 @@ def test_other_settings_never_reuse_the_checkpoints(data, tmp_path, tmp_path_fac
     before = snapshot(tmp_path)
     changed = [a if a != "4" else "5" for a in TINY]  # --outer-steps 5
     rc, _, err = run_cli(capsys, "meta-init", data, *changed, "--out", out)
-    assert_one_line_error(rc, err, work_path(out).name, "other settings", "job.config.outer_steps")
+    assert_one_line_error(rc, err, work_path(out).name, "other settings", "(config.outer_steps differs)")
     rc, _, err = run_cli(capsys, "meta-init", data, *TINY, "--seed", "3", "--out", out)
-    assert_one_line_error(rc, err, "job.config.seed")
+    assert_one_line_error(rc, err, "(config.seed differs)")
     assert snapshot(tmp_path) == before  # refused before anything was touched
     rc, stdout, err = run_cli(capsys, "meta-init", data, *TINY, "--out", out)  # the same settings resume
     assert rc == 0 and "resuming candidate 1 of 1 at outer step 2 of 4" in stdout, err

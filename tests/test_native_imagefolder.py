@@ -72,7 +72,7 @@ def test_keep_work_reaches_the_native_encode(kodak, tmp_path):
     out = tmp_path / "kept.inr"
     assert cli.main(["encode", str(prep), "--preset", "demo", "--iterations", "40", "--bits", "8", "--threads", "1",
                      "--no-progress", "--keep-work", "--out", str(out)]) == 0
-    assert sorted(p.name for p in (tmp_path / "kept.inr.work").glob("shard_*.inr"))
+    assert sorted(p.name for p in (tmp_path / ".kept.inr.inrbench-encode.work").glob("shard_*.inr"))
     assert out.read_bytes() == store.read_bytes()  # same images, same settings: the same store
 
 
@@ -179,7 +179,7 @@ def test_encode_round_trips_sizes_and_per_image_psnr(kodak):
     np.testing.assert_array_equal(st.image_sizes, sp.sizes)
     assert st.meta["native"]["groups"] == 4 and [s["size"] for s in st.meta["native"]["shards"]] == \
         [list(s) for s in dict.fromkeys(map(tuple, sp.sizes.tolist()))]
-    assert not Path(str(store) + ".work").exists()
+    assert not store.with_name(f".{store.name}.inrbench-encode.work").exists()
     for i, im in enumerate(sp.images):
         x = to_uint8(st.decode(torch.tensor([i]))).permute(0, 2, 3, 1).numpy()
         assert x.shape == (1, *im.shape)
@@ -235,13 +235,13 @@ def test_resume_skips_finished_shards_and_writes_the_same_bytes(kodak, tmp_path,
     sp = open_prepared(prep).native_split("train")
     ims, labels = list(sp.images), sp.labels
     out = tmp_path / "n.inr"
-    work = tmp_path / "n.inr.work"
+    work = tmp_path / ".n.inr.inrbench-encode.work"
     # shard_size 1: 5 shards (the 24x36 group of two is cut in two)
     assert [s.index for s in native.native_shards(sp.sizes, 1)] == [[0], [3], [1], [2], [4]]
     assert [s.first_index for s in native.native_shards(sp.sizes, 1)] == [0, 1, 1, 2, 4]
     native.encode_native(ims, labels, _cfg(), out, keep_work=True)
     whole = _sha(out)
-    assert sorted(p.name for p in work.iterdir()) == ["config.json"] + [f"shard_{i:05d}.inr" for i in range(5)]
+    assert sorted(p.name for p in work.iterdir()) == [f"shard_{i:05d}.inr" for i in range(5)] + ["work.json"]
     (work / "shard_00002.inr").unlink()  # as if killed before that shard was written
     (work / "shard_00003.inr").write_bytes((work / "shard_00003.inr").read_bytes()[:-7])  # killed mid-write
     calls = []
@@ -265,12 +265,12 @@ def test_resume_refuses_a_work_folder_of_other_settings(kodak, tmp_path):
     _, _, prep, _ = kodak
     sp = open_prepared(prep).native_split("train")
     out = tmp_path / "n.inr"
-    work = tmp_path / "n.inr.work"
+    work = tmp_path / ".n.inr.inrbench-encode.work"
     work.mkdir()
-    (work / "config.json").write_text(json.dumps({"encode": {"other": 1}, "source": {}}))
-    with pytest.raises(InputError, match="holds shards of an encode with other settings"):
+    (work / "work.json").write_text(json.dumps({"kind": "encode-work", "schema_version": 3, "job": {"encode": {}}}))
+    with pytest.raises(InputError, match="holds the work of an inrbench encode with other settings"):
         native.encode_native(list(sp.images), sp.labels, _cfg(), out)
-    assert not out.exists() and (work / "config.json").is_file()
+    assert not out.exists() and (work / "work.json").is_file()
 
 
 def _encode_cmd(prep: Path, out: Path, iterations: int) -> list[str]:
@@ -287,7 +287,7 @@ def test_killed_encode_resumes_to_the_same_bytes(kodak, tmp_path):
     full = tmp_path / "full.inr"
     subprocess.run(_encode_cmd(prep, full, iters), check=True, env=env, cwd=REPO, capture_output=True, timeout=120)
     out = tmp_path / "k.inr"
-    work = tmp_path / "k.inr.work"
+    work = tmp_path / ".k.inr.inrbench-encode.work"
     proc = subprocess.Popen(_encode_cmd(prep, out, iters), env=env, cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:

@@ -115,10 +115,10 @@ CASES = [
     ("encode-fit-cache-is-data", ["encode", "{W}/data", "--out", "{W}/t.inr", "--fit-cache", "{W}/data", *ENCODE],
      ["--fit-cache {W}/data", "is the prepared dataset itself"], None),
     # audit: the cache was removed with the work folder once the store was written
-    ("encode-fit-cache-is-work", ["encode", "{W}/data", "--out", "{W}/t.inr", "--fit-cache", "{W}/t.inr.work", *ENCODE],
-     ["--fit-cache {W}/t.inr.work", "lies in this encode's work folder"], None),
-    ("encode-fit-cache-in-work", ["encode", "{W}/data", "--out", "{W}/t.inr", "--fit-cache", "{W}/t.inr.work/c",
-                                  *ENCODE], ["--fit-cache {W}/t.inr.work/c", "removed once the store is written"], None),
+    ("encode-fit-cache-is-work", ["encode", "{W}/data", "--out", "{W}/t.inr", "--fit-cache", "{W}/.t.inr.inrbench-encode.work", *ENCODE],
+     ["--fit-cache {W}/.t.inr.inrbench-encode.work", "lies in this encode's work folder"], None),
+    ("encode-fit-cache-in-work", ["encode", "{W}/data", "--out", "{W}/t.inr", "--fit-cache", "{W}/.t.inr.inrbench-encode.work/c",
+                                  *ENCODE], ["--fit-cache {W}/.t.inr.inrbench-encode.work/c", "removed once the store is written"], None),
     ("encode-parent-is-file", ["encode", "{W}/data", "--out", "{W}/notes.txt/x.inr", *ENCODE],
      ["notes.txt is a file, not a folder"], None),
     ("bench-out-file", ["bench", "--data", "{W}/data", "--out", "{W}/notes.txt", *BENCH],
@@ -170,15 +170,15 @@ def test_own_outputs_are_replaced_or_appended(world, capsys):
     assert rc == 0, err
 
 
-def test_legacy_outputs_without_marker_are_recognized(world):
-    """Outputs written before markers existed: a report folder, a results folder, a sweep."""
+def test_outputs_are_recognized_by_marker_or_format_only(world):
+    """No compatibility before 1.0: an unmarked folder laid out as a report is not ours; a store is, by its magic."""
     rep = world / "old-report"
     rep.mkdir()
     (rep / "README.md").write_text("# inr-bench report: demo\n")
     (rep / "fig.png").write_bytes(b"\x89PNG")
-    assert outputs.is_own(rep, "report")
-    (rep / "notes.md").write_text("mine")  # a user's file inside: no longer only ours
     assert not outputs.is_own(rep, "report")
+    outputs.write_marker(rep, "report")
+    assert outputs.is_own(rep, "report") and not outputs.is_own(rep, "compare")
     assert outputs.is_own(world / "data", "prepared") and outputs.is_own(world / "s.inr", "store")
     assert not outputs.is_own(world / "notes.txt", "store") and not outputs.is_own(world / "thesis", "compare")
 
@@ -197,7 +197,7 @@ def test_second_writer_is_refused_naming_the_first(world, capsys):
         holder.kill()
         holder.wait()
     assert_one_line_error(rc, err, f"pid {holder.pid}", "is writing it")
-    assert stdout == "" and not out.exists() and not (world / "busy.inr.work").exists()
+    assert stdout == "" and not out.exists() and not (world / ".busy.inr.inrbench-encode.work").exists()
 
 
 def test_the_lock_is_reentrant_within_one_process(tmp_path):
@@ -267,17 +267,17 @@ def test_work_folder_of_the_same_encode_resumes_from_another_path(world, capsys,
     monkeypatch.setattr(E, "encode_images", dies_after_first_shard)
     out = world / "r.inr"
     rc, _, _ = run_cli(capsys, "encode", f"{world}/data", "--out", str(out), "--shard-size", "4", *ENCODE)
-    assert rc == 130 and not out.exists() and (world / "r.inr.work" / "shard_00000.inr").is_file()
+    assert rc == 130 and not out.exists() and (world / ".r.inr.inrbench-encode.work" / "shard_00000.inr").is_file()
     monkeypatch.setattr(E, "encode_images", real)
     (world / "alias").symlink_to(world / "data")
     rc, _, err = run_cli(capsys, "encode", f"{world}/alias", "--out", str(out), "--shard-size", "4",
                          "--iterations", "4", *ENCODE[2:])
-    line = assert_one_line_error(rc, err, "r.inr.work", "other settings", "encode.fit.iterations")
+    line = assert_one_line_error(rc, err, ".r.inr.inrbench-encode.work", "other settings", "encode.fit.iterations")
     assert "another configuration" not in line
     monkeypatch.chdir(world)
     rc, _, err = run_cli(capsys, "encode", "alias", "--out", "r.inr", "--shard-size", "4", *ENCODE)
     assert rc == 0, err
-    assert not (world / "r.inr.work").exists()
+    assert not (world / ".r.inr.inrbench-encode.work").exists()
     rc, _, err = run_cli(capsys, "encode", "data", "--out", "whole.inr", "--shard-size", "4", *ENCODE)
     assert rc == 0, err
     from inr.store import load
@@ -290,15 +290,15 @@ def test_work_folder_of_the_same_encode_resumes_from_another_path(world, capsys,
 
 @pytest.mark.parametrize("empty", [False, True], ids=["with-a-file", "empty"])
 def test_foreign_work_folder_is_not_used_or_removed(world, capsys, empty):
-    """An empty folder too: the work folder appears with its config.json in one rename, so an empty one
+    """An empty folder too: the work folder appears with its work.json in one rename, so an empty one
     at that name was made by someone else (it used to be taken, then removed after the merge)."""
-    work = world / "f.inr.work"
+    work = world / ".f.inr.inrbench-encode.work"
     work.mkdir()
     if not empty:
         (work / "data.csv").write_text("precious\n")
     before = snapshot(world, dirs=True)
     rc, _, err = run_cli(capsys, "encode", f"{world}/data", "--out", f"{world}/f.inr", *ENCODE)
-    assert_one_line_error(rc, err, "f.inr.work", "not an encode work folder")
+    assert_one_line_error(rc, err, ".f.inr.inrbench-encode.work", "not an encode work folder")
     assert snapshot(world, dirs=True) == before
 
 
@@ -391,21 +391,19 @@ def test_a_replace_sees_entries_added_inside_its_own_folders(world, capsys):
     assert snapshot(world, dirs=True) == before
 
 
-def test_folders_marked_without_entries_are_judged_by_their_layout(world, capsys):
-    """Outputs marked before markers listed their entries (or unmarked): the kind's layout decides."""
+def test_folders_marked_without_entries_or_unmarked_are_not_replaced(world, capsys):
+    """A marker that lists no entries (and a kind with no layout): every entry counts as foreign; no marker: not ours."""
     w = str(world)
     argv = ["compare", f"{w}/data", "--store", f"{w}/s.inr", "--jpeg-qualities", "50", "--out", f"{w}/cmp"]
     rc, _, err = run_cli(capsys, *argv)
     assert rc == 0, err
     (world / "cmp" / outputs.MARKER).write_text('{"kind": "compare", "written_by": "inr-bench"}\n')
-    assert outputs.foreign_entries(world / "cmp", "compare") == []
-    (world / "cmp" / "notes.txt").write_text("mine\n")
-    assert outputs.foreign_entries(world / "cmp", "compare") == ["notes.txt"]
-    (world / "cmp" / outputs.MARKER).unlink()  # written before markers existed
-    assert outputs.foreign_entries(world / "cmp", "compare") == ["notes.txt"]
-    rc, _, err = run_cli(capsys, *argv)
-    assert_one_line_error(rc, err, "holds notes.txt")
-    assert (world / "cmp" / "notes.txt").read_text() == "mine\n"
+    assert "summary.csv" in outputs.foreign_entries(world / "cmp", "compare")
+    before = snapshot(world, dirs=True)
+    assert_one_line_error(*run_cli(capsys, *argv)[::2], "which inr-bench did not write")
+    (world / "cmp" / outputs.MARKER).unlink()
+    assert_one_line_error(*run_cli(capsys, *argv)[::2], "an existing folder that inr-bench did not write")
+    assert snapshot(world, dirs=True) == {k: v for k, v in before.items() if k != f"cmp/{outputs.MARKER}"}
 
 
 def test_atomic_dir_refuses_a_folder_that_got_a_foreign_entry_while_it_ran(tmp_path):

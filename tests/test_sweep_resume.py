@@ -18,6 +18,7 @@ from bench.sweep import layout
 from bench.sweep.cells import KINDS, Cell, Kind
 from bench.sweep.runner import run_sweep
 from bench.sweep.spec import SweepConfig, load_sweep
+from bench.workdir import work_path
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -88,7 +89,7 @@ def test_interrupted_encode_cell_resumes_from_its_finished_shards(tmp_path):
     y = tmp_path / "long.yaml"
     y.write_text(yaml.safe_dump(doc))
     out = tmp_path / "run"
-    work = out / "cells" / "enc" / "fp32.inr.work"
+    work = work_path(out / "cells" / "enc" / "fp32.inr", "encode")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "bench", "sweep", str(y), "--out", str(out), "--no-progress"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -109,9 +110,3 @@ def test_interrupted_encode_cell_resumes_from_its_finished_shards(tmp_path):
     assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)  # reused, not fitted again
     assert (work / "shard_00001.inr").is_file() and (out / "cells" / "enc" / "fp32.inr").is_file()
 
-
-def test_encode_cells_keep_the_work_folder_inr_encode_resumes_from():
-    from bench.sweep import cells
-    from inr.encode import WORK_SUFFIX
-
-    assert cells.ENCODE_WORK_SUFFIX == WORK_SUFFIX

@@ -1,14 +1,7 @@
 """`inrbench encode PREPARED_DIR --preset NAME --out FILE`: fit, prune, quantize, store (resumable).
 
-``--nproc N`` (or the same command under ``torchrun``) splits the shards across N processes, one
-per device (``bench.dist``, ``encode_split_distributed``): rank 0 holds ``--out`` and
-merges; the store is the one a single process writes. Bad options, a bad ``--out`` or dataset
-are refused (one line, exit 2) before torchrun starts, and so is an option that would be ignored
-(``check_options``: ``--prune`` with ``--prune-budget-db``, ``--qat`` with float32 ``--bits``, ...).
-
-Resumable (``inr.encode``): a rerun that finds finished shards in ``OUT.work`` beside the store says so
-(``encode: resuming, K of M shards already fitted (work folder ...)``), and a run stopped with
-shards on disk (Ctrl-C, an error) says they are kept and to rerun the same command.
+``--nproc N`` (or torchrun) splits the shards across processes; rank 0 merges the store one process writes.
+Bad options are refused (one line, exit 2) before torchrun starts (``check_options``: ignored flags too).
 """
 
 from __future__ import annotations
@@ -137,9 +130,7 @@ def _fraction(interval: str):
 
 
 def check_options(args: argparse.Namespace, bits: tuple[int, ...]) -> None:
-    """Refuse options that would be ignored (or contradict each other), naming the flags: one line, exit 2.
-
-    ``bits``: the parsed ``--bits`` widths (32 = float32)."""
+    """Refuse options that would be ignored or contradict each other, naming the flags (``bits``: parsed --bits)."""
     from inr.quantize import FLOAT_BITS
 
     if args.prune and args.prune_budget_db is not None:
@@ -394,25 +385,13 @@ def encode_split_distributed(
     images, labels, cfg, out, world, device: str = "cpu", source: dict | None = None, progress=None,
     keep_work: bool = False, fit_cache=None, overwrite: bool = False, log=None,
 ) -> tuple[Any, list[dict]]:
-    """``inr.encode.encode_split`` as rank ``world.rank`` of ``world.world_size`` processes (``bench.dist``, group joined).
-
-    Rank 0 claims ``out`` (the lock, held to the end) and opens or checks the work folder; then
-    every rank checks its ``config.json`` and fits the shards ``si % world_size == rank`` on
-    ``device`` (this rank's), resumably, as one process does; the ranks exchange their status
-    and rank 0 merges. Every shard's bytes depend only on its images and the configuration, so
-    the store is the one a single process writes (same device type and thread count per process).
-
-    Returns ``(out, per-rank summaries)`` on rank 0 and ``(None, summaries)`` on the others. A
-    failure on any rank is an ``InputError`` on rank 0 naming the rank (finished shards are kept
-    for a rerun) and ``PeerFailed`` on the others, which leave the report to rank 0. ``log`` (rank 0): the
-    ``encode: resuming, K of M shards already fitted`` line when a rerun finds finished shards.
-    """
+    """``encode_split`` as one rank: rank 0 claims ``out`` and opens the work folder, every rank fits shards
+    ``si % world_size == rank``, rank 0 merges -> ``(out or None, per-rank summaries)``; a failed rank is
+    an ``InputError`` on rank 0 naming it (``PeerFailed`` on the others)."""
     from pathlib import Path
 
+    from bench import workdir
     from inr.encode import (
-        WORK_SUFFIX,
-        _check_work,
-        _open_work,
         _split,
         claim_store,
         encode_shards,
@@ -428,7 +407,7 @@ def encode_split_distributed(
             try:
                 out = held.enter_context(claim_store(out, source, fit_cache, overwrite))
                 sp = _split(images, labels, cfg, out, source)
-                if not _open_work(sp.work, sp.job) and log is not None:
+                if not workdir.create_or_check(sp.work, "encode", sp.job) and log is not None:
                     every = finished_shards(sp, cfg)  # every rank's: rank 0 speaks for the run
                     resumed = sum(p is not None for p in every.values())
                     if resumed:
@@ -445,10 +424,10 @@ def encode_split_distributed(
         try:
             if not world.is_main:
                 sp = _split(images, labels, cfg, out, source)
-                if not (sp.work / "config.json").is_file():
+                if not (sp.work / workdir.WORK_JSON).is_file():
                     raise InputError(f"rank {world.rank} does not see the work folder rank 0 created (the ranks "
                                      "need one shared file system)", sp.work)
-                _check_work(sp.work, sp.job)
+                workdir.check(sp.work, "encode", sp.job)
             done = encode_shards(sp, cfg, device, progress, fit_cache, world.rank, world.world_size)
         except (InputError, OSError) as e:
             status = _message(e)
@@ -459,7 +438,7 @@ def encode_split_distributed(
                 raise PeerFailed(status)
             what = "; ".join(f"rank {r['rank']}: {r['error']}" for r in failed)
             raise InputError(f"{len(failed)} of {world.world_size} ranks failed ({what}); finished shards are kept in "
-                             f"{out.name}{WORK_SUFFIX}: rerun to resume")
+                             f"{sp.work.name}: rerun to resume")
         if not world.is_main:
             return None, ranks
         return merge_work(sp, cfg, out, source, keep_work), ranks

@@ -1,14 +1,6 @@
 """`inrbench meta-init PREPARED_DIR --preset P --out init.pt`: a learned SIREN initialization (Reptile).
 
-Trains on a seeded subset of the *train* split only; `inrbench encode --init init.pt` starts every
-image from it (``inr.meta``).
-
-Resumable: the run keeps its checkpoints (each candidate's Reptile state every 30 s, its finished
-weights, its validation result) in ``.<OUT name>.inrbench-meta-init.work`` beside ``--out``
-(``inr.meta_work``). A rerun with the same options and train images says where it resumes and
-writes the init file an uninterrupted run writes (the same weights, bit for bit on the CPU); a
-rerun with other settings is refused while that folder exists. The folder is removed once the init
-file is written.
+Trains on a seeded subset of the *train* split only; resumable from its work folder (``inr.meta_work``).
 """
 
 from __future__ import annotations
@@ -115,10 +107,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_validation(mcfg, n_train: int, prepared: str) -> None:
-    """With ``--candidates`` > 1, ``--validation`` images are set aside from the ``--images`` subset of the
-    train split; what is left must hold at least ``--meta-batch`` images. Each Reptile outer step adapts to
-    ``--meta-batch`` distinct images (``inr.meta.meta_train``); with fewer left the batch would shrink to
-    them and every step would see the same few images: not the run that was asked for (one line, exit 2)."""
+    """With ``--candidates`` > 1, at least ``--meta-batch`` images must be left after ``--validation`` (each outer
+    step adapts to that many distinct images); else one line, exit 2."""
     if mcfg.candidates < 2:
         return
     subset = min(mcfg.images, n_train)

@@ -1,24 +1,11 @@
-"""``prepare_dataset``: read a source once and write the canonical prepared folder.
+"""``prepare_dataset``: read a source once and write the canonical prepared folder (``bench.datasets.prepared``).
 
-    from bench.datasets.prepare import prepare_dataset
-    path = prepare_dataset("photos", out="/tmp/p32", size=32)          # built in
-    path = prepare_dataset("cifar10", out="data/c10", root="~/cifar-10-batches-py")
-
-The folder layout is ``bench.datasets.prepared`` (``open_prepared(path)`` reads it). The
-write is atomic: an interrupted run leaves no output folder.
-
-What survives an interrupted run is the decoding of a source that reads image files
-(imagefolder, flowers102, mini-imagenet: ``Source.resumable``): finished chunks of decoded
-images are committed to a hidden work folder beside ``OUT`` (``.OUT.inrbench-prepare.work``,
-``bench.datasets.resume``), and a rerun with the same settings and unchanged source files
-decodes only the rest (printing one ``prepare: resuming ...`` line per split); other settings
-are refused, never mixed in. The work folder goes once ``OUT`` is written. Sources that
-decode no files (photos, synthetic, cifar10, which reads its pickles in seconds) start over.
+The write is atomic; sources that decode image files (``Source.resumable``) commit decoded chunks to a work
+folder (``bench.datasets.resume``), so a rerun of a killed run decodes only the rest.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -35,11 +22,7 @@ from bench.outputs import claim, make_temp_dir
 
 
 def resolve(cfg: PrepareConfig, read_root: bool = True) -> PrepareConfig:
-    """Fill the source's defaults (size, resize policy) and check the config against its source (a known
-    source, ``--root`` given where the source needs one and only there, ``--val-fraction`` only where it
-    splits by ratio); returns a new config. ``read_root``: check that the root is a folder and resolve
-    it; ``False`` looks at no file (``inrbench sweep`` checks its prepare cells so when it loads the file,
-    before ``--data-root`` is known to hold anything)."""
+    """``cfg`` with the source's defaults, checked against its source; ``read_root=False`` reads no file (sweep)."""
     src = get_source(cfg.source)
     if cfg.val_fraction is not None and not src.splits_by_ratio:
         raise InputError(f"--val-fraction {cfg.val_fraction:g} does not apply to {cfg.source}: it has its own "
@@ -84,14 +67,8 @@ def _check_native(cfg: PrepareConfig, src) -> None:
 
 def prepare_config(cfg: PrepareConfig, out: str | Path, overwrite: bool = False, progress: bool = False,
                    log: Callable[[str], None] | None = None) -> Path:
-    """Run one prepare described by ``cfg`` into ``out``; returns ``out``.
-
-    ``out`` is claimed before any work (``bench.outputs.claim``): it must not overlap
-    ``--root``, and an existing folder is replaced only with ``overwrite`` and only when it is
-    a prepared dataset this project wrote. A killed run's scratch and partial folders beside
-    ``out`` are removed by the next run; its work folder (resumable sources) is resumed
-    (``bench.datasets.resume``). log: gets the one-line notes (``prepare: resuming ...``).
-    """
+    """Run one prepare of ``cfg`` into ``out`` (claimed first: never over ``--root``, replaced only with ``overwrite``);
+    resumable sources resume from their work folder; ``log`` gets the one-line notes."""
     cfg = resolve(cfg)
     src = get_source(cfg.source)
     with claim(out, "prepared", inputs={"source root (--root)": cfg.root},
@@ -139,38 +116,11 @@ def _load_and_write(src, cfg: PrepareConfig, out: Path, scratch: Path, work: Pre
             bar.close()
 
 
-def prepare_dataset(
-    source: str,
-    out: str | Path,
-    root: str | Path | None = None,
-    *,
-    size: int | str | None = None,
-    limit: int | None = None,
-    jpeg_quality: int = 90,
-    on_error: str = "fail",
-    seed: int = 0,
-    resize_policy: str | None = None,
-    per_class: int | None = None,
-    num_classes: int | None = None,
-    val_fraction: float | None = None,
-    workers: int | None = None,
-    max_side: int | None = None,
-    overwrite: bool = False,
-    progress: bool = False,
-) -> Path:
-    """Prepare ``source`` into ``out`` and return ``out`` (see ``PrepareConfig`` for the knobs)."""
-    cfg = PrepareConfig(
-        source=source, root=None if root is None else str(root), size=size, limit=limit,
-        jpeg_quality=jpeg_quality, on_error=on_error, seed=seed, resize_policy=resize_policy,
-        per_class=per_class, num_classes=num_classes, val_fraction=val_fraction, workers=workers,
-        max_side=max_side,
-    )
+def prepare_dataset(source: str, out: str | Path, root: str | Path | None = None, *, overwrite: bool = False,
+                    progress: bool = False, **options: Any) -> Path:
+    """Prepare ``source`` into ``out`` (``options``: the other ``PrepareConfig`` fields); returns ``out``."""
+    cfg = PrepareConfig(source=source, root=None if root is None else str(root), **options)
     return prepare_config(cfg, out, overwrite=overwrite, progress=progress)
-
-
-def default_workers(cfg: PrepareConfig) -> int:
-    """Decode threads: ``--workers`` or min(8, CPUs)."""
-    return cfg.workers or min(8, os.cpu_count() or 1)
 
 
 def _bar(enabled: bool, desc: str, total: int | None = None):

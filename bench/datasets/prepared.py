@@ -1,27 +1,8 @@
-"""The canonical prepared dataset on disk: written once by ``inrbench prepare``, read by everything.
+"""The prepared dataset on disk: written once by ``inrbench prepare`` (atomically), read by everything.
 
-Layout of a prepared folder ``DIR``::
-
-    DIR/manifest.json              schema_version, source, image_size [H, W], resize_policy,
-                                   jpeg {quality, subsampling}, classes, splits {name: {count,
-                                   pixels_sha256, labels_sha256, jpeg_bytes}}, skipped [...]
-    DIR/<split>/pixels.npy         uint8  [N, H, W, 3]  RGB (one size; ``image_size`` in the manifest)
-    DIR/<split>/pixels_flat.npy    native sizes instead (``--size native``, manifest ``native: true``,
-    DIR/<split>/sizes.npy          ``image_size: null``): uint8 [sum(H_i*W_i*3)], image after image,
-                                   and int64 [N, 2] (H_i, W_i); both checksummed in the manifest
-    DIR/<split>/labels.npy         int64  [N]           0 .. num_classes-1
-    DIR/<split>/jpeg/000000.jpg    one JPEG per image, index-aligned with pixels.npy
-    DIR/<split>/file_list.txt      "jpeg/000000.jpg <label>" per line (DALI ``readers.file`` format,
-                                   paths relative to DIR/<split>)
-    DIR/<split>/source_ids.json    optional: JSON list of the source id of each image (a file path
-                                   relative to the source root, or ``batch:index``), index-aligned;
-                                   JSON, so a file name holding a newline or non-UTF-8 bytes (kept
-                                   as surrogate escapes, ``os.fsencode`` gives the bytes back) cannot
-                                   shift it. Folders written before this read ``source_ids.txt``,
-                                   one id per line (``read_source_ids`` reads both)
-
-``write_prepared`` builds all of it in a temp folder and renames at the end, so an
-interrupted run never leaves a folder that looks complete (no manifest = not prepared).
+``DIR/manifest.json`` (schema_version, source, image_size, classes, splits {name: {count, checksums, jpeg_bytes}}, ...);
+per split ``pixels.npy`` uint8 [N, H, W, 3] (or, native sizes, ``pixels_flat.npy`` + ``sizes.npy`` int64 [N, 2]),
+``labels.npy`` int64 [N], ``jpeg/000000.jpg`` ..., ``file_list.txt`` (DALI format), ``source_ids.json``.
 """
 
 from __future__ import annotations
@@ -29,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,21 +18,16 @@ from typing import Any
 import numpy as np
 
 from bench.atomic import atomic_dir
-from bench.errors import InputError
+from bench.errors import InputError, older_artifact
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MANIFEST = "manifest.json"
 SOURCE_IDS = "source_ids.json"
 
 
 @dataclass(frozen=True)
 class SplitData:
-    """One split in memory, as a source produces it.
-
-    images: uint8 ``[N, H, W, 3]`` RGB, or (native sizes) a list of N uint8 ``[H_i, W_i, 3]``;
-    labels: int64 ``[N]``; ids: one source id per image (a file name or ``batch:index``) for
-    error messages and the manifest.
-    """
+    """One split in memory: uint8 ``[N, H, W, 3]`` images (or, native sizes, a list), int64 labels, source ids."""
 
     images: np.ndarray | list[np.ndarray]
     labels: np.ndarray
@@ -105,13 +81,7 @@ def write_prepared(
     overwrite: bool = False,
     progress: Any = None,
 ) -> Path:
-    """Write a prepared dataset atomically and return its path.
-
-    Args:
-        splits: split name -> ``SplitData``; every split has the same ``[H, W]``.
-        meta: manifest fields from the source (``source``, ``classes``, ``resize_policy``, ...).
-        progress: optional callable ``progress(n_images_done)`` for a progress bar.
-    """
+    """Write a prepared dataset atomically (``splits``: name -> ``SplitData``; ``meta``: manifest fields); returns it."""
     out = Path(out)
     if not splits:
         raise InputError("no splits to write", out)
@@ -170,11 +140,7 @@ def write_prepared(
 
 @dataclass(frozen=True)
 class PreparedSplit:
-    """One split of a prepared dataset, memory-mapped.
-
-    images: uint8 ``[N, H, W, 3]`` (np.memmap); labels: int64 ``[N]``;
-    jpeg_paths: N absolute paths, index-aligned with ``images``.
-    """
+    """One split, memory-mapped: uint8 ``[N, H, W, 3]`` images, int64 ``[N]`` labels, N JPEG paths."""
 
     name: str
     root: Path
@@ -201,11 +167,7 @@ NATIVE_REFUSAL = ("images have different sizes (prepared with --size native): th
 
 @dataclass(frozen=True)
 class NativeSplit:
-    """One split as one array per image (``PreparedDataset.native_split``).
-
-    images: N uint8 ``[H_i, W_i, 3]`` (views of a memmap); labels: int64 ``[N]``;
-    sizes: int64 ``[N, 2]`` (H_i, W_i); jpeg_paths: N absolute paths.
-    """
+    """One split as one uint8 ``[H_i, W_i, 3]`` array per image, with int64 sizes ``[N, 2]``."""
 
     name: str
     root: Path
@@ -267,41 +229,49 @@ class PreparedDataset:
         h, w = self.manifest["image_size"]
         return int(h), int(w)
 
+    def _arrays(self, name: str, files: tuple[str, ...]) -> tuple[dict[str, np.ndarray], Path, dict, int]:
+        """Split ``name``'s ``files`` (pixels memory-mapped) with its labels checked -> (arrays, folder, info, count)."""
+        if name not in self.manifest["splits"]:
+            raise InputError(f"no split {name!r} (has {', '.join(self.splits)})", self.root / MANIFEST)
+        info, d = self.manifest["splits"][name], self.root / name
+        try:
+            arrs = {f: np.load(d / f, mmap_mode="r" if f.startswith("pixels") else None) for f in (*files, "labels.npy")}
+        except (OSError, ValueError) as e:
+            raise InputError(f"cannot read split arrays: {e}", d) from None
+        n, labels, k = info["count"], arrs["labels.npy"], self.num_classes
+        if labels.shape != (n,) or labels.dtype.kind not in "iu":
+            raise InputError(f"labels.npy is {labels.dtype} {labels.shape}, expected integers [{n}]", d / "labels.npy")
+        if n and (int(labels.min()) < 0 or int(labels.max()) >= k):
+            bad = int(labels.min()) if int(labels.min()) < 0 else int(labels.max())
+            raise InputError(f"label {bad} is outside the dataset's {k} classes (0..{k - 1})", d / "labels.npy")
+        return arrs, d, info, n
+
+    @staticmethod
+    def _verify(arrs: dict[str, np.ndarray], d: Path, info: dict) -> None:
+        for fname, arr in arrs.items():
+            key = fname.split(".")[0].removesuffix("_flat") + "_sha256"
+            if not _verified(d / fname, arr, info.get(key)):
+                raise InputError(f"checksum mismatch with {MANIFEST} ({key}): the file is damaged or was "
+                                 "changed after `inrbench prepare`", d / fname)
+
     def native_split(self, name: str, verify: bool = True) -> NativeSplit:
-        """Split ``name`` as one array per image (native-size datasets, and uniform ones alike),
-        checked like ``split`` (shapes, labels, checksums)."""
+        """Split ``name`` as one array per image (native-size datasets and uniform ones), checked like ``split``."""
         if not self.native:
             sp = self.split(name, verify=verify)
             n, (h, w) = len(sp), sp.image_size
             return NativeSplit(name, sp.root, tuple(sp.images[i] for i in range(n)), sp.labels,
                                np.tile(np.array([h, w], np.int64), (n, 1)), sp.jpeg_paths)
-        if name not in self.manifest["splits"]:
-            raise InputError(f"no split {name!r} (has {', '.join(self.splits)})", self.root / MANIFEST)
-        info, d = self.manifest["splits"][name], self.root / name
-        try:
-            flat = np.load(d / "pixels_flat.npy", mmap_mode="r")
-            sizes = np.load(d / "sizes.npy")
-            labels = np.load(d / "labels.npy")
-        except (OSError, ValueError) as e:
-            raise InputError(f"cannot read split arrays: {e}", d) from None
-        n = info["count"]
+        arrs, d, info, n = self._arrays(name, ("pixels_flat.npy", "sizes.npy"))
+        flat, sizes, labels = arrs["pixels_flat.npy"], arrs["sizes.npy"], arrs["labels.npy"]
         if sizes.shape != (n, 2) or sizes.dtype.kind not in "iu" or (n and int(sizes.min()) < 1):
             raise InputError(f"sizes.npy is {sizes.dtype} {sizes.shape}, expected positive int [{n}, 2]", d / "sizes.npy")
         ends = np.cumsum(sizes[:, 0] * sizes[:, 1] * 3)
-        if flat.dtype != np.uint8 or flat.ndim != 1 or flat.shape[0] != (int(ends[-1]) if n else 0):
-            raise InputError(f"pixels_flat.npy is {flat.dtype} {flat.shape}, sizes.npy needs uint8 [{int(ends[-1]) if n else 0}]",
+        total = int(ends[-1]) if n else 0
+        if flat.dtype != np.uint8 or flat.ndim != 1 or flat.shape[0] != total:
+            raise InputError(f"pixels_flat.npy is {flat.dtype} {flat.shape}, sizes.npy needs uint8 [{total}]",
                              d / "pixels_flat.npy")
-        if labels.shape != (n,) or labels.dtype.kind not in "iu":
-            raise InputError(f"labels.npy is {labels.dtype} {labels.shape}, expected integers [{n}]", d / "labels.npy")
-        k = self.num_classes
-        if n and (int(labels.min()) < 0 or int(labels.max()) >= k):
-            raise InputError(f"labels outside the dataset's {k} classes (0..{k - 1})", d / "labels.npy")
         if verify:
-            for arr, key, fname in ((flat, "pixels_sha256", "pixels_flat.npy"), (sizes, "sizes_sha256", "sizes.npy"),
-                                    (labels, "labels_sha256", "labels.npy")):
-                if not _verified(d / fname, arr, info.get(key)):
-                    raise InputError(f"checksum mismatch with {MANIFEST} ({key}): the file is damaged or was "
-                                     "changed after `inrbench prepare`", d / fname)
+            self._verify(arrs, d, info)
         starts = np.concatenate([[0], ends[:-1]]) if n else np.zeros(0, np.int64)
         images = tuple(flat[int(a) : int(a) + int(h) * int(w) * 3].reshape(int(h), int(w), 3)
                        for a, (h, w) in zip(starts, sizes, strict=True))
@@ -309,38 +279,14 @@ class PreparedDataset:
         return NativeSplit(name, d, images, labels.astype(np.int64), sizes.astype(np.int64), paths)
 
     def split(self, name: str, verify: bool = True) -> PreparedSplit:
-        """Open split ``name`` (memory-mapped); labels must lie in ``0 .. num_classes-1``.
-
-        ``verify`` (the default: every consumer that trains, compares or encodes) checks
-        ``pixels.npy`` and ``labels.npy`` against the manifest's sha256, once per process per
-        file state (``_verified``), so a damaged array is refused, never used.
-        """
+        """Open split ``name`` memory-mapped; ``verify`` checks the arrays against the manifest's sha256 (once per file state)."""
         self._refuse_native()
-        if name not in self.manifest["splits"]:
-            raise InputError(f"no split {name!r} (has {', '.join(self.splits)})", self.root / MANIFEST)
-        info = self.manifest["splits"][name]
-        d = self.root / name
-        try:
-            images = np.load(d / "pixels.npy", mmap_mode="r")
-            labels = np.load(d / "labels.npy")
-        except (OSError, ValueError) as e:
-            raise InputError(f"cannot read split arrays: {e}", d) from None
-        n, (h, w) = info["count"], self.image_size
+        arrs, d, info, n = self._arrays(name, ("pixels.npy",))
+        images, labels, (h, w) = arrs["pixels.npy"], arrs["labels.npy"], self.image_size
         if images.shape != (n, h, w, 3) or images.dtype != np.uint8:
             raise InputError(f"pixels.npy is {images.dtype} {images.shape}, manifest says uint8 {(n, h, w, 3)}", d / "pixels.npy")
-        if labels.shape != (n,):
-            raise InputError(f"labels.npy has {labels.shape[0]} labels, manifest says {n}", d / "labels.npy")
-        if labels.dtype.kind not in "iu":
-            raise InputError(f"labels.npy is {labels.dtype}, expected integers", d / "labels.npy")
-        k = self.num_classes
-        if n and (int(labels.min()) < 0 or int(labels.max()) >= k):
-            bad = int(labels.min()) if int(labels.min()) < 0 else int(labels.max())
-            raise InputError(f"label {bad} is outside the dataset's {k} classes (0..{k - 1})", d / "labels.npy")
         if verify:
-            for arr, key, fname in ((images, "pixels_sha256", "pixels.npy"), (labels, "labels_sha256", "labels.npy")):
-                if not _verified(d / fname, arr, info.get(key)):
-                    raise InputError(f"checksum mismatch with {MANIFEST} ({key}): the file is damaged or was "
-                                     "changed after `inrbench prepare`", d / fname)
+            self._verify(arrs, d, info)
         paths = tuple(d / "jpeg" / f"{i:06d}.jpg" for i in range(n))
         return PreparedSplit(name=name, root=d, images=images, labels=labels.astype(np.int64), jpeg_paths=paths)
 
@@ -361,10 +307,11 @@ def open_prepared(path: str | Path) -> PreparedDataset:
         raise InputError(f"manifest is not valid JSON: {e}", mpath) from None
     if not isinstance(manifest, dict):
         raise InputError(f"manifest is a JSON {type(manifest).__name__}, expected an object", mpath)
-    if manifest.get("schema_version") != SCHEMA_VERSION:
-        raise InputError(
-            f"manifest schema_version {manifest.get('schema_version')!r}, this inrbench reads {SCHEMA_VERSION}", mpath
-        )
+    version = manifest.get("schema_version")
+    if isinstance(version, int) and version < SCHEMA_VERSION:
+        raise older_artifact(mpath, version, "rerun `inrbench prepare`")
+    if version != SCHEMA_VERSION:
+        raise InputError(f"manifest schema_version {version!r}, this inrbench reads {SCHEMA_VERSION}", mpath)
     _check_manifest(manifest, mpath)
     return PreparedDataset(root=root, manifest=manifest)
 
@@ -409,21 +356,15 @@ def _check_manifest(m: dict[str, Any], mpath: Path) -> None:
 
 
 def read_source_ids(split_dir: str | Path) -> list[str] | None:
-    """The source ids of a prepared split folder (``source_ids.json``, or an older ``source_ids.txt``); ``None`` if absent."""
-    d = Path(split_dir)
-    if (d / SOURCE_IDS).is_file():
-        try:
-            ids = json.loads((d / SOURCE_IDS).read_text())
-        except json.JSONDecodeError as e:
-            raise InputError(f"not valid JSON: {e}", d / SOURCE_IDS) from None
-        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            raise InputError("is not a JSON list of strings", d / SOURCE_IDS)
-        return ids
-    if (d / "source_ids.txt").is_file():
-        return (d / "source_ids.txt").read_text().splitlines()
-    return None
+    """The source ids of a prepared split folder (``source_ids.json``); ``None`` if absent."""
+    p = Path(split_dir) / SOURCE_IDS
+    if not p.is_file():
+        return None
+    try:
+        ids = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise InputError(f"not valid JSON: {e}", p) from None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise InputError("is not a JSON list of strings", p)
+    return ids
 
-
-def iter_splits(ds: PreparedDataset, names: Iterable[str] | None = None) -> Iterable[PreparedSplit]:
-    for n in names or ds.splits:
-        yield ds.split(n)

@@ -1,44 +1,15 @@
-"""Resumable decoding for ``prepare``: decoded chunks kept in a work folder beside the output.
+"""Resumable decoding for ``prepare``: decoded chunks kept in its work folder (``bench.workdir``).
 
-A source that decodes image files (``Source.resumable``: imagefolder, flowers102, mini-imagenet)
-decodes each split in chunks of ``chunk_length`` images, and ``prepare`` commits every finished
-chunk to the work folder ``.OUT.inrbench-prepare.work`` beside ``OUT`` (``work_path``): a killed
-run loses at most the chunk in progress, and a rerun with the same settings and the same
-source files decodes only the rest. Layout::
-
-    work.json                 what the folder is for (its marker and fingerprint): kind
-                              "prepare-work", schema_version, config (the resolved
-                              ``PrepareConfig.to_dict()``), resample (PIL version, filter)
-    split<k>.json             the source's k-th split: name, count of files (after --limit),
-                              shape, images per chunk
-    split<k>.pixels.npy       uint8 [files, S, S, 3] memmap; its first rows hold the kept images
-                              of the committed chunks, in order (a skipped file takes no row)
-    split<k>.chunk<c>.json    committed chunk c (written last, atomically: the commit): its
-                              range [start, end) of the split's files, each file's [path relative
-                              to --root, size, mtime_ns] (stat before decoding), the kept
-                              indices, the ``--on-error skip`` records, the kept files with an
-                              EXIF orientation other than 1 (``oriented``); --size native: each kept
-                              image's [H, W] and its file's own [H, W]
-    split<k>.chunk<c>.npy     --size native only: the chunk's kept images, flat uint8
-
-A rerun compares its own fingerprint with ``work.json``: other settings (``workers`` and
-``jpeg_quality`` aside, which change no decoded pixel) or another PIL are refused with one line
-naming the folder, as ``encode`` refuses a work folder of other settings; so is a committed
-chunk whose files changed since (other size, mtime or name). Nothing decoded under other
-settings or from other bytes is ever reused. One change is accepted: ``--on-error fail`` ->
-``skip`` (a run stopped by an unreadable file, rerun to skip it), since chunks committed under
-``fail`` hold no skipped file; ``work.json`` then says ``skip``, so the reverse is refused. The folder is created with its
-``work.json`` in one rename (``bench.atomic.create_marked_dir``), so a folder at that name without
-``work.json`` of ``prepare``, even an empty one, is someone else's: refused and never removed. The folder is removed once the prepared folder is
-written, and when a run fails before committing any chunk (nothing in it to resume).
+Files ``split<k>.json`` (name, count, shape, images per chunk), ``split<k>.pixels.npy`` (uint8 memmap of the
+kept images), ``split<k>.chunk<c>.json`` (committed last: the chunk's files as [path, size, mtime_ns], kept,
+skipped, oriented; native sizes: own and sizes) and ``split<k>.chunk<c>.npy`` (native sizes: the flat pixels).
+A chunk whose files changed since is refused; nothing decoded under other settings is reused.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,24 +17,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bench.atomic import atomic_open, atomic_write_json, create_marked_dir
+from bench import workdir
+from bench.atomic import atomic_open, atomic_write_json
 from bench.errors import InputError
-from bench.outputs import TEMP_TAG
+from bench.workdir import InputRefused, read_json
 
 if TYPE_CHECKING:
     from bench.datasets.config import PrepareConfig
 
-WORK_KIND = "prepare-work"
-WORK_SCHEMA = 2  # 2: chunk records list the files with an EXIF orientation
-WORK_JSON = "work.json"
+__all__ = ["InputRefused", "prepare_work"]
 CHUNK_IMAGES = 1024  # images per committed chunk (fewer for big sides: ``CHUNK_BYTES``)
-CHUNK_BYTES = 256 << 20  # pixels per chunk at most (a 4096 x 4096 prepare commits every 5 images)
+CHUNK_BYTES = 256 << 20  # pixels per chunk at most
 UNUSED_BY_DECODE = ("workers", "jpeg_quality")  # config keys that change no decoded pixel
 
 
 def work_path(out: Path) -> Path:
-    """The work folder of the prepared folder ``out``: ``.<name>.inrbench-prepare.work`` beside it."""
-    return out.with_name(f".{out.name}.{TEMP_TAG}prepare.work")
+    return workdir.work_path(out, "prepare")
 
 
 def chunk_length(size: int | None) -> int:
@@ -74,19 +43,13 @@ def chunk_length(size: int | None) -> int:
 
 
 def chunk_ranges(n: int, length: int) -> list[tuple[int, int]]:
-    """``(start, end)`` of the chunks of ``n`` files; chunk ``c`` is ``split<k>.chunk<c>``."""
     return [(s, min(n, s + length)) for s in range(0, n, length)]
 
 
 @dataclass
 class Chunk:
-    """One decoded chunk ``[start, end)`` of a split's files.
-
-    kept: indices (into the split's files) of the readable ones; skipped: ``{"file", "error"}``
-    per unreadable one; own: each kept file's own ``[H, W]``; images: (native) the kept uint8
-    ``[H_i, W_i, 3]`` (fixed sizes live in ``Decoding.images``); files: the fingerprint of its files;
-    oriented: indices of kept files with an EXIF orientation other than 1 (recorded, not applied).
-    """
+    """Files ``[start, end)`` decoded: kept indices, skipped records, each kept file's own ``[H, W]``,
+    (native) the kept images, the files' fingerprint, kept files with an EXIF orientation other than 1."""
 
     start: int
     end: int
@@ -100,11 +63,7 @@ class Chunk:
 
 @dataclass
 class Decoding:
-    """A split's decode so far (the finished chunks).
-
-    images: uint8 ``[N, S, S, 3]`` whose first ``rows`` rows hold the kept images, compacted; or
-    (native) the list of kept uint8 ``[H_i, W_i, 3]``. length: images per chunk.
-    """
+    """A split's finished chunks: images uint8 ``[N, S, S, 3]`` (first ``rows`` rows filled) or (native) a list."""
 
     images: np.ndarray | list[np.ndarray]
     length: int
@@ -116,7 +75,6 @@ class Decoding:
     oriented: list[int] = field(default_factory=list)
 
     def add(self, ch: Chunk) -> None:
-        """Account for a chunk whose fixed-size images are already in rows ``rows ..``."""
         self.kept += ch.kept
         self.skipped += ch.skipped
         self.own += ch.own
@@ -127,15 +85,7 @@ class Decoding:
         self.chunks += 1
 
     def done(self, n: int) -> int:
-        """Files of the finished chunks, of ``n``."""
         return min(n, self.chunks * self.length)
-
-
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def file_fingerprint(paths: Sequence[Path], root: Path) -> list:
@@ -155,59 +105,16 @@ def file_fingerprint(paths: Sequence[Path], root: Path) -> list:
 
 
 def fingerprint(cfg: PrepareConfig) -> dict:
-    """What a work folder's chunks depend on (``work.json``)."""
+    """What the decoded chunks depend on (the work folder's job)."""
     from bench.datasets.resize import resample_info
 
-    return {"kind": WORK_KIND, "written_by": "inr-bench", "schema_version": WORK_SCHEMA,
-            "config": cfg.to_dict(), "resample": resample_info()}
-
-
-def _compared(doc: dict) -> dict:
-    cfg = {k: v for k, v in (doc.get("config") or {}).items() if k not in UNUSED_BY_DECODE}
-    return json.loads(json.dumps({"schema_version": doc.get("schema_version"), "config": cfg,
-                                  "resample": doc.get("resample")}, default=str))
-
-
-def _differ(a: dict, b: dict) -> list[str]:
-    """Dotted keys (two levels) where two fingerprints differ."""
-    out = []
-    for k in sorted(set(a) | set(b)):
-        x, y = a.get(k), b.get(k)
-        if isinstance(x, dict) and isinstance(y, dict):
-            out += [f"{k}.{s}" for s in sorted(set(x) | set(y)) if x.get(s) != y.get(s)]
-        elif x != y:
-            out.append(k)
-    return out
-
-
-def _open(folder: Path, fp: dict) -> None:
-    """Create the work folder, or check that an existing one holds chunks of these very settings."""
-    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-        raise InputError("exists and is not a prepare work folder; refusing to use or remove it", folder)
-    if create_marked_dir(folder, WORK_JSON, fp):  # the folder and its work.json appear together
-        return
-    old = _json(folder / WORK_JSON)
-    if not isinstance(old, dict) or old.get("kind") != WORK_KIND:
-        raise InputError("exists and is not a prepare work folder (no work.json of inrbench prepare); "
-                         "refusing to use or remove it (an empty one may be left by an older inr-bench "
-                         "killed while creating it: delete it to start over)", folder)
-    was = _compared(old)
-    # chunks decoded with --on-error fail hold no skipped file: they are what `skip` decodes too
-    relaxed = was["config"].get("on_error") == "fail" and fp["config"].get("on_error") == "skip"
-    if relaxed:
-        was["config"]["on_error"] = "skip"
-    diff = _differ(was, _compared(fp))
-    if diff:
-        raise InputError(f"holds images decoded with other settings ({', '.join(diff[:6])} "
-                         f"{'differs' if len(diff) == 1 else 'differ'}); "
-                         "delete it to start over, or rerun with those settings to resume", folder)
-    if relaxed:
-        atomic_write_json(folder / WORK_JSON, fp)  # now `skip`: the reverse is refused
+    return {"config": {k: v for k, v in cfg.to_dict().items() if k not in UNUSED_BY_DECODE},
+            "resample": resample_info()}
 
 
 @dataclass(frozen=True)
 class PrepareWork:
-    """An open work folder (``prepare_work``); ``split(k, name)`` gives each split its files there."""
+    """An open work folder; ``split(k, name)`` gives each split its files there."""
 
     folder: Path
     root: Path
@@ -219,34 +126,26 @@ class PrepareWork:
 
     def committed(self) -> int:
         """Files in committed chunks (0: nothing to resume)."""
-        recs = [_json(p) for p in self.folder.glob("split*.chunk*.json")] if self.folder.is_dir() else []
+        recs = [read_json(p) for p in self.folder.glob("split*.chunk*.json")] if self.folder.is_dir() else []
         return sum(r["end"] - r["start"] for r in recs if isinstance(r, dict) and {"start", "end"} <= set(r))
-
-
-class InputRefused(InputError):
-    """A refusal of the decoded input as a whole (a class or a split left with no image): the same command
-    would decode to it again, and a fixed source no longer matches the decoded chunks, so the work
-    folder is removed rather than kept for a resume."""
 
 
 @contextlib.contextmanager
 def prepare_work(out: Path, cfg: PrepareConfig, log: Callable[[str], None] | None = None) -> Iterator[PrepareWork]:
-    """Open (or create, or check) ``out``'s work folder for the resolved ``cfg``; remove it when the
-    block ends normally (the prepared folder is written), or fails before any chunk was committed."""
-    folder = work_path(out)
-    _open(folder, fingerprint(cfg))
+    """``out``'s work folder for the resolved ``cfg``, removed once the block ends normally."""
+    folder, job = work_path(out), workdir.jsonable(fingerprint(cfg))
+
+    def same(old: dict) -> dict:  # chunks decoded with --on-error fail hold no skipped file: `skip` reuses them
+        was = old.get("config") or {}
+        if was.get("on_error") == "fail" and job["config"].get("on_error") == "skip":
+            return {**old, "config": {**was, "on_error": "skip"}}
+        return old
+
     work = PrepareWork(folder, Path(cfg.root or out.parent), log)
-    try:
+    kept = lambda f: f"{work.committed():,} decoded images" if work.committed() else None  # noqa: E731
+    with workdir.opened(folder, "prepare", job, kept, log, same):
         yield work
-    except BaseException as e:
-        kept = work.committed()
-        if not kept or isinstance(e, InputRefused):
-            shutil.rmtree(folder, ignore_errors=True)
-        elif log is not None and not (isinstance(e, InputError) and e.path == folder):  # not a refusal of it
-            log(f"prepare: {kept:,} decoded images are kept in {folder}: rerun the same command to resume "
-                "(or delete it)")
-        raise
-    shutil.rmtree(folder, ignore_errors=True)
+    workdir.remove(folder, "prepare")
 
 
 @dataclass(frozen=True)
@@ -264,14 +163,11 @@ class SplitWork:
         return self._path(f"chunk{c:05d}.{ext}")
 
     def open(self, paths: Sequence[Path], shape: tuple[int, ...] | None) -> Decoding:
-        """The split's ``Decoding`` restored from its committed chunks (a fresh one when there are none).
-
-        shape: ``(N, S, S, 3)``, or ``None`` for native sizes. Raises ``InputError`` when a committed
-        chunk's files changed since, or the split now has another number of files.
-        """
+        """The split's ``Decoding`` from its committed chunks (``shape``: ``(N, S, S, 3)`` or None for native sizes);
+        an ``InputError`` when a chunk's files changed since or the split has another number of files."""
         n = len(paths)
         want = {"name": self.name, "count": n, "shape": None if shape is None else list(shape)}
-        rec = _json(self._path("json"))
+        rec = read_json(self._path("json"))
         chunks = self._records(rec)
         if chunks and {k: rec.get(k) for k in want} != want:
             raise InputError(f"holds images of split {rec.get('name')!r} decoded from {rec.get('count')} files, "
@@ -305,7 +201,7 @@ class SplitWork:
             return []
         out = []
         for c, (s, e) in enumerate(chunk_ranges(rec["count"], rec["chunk"])):
-            r = _json(self._chunk(c, "json"))
+            r = read_json(self._chunk(c, "json"))
             if not (isinstance(r, dict) and r.get("start") == s and r.get("end") == e
                     and isinstance(r.get("files"), list) and len(r["files"]) == e - s):
                 break

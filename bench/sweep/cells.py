@@ -17,6 +17,7 @@ from typing import Any
 
 from bench.errors import InputError, one_line
 from bench.sweep import layout
+from bench.workdir import work_path
 
 REFS = {"data": "prepare", "store": "encode", "stores": "encode", "init": "meta-init"}  # key -> the kind it names
 SWEEP_OWNED = ("out", "overwrite", "rdzv_endpoint", "rdzv_id")  # options the sweep writes or never passes
@@ -24,7 +25,6 @@ LAUNCH = ("nproc", "nnodes")  # keys of a distributed kind: processes per node, 
 COMMON = ("id", "needs", "args", "timeout_s")
 FIT_CACHE = "fit-cache"  # OUT/shared/<this>: float32 fits shared by encode cells with ``fit_cache: true``
 RESULTS_SUBDIR, OUT_SUBDIR = layout.RESULTS_SUBDIR, layout.OUT_SUBDIR
-ENCODE_WORK_SUFFIX = ".work"  # inr.encode.WORK_SUFFIX (not imported: that imports torch)
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a cell id is a folder name: never ".", ".." or hidden
 _KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _NUMBER_RE = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")  # a negative number argparse reads as a value
@@ -102,13 +102,13 @@ def command_checks(command: str, ns: argparse.Namespace) -> None:
 class Kind:
     """How a cell of one kind runs: ``command`` (None: written out in full under ``command:``), the key given
     as its positional argument, its output inside the cell folder (``{name}``: the cell's ``name`` or id), and
-    what an interrupted run resumes from (``{}``: the output's name)."""
+    whether an interrupted run resumes from its command's work folder (``bench.workdir.work_path``)."""
 
     name: str
     command: str | None = None
     positional: str | None = None
     output: str = ""
-    resume: str = ""
+    resume: bool = False
     world_in_identity: bool = True  # nproc/nnodes change the result (bench), or not (encode)
     python: bool = False  # ``python COMMAND...`` instead of ``python -m bench COMMAND...``
 
@@ -141,9 +141,9 @@ class Kind:
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("prepare", "prepare", "source", "{name}", ".{}.inrbench-prepare.work"),
-    Kind("meta-init", "meta-init", "data", "init.pt", ".{}.inrbench-meta-init.work"),
-    Kind("encode", "encode", "data", "{name}.inr", "{}" + ENCODE_WORK_SUFFIX, world_in_identity=False),
+    Kind("prepare", "prepare", "source", "{name}", resume=True),
+    Kind("meta-init", "meta-init", "data", "init.pt", resume=True),
+    Kind("encode", "encode", "data", "{name}.inr", resume=True, world_in_identity=False),
     Kind("compare", "compare", "data", "compare"),
     Kind("bench", "bench", output=RESULTS_SUBDIR),
     Kind("inrbench", output=OUT_SUBDIR),
@@ -208,7 +208,7 @@ class Cell:
     def resume_state(self, ctx: SweepContext) -> tuple[Path, ...]:
         """What an interrupted run of this very cell left to resume from (kept when it runs again)."""
         out = self.output(ctx)
-        return (out.with_name(self.spec.resume.format(out.name)),) if self.spec.resume else ()
+        return (work_path(out, self.spec.command),) if self.spec.resume else ()
 
     def argv(self, ctx: SweepContext) -> list[str]:
         """Arguments after ``python -m bench`` (after ``python`` for python cells)."""
