@@ -313,7 +313,8 @@ def _pytest(ctx: dict[str, Any], name: str, args: list[str], cap: float) -> dict
 
     log = Path(ctx["work"]) / f"{name}.jsonl"
     log.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "bench.pytest_log", *args]
+    # -n 0: one process (pyproject.toml runs two xdist workers), so the plugin sees every test itself
+    argv = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-p", "bench.pytest_log", *args]
     try:
         r = _run(argv, _remaining(ctx, cap), env={pytest_log.ENV: str(log)})
     except TimedOut as e:
