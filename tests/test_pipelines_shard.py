@@ -8,14 +8,11 @@ The documented last-batch policy (``pipelines/shard.py``, ``pipelines/dali.py``)
 ``world`` divides the split); ``drop_last=True``: no sample twice, ``world * ((n // world) // b) * b``
 samples seen. ``raw``, ``inr``, ``torch-jpeg``, ``torch-nvjpeg`` feed every rank its slice of the same
 global permutation (``shard.epoch_shard``), so they agree sample for sample; DALI's reader draws its own.
-The policy is tested on ``shard.py``'s arithmetic alone; each adapter then in one case (DALI's over more
-sizes, ranks, ``drop_last`` and ``resident`` settings, since its reader shards by itself).
 """
 
 from __future__ import annotations
 
 import collections
-import itertools
 import math
 
 import numpy as np
@@ -30,12 +27,9 @@ from pipelines.crops import epoch_generator, epoch_order
 from pipelines.shard import (
     augment_generator,
     batch_seeds,
-    config_epoch,
     epoch_shard,
     fixed_generator,
     fixed_shard,
-    held_samples,
-    num_batches,
     rank_seed,
     shard,
     shard_size,
@@ -43,7 +37,7 @@ from pipelines.shard import (
 
 ADAPTERS = pipelines.names()
 OWN_ORDER = {"dali"}  # DALI's reader shuffles with its own permutation (pipelines/dali.py docstring)
-SIDE, BATCH, EPOCHS, SEED = 16, 2, 3, 7
+SIDE, BATCH, EPOCHS, SEED = 16, 2, 2, 7
 AUG = Augment(crop="random-resized", size=8, flip=True)
 
 
@@ -169,58 +163,128 @@ def test_rank_seeds_never_collide():
         assert all(bool((s % world == r).all()) and int(s.max()) < 2**62 for r, s in enumerate(seeds))
 
 
-def _seen_per_epoch(per_rank: list[list[list[int]]]) -> list[collections.Counter]:
-    """Per epoch, how often each sample was seen over all ranks (``per_rank[r][e]``: rank r's samples in epoch e)."""
-    return [collections.Counter(i for rank in per_rank for i in rank[e]) for e in range(len(per_rank[0]))]
+# ---------------------------------------------------------------------------------- every adapter
 
 
-def check_union(per_rank: list[list[list[int]]], n: int, world: int, drop_last: bool, fixed: bool,
-                padded_exactly: bool, batch: int = BATCH) -> None:
-    """The documented last-batch policy over ranks (module docstring), and with ``fixed`` (resident="shard")
-    each rank holding one shard's samples for the run, reordered per epoch. ``padded_exactly``:
-    DistributedSampler's padding to ``ceil(n / world) * world`` (every adapter but DALI)."""
-    for seen in _seen_per_epoch(per_rank):
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("n", [12, 13])
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_union_over_ranks_is_the_split(name, world, n, drop_last, index_sets):
+    data, store = index_sets[n]
+    pipes = rank_pipes(name, data, store, world, drop_last=drop_last)
+    try:
+        per_rank = [epochs_of(p) for p in pipes]
+    finally:
+        for p in pipes:
+            p.close()
+    lens = {len(p) for p in pipes}
+    assert len(lens) == 1  # DDP: every rank the same number of batches
+    for e in range(EPOCHS):
+        seen = collections.Counter(i for rank in per_rank for batch in rank[e] for i in batch)
         total = sum(seen.values())
         assert set(seen) <= set(range(n))
         if drop_last:
-            assert max(seen.values()) == 1 and total == world * ((n // world) // batch) * batch
+            assert max(seen.values()) == 1
+            assert total == world * ((n // world) // BATCH) * BATCH
         else:
             assert set(seen) == set(range(n))  # every sample, at least once
             assert n <= total <= n + world - 1 and total - n == sum(c - 1 for c in seen.values())
             if n % world == 0:
                 assert total == n  # nothing padded
-            if padded_exactly:
+            if name not in OWN_ORDER:  # DistributedSampler's padding exactly
                 assert total == math.ceil(n / world) * world
-    for orders in per_rank:
-        assert len({tuple(o) for o in orders}) == len(orders)  # a new order every epoch
-        if fixed:  # one shard's samples over all the epochs
-            held = set().union(*map(set, orders))
-            assert len(held) <= (shard_size(n, world, drop_last) if padded_exactly else math.ceil(n / world))
-            if not drop_last:
-                assert all(set(o) == held for o in orders)  # the same samples every epoch
 
 
-def _cut(indices: list[int], drop_last: bool, batch: int = BATCH) -> list[int]:
-    """A rank's samples as its batches yield them: without a partial last batch under ``drop_last``."""
-    return indices[: (len(indices) // batch) * batch] if drop_last else indices
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_ranks_get_their_slice_of_the_global_permutation(name, drop_last, index_sets):
+    """Rank r's samples in epoch e are ``epoch_shard``'s, in order: the same for every such adapter."""
+    if name in OWN_ORDER:
+        pytest.skip(f"{name}: the reader draws its own permutation (the union is tested above)")
+    data, store = index_sets[13]
+    pipes = rank_pipes(name, data, store, 3, drop_last=drop_last)
+    try:
+        for r, p in enumerate(pipes):
+            got = epochs_of(p)
+            for e in range(EPOCHS):
+                want = epoch_shard(13, SEED, e, True, r, 3, drop_last).indices.tolist()
+                if drop_last:
+                    want = want[: (len(want) // BATCH) * BATCH]
+                assert [i for b in got[e] for i in b] == want, (r, e)
+    finally:
+        for p in pipes:
+            p.close()
 
 
-@pytest.mark.parametrize("resident", ["all", "shard"])
-def test_epoch_shards_cover_the_split_by_the_policy(resident):
-    """``epoch_shard`` + ``num_batches`` alone, for sizes 12 and 13 over 2 and 3 ranks, batches of 2 and 4
-    (4: partial last batches): the union policy, the same batch count on every rank, and with
-    resident="shard" each rank inside its ``fixed_shard``."""
-    for n, world, drop_last, batch in itertools.product((12, 13), (2, 3), (False, True), (2, 4)):
-        cfgs = [PipelineConfig(batch_size=batch, seed=SEED, rank=r, world_size=world, drop_last=drop_last,
-                               resident=resident) for r in range(world)]
-        per_rank = [[_cut(config_epoch(n, c, e).indices.tolist(), drop_last, batch) for e in range(3)] for c in cfgs]
-        assert {num_batches(n, c) for c in cfgs} == {math.ceil(len(per_rank[0][0]) / batch)}
-        check_union(per_rank, n, world, drop_last, resident == "shard", padded_exactly=True, batch=batch)
-        if resident == "shard":
-            for c, orders in zip(cfgs, per_rank, strict=True):
-                part = config_epoch(n, c, 0)
-                held = held_samples(n, c)
-                assert set(orders[0]) <= set(held.tolist()) and torch.equal(held[part.positions], part.indices)
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_epochs_are_reshuffled_per_rank(name, index_sets):
+    data, store = index_sets[13]
+    pipes = rank_pipes(name, data, store, 2)
+    try:
+        for p in pipes:
+            e0, e1 = epochs_of(p)
+            assert e0 != e1
+    finally:
+        for p in pipes:
+            p.close()
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_ranks_draw_different_augmentations(name, same_set):
+    """All images identical: rank 0's and rank 1's outputs differ only if their crop/flip streams do."""
+    data, store = same_set
+    pipes = rank_pipes(name, data, store, 2)
+    try:
+        imgs = [torch.cat([b.images.cpu() for b in p]) for p in pipes]
+        again = torch.cat([b.images.cpu() for b in pipes[0]])  # epoch 1 of rank 0
+    finally:
+        for p in pipes:
+            p.close()
+    assert imgs[0].shape == imgs[1].shape == (6, 3, AUG.size, AUG.size)
+    per_sample = (imgs[0] - imgs[1]).abs().flatten(1).amax(1)
+    assert int((per_sample > 0.05).sum()) >= 4  # different crops, sample by sample
+    assert int(((imgs[0] - again).abs().flatten(1).amax(1) > 0.05).sum()) >= 4  # and per epoch
+
+
+# ---------------------------------------------------------------------------------- resident="shard"
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("n", [12, 13])
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_fixed_shards(name, world, n, drop_last, index_sets):
+    """resident="shard": the union policy of "all", each rank's samples fixed for the run, reordered per epoch."""
+    data, store = index_sets[n]
+    pipes = rank_pipes(name, data, store, world, drop_last=drop_last, resident="shard")
+    try:
+        per_rank = [epochs_of(p, 3) for p in pipes]
+    finally:
+        for p in pipes:
+            p.close()
+    m = math.ceil(n / world) if name in OWN_ORDER else shard_size(n, world, drop_last)  # DALI: never truncated
+    for e in range(3):
+        seen = collections.Counter(i for rank in per_rank for batch in rank[e] for i in batch)
+        total = sum(seen.values())
+        if drop_last:
+            assert max(seen.values()) == 1 and total == world * ((n // world) // BATCH) * BATCH
+        else:
+            assert set(seen) == set(range(n)) and n <= total <= n + world - 1
+            if name not in OWN_ORDER:
+                assert total == math.ceil(n / world) * world
+    for r, epochs in enumerate(per_rank):
+        orders = [[i for b in batches for i in b] for batches in epochs]
+        held = set().union(*map(set, orders))
+        assert len(held) <= m  # a fixed shard: never more than one shard's samples over the epochs
+        if not drop_last:
+            assert all(set(o) == held for o in orders)  # the same samples every epoch
+        assert len({tuple(o) for o in orders}) > 1  # in a new order
+        if name not in OWN_ORDER:
+            for e, o in enumerate(orders):
+                want = epoch_shard(n, SEED, e, True, r, world, drop_last, "shard").indices.tolist()
+                assert o == (want[: (len(want) // BATCH) * BATCH] if drop_last else want)
+                assert set(want) <= set(fixed_shard(n, SEED, True, r, world, drop_last).tolist())
 
 
 def test_fixed_shard_partitions_one_permutation():
@@ -243,63 +307,13 @@ def test_fixed_shard_partitions_one_permutation():
         PipelineConfig(resident="half")
 
 
-# ---------------------------------------------------------------------------------- every adapter, once
-
-
-# (world, n, drop_last, resident) per adapter. DALI's reader shards by itself: even and uneven shards,
-# each last-batch policy, both residencies. The others take ``epoch_shard``'s slice (tested above): one
-# of each kind, compared sample for sample.
-OWN_ORDER_CASES = [(2, 12, False, "all"), (3, 13, False, "all"), (2, 13, True, "all"), (3, 13, True, "all"),
-                   (3, 12, False, "shard"), (3, 13, False, "shard"), (2, 13, True, "shard"), (3, 12, True, "shard")]
-SLICE_CASES = [(3, 13, False, "all"), (2, 13, True, "all"), (3, 13, False, "shard"), (2, 13, True, "shard")]
-
-
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("n", [12, 13])
 @pytest.mark.parametrize("name", ADAPTERS)
-def test_each_rank_gets_its_shard(name, index_sets):
-    """Every rank the same number of batches; rank r's samples in each epoch are ``epoch_shard``'s, in
-    order (DALI: the union policy of its own permutation), for all and fixed shards, with and without drop_last."""
-    for world, n, drop_last, resident in OWN_ORDER_CASES if name in OWN_ORDER else SLICE_CASES:
-        data, store = index_sets[n]
-        pipes = rank_pipes(name, data, store, world, drop_last=drop_last, resident=resident)
-        try:
-            per_rank = [[[i for b in batches for i in b] for batches in epochs_of(p)] for p in pipes]
-        finally:
-            for p in pipes:
-                p.close()
-        case = (world, n, drop_last, resident)
-        assert len({len(p) for p in pipes}) == 1, case  # DDP: every rank the same number of batches
-        if name in OWN_ORDER:
-            check_union(per_rank, n, world, drop_last, resident == "shard", padded_exactly=False)
-            continue
-        for r, got in enumerate(per_rank):
-            want = [_cut(epoch_shard(n, SEED, e, True, r, world, drop_last, resident).indices.tolist(), drop_last)
-                    for e in range(EPOCHS)]
-            assert got == want, (case, r)
-
-
-@pytest.mark.parametrize("name", ADAPTERS)
-def test_ranks_draw_different_augmentations(name, same_set):
-    """All images identical: rank 0's and rank 1's outputs differ only if their crop/flip streams do."""
-    data, store = same_set
-    pipes = rank_pipes(name, data, store, 2)
-    try:
-        imgs = [torch.cat([b.images.cpu() for b in p]) for p in pipes]
-        again = torch.cat([b.images.cpu() for b in pipes[0]])  # epoch 1 of rank 0
-    finally:
-        for p in pipes:
-            p.close()
-    assert imgs[0].shape == imgs[1].shape == (6, 3, AUG.size, AUG.size)
-    per_sample = (imgs[0] - imgs[1]).abs().flatten(1).amax(1)
-    assert int((per_sample > 0.05).sum()) >= 4  # different crops, sample by sample
-    assert int(((imgs[0] - again).abs().flatten(1).amax(1) > 0.05).sum()) >= 4  # and per epoch
-
-
-@pytest.mark.parametrize("name", ADAPTERS)
-def test_fixed_shard_holds_one_world_th(name, index_sets):
+def test_fixed_shard_holds_one_world_th(name, n, world, index_sets):
     """A rank's resident bytes with resident="shard" are all/world, to within one image, for every adapter
     that keeps anything resident (``resident_bytes()`` with one rank); the others skip. One image: its
     share of the whole, on the host at most the largest JPEG file (``torch-nvjpeg`` holds the files)."""
-    n, world = 13, 3
     data, store = index_sets[n]
     [whole] = rank_pipes(name, data, store, 1)
     full = whole.resident_bytes()
