@@ -294,7 +294,8 @@ def _pytest(ctx: dict[str, Any], name: str, args: list[str], cap: float) -> dict
     killed pytest still reports what it finished, was running and never reached."""
     log = Path(ctx["work"]) / f"{name}.jsonl"
     log.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "devtools.pytest_log", *args]
+    # one process (no xdist workers, tests/xdist_default.py), so the plugin sees every test itself
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", "-p", "devtools.pytest_log", *args]
     try:
         r = _run(argv, _remaining(ctx, cap), env={pytest_log.ENV: str(log)})
     except TimedOut as e:

@@ -7,10 +7,11 @@ import signal
 
 import pytest
 
-# Two cores on CI: keep torch from oversubscribing when pytest runs helpers/subprocesses. A bigger
-# machine (the 16-core GPU box) keeps torch's own default.
-if (os.cpu_count() or 1) <= 4:
-    os.environ.setdefault("OMP_NUM_THREADS", "2")
+# An xdist worker (`-n 2` in pyproject.toml) takes its share of the cores: more threads than cores make
+# OpenMP's spinning barriers ~20x slower on a busy machine. Commands the tests start inherit it.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
 
 import bench.cli  # noqa: E402,F401  (sets MKL's reproducibility mode before any test imports torch)
 
