@@ -26,7 +26,6 @@ import contextlib
 import hashlib
 import math
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -36,9 +35,9 @@ import torch
 from bench.atomic import atomic_write_bytes
 from bench.errors import InputError
 from bench.stats import geometric_mean_ci
-from inr.engine import SirenEngine, from_theta, to_theta
+from inr.loop import Loop, run
 from inr.meta_work import NoCheckpoints, meta_job, open_work
-from inr.siren import SirenArch, Weights, coord_grid, init_weights
+from inr.siren import SirenArch, Weights, coord_grid, from_theta, init_weights, to_theta
 
 FORMAT = "inr-bench meta-init v1"
 TRAIN_SPLIT = "train"
@@ -121,9 +120,8 @@ def meta_train(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig =
     P = h * w
     Ps = min(P, cfg.pixels)
     B = min(cfg.meta_batch, n)
-    coords_s = coords[:Ps]
-    eng = SirenEngine(arch, coords_s, B)
     inner_lr = cfg.inner_lr or lr
+    inner = Loop(cfg.inner_steps, inner_lr, lr_final_factor=1.0, chunk=B, workers=1, keep_last=True)
     t0 = time.perf_counter()
 
     def state(step: int) -> dict:
@@ -135,20 +133,12 @@ def meta_train(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig =
         for step in range(first, cfg.outer_steps):
             idx = np.sort(rng.choice(n, B, replace=False))
             tg = torch.from_numpy(np.asarray(images[idx], dtype=np.uint8).reshape(B, P, 3)).to(dev)
-            if Ps < P:
+            pix = torch.arange(Ps, device=dev)
+            if Ps < P:  # a random subset of pixel positions, shared by the batch
                 pix = torch.from_numpy(np.sort(rng.choice(P, Ps, replace=False))).to(dev)
-                eng.a0[:2].copy_(coords[pix].t())
-                tg = tg[:, pix]
-            t01 = tg.permute(0, 2, 1).to(torch.float32).div_(255.0)
-            thetas = [T.expand(B, -1, -1).clone() for T in theta]
-            opt = torch.optim.Adam(thetas, lr=inner_lr)
-            for _ in range(cfg.inner_steps):
-                rgb = eng.forward(thetas)
-                for T, g in zip(thetas, eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * Ps))), strict=True):
-                    T.grad = g
-                opt.step()
+            adapted, _, _ = run([T.expand(B, -1, -1) for T in theta], tg[:, pix], coords[pix], arch, inner)
             eps = cfg.outer_lr * (1.0 - step / cfg.outer_steps)
-            for T, A in zip(theta, thetas, strict=True):
+            for T, A in zip(theta, adapted, strict=True):
                 T.add_(A.mean(dim=0, keepdim=True).sub_(T), alpha=eps)
             if progress is not None:
                 progress(step + 1)
@@ -343,41 +333,18 @@ def load_init(path: str | Path, arch: SirenArch | None = None, expect_sha256: st
     return LearnedInit(arch=got, weights=weights, meta=d.get("meta", {}), sha256=sha)
 
 
-def fit_curve(images: np.ndarray, arch: SirenArch, iterations: int, lr: float | Sequence[float],
-              start: Weights | None = None, seed: int = 0, device: str | torch.device = "cpu",
-              per_image: bool = False) -> np.ndarray:
-    """Mean (over images) best-so-far PSNR after ``0..iterations`` Adam steps (cosine schedule, fp32,
-    the eager engine): ``[iterations + 1]`` dB; with ``per_image`` each image's: ``[iterations + 1, N]``.
-    ``start``: a learned init, else the seeded random init. ``lr``: the peak lr, or one per layer."""
-    lrs = [float(lr)] * arch.num_linear if isinstance(lr, (int, float)) else [float(x) for x in lr]
-    if len(lrs) != arch.num_linear:
-        raise ValueError(f"{len(lrs)} learning rates for {arch.num_linear} layers")
+def fit_curve(images: np.ndarray, arch: SirenArch, iterations: int, lr: float, start: Weights | None = None,
+              seed: int = 0, device: str | torch.device = "cpu", per_image: bool = False) -> np.ndarray:
+    """Mean best-so-far PSNR after ``0..iterations`` steps of the eager fit: ``[iterations + 1]`` dB; with
+    ``per_image`` ``[iterations + 1, N]``. ``start``: a learned init, else the seeded random init."""
     dev = torch.device(device)
     n, h, w, _ = images.shape
-    coords = coord_grid(h, w, device=dev)
     ws = init_weights(arch, n, seed=seed, device=dev) if start is None else [
         (W.expand(n, -1, -1), b.expand(n, -1, -1)) for W, b in start]
-    thetas = [T.to(dev) for T in to_theta(ws)]
-    t255 = torch.from_numpy(np.array(images, dtype=np.uint8).reshape(n, h * w, 3)).to(dev).permute(0, 2, 1).float()
-    t01 = t255 / 255.0
-    eng = SirenEngine(arch, coords, n)
-    opt = torch.optim.Adam([{"params": [T], "lr": x} for T, x in zip(thetas, lrs, strict=True)])
-    best = torch.full((n,), -math.inf, dtype=torch.float64, device=dev)
-    hist = torch.empty((iterations + 1, n), dtype=torch.float64, device=dev)  # copied to the host once, at the end
-    with torch.no_grad(), _cpu_threads(dev, 1 if n * h * w <= 1 << 15 else 0):  # big images: all threads
-        for it in range(iterations + 1):
-            rgb = eng.forward(thetas)
-            q = torch.round(rgb.clamp(0, 1) * 255.0).sub_(t255)
-            p = 10.0 * torch.log10(65025.0 / q.pow_(2).flatten(1).mean(dim=1, dtype=torch.float64))
-            best = torch.maximum(best, p)
-            hist[it] = best
-            if it == iterations:
-                break
-            for T, g in zip(thetas, eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * h * w))), strict=True):
-                T.grad = g
-            for grp, x in zip(opt.param_groups, lrs, strict=True):
-                grp["lr"] = 0.5 * x * (1.0 + math.cos(math.pi * it / iterations))
-            opt.step()
+    tg = torch.from_numpy(np.array(images, dtype=np.uint8).reshape(n, h * w, 3)).to(dev)
+    with _cpu_threads(dev, 1 if n * h * w <= 1 << 15 else 0):  # big images: all threads
+        _, _, hist = run([T.to(dev) for T in to_theta(ws)], tg, coord_grid(h, w, device=dev), arch,
+                         Loop(iterations, lr, chunk=n, workers=1, history=True))
     curve = hist.cpu().numpy()
     return curve if per_image else curve.mean(axis=1)
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from inr.fit import images_to_targets, optimize
+from inr.loop import Loop
 from inr.siren import SirenArch, Weights, coord_grid
 
 
@@ -81,11 +82,9 @@ def apply_masks(weights: Weights, masks: list[torch.Tensor]) -> Weights:
 
 
 def _finetune(weights: Weights, masks, targets, coords, arch, cfg: PruneConfig, chunk: int = 0, workers: int = 0):
-    """Fine-tune masked weights; the pruned starting point is the first keep-best candidate."""
-    return optimize(
-        apply_masks(weights, masks), targets, coords, arch, cfg.finetune_iterations, cfg.lr,
-        masks=[m.float() for m in masks], chunk=chunk, workers=workers,
-    )
+    """Fine-tune masked weights (the eager loop); the pruned starting point is the first keep-best candidate."""
+    loop = Loop(cfg.finetune_iterations, cfg.lr, chunk=chunk, workers=workers)
+    return optimize(apply_masks(weights, masks), targets, coords, arch, loop, masks=masks)[:2]
 
 
 def prune_iterative(
