@@ -90,7 +90,7 @@ class FitConfig:
 
     def loop(self, pixels: int, chunk: int, workers: int) -> Loop:
         """This fit's ``inr.loop.Loop`` for images of ``pixels`` pixels."""
-        per_step = pixels_per_step(pixels, self.pixel_fraction) if self.pixel_fraction < 1.0 else 0
+        per_step = pixels_per_step(pixels, self.pixel_fraction) % pixels  # every pixel: 0, the all-pixel loop
         return Loop(self.iterations, self.lr, self.lr_final_factor, self.step, self.autocast, self.eval_every,
                     per_step, chunk, workers, seed=self.seed)
 

@@ -272,7 +272,8 @@ def _worker(sh: _Shared, coords: torch.Tensor, arch: SirenArch, loop: Loop, tran
         it[:] += 1
         if measured:
             full = np.nonzero(live & (it == loop.iterations))[0]
-            measure(np.nonzero(live & ((it % every == 0) | (it == loop.iterations)))[0])
+            due = live & ((it % every == 0) | (it == loop.iterations))
+            measure(np.arange(len(img)) if np.array_equal(due, live) and due.any() else np.nonzero(due)[0])
         return full
 
     passes = 0
@@ -340,11 +341,11 @@ def _wmasks(mts):
     return None if mts is None else [None if mk is None else mk[:, :, :-1].transpose(1, 2) > 0 for mk in mts]
 
 
-def warm_sizes(loop: Loop, n: int, stops: bool) -> list[int]:
+def warm_sizes(loop: Loop, n: int, stops: bool, sub: bool) -> list[int]:
     """The chunk sizes a compiled run needs: every drain size with stops or subsampled steps, else the full chunk
     and the one that holds the queue's remainder."""
     sizes = bucket_sizes(loop.chunk)
-    if stops or loop.per_step:
+    if stops or sub:
         return sizes
     need = {loop.chunk} if n >= loop.chunk else set()
     if n % loop.chunk:
@@ -381,8 +382,8 @@ def run(thetas0: list[torch.Tensor], targets: torch.Tensor, coords: torch.Tensor
     torch.set_num_threads(threads)
     try:
         if loop.step == "compiled":  # compile before the workers start (compilation is not thread-parallel)
-            for size in warm_sizes(loop, n, stop is not None):
-                sub = 0 < loop.per_step < targets.shape[1]
+            sub = 0 < loop.per_step < targets.shape[1]
+            for size in warm_sizes(loop, n, stop is not None, sub):
                 _warm(arch, size, targets.shape[1], dev, threads, loop.per_step if sub else 0, loop.seed)
         if workers == 1:
             _worker(sh, coords, arch, loop, transform, threads)
