@@ -35,7 +35,13 @@ STOP_CHECK_EVERY = 25
 BUCKET_HALVINGS = 3  # a compiled chunk drains to 1/8 at most: four graphs per chunk shape
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
-AUTOCAST = {"none": None, "bf16": torch.bfloat16}
+
+
+def _bf16(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.bmm(a.bfloat16(), b.bfloat16()).float()
+
+
+AUTOCAST = {"none": None, "bf16": _bf16}  # the matmul of layers 1..L (the first layer, on coordinates, stays fp32)
 STEPS = ("eager", "compiled")
 _LOCK = threading.Lock()
 _CACHE: dict = {}
@@ -204,8 +210,7 @@ def _worker(sh: _Shared, coords: torch.Tensor, arch: SirenArch, loop: Loop, tran
     per_step = loop.per_step if sub else 0
     measured = sub or loop.autocast != "none" or loop.keep_last  # keep-best by ``_check``, not the step's PSNR
     every = STOP_CHECK_EVERY if sub else loop.interval
-    mm_dtype = AUTOCAST[loop.autocast]
-    mm = None if mm_dtype is None else (lambda a, b: torch.bmm(a.to(mm_dtype), b.to(mm_dtype)).float())
+    mm = AUTOCAST[loop.autocast]
     sin = fast_sin if compiled else torch.sin
     scales = arch.scales
     B = loop.chunk
