@@ -295,7 +295,7 @@ def _worker(sh: _Shared, coords: torch.Tensor, arch: SirenArch, loop: Loop, tran
             # so every image is checked after 25, 50, ... of its own iterations
             passes = 0
             if sh.stop_at is not None:
-                reached = np.nonzero(live & (best_p >= target).cpu().numpy())[0]
+                reached = np.nonzero(live & (best_p >= target).cpu().numpy())[0]  # the one host sync of a check
                 if len(reached):
                     record(reached, it[reached].copy())
             free = np.nonzero(~live)[0]

@@ -18,7 +18,15 @@ import torch
 import inr.fit as F
 from inr.fit import FitConfig, auto_batch, fit, fit_bytes_per_image, images_to_targets, optimize
 from inr.loop import AUTOCAST, Loop, _step
-from inr.siren import SirenArch, coord_grid, first_layer_input, fold_theta, init_weights, net, to_theta
+from inr.siren import (
+    SirenArch,
+    coord_grid,
+    first_layer_input,
+    fold_theta,
+    init_weights,
+    net,
+    to_theta,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

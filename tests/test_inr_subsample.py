@@ -12,7 +12,16 @@ import torch
 from inr import subsample
 from inr.fit import FitConfig, fit, preset
 from inr.loop import STOP_CHECK_EVERY, Loop, _step
-from inr.siren import SirenArch, coord_grid, fast_sin, first_layer_input, fold_theta, init_weights, net, to_theta
+from inr.siren import (
+    SirenArch,
+    coord_grid,
+    fast_sin,
+    first_layer_input,
+    fold_theta,
+    init_weights,
+    net,
+    to_theta,
+)
 from tests.cli_helpers import assert_one_line_error, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
