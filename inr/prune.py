@@ -1,16 +1,6 @@
-"""Magnitude pruning of per-image SIRENs: iterative to an exact ratio, or dynamic per image.
-
-Only weight matrices are pruned (biases are kept). A ratio ``r`` zeroes exactly
-``round(r * in * out)`` entries of every layer's ``W`` of every image (the smallest ``|w|``,
-ties broken by position), so the count is exact per image and per layer. Masks are bool
-``[N, in, out]`` per layer (True = kept). Between rounds the surviving weights are fine-tuned
-with ``inr.fit.optimize`` (gradients and weights masked, so pruned weights stay exactly 0),
-keeping per image the best PSNR.
-
-* iterative: ``rounds`` steps of ``ratio * k / rounds``, fine-tuning after each.
-* dynamic: per image, ratios ``step, 2 step, ... <= max_ratio``; an image stops at the last
-  ratio whose PSNR (after fine-tuning) is within ``budget_db`` of its unpruned PSNR.
-"""
+"""Magnitude pruning of per-image SIRENs (weights only): exactly ``round(r * in * out)`` smallest ``|w|`` of every
+layer of every image, masks bool ``[N, in, out]`` (True = kept), fine-tuned by the eager loop with the masks held.
+Iterative: ``rounds`` steps to ``ratio``; dynamic: per image, the last ratio within ``budget_db`` of its PSNR."""
 
 from __future__ import annotations
 
