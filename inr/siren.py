@@ -96,7 +96,7 @@ def net(layers: Weights, x: torch.Tensor, sin=torch.sin, keep: bool = False, mm=
             coss.append(sin(z + HALF_PI) if sin is not torch.sin else z.cos_())
         else:
             a = z.sin_() if sin is torch.sin else sin(z)
-        z = torch.baddbmm(b, W, a) if mm is None else mm(W, a) + b
+        z = torch.baddbmm(b, W, a) if mm is None and not keep else (mm or torch.bmm)(W, a) + b  # + b: fused
     return z, acts, coss
 
 
