@@ -98,9 +98,6 @@ class FitConfig:
         d = asdict(self)
         d["arch"] = self.arch.to_dict()
         del d["init"]  # the init's path is not part of what was computed, its hash is
-        for k, default in (("step", "eager"), ("init_sha256", ""), ("target_psnr", 0.0), ("pixel_fraction", 1.0)):
-            if d[k] == default:  # defaults left out: the keys of earlier encodes stay valid
-                del d[k]
         return d
 
     @staticmethod
