@@ -32,6 +32,7 @@ from inr.fit import (
     images_to_targets,
     optimize,
 )
+from inr.loop import Loop
 from inr.merge import merge_stores
 from inr.meta import init_record
 from inr.prune import PruneConfig, prune_dynamic, prune_iterative
@@ -146,9 +147,10 @@ def encode_images(
             return fake_quantize(ws, cfg.quant, chunk_masks)
 
         h, w = imgs.shape[1:3]
-        weights, p = optimize(
-            weights, images_to_targets(imgs, dev), coord_grid(h, w, device=dev), arch, cfg.qat_iterations,
-            cfg.qat_lr, masks=masks, transform=transform, chunk=chunk, workers=cfg.fit.cpu_workers,
+        weights, p, _ = optimize(
+            weights, images_to_targets(imgs, dev), coord_grid(h, w, device=dev), arch,
+            Loop(cfg.qat_iterations, cfg.qat_lr, chunk=chunk, workers=cfg.fit.cpu_workers), masks=masks,
+            transform=transform,
         )
         weights = [(W.cpu(), b.cpu()) for W, b in weights]
         stages["qat_psnr"] = float(p.mean())

@@ -1,21 +1,6 @@
-"""Merge shard stores into one store, streamed: bounded memory, byte-identical to the in-memory merge.
-
-``inr.encode`` writes a split as shard stores (each a complete ``inr.store`` file of consecutive
-images). The final store is what ``inr.store.save`` writes for the shards' layers concatenated
-along the image axis (``inr.encode.concat_layers``); holding those as int64 codes takes 8 bytes
-per weight (about 7 GB for Mini-ImageNet). ``merge_stores`` writes the same bytes while holding
-at most one read piece (``CHUNK_BYTES``) of one shard's array plus the per-image ``labels`` and
-``psnr``:
-
-* every shard is verified once at open (``inr.store.StoreStream``: all CRCs, read in pieces);
-* the output's arrays are produced in file order as streams of pieces: labels, psnr, then per
-  layer ``codes{l}`` (the shards' bit streams appended at the running bit offset: a stream that
-  does not end on a byte boundary is carried into the next one's first byte, see
-  ``_append_bits``), ``scales{l}`` (the shards' float16 scales, concatenated), ``mask{l}`` (the
-  shards' packed masks; all ones for a shard where the layer is not pruned);
-* ``write_streamed`` runs the streams twice: once for every array's CRC and the data CRC (the
-  header, which precedes the data, holds them), once to write the file (a temp file beside
-  ``out``, fsynced, renamed into place; the CRCs are re-checked on the way).
+"""Merge shard stores into one store, streamed: bounded memory, byte-identical to ``inr.store.save`` of the
+concatenated layers. Every shard is verified at open; arrays are streamed in file order (code bit streams appended
+at the running bit offset, ``_BitCursor``) twice: once for the CRCs the header holds, once to write the file.
 """
 
 from __future__ import annotations

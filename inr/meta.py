@@ -1,23 +1,9 @@
-"""Learned initialization: one starting point for every image's SIREN, meta-learned on training images.
+"""Learned initialization: one start for every image's SIREN, meta-learned by Reptile on *train* images only.
 
-Reptile (Nichol et al. 2018), as used for coordinate networks by Tancik et al. 2021 ("Learned
-Initializations for Optimizing Coordinate-Based Neural Representations"), batched like the fit:
-each outer step takes ``meta_batch`` training images, starts all of them from the current init,
-runs ``inner_steps`` Adam steps on each (one ``inr.engine.SirenEngine``, so one batched matmul per
-layer), and moves the init towards the mean of the adapted weights by ``outer_lr`` (annealed
-linearly to 0). At large image sizes each outer step sees a random subset of ``pixels`` pixel
-positions (shared by the batch), which keeps meta-training cheap; the fit itself uses all pixels.
-
-How much an init saves depends strongly on its seed. ``select_init`` (``MetaConfig.candidates``,
-``meta-init --candidates``) trains several seeds without a few train images set aside and keeps the
-one that reaches random init's PSNR soonest on those images.
-
-Only the *train* split is ever read (``meta_init_dataset`` asserts it): a learned init that has
-seen test images would leak them into every encode that starts from it. The file records which
-split and how many images trained it; ``inrbench encode --init`` records its sha256 (``content_sha256``).
-
-File: ``torch.save`` of ``{"format", "arch", "weights": [(W [1, in, out], b [1, 1, out])], "meta"}``,
-read back with ``weights_only=True``.
+Each outer step fits ``meta_batch`` images from the init for ``inner_steps`` (``inr.loop``, on a random subset of
+``pixels`` positions) and moves the init towards their mean by ``outer_lr`` (annealed to 0). ``select_init``
+keeps the best of several seeds on held-aside train images. File: ``torch.save`` of ``{"format", "arch",
+"weights": [(W [1, in, out], b [1, 1, out])], "meta"}``, read with ``weights_only=True``.
 """
 
 from __future__ import annotations
@@ -26,7 +12,6 @@ import contextlib
 import hashlib
 import math
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -36,9 +21,9 @@ import torch
 from bench.atomic import atomic_write_bytes
 from bench.errors import InputError, older_artifact
 from bench.stats import geometric_mean_ci
-from inr.engine import SirenEngine, from_theta, to_theta
+from inr.loop import Loop, run
 from inr.meta_work import NoCheckpoints, meta_job, open_work
-from inr.siren import SirenArch, Weights, coord_grid, init_weights
+from inr.siren import SirenArch, Weights, coord_grid, from_theta, init_weights, to_theta
 
 FORMAT = "inr-bench meta-init v2"
 TRAIN_SPLIT = "train"
@@ -84,8 +69,7 @@ class LearnedInit:
 
 @contextlib.contextmanager
 def _cpu_threads(device: torch.device, n: int = 1):
-    """One torch thread on the CPU: these loops are many small ops, where intra-op threads mostly
-    wait on each other (and on shared cores collapse); it also fixes the result (thread count)."""
+    """One torch thread on the CPU (many small ops; it also fixes the result)."""
     old = torch.get_num_threads()
     if device.type == "cpu" and n:
         torch.set_num_threads(n)
@@ -98,12 +82,8 @@ def _cpu_threads(device: torch.device, n: int = 1):
 def meta_train(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig = MetaConfig(),
                device: str | torch.device = "cpu", progress=None, work: NoCheckpoints = NO_CHECKPOINTS,
                candidate: int = 0) -> tuple[Weights, dict]:
-    """Reptile on uint8 ``[N, H, W, 3]`` *training* images -> (init weights ``[(W [1,in,out], b [1,1,out])]``, info).
-
-    Deterministic for a given seed and device (on the CPU it runs on one thread). ``work``
-    (``inr.meta_work.MetaWork``): continue from the state of ``candidate`` kept there, and keep it every
-    ``work.every_s`` seconds: the weights are those of an uninterrupted run, bit for bit on the CPU.
-    """
+    """Reptile on uint8 ``[N, H, W, 3]`` train images -> (init ``[(W [1, in, out], b [1, 1, out])]``, info).
+    Deterministic per seed and device; ``work`` (``inr.meta_work``) resumes candidate ``candidate`` bit for bit."""
     dev = torch.device(device)
     n, h, w, _ = images.shape
     rng = np.random.default_rng(cfg.seed)
@@ -121,9 +101,8 @@ def meta_train(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig =
     P = h * w
     Ps = min(P, cfg.pixels)
     B = min(cfg.meta_batch, n)
-    coords_s = coords[:Ps]
-    eng = SirenEngine(arch, coords_s, B)
     inner_lr = cfg.inner_lr or lr
+    inner = Loop(cfg.inner_steps, inner_lr, lr_final_factor=1.0, chunk=B, workers=1, keep_last=True)
     t0 = time.perf_counter()
 
     def state(step: int) -> dict:
@@ -135,20 +114,12 @@ def meta_train(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig =
         for step in range(first, cfg.outer_steps):
             idx = np.sort(rng.choice(n, B, replace=False))
             tg = torch.from_numpy(np.asarray(images[idx], dtype=np.uint8).reshape(B, P, 3)).to(dev)
-            if Ps < P:
+            pix = torch.arange(Ps, device=dev)
+            if Ps < P:  # a random subset of pixel positions, shared by the batch
                 pix = torch.from_numpy(np.sort(rng.choice(P, Ps, replace=False))).to(dev)
-                eng.a0[:2].copy_(coords[pix].t())
-                tg = tg[:, pix]
-            t01 = tg.permute(0, 2, 1).to(torch.float32).div_(255.0)
-            thetas = [T.expand(B, -1, -1).clone() for T in theta]
-            opt = torch.optim.Adam(thetas, lr=inner_lr)
-            for _ in range(cfg.inner_steps):
-                rgb = eng.forward(thetas)
-                for T, g in zip(thetas, eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * Ps))), strict=True):
-                    T.grad = g
-                opt.step()
+            adapted, _, _ = run([T.expand(B, -1, -1) for T in theta], tg[:, pix], coords[pix], arch, inner)
             eps = cfg.outer_lr * (1.0 - step / cfg.outer_steps)
-            for T, A in zip(theta, thetas, strict=True):
+            for T, A in zip(theta, adapted, strict=True):
                 T.add_(A.mean(dim=0, keepdim=True).sub_(T), alpha=eps)
             if progress is not None:
                 progress(step + 1)
@@ -162,16 +133,8 @@ def meta_train(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig =
 def meta_init_dataset(ds, arch: SirenArch, lr: float, cfg: MetaConfig = MetaConfig(), split: str = TRAIN_SPLIT,
                       device: str | torch.device = "cpu", progress=None, iterations: int = 0,
                       work: str | Path | None = None, on_resume=None) -> tuple[Weights, dict]:
-    """``meta_train`` on a seeded subset of ``cfg.images`` images of the prepared dataset's *train* split
-    (``select_init`` when ``cfg.candidates > 1``: its validation fits run ``iterations``, the preset's).
-
-    Touches no other split (asserted): the record names the split, the count and the chosen indices' hash.
-
-    ``work``: a work folder (``inr.meta_work``; ``meta-init`` passes ``work_path(OUT)``) where the run keeps
-    its checkpoints and a rerun of the same job resumes from them (``on_resume(line)`` is told where);
-    another job's folder is refused (``InputError``). The caller removes it once the init file is written
-    (``inr.meta_work.remove_work``). The weights are the uninterrupted run's, bit for bit on the CPU.
-    """
+    """``meta_train`` (or ``select_init`` when ``cfg.candidates > 1``, validation fits of ``iterations``) on a seeded
+    subset of the *train* split (asserted); ``work``: a work folder to checkpoint in and resume from."""
     if cfg.candidates > 1 and iterations < 1:
         raise ValueError("choosing among candidate inits needs the fit's iterations")
     assert split == TRAIN_SPLIT, f"meta-init trains on the train split only, not {split!r}"
@@ -218,21 +181,9 @@ def _train_candidate(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaCo
 def select_init(images: np.ndarray, arch: SirenArch, lr: float, cfg: MetaConfig, iterations: int,
                 device: str | torch.device = "cpu", progress=None,
                 work: NoCheckpoints = NO_CHECKPOINTS) -> tuple[Weights, dict]:
-    """Best of ``cfg.candidates`` Reptile inits, chosen on held-aside *training* images.
-
-    ``images``: uint8 ``[N, H, W, 3]`` training images. ``cfg.validation`` of them (seeded) are set aside;
-    each candidate (seed ``cfg.seed + j``) meta-trains on the others. The validation images are fitted for
-    ``iterations`` (the preset's schedule and ``lr``) from the seeded random init, which sets each image's
-    target PSNR, and from every candidate; the candidate with the highest geometric-mean per-image saving
-    (``per_image_saving``: iterations to reach the image's random-init PSNR) is kept (ties: the lower seed).
-    The seed draws a different init every time; choosing on validation images turns that spread into a
-    better init at the cost of the candidates' training and fits. Returns (weights, info), info listing
-    every candidate's validation saving. Deterministic for a given seed and device.
-
-    ``work`` (``inr.meta_work.MetaWork``): the random-init curves, each candidate's state, weights and
-    validation result are kept there, and what is found there is not computed again. ``seconds`` counts
-    the compute of every run that contributed (not the time lost to a kill).
-    """
+    """Best of ``cfg.candidates`` inits (seeds ``cfg.seed + j``), each trained without ``cfg.validation`` held-aside
+    train images and judged by its geometric-mean iteration saving on them (``per_image_saving``) against the
+    seeded random init's PSNR; ties keep the lower seed. ``work`` keeps and reuses every stage's result."""
     from dataclasses import replace
 
     n = len(images)
@@ -295,9 +246,7 @@ def _untimed(x):
 
 
 def content_sha256(d: dict) -> str:
-    """An init file's identity (``LearnedInit.sha256``, recorded by ``encode --init``): the sha256 of its
-    format, architecture, record without timings and weights' bytes, so identical runs give one hash (the
-    file's own bytes differ by the timings its record keeps)."""
+    """An init file's identity: sha256 of its format, architecture, record without timings and weights' bytes."""
     import json
 
     h = hashlib.sha256(json.dumps({"format": d.get("format"), "arch": d.get("arch"), "meta": _untimed(d.get("meta", {})),
@@ -346,41 +295,18 @@ def load_init(path: str | Path, arch: SirenArch | None = None, expect_sha256: st
     return LearnedInit(arch=got, weights=weights, meta=d.get("meta", {}), sha256=sha)
 
 
-def fit_curve(images: np.ndarray, arch: SirenArch, iterations: int, lr: float | Sequence[float],
-              start: Weights | None = None, seed: int = 0, device: str | torch.device = "cpu",
-              per_image: bool = False) -> np.ndarray:
-    """Mean (over images) best-so-far PSNR after ``0..iterations`` Adam steps (cosine schedule, fp32,
-    the eager engine): ``[iterations + 1]`` dB; with ``per_image`` each image's: ``[iterations + 1, N]``.
-    ``start``: a learned init, else the seeded random init. ``lr``: the peak lr, or one per layer."""
-    lrs = [float(lr)] * arch.num_linear if isinstance(lr, (int, float)) else [float(x) for x in lr]
-    if len(lrs) != arch.num_linear:
-        raise ValueError(f"{len(lrs)} learning rates for {arch.num_linear} layers")
+def fit_curve(images: np.ndarray, arch: SirenArch, iterations: int, lr: float, start: Weights | None = None,
+              seed: int = 0, device: str | torch.device = "cpu", per_image: bool = False) -> np.ndarray:
+    """Mean best-so-far PSNR after ``0..iterations`` steps of the eager fit: ``[iterations + 1]`` dB; with
+    ``per_image`` ``[iterations + 1, N]``. ``start``: a learned init, else the seeded random init."""
     dev = torch.device(device)
     n, h, w, _ = images.shape
-    coords = coord_grid(h, w, device=dev)
     ws = init_weights(arch, n, seed=seed, device=dev) if start is None else [
         (W.expand(n, -1, -1), b.expand(n, -1, -1)) for W, b in start]
-    thetas = [T.to(dev) for T in to_theta(ws)]
-    t255 = torch.from_numpy(np.array(images, dtype=np.uint8).reshape(n, h * w, 3)).to(dev).permute(0, 2, 1).float()
-    t01 = t255 / 255.0
-    eng = SirenEngine(arch, coords, n)
-    opt = torch.optim.Adam([{"params": [T], "lr": x} for T, x in zip(thetas, lrs, strict=True)])
-    best = torch.full((n,), -math.inf, dtype=torch.float64, device=dev)
-    hist = torch.empty((iterations + 1, n), dtype=torch.float64, device=dev)  # copied to the host once, at the end
-    with torch.no_grad(), _cpu_threads(dev, 1 if n * h * w <= 1 << 15 else 0):  # big images: all threads
-        for it in range(iterations + 1):
-            rgb = eng.forward(thetas)
-            q = torch.round(rgb.clamp(0, 1) * 255.0).sub_(t255)
-            p = 10.0 * torch.log10(65025.0 / q.pow_(2).flatten(1).mean(dim=1, dtype=torch.float64))
-            best = torch.maximum(best, p)
-            hist[it] = best
-            if it == iterations:
-                break
-            for T, g in zip(thetas, eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * h * w))), strict=True):
-                T.grad = g
-            for grp, x in zip(opt.param_groups, lrs, strict=True):
-                grp["lr"] = 0.5 * x * (1.0 + math.cos(math.pi * it / iterations))
-            opt.step()
+    tg = torch.from_numpy(np.array(images, dtype=np.uint8).reshape(n, h * w, 3)).to(dev)
+    with _cpu_threads(dev, 1 if n * h * w <= 1 << 15 else 0):  # big images: all threads
+        _, _, hist = run([T.to(dev) for T in to_theta(ws)], tg, coord_grid(h, w, device=dev), arch,
+                         Loop(iterations, lr, chunk=n, workers=1, history=True))
     curve = hist.cpu().numpy()
     return curve if per_image else curve.mean(axis=1)
 
@@ -392,12 +318,8 @@ def iterations_to_reach(curve: np.ndarray, target: float) -> int | None:
 
 
 def per_image_saving(random: np.ndarray, learned: np.ndarray) -> dict:
-    """Per image (``[iterations + 1, N]`` curves of the same images): the first iteration where the
-    learned curve reaches that image's random-init PSNR at full length, and ``iterations / it`` (its
-    saving; an image that never gets there counts as ``iterations + 1``: a saving below 1). Returns the
-    iterations, the savings, and the geometric mean saving with a 95% interval over images
-    (``bench.stats.geometric_mean_ci``: Student's t on the log savings below 30 images, a bootstrap from 30;
-    one image, or all savings equal: no interval, NaN bounds)."""
+    """Per image of ``[iterations + 1, N]`` curves: the first iteration the learned curve reaches the random curve's
+    final PSNR (never: ``iterations + 1``) and ``iterations / it``; their geometric mean with a 95% interval."""
     iters = random.shape[0] - 1
     its = []
     for i in range(random.shape[1]):

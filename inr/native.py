@@ -1,18 +1,8 @@
 """Encode images of different sizes (``prepare --size native``) into one store, resumably.
 
-Images are grouped by size; each group is fitted batched by ``inr.encode.encode_images``
-(coordinates ``inr.siren.coord_grid``: each axis normalized to [-1, 1] on its own, so the
-aspect is kept by the grid's spacing). A group is one shard, or several when it holds more than
-``shard_size`` images (``native_shards``); each finished shard is written atomically as a
-complete one-size store in a work folder beside the output (``bench.workdir``), as
-``inr.encode.encode_split`` does.
-A rerun with the same configuration and images skips the finished shards. The final store is
-assembled from the shard files alone (the layers put back in the split's image order with
-``concat_layers``, in memory: a native-size split is a compression study of tens of images), is
-a version-2 store that records every image's size (``inr.store``: ``sizes`` array), is written
-atomically, and the work folder is then removed. Fitting is seeded per image and shards have
-fixed boundaries, so an interrupted-and-resumed encode writes the same bytes as an
-uninterrupted one (same machine, device and thread count).
+Images are grouped by size and each group is fitted batched (``encode_images``), one shard file per group piece in
+a work folder beside the output (``bench.workdir``); the final store (every image's size recorded) is assembled
+from the shard files alone, so a resumed encode writes the bytes of an uninterrupted one.
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
-"""Magnitude pruning of per-image SIRENs: iterative to an exact ratio, or dynamic per image.
-
-Only weight matrices are pruned (biases are kept). A ratio ``r`` zeroes exactly
-``round(r * in * out)`` entries of every layer's ``W`` of every image (the smallest ``|w|``,
-ties broken by position), so the count is exact per image and per layer. Masks are bool
-``[N, in, out]`` per layer (True = kept). Between rounds the surviving weights are fine-tuned
-with ``inr.fit.optimize`` (gradients and weights masked, so pruned weights stay exactly 0),
-keeping per image the best PSNR.
-
-* iterative: ``rounds`` steps of ``ratio * k / rounds``, fine-tuning after each.
-* dynamic: per image, ratios ``step, 2 step, ... <= max_ratio``; an image stops at the last
-  ratio whose PSNR (after fine-tuning) is within ``budget_db`` of its unpruned PSNR.
-"""
+"""Magnitude pruning of per-image SIRENs (weights only): exactly ``round(r * in * out)`` smallest ``|w|`` of every
+layer of every image, masks bool ``[N, in, out]`` (True = kept), fine-tuned by the eager loop with the masks held.
+Iterative: ``rounds`` steps to ``ratio``; dynamic: per image, the last ratio within ``budget_db`` of its PSNR."""
 
 from __future__ import annotations
 
@@ -21,6 +11,7 @@ import numpy as np
 import torch
 
 from inr.fit import images_to_targets, optimize
+from inr.loop import Loop
 from inr.siren import SirenArch, Weights, coord_grid
 
 
@@ -81,11 +72,9 @@ def apply_masks(weights: Weights, masks: list[torch.Tensor]) -> Weights:
 
 
 def _finetune(weights: Weights, masks, targets, coords, arch, cfg: PruneConfig, chunk: int = 0, workers: int = 0):
-    """Fine-tune masked weights; the pruned starting point is the first keep-best candidate."""
-    return optimize(
-        apply_masks(weights, masks), targets, coords, arch, cfg.finetune_iterations, cfg.lr,
-        masks=[m.float() for m in masks], chunk=chunk, workers=workers,
-    )
+    """Fine-tune masked weights (the eager loop); the pruned starting point is the first keep-best candidate."""
+    loop = Loop(cfg.finetune_iterations, cfg.lr, chunk=chunk, workers=workers)
+    return optimize(apply_masks(weights, masks), targets, coords, arch, loop, masks=masks)[:2]
 
 
 def prune_iterative(

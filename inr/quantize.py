@@ -1,13 +1,6 @@
-"""Layer-wise affine quantization of per-image SIREN weights.
-
-Each linear layer of each image is treated as one matrix ``M = [W; b]`` of shape
-``[in + 1, out]`` (the bias is the last row). With ``bits`` in 4..16 it is stored as integer
-codes ``q in [0, 2^bits - 1]`` and dequantized as ``lo + q * step`` with float16 ``lo`` and
-``step`` per image and per layer (``per_channel=False``, ``C = 1``) or per output column
-(``per_channel=True``, ``C = out``). ``lo`` is rounded *down* and ``step`` *up* to float16 so
-the grid covers every kept weight: ``|w - dequant(quant(w))| <= step / 2``. Pruned weights (mask
-0) are not coded; they decode to exactly 0. ``bits == 32`` means "float32, not quantized"
-(codes are the float32 bit patterns).
+"""Layer-wise affine quantization: each layer's ``M = [W; b]`` ``[in + 1, out]`` as codes ``q in [0, 2^bits - 1]``,
+``lo + q * step`` with float16 ``lo`` (rounded down) and ``step`` (up) per image and layer, or per output column;
+``|w - dequant(quant(w))| <= step / 2``. Pruned weights are not coded (decode to 0); ``bits == 32`` is float32.
 """
 
 from __future__ import annotations

@@ -1,37 +1,25 @@
-"""Batched SIREN: many small per-image networks evaluated with one batched matmul per layer.
+"""Batched SIREN: ``B`` small per-image networks, one batched matmul per layer (the one forward of the package).
 
-Conventions (the whole ``inr`` package uses them):
-
-* Architecture ``L x h`` = ``L`` sine layers (``in -> h``, then ``h -> h``) plus one linear
-  ``h -> 3`` output layer, i.e. ``L + 1`` linear layers in total.
-* Layer ``l`` computes ``z = x @ W + b`` with ``W [in, out]`` and ``b [1, out]``; sine layers
-  output ``sin(w0_l * z)`` (``w0_first`` for layer 0, ``w0`` for the other sine layers).
-  ``w0`` is a constant, not folded into the stored weights.
-* The network is fitted to targets in ``[-1, 1]`` (``target = 2 * rgb - 1``); the RGB image
-  is ``rgb = 0.5 * out + 0.5`` (no clamp here; ``bench.metrics`` clamps and rounds).
-* Coordinates are pixel centres, ``x_j = (2j + 1) / W - 1``, ``y_i = (2i + 1) / H - 1``
-  (the ``grid_sample(align_corners=False)`` convention), stored as ``(x, y)`` pairs in
-  row-major pixel order, so an affine map of these coordinates is a crop/flip/resize.
-* Weights of a batch of ``B`` images: a list over layers of ``(W [B, in, out], b [B, 1, out])``.
+Architecture ``L x h``: ``L`` sine layers ``sin(w0 * (x @ W + b))`` and a linear ``h -> 3`` output layer, fitted to
+``2 * rgb - 1``; ``rgb = 0.5 * out + 0.5`` is folded into the output layer. Weights of ``B`` images: per layer
+``(W [B, in, out], b [B, 1, out])``; while fitting, ``T [B, out, in + 1] = [W^T | b^T]`` ("theta").
+Coordinates are pixel centres ``(x, y)``, ``x_j = (2j + 1) / W - 1``, row-major.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
 Weights = list[tuple[torch.Tensor, torch.Tensor]]
+HALF_PI = 0.5 * math.pi
 
 
 @dataclass(frozen=True)
 class SirenArch:
-    """Architecture of every per-image SIREN in a set.
-
-    layers: number of sine layers (the output layer is extra); hidden: width;
-    w0 / w0_first: sine frequency of the hidden layers / of the first layer.
-    """
+    """``layers`` sine layers of width ``hidden`` plus the output layer; ``w0_first`` / ``w0``: sine frequencies."""
 
     layers: int
     hidden: int
@@ -60,43 +48,29 @@ class SirenArch:
     def params_per_image(self) -> int:
         return sum(i * o + o for i, o in self.shapes)
 
+    @property
+    def scales(self) -> tuple[float, ...]:
+        """What each layer's ``W`` and ``b`` are multiplied by: ``w0_first``, ``w0``..., 0.5 (the rgb map)."""
+        return (self.w0_first,) + (self.w0,) * (self.layers - 1) + (0.5,)
+
     def omega(self, layer: int) -> float | None:
-        """Sine frequency of linear layer ``layer``; ``None`` for the (identity) output layer."""
-        if layer == self.layers:
-            return None
-        return self.w0_first if layer == 0 else self.w0
+        """Sine frequency of linear layer ``layer``; ``None`` for the output layer."""
+        return None if layer == self.layers else self.scales[layer]
 
     def to_dict(self) -> dict:
-        return {
-            "layers": self.layers,
-            "hidden": self.hidden,
-            "w0": self.w0,
-            "w0_first": self.w0_first,
-            "in_features": self.in_features,
-            "out_features": self.out_features,
-        }
+        return asdict(self)
 
     @staticmethod
     def from_dict(d: dict) -> SirenArch:
-        return SirenArch(
-            layers=int(d["layers"]),
-            hidden=int(d["hidden"]),
-            w0=float(d["w0"]),
-            w0_first=float(d["w0_first"]),
-            in_features=int(d.get("in_features", 2)),
-            out_features=int(d.get("out_features", 3)),
-        )
+        return SirenArch(int(d["layers"]), int(d["hidden"]), float(d["w0"]), float(d["w0_first"]),
+                         int(d.get("in_features", 2)), int(d.get("out_features", 3)))
 
     def __str__(self) -> str:
         return f"SIREN {self.layers}x{self.hidden} (w0_first={self.w0_first:g}, w0={self.w0:g}, {self.params_per_image} params/image)"
 
 
 def fast_sin(x: torch.Tensor) -> torch.Tensor:
-    """sin via range reduction to ``[-pi, pi]`` and an odd degree-11 Taylor polynomial.
-
-    Max abs error ~1e-6 on ``[-pi, pi]``, ~|x| * 4e-6 beyond (float32 range reduction): far below
-    one 8-bit level. Only worth it when compiled (eager it is several passes over memory).
-    """
+    """sin by range reduction to ``[-pi, pi]`` and an odd degree-11 polynomial (abs error ~1e-6); for compiled code."""
     r = x - torch.round(x * (1.0 / (2.0 * math.pi))) * (2.0 * math.pi)
     r2 = r * r
     p = r2 * -2.5052108385441720e-08 + 2.7557319223985893e-06
@@ -106,49 +80,84 @@ def fast_sin(x: torch.Tensor) -> torch.Tensor:
     return r + r * r2 * p
 
 
-def psnr_from_rgb(rgb: torch.Tensor, target255: torch.Tensor, exact: bool = True) -> torch.Tensor:
-    """Float RGB and float targets in 0..255 (same shape ``[B, ...]``) -> ``[B]`` PSNR float64.
+def net(layers: Weights, x: torch.Tensor, sin=torch.sin, keep: bool = False, mm=None):
+    """The SIREN forward, channel-major: folded ``layers`` ``(W [B, out, in], b [B, out, 1])`` (``fold``), ``x``
+    ``[>=2, P]`` shared or ``[B, >=2, P]`` per image (rows 0, 1: the coordinates) -> (rgb ``[B, 3, P]``, and with
+    ``keep`` the sine and cosine ``[B, h, P]`` of every sine layer, for a backward). ``mm``: a lower-precision bmm."""
+    W, b = layers[0]  # in = 2: two broadcast multiply-adds, no K=2 GEMM
+    x0, x1 = (x[:, 0:1], x[:, 1:2]) if x.dim() == 3 else (x[0], x[1])
+    z = W[:, :, 0:1] * x0 + W[:, :, 1:2] * x1 + b
+    acts: list[torch.Tensor] = []
+    coss: list[torch.Tensor] = []
+    for W, b in layers[1:]:
+        if keep:
+            a = sin(z)
+            acts.append(a)
+            coss.append(sin(z + HALF_PI) if sin is not torch.sin else z.cos_())
+        else:
+            a = z.sin_() if sin is torch.sin else sin(z)
+        z = torch.baddbmm(b, W, a) if mm is None and not keep else (mm or torch.bmm)(W, a) + b  # + b: fused
+    return z, acts, coss
 
-    The ``bench.metrics`` convention (clamp, round to 8 bits). ``exact=False`` sums the squared
-    errors in float32 (relative error ~1e-7: fine for choosing the best iterate, cheaper).
-    """
+
+def fold(weights: Weights, arch: SirenArch, dtype: torch.dtype | None = None) -> Weights:
+    """``[(W [B, in, out], b [B, 1, out])]`` -> ``net``'s ``[(W^T [B, out, in], b^T [B, out, 1])]``, scaled."""
+    out = []
+    for li, ((W, b), s) in enumerate(zip(weights, arch.scales, strict=True)):
+        shift = 0.5 if li == arch.layers else 0.0
+        out.append(((W.transpose(1, 2) * s).to(dtype or W.dtype), (b.transpose(1, 2) * s + shift).to(dtype or b.dtype)))
+    return out
+
+
+def fold_theta(thetas: list[torch.Tensor], scales: tuple[float, ...]) -> Weights:
+    """Thetas ``[B, out, in + 1]`` -> ``net``'s folded layers (views times the scales)."""
+    out = [(T[:, :, :-1] * s, T[:, :, -1:] * s) for T, s in zip(thetas, scales, strict=True)]
+    out[-1] = (out[-1][0], out[-1][1] + 0.5)
+    return out
+
+
+@torch.no_grad()
+def forward(weights: Weights, coords: torch.Tensor, arch: SirenArch) -> torch.Tensor:
+    """``B`` SIRENs at ``coords`` ``[P, 2]`` (shared) or ``[B, P, 2]`` -> rgb ``[B, P, 3]`` on the [0, 1] scale (unclamped)."""
+    x = coords.to(weights[0][0].dtype).transpose(-1, -2)
+    return net(fold(weights, arch), x)[0].transpose(1, 2)
+
+
+def decode_images(weights: Weights, arch: SirenArch, image_size: tuple[int, int], coords: torch.Tensor | None = None) -> torch.Tensor:
+    """``[B, 3, H, W]`` float images on the [0, 1] scale (unclamped) on the full pixel grid."""
+    h, w = image_size
+    if coords is None:
+        coords = coord_grid(h, w, device=weights[0][0].device)
+    return forward(weights, coords, arch).transpose(1, 2).reshape(-1, 3, h, w)
+
+
+def psnr8(rgb: torch.Tensor, t01: torch.Tensor) -> torch.Tensor:
+    """PSNR ``[B]`` float32 of ``rgb`` clamped and rounded to 8 bits against ``t01`` (same shape, targets / 255)."""
+    q = torch.round(rgb.clamp(0.0, 1.0) * 255.0) - t01 * 255.0
+    return 10.0 * torch.log10(65025.0 / (q * q).flatten(1).mean(dim=1))
+
+
+def psnr_from_rgb(rgb: torch.Tensor, target255: torch.Tensor) -> torch.Tensor:
+    """``psnr8`` in float64 against targets in 0..255 (the ``bench.metrics`` convention): ``[B]``."""
     q = torch.round(rgb.detach().float().clamp(0.0, 1.0).mul_(255.0))
-    d = q.sub_(target255).pow_(2).flatten(1)
-    mse = d.mean(dim=1, dtype=torch.float64) if exact else d.mean(dim=1).double()
+    mse = q.sub_(target255).pow_(2).flatten(1).mean(dim=1, dtype=torch.float64)
     return 10.0 * torch.log10(65025.0 / mse)  # inf where identical
 
 
 def coord_grid(h: int, w: int, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Pixel-centre coordinates ``[H*W, 2]`` as ``(x, y)``, row-major (pixel ``(i, j)`` at ``i*W + j``).
-
-    ``x_j = (2j+1)/W - 1``, ``y_i = (2i+1)/H - 1``; non-square images keep their own spacing.
-    """
+    """Pixel-centre coordinates ``[H*W, 2]`` as ``(x, y)``, row-major (pixel ``(i, j)`` at ``i*W + j``)."""
     xs = (torch.arange(w, device=device, dtype=torch.float64) * 2 + 1) / w - 1
     ys = (torch.arange(h, device=device, dtype=torch.float64) * 2 + 1) / h - 1
     yy, xx = torch.meshgrid(ys, xs, indexing="ij")
     return torch.stack([xx.reshape(-1), yy.reshape(-1)], dim=1).to(dtype)
 
 
-def init_weights(
-    arch: SirenArch, n: int, seed: int = 0, first_index: int = 0, device: torch.device | str | None = None
-) -> Weights:
-    """SIREN init for ``n`` images: weights of image ``k`` depend only on ``(seed, first_index + k)``.
-
-    First layer ``U(-1/fan_in, 1/fan_in)``; later layers ``U(-sqrt(6/fan_in)/w0, +)``; biases use
-    the same bound as their weights (as in ``nn.Linear``-style SIREN code). Returns float32
-    ``[(W [n, in, out], b [n, 1, out]), ...]``. Per-image seeding makes a fit independent of
-    how images are chunked.
-    """
+def init_weights(arch: SirenArch, n: int, seed: int = 0, first_index: int = 0, device: torch.device | str | None = None) -> Weights:
+    """SIREN init of ``n`` images, image ``k`` seeded by ``(seed, first_index + k)``: first layer ``U(+-1/fan_in)``,
+    later ``U(+-sqrt(6/fan_in)/w0)``, biases alike. Float32 ``[(W [n, in, out], b [n, 1, out])]``."""
     shapes = arch.shapes
-    out: list[tuple[torch.Tensor, torch.Tensor]] = [
-        (torch.empty(n, i, o), torch.empty(n, 1, o)) for i, o in shapes
-    ]
-    bounds = []
-    for li, (fan_in, _) in enumerate(shapes):
-        if li == 0:
-            bounds.append(1.0 / fan_in)
-        else:
-            bounds.append(math.sqrt(6.0 / fan_in) / arch.w0)
+    out = [(torch.empty(n, i, o), torch.empty(n, 1, o)) for i, o in shapes]
+    bounds = [1.0 / i if li == 0 else math.sqrt(6.0 / i) / arch.w0 for li, (i, _) in enumerate(shapes)]
     g = torch.Generator()
     for k in range(n):
         g.manual_seed((int(seed) * 1_000_003 + first_index + k) & 0x7FFF_FFFF_FFFF_FFFF)
@@ -158,56 +167,16 @@ def init_weights(
     return [(W.to(device), b.to(device)) for W, b in out]
 
 
-def rgb_affine(W: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fold ``rgb = 0.5 * out + 0.5`` into the output layer (cheaper than on ``[B, P, 3]``)."""
-    return W * 0.5, b * 0.5 + 0.5
+def to_theta(weights: Weights) -> list[torch.Tensor]:
+    """``[(W [B, in, out], b [B, 1, out])]`` -> ``[T [B, out, in + 1]]`` (contiguous float32 copies)."""
+    return [torch.cat([W.transpose(1, 2), b.transpose(1, 2)], dim=2).float().contiguous() for W, b in weights]
 
 
-@torch.no_grad()
-def forward(weights: Weights, coords: torch.Tensor, arch: SirenArch) -> torch.Tensor:
-    """Evaluate ``B`` SIRENs at ``P`` points: fast inference path (no autograd, in-place sine).
-
-    Args:
-        weights: per layer ``(W [B, in, out], b [B, 1, out])`` (float32, or half on CUDA).
-        coords: ``[P, 2]`` shared by all images, or ``[B, P, 2]`` per image.
-    Returns:
-        ``[B, P, 3]`` RGB on the ``[0, 1]`` scale (not clamped).
-    """
-    B = weights[0][0].shape[0]
-    x = coords if coords.dim() == 3 else coords.unsqueeze(0).expand(B, -1, -1)
-    x = x.to(weights[0][0].dtype)
-    for li, (W, b) in enumerate(weights):
-        w0 = arch.omega(li)
-        if w0 is None:
-            Wr, br = rgb_affine(W, b)
-            return torch.baddbmm(br, x, Wr)
-        # sin(w0 * (x W + b)) == sin(x (w0 W) + w0 b): scale the small weights, not the activations.
-        x = torch.baddbmm(b * w0, x, W * w0)
-        x.sin_()
-    raise AssertionError("unreachable")
+def from_theta(thetas: list[torch.Tensor]) -> Weights:
+    """Inverse of ``to_theta`` (contiguous copies)."""
+    return [(T[:, :, :-1].transpose(1, 2).contiguous(), T[:, :, -1:].transpose(1, 2).contiguous()) for T in thetas]
 
 
-def forward_train(weights: Weights, coords: torch.Tensor, arch: SirenArch) -> torch.Tensor:
-    """Autograd-friendly twin of ``forward`` (same ops, out-of-place sine): ``[B, P, 3]`` RGB scale.
-
-    Because both fold ``w0`` and the RGB mapping into the weights identically, the PSNR seen
-    while fitting (fp32) equals the PSNR of decoding the kept weights with ``forward``.
-    """
-    B = weights[0][0].shape[0]
-    x = coords if coords.dim() == 3 else coords.unsqueeze(0).expand(B, -1, -1)
-    for li, (W, b) in enumerate(weights):
-        w0 = arch.omega(li)
-        if w0 is None:
-            Wr, br = rgb_affine(W, b)
-            return torch.baddbmm(br, x, Wr)
-        x = torch.sin(torch.baddbmm(b * w0, x, W * w0))
-    raise AssertionError("unreachable")
-
-
-def decode_images(weights: Weights, arch: SirenArch, image_size: tuple[int, int], coords: torch.Tensor | None = None) -> torch.Tensor:
-    """``[B, 3, H, W]`` float images in ``[0, 1]`` scale (unclamped) on the full pixel grid."""
-    h, w = image_size
-    if coords is None:
-        coords = coord_grid(h, w, device=weights[0][0].device)
-    out = forward(weights, coords, arch)
-    return out.view(out.shape[0], h, w, 3).permute(0, 3, 1, 2).contiguous()
+def first_layer_input(coords: torch.Tensor) -> torch.Tensor:
+    """Coordinates ``[P, 2]`` -> ``a0 [3, P]`` float32: the coordinates and a row of ones (the bias's input)."""
+    return torch.cat([coords.t().float(), torch.ones(1, coords.shape[0], device=coords.device)]).contiguous()

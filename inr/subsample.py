@@ -1,16 +1,8 @@
-"""Which pixels a subsampled fit step sees (``FitConfig.pixel_fraction``, ``inrbench encode --pixel-fraction``).
+"""Which pixels a subsampled fit step sees (``FitConfig.pixel_fraction``).
 
-A step on ``Ps = pixels_per_step(P, f)`` of an image's ``P`` pixels costs about ``Ps / P`` of a full step's
-matmul work and gives Adam an unbiased estimate of the full gradient (a mean over a uniform sample of the
-pixels). Each image walks through its pixels in *cycles*: a cycle is ``ceil(P / Ps)`` steps whose windows
-together cover every pixel once (the last window wraps around, so a few pixels are seen twice); each cycle
-visits them in one of ``MAPS`` orders (cycle ``c`` uses order ``c mod MAPS``: at 1/8 of the pixels the sequence
-repeats after 512 steps). The order is ``perm[(a_c * j + b_c) mod P]`` for position ``j`` of the
-cycle: ``perm`` a random permutation of the image's pixels (seeded by the fit's seed and the image's index:
-``image_orders`` on the host, ``device_orders`` drawn on an accelerator, ``orders`` picks), ``(a_c, b_c)`` one of ``MAPS`` affine maps of ``0..P-1`` onto itself (``a_c`` coprime
-with ``P``), chosen by the cycle number (``cycle_maps``). So which pixels a step sees depends only on the
-image and on how many of its own iterations it has run: not on its chunk, its row or its worker, and a
-resumed or re-chunked encode sees the same pixels (``inr.early_stop``).
+Each image walks its pixels in cycles of ``ceil(P / Ps)`` windows covering every pixel once, in the order
+``perm[(a_c * j + b_c) mod P]``: ``perm`` a permutation seeded by the fit's seed and the image's index, ``(a_c, b_c)``
+one of ``MAPS`` affine maps chosen by the cycle. So the pixels depend only on the image and its own iteration.
 """
 
 from __future__ import annotations

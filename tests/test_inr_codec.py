@@ -11,6 +11,7 @@ import torch
 from bench.errors import InputError
 from inr import store
 from inr.fit import images_to_targets, optimize
+from inr.loop import Loop
 from inr.prune import PruneConfig, magnitude_masks, prune_dynamic, prune_iterative
 from inr.quantize import QuantConfig, dequantize, keep_matrix, layer_matrix, parse_bits, quantize
 from inr.siren import SirenArch, coord_grid, init_weights
@@ -53,7 +54,7 @@ def test_masked_weights_stay_zero_through_finetuning():
     imgs = smooth_images(3)
     ws = init_weights(arch, 3)
     masks = magnitude_masks(ws, 0.4)
-    out, _ = optimize(ws, images_to_targets(imgs), coord_grid(16, 16), arch, 25, 1e-2, masks=[m.float() for m in masks])
+    out, _, _ = optimize(ws, images_to_targets(imgs), coord_grid(16, 16), arch, Loop(25, 1e-2), masks=masks)
     for (W, _), m in zip(out, masks, strict=True):
         assert torch.all(W[~m] == 0)
         assert torch.count_nonzero(W[m]) == int(m.sum())  # the kept ones were trained, not zeroed
@@ -62,7 +63,7 @@ def test_masked_weights_stay_zero_through_finetuning():
 def test_iterative_and_dynamic_pruning():
     arch = SirenArch(3, 12)
     imgs = smooth_images(4)
-    base, p0 = optimize(init_weights(arch, 4), images_to_targets(imgs), coord_grid(16, 16), arch, 200, 5e-3)
+    base, p0, _ = optimize(init_weights(arch, 4), images_to_targets(imgs), coord_grid(16, 16), arch, Loop(200, 5e-3))
     cfg = PruneConfig(ratio=0.3, rounds=2, finetune_iterations=40, lr=1e-3)
     w, masks, p = prune_iterative(base, imgs, arch, cfg)
     for (W, _), m, (i, o) in zip(w, masks, arch.shapes, strict=True):

@@ -9,6 +9,7 @@ import torch
 from bench.errors import InputError
 from bench.metrics import psnr_per_image
 from inr.fit import decode_psnr, fit, images_to_targets, optimize, preset
+from inr.loop import Loop
 from inr.siren import SirenArch, coord_grid, forward, init_weights
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -63,7 +64,8 @@ def test_optimize_keeps_the_best_weights_per_image(photos32):
     tg = images_to_targets(photos32[:2])
     w0 = init_weights(arch, 2)
     # an absurd learning rate makes the last iterate bad; keep-best must not return it
-    best, p = optimize(w0, tg, coords, arch, 30, lr=0.5)
+    best, p, ran = optimize(w0, tg, coords, arch, Loop(30, 0.5, chunk=2))
+    assert list(ran) == [30, 30]
     dec = forward(best, coords, arch).view(2, h, w, 3)
     assert torch.allclose(p, psnr_per_image(dec, torch.from_numpy(photos32[:2])), atol=1e-9)
     start = psnr_per_image(forward(w0, coords, arch).view(2, h, w, 3), torch.from_numpy(photos32[:2]))
@@ -104,27 +106,26 @@ def test_the_cli_sets_mkls_strict_reproducibility_before_any_maths():
 
 
 def test_an_images_gradient_does_not_depend_on_the_rows_beside_it(photos32):
-    """The engine's forward and gradients of one image are the same bits alone, in a chunk of 2, 3 or 4, at any row,
+    """The step's gradients and PSNR of one image are the same bits alone, in a chunk of 2, 3 or 4, at any row,
     and with 2 threads: every GEMM is per image with a shape that does not depend on the chunk, and MKL runs
     in its strict reproducibility mode (``bench.cli``)."""
-    from inr.engine import SirenEngine, to_theta
+    from inr.loop import _step
+    from inr.siren import first_layer_input, to_theta
 
     arch = preset("demo").arch
     thetas = to_theta(init_weights(arch, 4, seed=3))
     t01 = images_to_targets(photos32).permute(0, 2, 1).float() / 255.0
-    coords = coord_grid(32, 32)
+    a0 = first_layer_input(coord_grid(32, 32))
 
-    def grads(rows: list[int]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        eng = SirenEngine(arch, coords, len(rows))
-        rgb = eng.forward([T[rows].contiguous() for T in thetas]).clone()
-        return rgb, eng.backward((rgb - t01[rows]) * 1e-3)
+    def grads(rows: list[int]) -> tuple[list[torch.Tensor], torch.Tensor]:
+        return _step([T[rows].contiguous() for T in thetas], a0, t01[rows], arch.scales)
 
     ref = {k: grads([k]) for k in range(4)}
     for rows, threads in (([2, 0], 1), ([1, 3, 0], 1), ([3, 2, 1, 0], 1), ([0, 1, 2, 3], 2)):
         torch.set_num_threads(threads)
-        rgb, gs = grads(rows)
+        gs, p = grads(rows)
         for j, k in enumerate(rows):
-            assert torch.equal(rgb[j], ref[k][0][0]), (rows, k)
-            for li, (g, r) in enumerate(zip(gs, ref[k][1], strict=True)):
+            assert torch.equal(p[j], ref[k][1][0]), (rows, k)
+            for li, (g, r) in enumerate(zip(gs, ref[k][0], strict=True)):
                 assert torch.equal(g[j], r[0]), (rows, k, li)
     torch.set_num_threads(1)

@@ -1,5 +1,5 @@
 """Learned init (``inr.meta``, ``inrbench meta-init``, ``encode --init``) and the compiled fit step
-(``inr.fast_step``): train split only, deterministic, recorded in the store, refused when it does
+(``inr.loop``): train split only, deterministic, recorded in the store, refused when it does
 not fit the architecture; compiled and eager fits agree."""
 
 from __future__ import annotations
@@ -187,33 +187,15 @@ def test_the_init_hash_leaves_out_every_timing_and_nothing_else():
     assert len({content_sha256(d(1.0)), content_sha256(d(1.0, seed=6)), content_sha256(d(1.0, w=1e-7))}) == 3
 
 
-def test_fast_step_maths_equal_the_engine():
-    from inr.engine import SirenEngine, to_theta
-    from inr.fast_step import eager_step
-    from inr.siren import coord_grid, init_weights
-
-    arch = SirenArch(3, 5)
-    coords = coord_grid(6, 6)
-    th = to_theta(init_weights(arch, 2, seed=3))
-    t01 = torch.rand(2, 3, 36, generator=torch.Generator().manual_seed(0))
-    eng = SirenEngine(arch, coords, 2)
-    rgb = eng.forward(th)
-    ref = eng.backward(rgb.sub_(t01).mul_(2.0 / (3 * 36)))
-    for fast in (False, True):  # torch.sin, and the polynomial sine / cosine
-        got, psnr = eager_step(arch, fast)(th, eng.a0, t01)
-        assert psnr.shape == (2,)
-        for g, r in zip(got, ref, strict=True):
-            assert float((g - r).norm() / r.norm()) < (1e-5 if not fast else 1e-3), fast
-
-
 def test_compiled_and_eager_fits_agree():
     from inr.fit import images_to_targets, optimize
+    from inr.loop import Loop
     from inr.siren import coord_grid, init_weights
 
     arch = SirenArch(2, 8)
     imgs = np.random.default_rng(0).integers(0, 256, (4, 8, 8, 3), dtype=np.uint8)
     tg, coords = images_to_targets(imgs), coord_grid(8, 8)
-    res = {s: optimize(init_weights(arch, 4, seed=0), tg, coords, arch, 60, 3e-3, chunk=4, workers=1, step=s)[1]
+    res = {s: optimize(init_weights(arch, 4, seed=0), tg, coords, arch, Loop(60, 3e-3, step=s, chunk=4, workers=1))[1]
            for s in ("eager", "compiled")}
     assert torch.all((res["eager"] - res["compiled"]).abs() < 0.05), res
 
@@ -240,18 +222,3 @@ def test_fit_curve_per_image_and_per_image_saving():
     flat = np.array([[10.0, 10.0], [20.0, 12.0], [30.0, 14.0], [30.0, 16.0], [30.0, 18.0]])
     s = per_image_saving(flat, flat)
     assert s["iterations"] == [2, 4] and s["never"] == 0 and s["savings"] == [2.0, 1.0]
-
-
-def test_fit_curve_takes_one_lr_per_layer():
-    import numpy as np
-    import pytest
-
-    from inr.meta import fit_curve
-
-    arch = SirenArch(2, 8)
-    imgs = np.random.default_rng(2).integers(0, 256, (2, 6, 6, 3), dtype=np.uint8)
-    same = fit_curve(imgs, arch, 15, [1e-2] * arch.num_linear)
-    assert np.array_equal(same, fit_curve(imgs, arch, 15, 1e-2))
-    assert not np.array_equal(fit_curve(imgs, arch, 15, [1e-2] * (arch.num_linear - 1) + [3e-2]), same)
-    with pytest.raises(ValueError, match="learning rates"):
-        fit_curve(imgs, arch, 5, [1e-2])

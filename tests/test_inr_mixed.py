@@ -1,7 +1,7 @@
 """The encoder on CUDA, tested on the CPU where it can be (issue 11, section 4).
 
 * ``auto_batch`` counts torch's cached-free blocks as free (faked ``torch.cuda`` numbers), and budgets the
-  step used; the compiled fit allocates no engine buffers besides its graph's;
+  step used; the compiled pass is compiled once per chunk shape;
 * bf16: the first layer (the coordinates) stays fp32, forward and gradient; the rest is close to fp32;
 * keep-best runs every ``eval_every`` iterations (counted), auto = 10 under bf16, 1 in fp32;
 * fp16 is refused (no loss scaling); ``perf encode`` reports TFLOP/s against the same run's peak.
@@ -16,17 +16,17 @@ import pytest
 import torch
 
 import inr.fit as F
-from inr.engine import SirenEngine, to_theta
-from inr.fit import (
-    AUTOCAST_EVAL_EVERY,
-    FitConfig,
-    auto_batch,
-    fit,
-    fit_bytes_per_image,
-    images_to_targets,
-    optimize,
+from inr.fit import FitConfig, auto_batch, fit, fit_bytes_per_image, images_to_targets, optimize
+from inr.loop import AUTOCAST, Loop, _step
+from inr.siren import (
+    SirenArch,
+    coord_grid,
+    first_layer_input,
+    fold_theta,
+    init_weights,
+    net,
+    to_theta,
 )
-from inr.siren import SirenArch, coord_grid, init_weights
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -79,50 +79,24 @@ def test_auto_batch_budgets_the_compiled_step(monkeypatch):
         fit_bytes_per_image(SirenArch(2, 8), 64, "fused")
 
 
-def test_compiled_fit_allocates_no_engine_buffers(monkeypatch):
-    """The compiled paths (fused iteration; the step with masks and a transform; early stop) build no
-    ``SirenEngine`` with backward buffers: the graph keeps its own activations. The fused and masked paths
-    evaluate the final weights with a forward-only engine, built after the loop. The fused iteration is
-    compiled once per chunk shape: the per-iteration Adam factors are tensors (no recompilation per value)."""
+def test_the_compiled_pass_is_compiled_once_per_chunk_shape():
+    """The per-row iterations and the schedule are tensors: another lr and schedule run the same graph."""
     from torch._dynamo.utils import counters
 
-    from inr.prune import magnitude_masks
-    from inr.quantize import QuantConfig, fake_quantize
-
-    built = []
-    init = SirenEngine.__init__
-
-    def spy(self, *a, backward=True, **k):
-        built.append(backward)
-        init(self, *a, backward=backward, **k)
-
-    monkeypatch.setattr(SirenEngine, "__init__", spy)
     arch = SirenArch(2, 8)
-    imgs = _smooth(4, 8)
-    tg, coords, w0 = images_to_targets(imgs), coord_grid(8, 8), init_weights(arch, 4, seed=0)
-    optimize(w0, tg, coords, arch, 3, 3e-3, chunk=4, workers=1, step="compiled")  # fused (compiled here)
+    tg, coords, w0 = images_to_targets(_smooth(4, 8)), coord_grid(8, 8), init_weights(arch, 4, seed=0)
+    optimize(w0, tg, coords, arch, Loop(3, 3e-3, step="compiled", chunk=4, workers=1))
     graphs = counters["stats"]["unique_graphs"]
-    _, p = optimize(w0, tg, coords, arch, 12, 1e-2, lr_final_factor=0.1, chunk=4, workers=1, step="compiled")
-    assert counters["stats"]["unique_graphs"] == graphs  # other lr, other schedule: the same graph
-    assert built == [False, False] and torch.all(torch.isfinite(p))
-    built.clear()
-    masks = magnitude_masks(w0, 0.25)
-    optimize(w0, tg, coords, arch, 3, 3e-3, chunk=4, workers=1, step="compiled", masks=masks,
-             transform=lambda w, m: fake_quantize(w, QuantConfig((8,) * arch.num_linear), m))
-    assert built == [False]
-    built.clear()
-    optimize(w0, tg, coords, arch, 30, 3e-3, chunk=1, workers=1, step="compiled", stop_at=torch.full((4,), 20.0))
-    assert built == []
-    optimize(w0, tg, coords, arch, 3, 3e-3, chunk=4, workers=1, step="eager")
-    assert built == [True]  # the eager step keeps its engine
+    _, p, _ = optimize(w0, tg, coords, arch, Loop(12, 1e-2, 0.1, step="compiled", chunk=4, workers=1))
+    assert counters["stats"]["unique_graphs"] == graphs and torch.all(torch.isfinite(p))
 
 
-def _engine_pass(arch, thetas, coords, mm_dtype, grad_out):
-    eng = SirenEngine(arch, coords, thetas[0].shape[0], mm_dtype=mm_dtype)
-    rgb = eng.forward(thetas).clone()
-    z0 = torch.asin(eng.acts[0][:, :-1].clamp(-1, 1)).clone()  # sin(z0): the first layer's output
-    grads = eng.backward(grad_out.clone())
-    return rgb, z0, grads
+def _engine_pass(arch, thetas, coords, mm, t01):
+    layers = fold_theta(thetas, arch.scales)
+    a0 = first_layer_input(coords)
+    rgb, acts, _ = net(layers, a0, keep=True, mm=mm)
+    z0 = torch.asin(acts[0].clamp(-1, 1))  # sin(z0): the first layer's output
+    return rgb, z0, _step(thetas, a0, t01, arch.scales, mm=mm)[0]
 
 
 def test_bf16_keeps_the_first_layer_in_fp32():
@@ -130,9 +104,9 @@ def test_bf16_keeps_the_first_layer_in_fp32():
     side = 224  # the case that matters: bf16 steps near 1.0 are ~1 pixel here
     coords = coord_grid(side, side)
     thetas = to_theta(init_weights(arch, 2, seed=3))
-    grad_out = torch.randn(2, 3, side * side, generator=torch.Generator().manual_seed(0)) * 1e-6
-    rgb32, z32, g32 = _engine_pass(arch, thetas, coords, None, grad_out)
-    rgb16, z16, g16 = _engine_pass(arch, thetas, coords, torch.bfloat16, grad_out)
+    t01 = torch.rand(2, 3, side * side, generator=torch.Generator().manual_seed(0))
+    rgb32, z32, g32 = _engine_pass(arch, thetas, coords, None, t01)
+    rgb16, z16, g16 = _engine_pass(arch, thetas, coords, AUTOCAST["bf16"], t01)
     assert torch.equal(z16, z32)  # first layer: identical to fp32, to the bit
     # the first layer's gradient is an fp32 product (close to fp32 up to the bf16 upstream error)
     rel = [((a - b).norm() / b.norm()).item() for a, b in zip(g16, g32, strict=True)]
@@ -140,42 +114,37 @@ def test_bf16_keeps_the_first_layer_in_fp32():
     assert (rgb16 - rgb32).abs().max() < 0.02
     # the old path (coordinates rounded to bf16 before w0_first = 30) is measurably worse
     c16 = coords.to(torch.bfloat16).float()
-    _, z_old, _ = _engine_pass(arch, thetas, c16, None, grad_out)
+    _, z_old, _ = _engine_pass(arch, thetas, c16, None, t01)
     assert (z_old - z32).abs().max() > 10 * (z16 - z32).abs().max() + 1e-3
-
-
-class _Counter:
-    def __init__(self, fn):
-        self.fn, self.n = fn, 0
-
-    def __call__(self, *a, **k):
-        self.n += 1
-        return self.fn(*a, **k)
 
 
 @pytest.mark.parametrize(("autocast", "eval_every", "iters", "in_loop"), [
     ("none", 5, 20, 4), ("none", 0, 7, 7), ("bf16", 0, 25, 3), ("bf16", 4, 8, 2),
 ])
 def test_keep_best_runs_every_n_iterations(autocast, eval_every, iters, in_loop, monkeypatch):
+    """Keep-best at iterations 0, n, 2n, ... and after the last step; under bf16 each is an extra fp32 forward."""
+    from inr import loop
+
+    calls = {"keep": 0, "check": 0}
+    keep, check = loop._keep_best, loop._check
+
+    def counting_keep(*a, **k):
+        calls["keep"] += 1
+        return keep(*a, **k)
+
+    def counting_check(*a, **k):
+        calls["check"] += 1
+        return check(*a, **k)
+
+    monkeypatch.setattr(loop, "_keep_best", counting_keep)
+    monkeypatch.setattr(loop, "_check", counting_check)
     arch = SirenArch(2, 8)
-    imgs = _smooth(2, 8)
-    psnr = _Counter(F.psnr_from_rgb)
-    monkeypatch.setattr(F, "psnr_from_rgb", psnr)
-    fwd_calls = {"eval": 0}
-    real_fwd = SirenEngine.forward
-
-    def forward(self, thetas, need_grad=True):
-        fwd_calls["eval"] += not need_grad
-        return real_fwd(self, thetas, need_grad)
-
-    monkeypatch.setattr(SirenEngine, "forward", forward)
-    optimize(init_weights(arch, 2), images_to_targets(imgs), coord_grid(8, 8), arch, iters, 1e-3,
-             eval_every=eval_every, autocast=autocast, chunk=2)
-    assert psnr.n == in_loop + 2  # + the final evaluation + the reported PSNR of the kept weights
-    # bf16: each evaluation is one extra fp32 forward (in the loop and at the end); fp32: only the end
-    assert fwd_calls["eval"] == (in_loop + 1 if autocast == "bf16" else 1)
+    optimize(init_weights(arch, 2), images_to_targets(_smooth(2, 8)), coord_grid(8, 8), arch,
+             Loop(iters, 1e-3, eval_every=eval_every, autocast=autocast, chunk=2, workers=1))
+    assert calls["keep"] == in_loop + 1
+    assert calls["check"] == (in_loop + 1 if autocast == "bf16" else 0)
     if autocast == "bf16" and eval_every == 0:
-        assert in_loop == -(-iters // AUTOCAST_EVAL_EVERY)
+        assert in_loop == -(-iters // 10)
 
 
 def test_bf16_fit_matches_fp32_fit_within_tolerance():
@@ -185,7 +154,7 @@ def test_bf16_fit_matches_fp32_fit_within_tolerance():
     b = fit(imgs, FitConfig(arch=cfg.arch, iterations=60, lr=3e-3, autocast="bf16"))
     assert np.all(np.abs(a.psnr - b.psnr) < 1.5), (a.psnr, b.psnr)
     assert FitConfig(arch=cfg.arch).eval_interval == 1
-    assert FitConfig(arch=cfg.arch, autocast="bf16").eval_interval == AUTOCAST_EVAL_EVERY
+    assert FitConfig(arch=cfg.arch, autocast="bf16").eval_interval == 10
     assert FitConfig(arch=cfg.arch, autocast="bf16", eval_every=3).eval_interval == 3
 
 

@@ -1,4 +1,4 @@
-"""Batched SIREN: agrees with a plain per-image nn.Linear loop; coordinate convention."""
+"""Batched SIREN: agrees with the textbook per-image network; the fit step's gradients are autograd's."""
 
 from __future__ import annotations
 
@@ -6,8 +6,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from inr.reference import load_weights, make_siren, rgb
-from inr.siren import SirenArch, coord_grid, decode_images, forward, forward_train, init_weights
+from inr.loop import _step
+from inr.siren import (
+    SirenArch,
+    coord_grid,
+    decode_images,
+    first_layer_input,
+    fold_theta,
+    forward,
+    init_weights,
+    net,
+    psnr_from_rgb,
+    to_theta,
+)
 
 
 def test_coord_grid_is_grid_sample_pixel_centres():
@@ -21,6 +32,15 @@ def test_coord_grid_is_grid_sample_pixel_centres():
     assert torch.allclose(sampled, img, atol=1e-6)
 
 
+def _per_image(W: list, b: list, coords: torch.Tensor, arch: SirenArch) -> torch.Tensor:
+    """The textbook SIREN of one image (``sin(w0 * (x W + b))``, linear output, ``rgb = 0.5 * out + 0.5``)."""
+    x = coords.double()
+    for li in range(arch.num_linear):
+        z = x @ W[li].double() + b[li].double()
+        x = torch.sin(arch.omega(li) * z) if li < arch.layers else z
+    return (0.5 * x + 0.5).float()
+
+
 def test_batched_forward_equals_per_image_reference():
     arch = SirenArch(3, 9, w0=25.0, w0_first=30.0)
     B, h, w = 4, 6, 10
@@ -29,14 +49,8 @@ def test_batched_forward_equals_per_image_reference():
     out = forward(ws, coords, arch)
     assert out.shape == (B, h * w, 3)
     for k in range(B):
-        model = make_siren(arch)
-        for li, (W, b) in enumerate(ws):
-            load_weights(model, W[k], b[k], li)
-        with torch.no_grad():
-            ref = rgb(model, coords)
+        ref = _per_image([W[k] for W, _ in ws], [b[k] for _, b in ws], coords, arch)
         assert torch.allclose(out[k], ref, atol=2e-5), (k, (out[k] - ref).abs().max())
-    # autograd twin and per-image coordinates give the same numbers
-    assert torch.allclose(forward_train(ws, coords, arch), out, atol=1e-6)
     per_image = coords.unsqueeze(0).repeat(B, 1, 1)
     assert torch.allclose(forward(ws, per_image, arch), out, atol=1e-6)
     imgs = decode_images(ws, arch, (h, w))
@@ -55,40 +69,22 @@ def test_init_is_per_image_seeded_and_siren_bounded():
     assert arch.params_per_image == 809 and SirenArch(10, 32).params_per_image == 9699
 
 
-def test_engine_gradients_equal_autograd():
-    from inr.engine import SirenEngine, from_theta, to_theta
-
+@pytest.mark.parametrize("per_row", [False, True])
+def test_step_gradients_equal_autograd(per_row):
+    """The loop's hand-written backward (``inr.loop._step``) gives autograd's gradients of the same forward, with
+    shared or per-row pixels, and its PSNR is the 8-bit one."""
     arch = SirenArch(3, 7, w0=20.0, w0_first=30.0)
     B, h, w = 3, 5, 9
-    ws = init_weights(arch, B, seed=5)
     coords = coord_grid(h, w)
-    target = torch.rand(B, h * w, 3)
-    leaf = [(W.clone().requires_grad_(), b.clone().requires_grad_()) for W, b in ws]
-    loss = (forward_train(leaf, coords, arch) - target).pow(2).mean(dim=(1, 2)).sum()
-    loss.backward()
-    eng = SirenEngine(arch, coords, B)
-    rgb = eng.forward(to_theta(ws))
-    assert torch.allclose(rgb.transpose(1, 2), forward(ws, coords, arch), atol=1e-6)
-    grads = eng.backward(rgb.sub_(target.transpose(1, 2)).mul_(2.0 / (3 * h * w)))
-    for (gW, gb), (W, b) in zip(from_theta(grads), leaf, strict=True):
-        assert torch.allclose(gW, W.grad, atol=1e-7, rtol=1e-4) and torch.allclose(gb, b.grad, atol=1e-7, rtol=1e-4)
-
-
-@pytest.mark.parametrize("layers", [1, 2, 4])
-def test_forward_only_engine_gives_the_engine_forward_bit_for_bit(layers):
-    """``SirenEngine(..., backward=False)`` (the compiled fit's final evaluation: two activation buffers in turn,
-    one pre-activation buffer) computes what the full engine's ``forward(need_grad=False)`` does, bit for bit."""
-    from inr.engine import SirenEngine, to_theta
-
-    arch = SirenArch(layers, 6)
-    coords = coord_grid(7, 5)
-    th = to_theta(init_weights(arch, 3, seed=layers))
-    th = [T + 0.05 * torch.randn(T.shape, generator=torch.Generator().manual_seed(li)) for li, T in enumerate(th)]
-    full, lean = SirenEngine(arch, coords, 3), SirenEngine(arch, coords, 3, backward=False)
-    assert len(lean.acts) == min(2, layers) and len(lean.cos) == 1 and not lean.gbuf
-    assert torch.equal(lean.forward(th, need_grad=False), full.forward(th, need_grad=False))
-    assert torch.equal(lean.a0, full.a0)
-    with pytest.raises(ValueError, match="forward-only"):
-        lean.forward(th)
-    with pytest.raises(ValueError, match="forward-only"):
-        lean.backward(torch.zeros(3, 3, 35))
+    thetas = to_theta(init_weights(arch, B, seed=5))
+    t01 = torch.rand(B, 3, h * w)
+    a0 = first_layer_input(coords)
+    if per_row:
+        a0 = a0.unsqueeze(0).repeat(B, 1, 1)[:, :, torch.randperm(h * w)]
+    leaf = [T.clone().requires_grad_() for T in thetas]
+    rgb = net(fold_theta(leaf, arch.scales), a0)[0]
+    (rgb - t01).pow(2).mean(dim=(1, 2)).sum().backward()
+    grads, psnr = _step(thetas, a0, t01, arch.scales)
+    for g, T in zip(grads, leaf, strict=True):
+        assert torch.allclose(g, T.grad, atol=1e-7, rtol=1e-4)
+    assert torch.allclose(psnr.double(), psnr_from_rgb(rgb, t01 * 255.0), atol=1e-3)

@@ -10,9 +10,18 @@ import pytest
 import torch
 
 from inr import subsample
-from inr.early_stop import STOP_CHECK_EVERY
 from inr.fit import FitConfig, fit, preset
-from inr.siren import SirenArch, coord_grid, forward_train, init_weights
+from inr.loop import STOP_CHECK_EVERY, Loop, _step
+from inr.siren import (
+    SirenArch,
+    coord_grid,
+    fast_sin,
+    first_layer_input,
+    fold_theta,
+    init_weights,
+    net,
+    to_theta,
+)
 from tests.cli_helpers import assert_one_line_error, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -69,15 +78,13 @@ def test_compiled_cpu_chunks_grow_as_steps_see_fewer_pixels():
     assert auto_batch(preset("cifar10", pixel_fraction=0.125), 1000, 1024, cpu) == 32
 
 
-def test_engine_and_compiled_maths_on_per_row_pixels_equal_autograd():
-    """Each row its own pixels (``a0 [B, 3, Ps]``): the eager engine's and the compiled step's maths (with the exact
-    sine) give autograd's gradients of the per-row mean squared error on those pixels."""
-    from inr.engine import SirenEngine, first_layer_input, from_theta, to_theta
-    from inr.fast_step import eager_step
-
+@pytest.mark.parametrize("sin", [torch.sin, fast_sin])
+def test_the_step_on_per_row_pixels_equals_autograd(sin):
+    """Each row its own pixels (``gather``: ``a0 [B, 3, Ps]``): the step (exact or polynomial sine) gives autograd's
+    gradients of the per-row mean squared error on those pixels."""
     arch = SirenArch(3, 7, w0=20.0, w0_first=30.0)
     B, h, w, Ps = 3, 6, 8, 11
-    ws = init_weights(arch, B, seed=5)
+    thetas = to_theta(init_weights(arch, B, seed=5))
     coords = coord_grid(h, w)
     target = torch.rand(B, h * w, 3)
     order = subsample.image_orders(np.arange(B), h * w, seed=2)
@@ -85,17 +92,14 @@ def test_engine_and_compiled_maths_on_per_row_pixels_equal_autograd():
     a0s, t01s = subsample.gather(first_layer_input(coords), target.transpose(1, 2).contiguous(), idx)
     assert a0s.shape == (B, 3, Ps) and t01s.shape == (B, 3, Ps)
     assert torch.equal(a0s[1, :2].t(), coords[idx[1]]) and torch.equal(t01s[2].t(), target[2, idx[2]])
-    leaf = [(W.clone().requires_grad_(), b.clone().requires_grad_()) for W, b in ws]
-    rows_coords = torch.stack([coords[idx[r]] for r in range(B)])  # [B, Ps, 2]
-    rows_target = torch.stack([target[r, idx[r]] for r in range(B)])
-    (forward_train(leaf, rows_coords, arch) - rows_target).pow(2).mean(dim=(1, 2)).sum().backward()
-    eng = SirenEngine(arch, coords[:Ps], B)
-    rgb = eng.forward(to_theta(ws), a0=a0s)
-    grads = eng.backward(rgb.sub_(t01s).mul_(2.0 / (3 * Ps)))
-    cgrads, _ = eager_step(arch)(to_theta(ws), a0s, t01s)
-    for (gW, gb), (cW, cb), (W, b) in zip(from_theta(grads), from_theta(cgrads), leaf, strict=True):
-        for g, ref in ((gW, W.grad), (gb, b.grad), (cW, W.grad), (cb, b.grad)):
-            assert torch.allclose(g, ref, atol=1e-7, rtol=1e-4)
+    leaf = [T.clone().requires_grad_() for T in thetas]
+    rows_coords = torch.stack([coords[idx[r]] for r in range(B)]).transpose(1, 2)  # [B, 2, Ps]
+    rows_target = torch.stack([target[r, idx[r]] for r in range(B)]).transpose(1, 2)
+    (net(fold_theta(leaf, arch.scales), rows_coords, sin)[0] - rows_target).pow(2).mean(dim=(1, 2)).sum().backward()
+    grads, _ = _step(thetas, a0s, t01s, arch.scales, sin)
+    tol = 1e-6 if sin is torch.sin else 1e-4  # the polynomial's cosine is fast_sin(z + pi/2), not its derivative
+    for g, T in zip(grads, leaf, strict=True):
+        assert torch.allclose(g, T.grad, atol=tol, rtol=1e-4)
 
 
 @pytest.fixture(scope="module")
@@ -126,20 +130,25 @@ def test_a_subsampled_fit_runs_on_its_pixels_and_keeps_the_best_on_all(fits, mon
     from inr.fit import decode_psnr
 
     assert np.allclose(decode_psnr(res[0.125].weights, imgs, cfg.arch), eighth, atol=1e-9)
-    # each step's engine sees 128 of the 1,024 pixels; the check's forward-only engine all of them: the start
-    # weights, then once per STOP_CHECK_EVERY steps
-    from inr.engine import SirenEngine
+    # each step sees 128 of the 1,024 pixels; the all-pixel check all of them: the start weights, then once per
+    # STOP_CHECK_EVERY steps
+    from inr import loop
 
-    seen: list[tuple[int, bool]] = []
-    forward = SirenEngine.forward
+    seen: list[int] = []
+    step, check = loop._step, loop._check
 
-    def counting(self, thetas, need_grad=True, a0=None):
-        seen.append(((a0 if a0 is not None else self.a0).shape[-1], need_grad))
-        return forward(self, thetas, need_grad, a0)
+    def counting_step(thetas, a0, *a):
+        seen.append(a0.shape[-1])
+        return step(thetas, a0, *a)
 
-    monkeypatch.setattr(SirenEngine, "forward", counting)
+    def counting_check(thetas, best, best_p, a0, *a):
+        seen.append(-a0.shape[-1])
+        return check(thetas, best, best_p, a0, *a)
+
+    monkeypatch.setattr(loop, "_step", counting_step)
+    monkeypatch.setattr(loop, "_check", counting_check)
     fit(imgs[:2], replace(cfg, pixel_fraction=0.125, iterations=50))
-    assert seen.count((128, True)) == 50 and seen.count((1024, False)) == 1 + 50 // STOP_CHECK_EVERY, seen
+    assert seen.count(128) == 50 and seen.count(-1024) == 1 + 50 // STOP_CHECK_EVERY and len(seen) == 53, seen
 
 
 def test_a_subsampled_fit_does_not_depend_on_its_chunk_or_worker(fits):
@@ -214,10 +223,10 @@ def test_a_subsampled_fine_tune_never_returns_worse_than_its_start(photos):
     _, imgs = photos
     arch = preset("cifar10").arch
     tg, coords = images_to_targets(imgs[:2]), coord_grid(32, 32)
-    start, p0 = optimize(init_weights(arch, 2, seed=0), tg, coords, arch, 200, 3e-3, workers=1)
-    for f in (1.0, 0.25):
-        _, p = optimize(start, tg, coords, arch, 50, 0.1, workers=1, pixel_fraction=f)
-        assert (p.numpy() >= p0.numpy() - 1e-6).all(), (f, p, p0)
+    start, p0, _ = optimize(init_weights(arch, 2, seed=0), tg, coords, arch, Loop(200, 3e-3, workers=1))
+    for per_step in (0, 256):
+        _, p, _ = optimize(start, tg, coords, arch, Loop(50, 0.1, workers=1, per_step=per_step))
+        assert (p.numpy() >= p0.numpy() - 1e-6).all(), (per_step, p, p0)
 
 
 def test_where_a_subsampled_image_stops_does_not_depend_on_its_chunk(photos):
@@ -243,28 +252,25 @@ def test_where_a_subsampled_image_stops_does_not_depend_on_its_chunk(photos):
 def test_a_fraction_that_rounds_up_to_every_pixel_is_the_all_pixel_fit(photos, monkeypatch):
     """0.99 of 64 pixels is every pixel: the all-pixel loop runs (the same weights as without a fraction), and the
     compiled graphs warmed before the workers start are the all-pixel loop's, not the subsampled ones."""
-    import inr.fast_step as fs
-    from inr.fit import images_to_targets, optimize
+    from inr import loop
 
     warmed: list[int] = []
-    warm = fs.warm
+    warm = loop._warm
 
-    def spy(*a, per_step=0, **k):
+    def spy(arch, B, P, dev, threads, per_step, seed):
         warmed.append(per_step)
-        return warm(*a, per_step=per_step, **k)
+        return warm(arch, B, P, dev, threads, per_step, seed)
 
-    monkeypatch.setattr(fs, "warm", spy)
+    monkeypatch.setattr(loop, "_warm", spy)
     _, imgs = photos
-    arch = preset("cifar10").arch
     small = np.ascontiguousarray(imgs[:2, :8, :8])
-    tg, coords, w0 = images_to_targets(small), coord_grid(8, 8), init_weights(arch, 2, seed=0)
+    cfg = preset("cifar10", iterations=30, lr=3e-3, cpu_workers=1)
     assert subsample.pixels_per_step(64, 0.99) == 64
-    a, pa = optimize(w0, tg, coords, arch, 30, 3e-3, workers=1, pixel_fraction=0.99)
-    b, pb = optimize(w0, tg, coords, arch, 30, 3e-3, workers=1, stop_at=torch.full((2,), np.inf))
-    assert torch.equal(pa, pb) and all(torch.equal(x[0], y[0]) for x, y in zip(a, b, strict=True))
-    optimize(w0, tg, coords, arch, 3, 3e-3, workers=1, step="compiled", pixel_fraction=0.99)
-    optimize(w0, tg, coords, arch, 3, 3e-3, workers=1, step="compiled", pixel_fraction=0.5)
-    assert warmed == [0, 32], warmed
+    a, b = fit(small, replace(cfg, pixel_fraction=0.99)), fit(small, cfg)
+    assert np.array_equal(a.psnr, b.psnr) and all(torch.equal(x[0], y[0]) for x, y in zip(a.weights, b.weights, strict=True))
+    fit(small, replace(cfg, iterations=3, step="compiled", pixel_fraction=0.99))
+    fit(small, replace(cfg, iterations=3, step="compiled", pixel_fraction=0.5))
+    assert warmed == [0, 32, 32], warmed  # the subsampled loop: every drain size (2, 1)
 
 
 def test_the_compiled_subsampled_graphs_are_compiled_once(photos):
@@ -286,17 +292,17 @@ def test_a_row_that_ends_its_schedule_between_checks_is_measured_alone(photos, m
     its schedule 10 passes after the check at 50, when image 2 is at its iteration 35. That measurement keeps
     image 1's weights only (measuring image 2 there too would give it a candidate it has in no other chunking).
     Off the check schedule there are exactly two partial measurements: image 2's start weights and image 1's end."""
-    import inr.fast_step as fs
+    from inr import loop
 
     _, imgs = photos
     masks: list[list[bool] | None] = []
-    keep_best = fs._keep_best
+    keep_best = loop._keep_best
 
     def spy(thetas, best, best_p, psnr, rows=None):
         masks.append(None if rows is None else rows.tolist())
         return keep_best(thetas, best, best_p, psnr, rows)
 
-    monkeypatch.setattr(fs, "_keep_best", spy)
+    monkeypatch.setattr(loop, "_keep_best", spy)
     cfg = preset("cifar10", iterations=60, lr=3e-3, cpu_workers=1, batch=2, pixel_fraction=0.125)
     res = fit(imgs[:3], cfg, stop_at=np.array([-np.inf, np.inf, np.inf]))
     assert list(res.extra["iterations_run"]) == [25, 60, 60]

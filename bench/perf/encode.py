@@ -2,8 +2,8 @@
 
 Both fit the same ``photos`` images (or synthetic ones with ``--synthetic``) with the same
 architecture, learning rate, schedule and number of iterations, on the same machine, in one
-run. The reference is ``inr.reference.fit_one`` (a fresh ``nn.Sequential`` and Adam per image,
-keep-best state dict, as in the Rapid-INR code); the batched encoder is ``inr.fit.optimize``
+run. The reference is ``fit_one`` (a fresh parameter set and Adam per image, autograd,
+keep-best, as in the Rapid-INR code); the batched encoder is ``inr.fit.optimize``
 on ``--batch`` images (chunks of ``--chunk``, fitted concurrently by one worker thread per
 torch thread). ``--threads`` sets torch's thread count for both. Each is measured in its own subprocess
 so that peak memory is its own: peak RSS minus the RSS after a small warm-up fit (libraries
@@ -23,8 +23,8 @@ the CPU's. Every batched worker measures that rate right after its fit
 against the same number, the run's peak: the best of all those measurements. One worker's own
 measurement varies with the machine's load, which would make two steps' percentages incomparable.
 
-``--step both`` measures the eager step (``inr.engine``, the reference) and the compiled step
-(``inr.fast_step``) side by side in one run, each in its own worker (compile time reported apart,
+``--step both`` measures the eager step (the reference) and the compiled step
+(``inr.loop``) side by side in one run, each in its own worker (compile time reported apart,
 not in the rate). ``--repeats R`` runs every batched measurement, and the reference loop, R times,
 each in a fresh worker process, interleaved (loop, eager, compiled, compiled, eager, loop, ...): the
 rate reported is the median; batched / loop and compiled / eager are each the ratio of the processes'
@@ -44,6 +44,7 @@ import json
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="batched encoder's matmul precision (default none = fp32)")
     p.add_argument("--synthetic", action="store_true", help="random images instead of photos")
     p.add_argument("--step", choices=["eager", "compiled", "both"], default="eager",
-                   help="batched fit step: eager (reference), compiled (inr.fast_step) or both side by side (default eager)")
+                   help="batched fit step: eager (reference), compiled (inr.loop) or both side by side (default eager)")
     p.add_argument("--repeats", type=positive_int, default=1,
                    help="measurements per step and of the reference loop, each in its own process, interleaved; "
                         "the median is reported, with intervals on batched/loop and compiled/eager (default 1: "
@@ -130,6 +131,7 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
 
     from bench.perf.rss import peak_rss
     from inr.fit import FitConfig, auto_batch, cpu_workers, images_to_targets, optimize
+    from inr.loop import Loop
     from inr.siren import SirenArch, coord_grid, init_weights
 
     if args.threads:
@@ -152,34 +154,30 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
         chunk = auto_batch(cfg, imgs.shape[0], args.size * args.size, dev)
         coords = coord_grid(args.size, args.size, device=dev)
         workers = cpu_workers() if not cuda else 1
+        loop = Loop(args.iterations, args.lr, step=step, autocast=args.autocast, chunk=chunk, workers=workers)
         w = init_weights(arch, imgs.shape[0], device=dev)
         tg = images_to_targets(imgs, dev)
         # warm-up (allocator, kernels; compilation of the compiled step for these chunk shapes), not timed
         tc = time.perf_counter()
-        optimize(init_weights(arch, min(2, imgs.shape[0]), device=dev), tg[:2], coords, arch, 3, args.lr)
-        if step == "compiled":
-            optimize(w, tg, coords, arch, 1, args.lr, chunk=chunk, workers=workers, step=step)
+        optimize(w, tg, coords, arch, replace(loop, iterations=1))
         sync()
         compile_s = time.perf_counter() - tc
         base = _reset_peak(cuda)
         t0 = time.perf_counter()
-        _, p = optimize(w, tg, coords, arch, args.iterations, args.lr, chunk=chunk, workers=workers,
-                        autocast=args.autocast, step=step)
+        _, p, _ = optimize(w, tg, coords, arch, loop)
         psnrs.append(p.cpu().numpy())
         sync()
         dt = time.perf_counter() - t0
         extra = {"chunk": chunk, "workers": workers, "autocast": args.autocast, "step": step, "warmup_seconds": compile_s,
                  **_flops(arch, args.size * args.size, imgs.shape[0] * args.iterations / dt, dev, args.autocast)}
     else:
-        from inr.reference import fit_one
-
         fit_one(imgs[0], arch, 3, args.lr, args.device)
         sync()
         base = _reset_peak(cuda)
         t0 = time.perf_counter()
         for i in range(imgs.shape[0]):
             torch.manual_seed(i)  # the reference initializes from the global RNG
-            psnrs.append(np.array([fit_one(imgs[i], arch, args.iterations, args.lr, args.device)[1]]))
+            psnrs.append(np.array([fit_one(imgs[i], arch, args.iterations, args.lr, args.device)]))
         sync()
         dt = time.perf_counter() - t0
         extra = {}
@@ -197,6 +195,34 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         **extra,
     }
+
+
+def fit_one(image: Any, arch: Any, iterations: int, lr: float, device: str = "cpu") -> float:
+    """The reference design (Rapid-INR / COIN): one uint8 ``[H, W, 3]`` image, its own parameters, autograd through
+    ``inr.siren.net``, ``torch.optim.Adam`` with ``CosineAnnealingLR``, best PSNR kept. Returns that PSNR."""
+    import math
+
+    import torch
+
+    from inr.siren import coord_grid, first_layer_input, fold_theta, net, psnr8
+
+    h, w, _ = image.shape
+    a0 = first_layer_input(coords=coord_grid(h, w, device=device))
+    t01 = torch.as_tensor(image, device=device).reshape(1, -1, 3).permute(0, 2, 1).float() / 255.0
+    bound = [1.0 / i if li == 0 else math.sqrt(6.0 / i) / arch.w0 for li, (i, _) in enumerate(arch.shapes)]
+    params = [torch.empty(1, o, i + 1, device=device).uniform_(-b, b).requires_grad_()
+              for (i, o), b in zip(arch.shapes, bound, strict=True)]
+    opt = torch.optim.Adam(params, lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=iterations)
+    best = -math.inf
+    for _ in range(iterations):
+        rgb = net(fold_theta(params, arch.scales), a0)[0]
+        best = max(best, float(psnr8(rgb.detach(), t01)))
+        opt.zero_grad()
+        (rgb - t01).pow(2).mean().backward()
+        opt.step()
+        sched.step()
+    return best
 
 
 def flops_per_image_iteration(arch: Any, pixels: int) -> int:
