@@ -11,6 +11,9 @@ Keep-best uses the step's own PSNR, or (subsampled steps, bf16) an all-pixel fp3
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import functools
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -358,6 +361,16 @@ def warm_sizes(loop: Loop, n: int, stops: bool, sub: bool) -> list[int]:
     return sorted(need)
 
 
+@functools.cache
+def _keep_freed_memory() -> None:
+    """The eager step allocates its activations afresh every pass: glibc would hand those megabytes back to the
+    kernel and fault them in again each pass (as much system time as compute). Keep freed memory in the heap."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: return free heap top only beyond 1 GiB
+        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: blocks up to 32 MiB (glibc's most) from the heap
+
+
 def run(thetas0: list[torch.Tensor], targets: torch.Tensor, coords: torch.Tensor, arch: SirenArch, loop: Loop,
         stop_at: torch.Tensor | None = None, masks=None, transform=None, ids: np.ndarray | None = None):
     """Fit ``N`` images from thetas ``[N, out, in + 1]`` (per layer) to uint8 targets ``[N, P, 3]`` at ``coords``
@@ -383,6 +396,8 @@ def run(thetas0: list[torch.Tensor], targets: torch.Tensor, coords: torch.Tensor
     ids = np.arange(n, dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
     stop = None if stop_at is None else torch.as_tensor(stop_at, dtype=torch.float64).to(dev)
     sh = _Shared([T.to(dev, torch.float32).contiguous() for T in thetas0], targets, stop, mts, ids, loop)
+    if dev.type == "cpu" and loop.step == "eager":
+        _keep_freed_memory()
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
