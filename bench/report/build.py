@@ -56,7 +56,7 @@ class _Doc:
 
     def figure(self, fig, name: str, caption: str) -> None:
         if fig is not None:
-            F.save(fig, self.folder / name)
+            CF.save(fig, self.folder / name)
             self.figures.append(name)
             self.gallery += [md.one_line(f"![{caption}]({name})"), ""]
 

@@ -183,7 +183,7 @@ def is_status_row(rows: Any) -> Any:
 def by_world_size(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any, dict[str, dict[str, Any]]]:
     """Rows of a dataset whose runs differ in world size relabelled ``NAME (N processes)`` for N > 1;
     ``manifests`` gains the same entries. Status rows take their cell's world size's label, else
-    follow their cell's runs (``settings._relabel``)."""
+    follow their cell's runs (``settings.relabel``)."""
     if rows.empty or not ({WORLD_SIZE, NPROC} & set(rows.columns)):
         return rows, manifests
     recorded = world_sizes(rows)
@@ -201,8 +201,8 @@ def by_world_size(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any,
         own = here & status & recorded.isin(list(sizes))  # a status row with its cell's world size
         rows = rows.copy()
         rows.loc[own, "dataset"] = [name[int(n)] for n in recorded[own]]
-        rows = settings._relabel(rows, here & ~own, "dataset", label_of)
-        recorded, status = world_sizes(rows), is_status_row(rows)  # _relabel may add copies
+        rows = settings.relabel(rows, here & ~own, "dataset", label_of)
+        recorded, status = world_sizes(rows), is_status_row(rows)  # relabel may add copies
         ws = recorded.fillna(1).astype(int)
         for label in set(name.values()) - {ds}:
             if ds in manifests:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from bench import plotstyle
 from bench import stats as S
-from bench.report.figures import pyplot
+from bench.report.figures import plt
 from bench.report.tables import fmt_mcnemar, fmt_num, mcnemar_runs
 
 METHOD_COL = "cfg.method"
@@ -246,7 +246,6 @@ def time_to_accuracy_figure(rows: pd.DataFrame, dataset: str):
     ep = ep[ep["dataset"] == dataset]
     if ep.empty or "epoch_test_acc" not in ep or ep["epoch_test_acc"].isna().all():
         return None
-    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for (p, m), g in ep.groupby(["pipeline", "method"]):
         if (dataset, p) not in set(pairs(rows)):
