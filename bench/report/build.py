@@ -318,7 +318,12 @@ def _nvjpeg_decoder(d: dict | None) -> str:
 
 
 def _cells(doc: _Doc, x: ReportInputs) -> None:
-    t = T.cells_table(x.markers, x.cells)
+    # every cell: kind, status (``not finished`` without a marker), wall time, reason
+    ms = [x.markers.get(c["id"]) for c in x.cells]
+    t = pd.DataFrame({"cell": [c["id"] for c in x.cells], "kind": [c["kind"] for c in x.cells],
+                      "status": [m["status"] if m else "not finished" for m in ms],
+                      "wall s": [f"{m['wall_s']:.1f}" if m else "—" for m in ms],
+                      "reason": [(m.get("reason") or "") if m else "" for m in ms]})
     t["code"] = [("" if c not in x.markers else
                   (x.code_of.get(c) or {}).get("code", {}).get("label", "not recorded")
                   + (" — stale (--keep-stale)" if _is_stale(x, c) else "")) for c in t["cell"]]

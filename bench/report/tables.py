@@ -9,7 +9,6 @@ Wilson interval per trained model, exact McNemar between models, Student's t ove
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -291,20 +290,6 @@ def epoch_split(rows: pd.DataFrame) -> pd.DataFrame:
         st = stats(rows, metric_names)[[*GROUP, "median", "iqr"]]
         frames.append(st.rename(columns={"median": name, "iqr": f"{name}_iqr"}).set_index(GROUP))
     return pd.concat(frames, axis=1).reset_index()
-
-
-def cells_table(markers: dict[str, dict[str, Any]], cells: list[dict[str, Any]]) -> pd.DataFrame:
-    """Every cell of the sweep: kind, status (``not finished`` when it has no marker), wall time, reason."""
-    out = []
-    for c in cells:
-        m = markers.get(c["id"])
-        out.append({
-            "cell": c["id"], "kind": c["kind"],
-            "status": m["status"] if m else "not finished",
-            "wall s": f"{m['wall_s']:.1f}" if m else "—",
-            "reason": (m.get("reason") or "") if m else "",
-        })
-    return pd.DataFrame(out, columns=["cell", "kind", "status", "wall s", "reason"])
 
 
 COMPARE_COLUMNS = {
