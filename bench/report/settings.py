@@ -114,22 +114,16 @@ def by_settings(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any, d
     manifests = dict(manifests)
     for ds, keys in split.items():
         here = rows["dataset"] == ds
-        label_of = _setting_labels(rows[here], ds, keys)
+        label_of = {}  # run id -> ``DS [key=value, ...]`` (runs with none of the keys: no label)
+        for run_id, r in _per_run(rows[here & rows["run_id"].notna()], keys).iterrows():
+            parts = [f"{short(k)}={_fmt(r[k])}" for k in keys if not pd.isna(r[k])]
+            if parts:
+                label_of[str(run_id)] = f"{ds} [{', '.join(parts)}]"
         for label in set(label_of.values()):
             if ds in manifests:
                 manifests[label] = manifests[ds]
         rows = relabel(rows, here, "dataset", label_of)
     return rows, manifests
-
-
-def _setting_labels(rows: Any, ds: str, keys: list[str]) -> dict[str, str]:
-    """run id -> ``DS [key=value, ...]`` with its values of ``keys`` (runs with none of them: no label)."""
-    out = {}
-    for run_id, r in _per_run(rows[rows["run_id"].notna()], keys).iterrows():
-        parts = [f"{short(k)}={_fmt(r[k])}" for k in keys if not pd.isna(r[k])]
-        if parts:
-            out[str(run_id)] = f"{ds} [{', '.join(parts)}]"
-    return out
 
 
 def _store_labels(stores: list[str]) -> dict[str, str]:
