@@ -435,7 +435,9 @@ def _sanity(doc: _Doc, rows: pd.DataFrame) -> None:
 
 
 def _split(doc: _Doc, rows: pd.DataFrame) -> None:
-    split = T.epoch_split(rows)
+    parts = {"epoch_s": N.EPOCH_S, "data_wait_s": N.DATA_WAIT_S, "compute_s": N.COMPUTE_S}  # median, IQR each
+    split = pd.concat([T.stats(rows, m)[[*T.GROUP, "median", "iqr"]].rename(columns={"median": k, "iqr": f"{k}_iqr"})
+                       .set_index(T.GROUP) for k, m in parts.items()], axis=1).reset_index()
     if split.empty or "data_wait_s" not in split or split["data_wait_s"].isna().all():
         return
     doc.block("## Epoch time: waiting for data vs computing (s, median)")

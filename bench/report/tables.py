@@ -282,16 +282,6 @@ def _speedup_cell(rows: pd.DataFrame, sp: pd.DataFrame, st: pd.DataFrame, at: tu
     return f"n/a: {base} {status_of(rows, ds, base, m)}" if has else missing
 
 
-def epoch_split(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per dataset x pipeline x mode: median epoch time, data wait and compute (s)."""
-    parts = {"epoch_s": N.EPOCH_S, "data_wait_s": N.DATA_WAIT_S, "compute_s": N.COMPUTE_S}
-    frames = []
-    for name, metric_names in parts.items():
-        st = stats(rows, metric_names)[[*GROUP, "median", "iqr"]]
-        frames.append(st.rename(columns={"median": name, "iqr": f"{name}_iqr"}).set_index(GROUP))
-    return pd.concat(frames, axis=1).reset_index()
-
-
 COMPARE_COLUMNS = {
     "method": "method", "variant": "variant", "match": "match", "quality": "JPEG q",
     "file_bytes": "bytes/img", "header_free_bytes": "header-free bytes/img", "bpp": "bpp",
