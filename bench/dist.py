@@ -212,14 +212,6 @@ def recorded_statuses(status_dir: str | Path | None) -> dict[int, int]:
     return got
 
 
-def launch_status(status_dir: str | Path, torchrun_rc: int) -> int:
-    """0 when torchrun succeeded, else the ranks' most meaningful recorded status, else torchrun's."""
-    if torchrun_rc == 0:
-        return 0
-    got = set(recorded_statuses(status_dir).values())
-    return next((code for code in _STATUS_PRIORITY if code in got), torchrun_rc)
-
-
 # ----------------------------------------------------------------------------- launching
 
 def torchrun_command(inrbench_args: list[str], nproc: int, nnodes: int = 1, rdzv_endpoint: str | None = None,
@@ -245,20 +237,6 @@ def shell_line(cmd: list[str]) -> str:
     if cmd[1:3] == ["-m", "torch.distributed.run"]:
         cmd = ["torchrun", *cmd[3:]]
     return shlex.join(cmd)
-
-
-def strip_launch_options(argv: list[str]) -> list[str]:
-    """``argv`` without the launch options (``--nproc N``, ``--nnodes=M``, ...): what each rank runs."""
-    out: list[str] = []
-    skip = False
-    for a in argv:
-        if skip:
-            skip = False
-        elif a.split("=", 1)[0] in LAUNCH_OPTIONS:
-            skip = "=" not in a
-        else:
-            out.append(a)
-    return out
 
 
 def add_launch_arguments(p: Any, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
@@ -292,33 +270,36 @@ def launch_ranks(args: Any, command: str, argv: list[str] | None = None) -> tupl
     if argv is None:
         raw = list(getattr(args, "_argv", None) or sys.argv[1:])
         argv = raw[raw.index(command) + 1:] if command in raw else raw
-    cmd = torchrun_command([command, *strip_launch_options(argv)], args.nproc, args.nnodes, args.rdzv_endpoint,
-                           args.rdzv_id)
+    ranks_argv, skip = [command], False  # argv without the launch options (--nproc N, --nnodes=M, ...)
+    for a in argv:
+        if skip:
+            skip = False
+        elif a.split("=", 1)[0] in LAUNCH_OPTIONS:
+            skip = "=" not in a
+        else:
+            ranks_argv.append(a)
+    cmd = torchrun_command(ranks_argv, args.nproc, args.nnodes, args.rdzv_endpoint, args.rdzv_id)
     print(f"inrbench: launching {shell_line(cmd)}", file=sys.stderr, flush=True)
     quiet = [cmd[0], "-m", "bench.dist", *cmd[3:]]  # torchrun without its report after a rank's own error line
     with tempfile.TemporaryDirectory(prefix="inrbench-ranks-") as status_dir:
         proc = subprocess.Popen(quiet, env={**os.environ, STATUS_DIR_ENV: status_dir})
         try:
             rc = proc.wait()
-        except KeyboardInterrupt:
-            _stop_launch(proc)
+        except KeyboardInterrupt:  # torchrun got the terminal's SIGINT too: wait for it to stop the ranks, so
+            # no rank outlives the command; SIGINT where it did not, harder signals on another Ctrl-C
+            for sig, wait_s in ((None, 5.0), (signal.SIGINT, 60.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, None)):
+                try:
+                    if sig is not None:
+                        proc.send_signal(sig)
+                    proc.wait(wait_s)
+                    break
+                except (subprocess.TimeoutExpired, KeyboardInterrupt):
+                    continue
             raise
         if rc == EXIT_INTERRUPTED:  # torchrun itself was interrupted (``kill -INT`` of it alone)
             raise KeyboardInterrupt
-        return launch_status(status_dir, rc), recorded_statuses(status_dir)
-
-
-def _stop_launch(proc: subprocess.Popen) -> None:
-    """Ctrl-C during ``launch``: wait for torchrun to stop the ranks (it got the terminal's SIGINT too), so no
-    rank outlives the command; send it SIGINT where it did not, harder signals on another Ctrl-C."""
-    for sig, wait_s in ((None, 5.0), (signal.SIGINT, 60.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, None)):
-        try:
-            if sig is not None:
-                proc.send_signal(sig)
-            proc.wait(wait_s)
-            return
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            continue
+        got = recorded_statuses(status_dir)  # failed: the ranks' most meaningful status, else torchrun's
+        return (next((c for c in _STATUS_PRIORITY if c in got.values()), rc) if rc else 0), got
 
 
 def torchrun_quiet(argv: list[str]) -> int:

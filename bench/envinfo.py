@@ -159,43 +159,6 @@ def _dali_init() -> str:
         return ""
 
 
-def _dali_cuda(init: str) -> str | None:
-    """The CUDA version the installed DALI was built with (``"12.9.86"``, read from the line DALI keeps it
-    on, ``__cuda_version__ = int('12.9.86'.replace('.', ''))``), else the major in its wheel's name."""
-    if m := re.search(r"__cuda_version__\s*=\s*int\('([0-9.]+)'", init):
-        return m.group(1)
-    for d in md.distributions():
-        if m := re.fullmatch(r"nvidia-dali-cuda(\d\d)\d", (d.metadata["Name"] or "").lower()):
-            return m.group(1)
-    return None
-
-
-def pil_info() -> dict[str, Any]:
-    """Which PIL ``torch-jpeg`` decodes with: ``Pillow`` or ``pillow-simd``, its version, its libjpeg."""
-    return {
-        "flavor": "pillow-simd" if _version("pillow-simd") else "Pillow",
-        "version": PIL.__version__,
-        "libjpeg": features.version("jpg"),  # the libjpeg API version (6.2 for libjpeg-turbo's default)
-        "libjpeg_turbo": bool(features.check_feature("libjpeg_turbo")),
-        "libjpeg_turbo_version": features.version("libjpeg_turbo"),
-        "module_path": str(Path(PIL.__file__).parent),
-    }
-
-
-def cpu_info() -> dict[str, Any]:
-    model = platform.processor() or None
-    with contextlib.suppress(OSError):
-        model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("model name")), model)
-    return {
-        "model": model,
-        "logical_cores": psutil.cpu_count(logical=True),
-        "physical_cores": psutil.cpu_count(logical=False),
-        "affinity_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "memory_bytes": psutil.virtual_memory().total,
-    }
-
-
 def gpu_info() -> dict[str, Any]:
     """GPU facts from NVML ("no GPU" with the reason when it cannot start). Each field is read on its own:
     one NVML refuses is None with its error under ``errors``, so writing ``env.json`` never fails a run."""
@@ -245,6 +208,15 @@ def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
     dali_init = _dali_init()
     m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", dali_init, re.M)
     dali_version = m.group(1) if m else None
+    # the CUDA DALI was built with: the line DALI keeps it on (``__cuda_version__ = int('12.9.86'...``),
+    # else the major in its wheel's name (nvidia-dali-cuda120)
+    m = re.search(r"__cuda_version__\s*=\s*int\('([0-9.]+)'", dali_init)
+    dali_cuda = m.group(1) if m else dali_version and next((w.group(1) for d in md.distributions() if (w := re.fullmatch(
+        r"nvidia-dali-cuda(\d\d)\d", (d.metadata["Name"] or "").lower()))), None)
+    cpu_model = platform.processor() or None
+    with contextlib.suppress(OSError):
+        cpu_model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                          if line.startswith("model name")), cpu_model)
     info = {
         "schema_version": ENV_SCHEMA_VERSION,
         "git": git_info(),
@@ -256,15 +228,25 @@ def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
             "torch": torch.__version__,
             "nvidia-dali": dali_version,
             "cuda_runtime": torch.version.cuda,  # the CUDA torch was built with
-            "dali_cuda": _dali_cuda(dali_init) if dali_version else None,  # the CUDA the DALI build was built with
+            "dali_cuda": dali_cuda if dali_version else None,  # the CUDA the DALI build was built with
             "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         },
         "torch_cuda_available": torch.cuda.is_available(),
         "torch_num_threads": torch.get_num_threads(),
-        "pil": pil_info(),  # which PIL torch-jpeg decodes with
+        "pil": {  # which PIL torch-jpeg decodes with
+            "flavor": "pillow-simd" if _version("pillow-simd") else "Pillow",
+            "version": PIL.__version__,
+            "libjpeg": features.version("jpg"),  # the libjpeg API version (6.2 for libjpeg-turbo's default)
+            "libjpeg_turbo": bool(features.check_feature("libjpeg_turbo")),
+            "libjpeg_turbo_version": features.version("libjpeg_turbo"),
+            "module_path": str(Path(PIL.__file__).parent),
+        },
         "pipelines": pipeline_libraries(),  # {pipeline: {library: version}}
         "torch_nvjpeg": torch_nvjpeg_decoder(),  # the JPEG decoder torch-nvjpeg uses
-        "cpu": cpu_info(),
+        "cpu": {"model": cpu_model, "logical_cores": psutil.cpu_count(logical=True),
+                "physical_cores": psutil.cpu_count(logical=False),
+                "affinity_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+                "memory_bytes": psutil.virtual_memory().total},
         "gpu": gpu_info(),
         "distributed": dict(distributed) if distributed else {"world_size": 1},
     }

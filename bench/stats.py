@@ -141,35 +141,16 @@ def mcnemar(a_correct: Sequence[bool], b_correct: Sequence[bool]) -> McNemar:
     return McNemar(int(a.size), only_a, only_b, min(1.0, p))
 
 
-def _mean(d: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.mean(d, axis=axis)
-
-
 def paired_diff_method(n: int) -> str:
-    """Which interval ``paired_diff_ci`` gives over ``n`` pairs: ``"none"``, ``"t"`` or ``"bootstrap"``."""
+    """Which interval ``paired_diff_ci`` (and ``geometric_mean_ci``, on the logs) gives over ``n`` items:
+    ``"none"``, ``"t"`` or ``"bootstrap"``."""
     return "none" if n < 2 else ("t" if n < BOOTSTRAP_MIN_N else "bootstrap")
-
-
-def paired_diff_ci(x: Sequence[float], y: Sequence[float], seed: int = SEED,
-                   n_resamples: int = N_RESAMPLES, confidence: float = CONFIDENCE) -> Interval:
-    """Mean of ``x - y`` over paired items: a bootstrap interval from ``BOOTSTRAP_MIN_N`` pairs, Student's t
-    below; one pair or no spread: the value, no interval."""
-    d = _paired_differences(x, y)
-    if d.size == 0:
-        return NAN
-    value = float(d.mean())
-    if d.size < 2:
-        return Interval(value, math.nan, math.nan, int(d.size), ONE_SAMPLE)
-    if paired_diff_method(d.size) == "t":
-        return _t_interval(d, confidence)
-    if _no_spread(d):
-        return Interval(value, math.nan, math.nan, int(d.size), NO_SPREAD)
-    lo, hi = _bootstrap((d,), _mean, seed, n_resamples, confidence)
-    return Interval(value, lo, hi, int(d.size))
 
 
 def _t_interval(d: np.ndarray, confidence: float) -> Interval:
     """Mean of ``d`` with the one-sample t interval; none below 2 units or without spread."""
+    if d.size == 0:
+        return NAN
     value = float(d.mean())
     if d.size < 2:
         return Interval(value, math.nan, math.nan, int(d.size), ONE_SAMPLE)
@@ -181,18 +162,31 @@ def _t_interval(d: np.ndarray, confidence: float) -> Interval:
     return Interval(value, float(ci.low), float(ci.high), int(d.size))
 
 
+def _mean_interval(d: np.ndarray, seed: int, n_resamples: int, confidence: float) -> Interval:
+    """Mean of ``d``: Student's t below ``BOOTSTRAP_MIN_N`` items, a bootstrap from there."""
+    if paired_diff_method(d.size) != "bootstrap":
+        return _t_interval(d, confidence)
+    if _no_spread(d):
+        return Interval(float(d.mean()), math.nan, math.nan, int(d.size), NO_SPREAD)
+    lo, hi = _bootstrap((d,), np.mean, seed, n_resamples, confidence)
+    return Interval(float(d.mean()), lo, hi, int(d.size))
+
+
+def paired_diff_ci(x: Sequence[float], y: Sequence[float], seed: int = SEED,
+                   n_resamples: int = N_RESAMPLES, confidence: float = CONFIDENCE) -> Interval:
+    """Mean of ``x - y`` over paired items: a bootstrap interval from ``BOOTSTRAP_MIN_N`` pairs, Student's t
+    below; one pair or no spread: the value, no interval."""
+    return _mean_interval(_paired_differences(x, y), seed, n_resamples, confidence)
+
+
 def mean_ci(x: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
     """Mean of a few independent units (one accuracy per training seed) with Student's t interval."""
-    a = _clean(x)
-    if a.size == 0:
-        return NAN
-    return _t_interval(a, confidence)
+    return _t_interval(_clean(x), confidence)
 
 
 def paired_mean_diff_ci(x: Sequence[float], y: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
     """Mean of ``x - y`` over a few paired units (accuracies at the same seeds) with the paired t interval."""
-    d = _paired_differences(x, y)
-    return NAN if d.size == 0 else _t_interval(d, confidence)
+    return _t_interval(_paired_differences(x, y), confidence)
 
 
 def _paired_differences(x: Sequence[float], y: Sequence[float]) -> np.ndarray:
@@ -207,27 +201,13 @@ def _paired_differences(x: Sequence[float], y: Sequence[float]) -> np.ndarray:
 def geometric_mean_ci(x: Sequence[float], seed: int = SEED, n_resamples: int = N_RESAMPLES,
                       confidence: float = CONFIDENCE) -> Interval:
     """Geometric mean of positive ratios (per-image savings) with the exp of the logs' interval, chosen as
-    ``paired_diff_ci`` chooses (``geometric_mean_method``)."""
+    ``paired_diff_ci`` chooses."""
     a = _clean(x)
     a = a[a > 0]
     if a.size == 0:
         return NAN
-    logs = np.log(a)
-    value = float(np.exp(logs.mean()))
-    if a.size < 2:
-        return Interval(value, math.nan, math.nan, int(a.size), ONE_SAMPLE)
-    if _no_spread(logs):
-        return Interval(value, math.nan, math.nan, int(a.size), NO_SPREAD)
-    if geometric_mean_method(a.size) == "t":
-        t = _t_interval(logs, confidence)
-        return Interval(value, float(np.exp(t.lo)), float(np.exp(t.hi)), int(a.size))
-    lo, hi = _bootstrap((logs,), _mean, seed, n_resamples, confidence)
-    return Interval(value, float(np.exp(lo)), float(np.exp(hi)), int(a.size))
-
-
-def geometric_mean_method(n: int) -> str:
-    """Which interval ``geometric_mean_ci`` gives over ``n`` items: as ``paired_diff_method`` (on the logs)."""
-    return paired_diff_method(n)
+    iv = _mean_interval(np.log(a), seed, n_resamples, confidence)
+    return Interval(float(np.exp(iv.value)), float(np.exp(iv.lo)), float(np.exp(iv.hi)), iv.n, iv.why)
 
 
 def _outward(lo: float, hi: float, digits: int) -> tuple[float, float]:

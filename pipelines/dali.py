@@ -11,6 +11,7 @@ on files its parser refuses.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib.metadata
 import time
@@ -209,10 +210,7 @@ class DaliPipeline(Pipeline):
         if getattr(self, "iterator", None) is None and getattr(self, "pipe", None) is None:
             return
         self.iterator = self.pipe = None
-        gc.collect()  # the pipeline's C++ object (and its buffers) goes with its last reference
-        from nvidia.dali.backend import ReleaseUnusedMemory
-
-        ReleaseUnusedMemory()
+        release_memory()
 
     def dataset_bytes_per_image(self) -> float | None:
         return jpeg_bytes_per_image(self.data, self.config.split)
@@ -223,3 +221,12 @@ class DaliPipeline(Pipeline):
         dali = sorted(f"{d.metadata['Name']} {d.version}" for d in importlib.metadata.distributions()
                       if (d.metadata["Name"] or "").lower().startswith("nvidia-dali"))
         return {"nvidia-dali": ", ".join(dali) or None}
+
+
+def release_memory() -> None:
+    """Hand DALI's pooled memory back once its pipelines are dropped (an older DALI keeps its pools)."""
+    gc.collect()  # a pipeline's C++ object (and its buffers) goes with its last reference
+    with contextlib.suppress(ImportError):
+        from nvidia.dali.backend import ReleaseUnusedMemory
+
+        ReleaseUnusedMemory()

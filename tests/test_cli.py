@@ -74,7 +74,7 @@ def test_readme_is_one_screen_and_indexes_every_doc():
 def test_readme_shows_the_committed_demo_headline():
     """The README's table is the committed demo report's headline, cell for cell: regenerating reports/demo
     without updating the README fails here."""
-    from bench.report.markdown import parse_tables
+    from tests.report_tables import parse_tables
 
     readme = parse_tables((ROOT / "README.md").read_text())["What the demo shows"][0]
     demo = parse_tables((ROOT / "reports" / "demo" / "README.md").read_text())

@@ -31,7 +31,7 @@ def test_from_the_minimum_on_it_is_the_bootstrap():
     rng = np.random.default_rng(1)
     d = rng.normal(0.5, 1.0, S.BOOTSTRAP_MIN_N)
     iv = S.paired_diff_ci(d, np.zeros_like(d))
-    lo, hi = S._bootstrap((d,), S._mean, S.SEED, S.N_RESAMPLES, S.CONFIDENCE)
+    lo, hi = S._bootstrap((d,), np.mean, S.SEED, S.N_RESAMPLES, S.CONFIDENCE)
     assert (iv.lo, iv.hi) == (lo, hi)
 
 

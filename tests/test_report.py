@@ -15,7 +15,7 @@ from PIL import Image
 from bench.cli import main as cli_main
 from bench.errors import InputError
 from bench.report.build import build_report
-from bench.report.markdown import parse_tables
+from tests.report_tables import parse_tables
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "results" / "sweep"
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from bench import results as R
 from bench.report.build import build_report
-from bench.report.markdown import parse_tables
+from tests.report_tables import parse_tables
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "results" / "sweep"
 

@@ -9,7 +9,7 @@ from bench import results as R
 from bench.report import settings as ST
 from bench.report.build import build_report
 from bench.report.load import load
-from bench.report.markdown import parse_tables
+from tests.report_tables import parse_tables
 
 
 def _run(out, run_id: str, pipeline: str, mode: str, times: list[float], **cfg) -> None:

@@ -13,8 +13,8 @@ import pytest
 
 from bench.report import verdict as V
 from bench.report.build import build_report
-from bench.report.markdown import parse_tables
 from bench.report.tables import SPEEDUP_COLUMNS
+from tests.report_tables import parse_tables
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "results" / "sweep"
 

@@ -103,7 +103,7 @@ def test_geometric_mean_ci_is_the_t_interval_of_the_logs_below_30():
     ci = stats.ttest_1samp(np.log(x), 0.0).confidence_interval(0.95)
     assert iv.value == pytest.approx(math.exp(np.log(x).mean()))
     assert (iv.lo, iv.hi) == pytest.approx((math.exp(ci.low), math.exp(ci.high)))
-    assert S.geometric_mean_method(8) == "t" and S.geometric_mean_method(30) == "bootstrap"
+    assert S.paired_diff_method(8) == "t" and S.paired_diff_method(30) == "bootstrap"
 
 
 def test_geometric_mean_ci_coverage_at_few_items():

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from bench.report.markdown import parse_tables
+from tests.report_tables import parse_tables
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -10,6 +10,7 @@ prints once, and the ranks leave together (``_leave``) so torchrun never cuts ra
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import socket
 import sys
@@ -43,27 +44,9 @@ SUMMARY = {
 }
 
 
-def _pipeline_names() -> list[str]:
-    import pipelines
-
-    return pipelines.names()
-
-
-def _backbone_names() -> list[str]:
-    from bench.train.backbones import backbone_names
-
-    return backbone_names()
-
-
-def _method_names() -> list[str]:
-    from bench.train.trainers import trainer_names
-
-    return trainer_names()
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     list_names(p.add_argument("--pipeline", required=True, metavar="NAME", help="a registered pipeline: {names}"),
-               _pipeline_names)
+               lambda: importlib.import_module("pipelines").names())
     p.add_argument("--data", required=True, help="prepared dataset folder (`inrbench prepare`)")
     p.add_argument("--store", help="encoded store file (the inr pipeline's .inr file)")
     p.add_argument("--allow-unverified-store", action="store_true",
@@ -85,7 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (cuda when available)")
     list_names(p.add_argument("--backbone", default="auto", metavar="NAME",
                               help="a registered backbone ({names}), or auto: resnet18-cifar up to 64 px, else resnet18"),
-               _backbone_names)
+               lambda: importlib.import_module("bench.train.backbones").backbone_names())
     p.add_argument("--seed", type=seed, default=0, help="seed of shuffling, augmentation and model init")
     p.add_argument("--split", default="train", help="split the pipeline feeds (default train)")
     p.add_argument("--eval-split", default="test", help="split for test accuracy in train mode (default test)")
@@ -107,7 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     list_names(t.add_argument("--method", default="dense", metavar="NAME",
                               help="training method (bench.train.trainers): {names}; expand is network expansion, "
                                    "a sub-network grown into the dense model (needs --schedule)"),
-               _method_names)
+               lambda: importlib.import_module("bench.train.trainers").trainer_names())
     t.add_argument("--schedule", metavar="W:D:E,...",
                    help="expand: stages WIDTH:DEPTH:EPOCHS (width fraction of the dense channels, residual "
                         "blocks per ResNet stage, ViT blocks or small-cnn conv layers, or '-' for the dense depth, "

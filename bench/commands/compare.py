@@ -4,6 +4,7 @@ JPEG 2000 with ``--codecs``) at matched bytes; ``--reference``: published curves
 from __future__ import annotations
 
 import argparse
+import importlib
 
 from bench.argtypes import nonnegative_int, positive_int
 from bench.cli import list_names, progress_bar
@@ -17,18 +18,6 @@ from bench.compare.config import (
 from bench.errors import InputError
 
 HELP = "compare INR stores with JPEG/WebP/AVIF/JPEG XL/JPEG 2000 at matched bytes: PSNR/SSIM/bytes table, CSV, figures"
-
-
-def _codec_names() -> tuple[str, ...]:
-    from bench.compare.codecs import names
-
-    return names()
-
-
-def _reference_names() -> tuple[str, ...]:
-    from bench.compare.references import DATASETS
-
-    return DATASETS
 
 
 def quality(text: str) -> int:
@@ -64,10 +53,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     list_names(p.add_argument("--codecs", default="jpeg", metavar="LIST",
                               help="comma-separated codecs at matched bytes, each with the same quality search and "
                                    "sweep: {names}; a codec this machine lacks (jxl needs the optional extra "
-                                   "inr-bench[jxl]) is a skip row with the reason"), _codec_names)
+                                   "inr-bench[jxl]) is a skip row with the reason"),
+               lambda: importlib.import_module("bench.compare.codecs").names())
     list_names(p.add_argument("--reference", metavar="DATASET",
                               help="draw published rate-distortion curves of that dataset ({names}; their numbers "
-                                   "on their data) and list them at each INR's bpp"), _reference_names)
+                                   "on their data) and list them at each INR's bpp"),
+               lambda: importlib.import_module("bench.compare.references").DATASETS)
     p.add_argument("--assert-kodak", action="store_true",
                    help="with --reference kodak: treat the images as the Kodak images for the self-check of each "
                         "codec against its library's published curve, even where their pixels are not recognised")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 from pathlib import Path
 
@@ -12,15 +13,10 @@ from bench.cli import list_names
 HELP = "run a sweep (a built-in one or a YAML file) cell by cell, resumable, then report"
 
 
-def _builtin_names() -> list[str]:
-    from bench.sweep.spec import builtin_names
-
-    return builtin_names()
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     list_names(p.add_argument("sweep", metavar="NAME|FILE.yaml",
-                              help="a built-in sweep ({names}) or a sweep YAML file"), _builtin_names)
+                              help="a built-in sweep ({names}) or a sweep YAML file"),
+               lambda: importlib.import_module("bench.sweep.spec").builtin_names())
     p.add_argument("--data-root", metavar="DIR",
                    help="folder holding the source datasets (relative 'root' fields are taken under it)")
     p.add_argument("--device", choices=("cpu", "cuda"), help="override the sweep's device")

@@ -128,11 +128,6 @@ def _boxes(data: bytes):
         pos += size
 
 
-def _avif_payload(data: bytes) -> int:
-    """AVIF: the content of the ``mdat`` boxes."""
-    return sum(e - s for typ, s, e in _boxes(data) if typ == b"mdat")
-
-
 def _j2k_tile_data(cs: bytes) -> int:
     """Bytes of tile-part data (after each SOD) in a JPEG 2000 codestream; the headers are overhead."""
     if cs[:2] != b"\xff\x4f":
@@ -153,10 +148,6 @@ def _j2k_tile_data(cs: bytes) -> int:
         else:
             pos += 2 + int.from_bytes(cs[pos + 2 : pos + 4], "big")
     return total
-
-
-def _jp2_payload(data: bytes) -> int | None:
-    return next((_j2k_tile_data(data[s:e]) for typ, s, e in _boxes(data) if typ == b"jp2c"), None)
 
 
 def jp2_ratio(quality: int) -> float:
@@ -202,7 +193,7 @@ _JP2 = {"container": "JP2", "ratio": "10 ** (3 * (100 - q) / 99)", "layers": 1,
         "num_resolutions": "min(6, log2(short side) + 1)"}
 _WEBP = dict(fmt="WEBP", feature="webp", lib="libwebp", payload=_riff_payload,
              settings={"subsampling": "4:2:0 (VP8 lossy, fixed)"})
-_AVIF = dict(fmt="AVIF", feature="avif", lib="libavif", payload=_avif_payload,
+_AVIF = dict(fmt="AVIF", feature="avif", lib="libavif", payload=lambda data: sum(e - s for typ, s, e in _boxes(data) if typ == b"mdat"),
              settings={"codec": "auto (Pillow's libavif picks aom)"})
 _JXL = {"quality": "min(q, 99)", "colour": "XYB (libjxl default)"}
 
@@ -220,7 +211,8 @@ def _jxl(name: str, s: str, effort: int) -> Codec:
 def _jp2(name: str, s: str, irreversible: bool) -> Codec:
     return Jp2Codec(name, s, {**_JP2, "wavelet": "9/7 irreversible" if irreversible else "5/3 reversible"},
                     options={**JP2_OPTIONS, "irreversible": irreversible}, fmt="JPEG2000", feature="jpg_2000",
-                    lib="OpenJPEG", payload=_jp2_payload)
+                    lib="OpenJPEG",
+                    payload=lambda data: next((_j2k_tile_data(data[s:e]) for typ, s, e in _boxes(data) if typ == b"jp2c"), None))
 
 
 # name -> factory of its codec at a chroma subsampling; registry order is the order of ``names()``

@@ -28,11 +28,6 @@ def variant_name(store, path: Path) -> str:
     return path.name.split(".")[0]
 
 
-def weight_data_bytes(store) -> int:
-    """Bytes of the packed weight arrays (codes, scales, masks): the INR's header-free bytes."""
-    return int(sum(a["nbytes"] for a in store.header["arrays"] if str(a["name"]).startswith(WEIGHT_ARRAYS)))
-
-
 def _decode(store, sizes: np.ndarray, batch: int) -> list[np.ndarray]:
     """Images ``0..n-1`` of ``sizes`` (int ``[n, 2]``) as uint8 ``[H_i, W_i, 3]``, batched within each size."""
     from inr.native import size_groups
@@ -72,10 +67,11 @@ def load_variant(path: Path, ds: PreparedDataset, split: str, sizes: np.ndarray,
         decoded = _decode(store, sizes, batch)
         layers = store.weights(torch.arange(min(store.num_images, weight_images)))
     packed = store.at_rest  # a packed file's arrays are compressed together: no header-free count
+    weight_bytes = sum(a["nbytes"] for a in store.header["arrays"] if str(a["name"]).startswith(WEIGHT_ARRAYS))
     return InrDecoded(
         name=variant_name(store, path), bytes_per_image=float(store.bytes_per_image),
         decoded=decoded if native else np.stack(decoded),
-        header_free_bytes_per_image=None if packed else weight_data_bytes(store) / store.num_images,
+        header_free_bytes_per_image=None if packed else weight_bytes / store.num_images,
         path=str(path), arch=str(store.arch),
         weights={f"layer{i}": w.float().cpu().numpy().ravel() for i, (w, _) in enumerate(layers)},  # no biases
         resident_bytes_per_image=store.resident_bytes() / store.num_images,

@@ -226,10 +226,6 @@ def psnr_diff_text(r) -> str:
     return f"{text}{'' if iv.excludes(0.0) else ' dB'}{tag}"
 
 
-def _matched_name(r) -> str:
-    return f"{r['codec'] or 'jpeg'} @ inr-{r['variant']}"
-
-
 def reference_lines(summary: pd.DataFrame, dataset: str, pixels: int) -> list[str]:
     """Markdown lines: each INR variant's PSNR beside each published curve of ``dataset``
     interpolated at that variant's bpp (``bench.compare.references``)."""
@@ -295,7 +291,7 @@ def markdown(summary: pd.DataFrame, meta: dict, per_image: pd.DataFrame) -> str:
     rows = summary[~summary["method"].str.endswith("-sweep") & (summary["status"] != "skipped")]
     for variant in rows["variant"].unique():
         for _, r in rows[rows["variant"] == variant].iterrows():
-            name = f"inr-{variant}" if r["method"] == "inr" else _matched_name(r)
+            name = f"inr-{variant}" if r["method"] == "inr" else f"{r['codec'] or 'jpeg'} @ inr-{variant}"
             if r["status"] == "unreachable":
                 by = f"≥{r['min_bytes']:.0f} needed (target {r['target_bytes']:.0f})"
                 cells = (by, "–") if r["match"] == "file" else ("–", by)

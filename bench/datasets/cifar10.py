@@ -53,12 +53,6 @@ def _unpickle(path: Path) -> Any:
         raise InputError(f"cannot read file ({e.strerror or e})", path) from None
 
 
-def _folder(root: Path) -> Path:
-    if not (root / "data_batch_1").exists() and (root / SUBFOLDER / "data_batch_1").exists():
-        return root / SUBFOLDER
-    return root
-
-
 def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """One batch file -> images uint8 ``[N, 32, 32, 3]``, labels int64 ``[N]``."""
     d = _unpickle(path)
@@ -85,7 +79,9 @@ class Cifar10(Source):
     def load(
         self, cfg: PrepareConfig, progress: Callable[[int], None] | None = None, scratch: Path | None = None
     ) -> Loaded:
-        folder = _folder(Path(cfg.root))
+        folder = Path(cfg.root)
+        if not (folder / "data_batch_1").exists() and (folder / SUBFOLDER / "data_batch_1").exists():
+            folder = folder / SUBFOLDER
         for name in (*TRAIN_BATCHES, *TEST_BATCHES, META):
             if not (folder / name).is_file():
                 raise InputError(

@@ -32,12 +32,6 @@ def forget_idle() -> None:
     _IDLE.clear()
 
 
-def _visible_entry(visible: str, idx: int) -> str | None:
-    """``CUDA_VISIBLE_DEVICES``'s entry for CUDA device ``idx`` (an index or a UUID), or None."""
-    entries = [e.strip() for e in visible.split(",") if e.strip()]
-    return entries[idx] if 0 <= idx < len(entries) else None
-
-
 def _tree(root: Any) -> list[Any]:
     procs = [root]
     try:
@@ -118,7 +112,8 @@ class _Nvml:
             uuid = str(torch.cuda.get_device_properties(idx).uuid)
         except Exception:
             pass
-        for u in _uuid_candidates(uuid):
+        bare = uuid[4:] if uuid and uuid.startswith(("GPU-", "MIG-")) else uuid
+        for u in dict.fromkeys((uuid, f"GPU-{bare}", f"MIG-{bare}")) if uuid else ():  # NVML's spellings
             try:
                 self.handle, self.key = pynvml.nvmlDeviceGetHandleByUUID(u), u
                 return
@@ -126,7 +121,8 @@ class _Nvml:
                 pass
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         if visible is not None:
-            entry = _visible_entry(visible, idx)
+            entries = [e.strip() for e in visible.split(",") if e.strip()]  # indices or UUIDs
+            entry = entries[idx] if 0 <= idx < len(entries) else None
             try:  # a number is NVML's index only in PCI bus order
                 if entry is not None and entry.isdigit() and os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
                     self.handle, self.key = pynvml.nvmlDeviceGetHandleByIndex(int(entry)), f"index:{entry}"
@@ -168,14 +164,6 @@ class _Nvml:
                 pass
             self._pynvml = None
             self.handle = None
-
-
-def _uuid_candidates(uuid: str | None) -> list[str]:
-    """The NVML spellings of torch's device UUID: as given, then ``GPU-``/``MIG-`` prefixed."""
-    if not uuid:
-        return []
-    bare = uuid[4:] if uuid.startswith(("GPU-", "MIG-")) else uuid
-    return list(dict.fromkeys((uuid, f"GPU-{bare}", f"MIG-{bare}")))
 
 
 def _system_busy_seconds() -> float | None:
@@ -312,17 +300,14 @@ class Monitor:
 
     def _sample(self) -> None:
         with self._lock:
-            self._sample_locked()
-
-    def _sample_locked(self) -> None:
-        if self._pss_peak is not None and time.perf_counter() >= self._pss_next:
+            if self._pss_peak is not None and time.perf_counter() >= self._pss_next:
+                c0 = time.thread_time()
+                self._pss_next += self.pss_period_s
+                self._pss_peak = max(self._pss_peak, _tree_pss(self._proc) or 0)
+                self._own_cpu += time.thread_time() - c0  # before the CPU reading that subtracts it
             c0 = time.thread_time()
-            self._pss_next += self.pss_period_s
-            self._pss_peak = max(self._pss_peak, _tree_pss(self._proc) or 0)
-            self._own_cpu += time.thread_time() - c0  # before the CPU reading that subtracts it
-        c0 = time.thread_time()
-        self._sample_cpu()
-        self._own_cpu += time.thread_time() - c0
+            self._sample_cpu()
+            self._own_cpu += time.thread_time() - c0
 
     def _sample_cpu(self) -> None:
         now = time.perf_counter()

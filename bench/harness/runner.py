@@ -155,7 +155,10 @@ def _run(cfg: BenchConfig, out: Path, rows: results.RunRows, sync: Sync, clock: 
         for name in dict.fromkeys((cfg.pipe.split, *((cfg.eval_split,) if cfg.mode == "train" else ()))):
             data.split(name)
         bound = EpochBound.of(cfg.pipeline, len(data.split(cfg.pipe.split)), cfg.pipe)
-        _require_device(cfg.pipe.device)
+        import torch  # a CUDA device on a machine without CUDA: a skip row (a bad spec: bad input)
+
+        if resolve_device(cfg.pipe.device, missing_cuda_ok=True).startswith("cuda") and not torch.cuda.is_available():
+            raise Unavailable(f"device {cfg.pipe.device} requested but torch.cuda.is_available() is False here")
         clock = clock or clock_for(cfg.pipe.device)
         for r in range(cfg.repeats):
             _repeat(cfg, data, rows, r, clock, sync)
@@ -183,7 +186,11 @@ def _run(cfg: BenchConfig, out: Path, rows: results.RunRows, sync: Sync, clock: 
         _leave_if_peers_may_wait(cfg, sync, code, out, rows)
     finally:
         _set_threads(threads)
-        _cleanup_device_memory(cfg.pipe.device)
+        try:  # a sticky CUDA error raised again here becomes one warning line
+            _free_device_memory(cfg.pipe.device)
+        except Exception as e:
+            print(f"inrbench: warning: freeing device memory after the run failed: {results.exception_reason(e)}",
+                  file=sys.stderr)
     if not sync.distributed:
         results.write_env(Path(out) / results.RUNS_DIR / rows.run_id)
         run_dir = results.write_run(out, rows)
@@ -266,7 +273,12 @@ def _finish_distributed(cfg: BenchConfig, out: Path, rows: results.RunRows, code
             code, bad_input = merge(merged, every, sync.broken, bound)
             run_dir = Path(out) / results.RUNS_DIR / merged.run_id
             with left.rank0_writes(run_dir):  # replaces rows written from left records (bench.harness.left)
-                results.write_env(run_dir, envinfo.collect(distributed=_topology(cfg)))
+                d = cfg.dist  # env.json's ``distributed`` section: the topology, each rank's host
+                results.write_env(run_dir, envinfo.collect(distributed={
+                    "world_size": d.world_size, "backend": d.backend, "nnodes": d.nnodes,
+                    "local_world_size": d.local_world_size, "timeout_s": d.timeout_s,
+                    "ranks": [{"rank": r, "hostname": h, "local_rank": lr}
+                              for r, (h, lr) in enumerate(zip(d.hosts, d.local_ranks, strict=True))]}))
                 results.write_run(out, merged)
             announced = (str(run_dir), merged.status, code, bad_input)
     finally:
@@ -287,30 +299,12 @@ def _finish_distributed(cfg: BenchConfig, out: Path, rows: results.RunRows, code
                       InputError(bad_input) if bad_input else None, sync.broken)
 
 
-def _topology(cfg: BenchConfig) -> dict[str, Any]:
-    """``env.json``'s ``distributed`` section: world size, backend, nnodes, each rank's host and local rank."""
-    assert cfg.dist is not None
-    d = cfg.dist
-    return {"world_size": d.world_size, "backend": d.backend, "nnodes": d.nnodes,
-            "local_world_size": d.local_world_size, "timeout_s": d.timeout_s,
-            "ranks": [{"rank": r, "hostname": h, "local_rank": lr}
-                      for r, (h, lr) in enumerate(zip(d.hosts, d.local_ranks, strict=True))]}
-
-
 def _claim_results(cfg: BenchConfig, out: str | Path) -> Path:
     """Check ``out`` and create/mark it as a results folder (appended to; concurrent runs are fine)."""
     with claim(out, "results", inputs={"prepared dataset (--data)": cfg.data, "store (--store)": cfg.store},
                mode="append", lock=False) as p:
         results.check_results(p)
         return p
-
-
-def _require_device(device: str) -> None:
-    """``Unavailable`` (a skip row) for a CUDA device on a machine without CUDA; a bad spec is bad input."""
-    import torch
-
-    if resolve_device(device, missing_cuda_ok=True).startswith("cuda") and not torch.cuda.is_available():
-        raise Unavailable(f"device {device} requested but torch.cuda.is_available() is False here")
 
 
 def _set_threads(n: int | None) -> int:
@@ -332,15 +326,6 @@ def _free_device_memory(device: str) -> None:
         if torch.cuda.is_initialized():  # else nothing is cached, and resetting raises
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(torch.device(device))
-
-
-def _cleanup_device_memory(device: str) -> None:
-    """``_free_device_memory`` on a way out: a sticky CUDA error it raises again becomes one warning line."""
-    try:
-        _free_device_memory(device)
-    except Exception as e:
-        print(f"inrbench: warning: freeing device memory after the run failed: {results.exception_reason(e)}",
-              file=sys.stderr)
 
 
 def _repeat(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clock: DeviceClock,
@@ -378,7 +363,8 @@ def _repeat_body(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clo
             sync.point()  # DDP's constructor is a collective
             sync.ddp = True  # until the repeat's evaluation is done
             trainer = _trainer(cfg, data, steps_per_epoch)
-        step = trainer.step if trainer is not None else _no_step
+        # loader mode: no step, the batch is already on the device (the clock's sync waits for it)
+        step = trainer.step if trainer is not None else (lambda batch: None)
         for e in range(cfg.warmup):
             sync.point()  # the ranks' epochs start together
             t = _epoch(cfg, source, step, clock, rows, r, e)
@@ -386,7 +372,10 @@ def _repeat_body(cfg: BenchConfig, data: Any, rows: results.RunRows, r: int, clo
             rows.add("warmup_images_per_s", t.images_per_s, "img/s", repeat=r, epoch=e)
             _add_loss(rows, trainer, r, e, cfg, data, sync)
         _measure(cfg, source, counted, step, trainer, clock, rows, r, mon=mon, data=data, sync=sync)
-        _add_time_to_first_batch(rows, r)
+        got = {row["metric"]: row["value"] for row in rows._rows  # time_to_first_batch_s = build_s + ttfb_s
+               if row["repeat"] == r and row["metric"] in ("build_s", "ttfb_s") and row["status"] == "ok"}
+        if len(got) == 2:
+            rows.add("time_to_first_batch_s", got["build_s"] + got["ttfb_s"], "s", repeat=r)
         if cfg.mode == "train":
             sync.point()  # evaluation all-reduces
             _add_eval(cfg, data, trainer, clock, rows, r)
@@ -406,14 +395,6 @@ def _add_dataset_bytes(rows: results.RunRows, pipe: Any, r: int) -> None:
                          "not a positive number", repeat=r)
     else:
         rows.add(DATASET_BYTES, float(value), "bytes", repeat=r)
-
-
-def _add_time_to_first_batch(rows: results.RunRows, r: int) -> None:
-    """``time_to_first_batch_s`` = ``build_s + ttfb_s`` of repeat ``r`` (both recorded by then)."""
-    got = {row["metric"]: row["value"] for row in rows._rows
-           if row["repeat"] == r and row["metric"] in ("build_s", "ttfb_s") and row["status"] == "ok"}
-    if len(got) == 2:
-        rows.add("time_to_first_batch_s", got["build_s"] + got["ttfb_s"], "s", repeat=r)
 
 
 def _epoch(cfg: BenchConfig, source: Any, step: Any, clock: DeviceClock, rows: results.RunRows,
@@ -484,10 +465,6 @@ def _measure(cfg: BenchConfig, source: Any, counted: CountingSource, step: Any, 
     for metric, unit, reason in mres.unavailable:
         rows.unavailable(metric, unit, reason, repeat=r)
     rows.add_monitor_samples(r, mres.samples)
-
-
-def _no_step(batch: Any) -> None:
-    """loader mode: the batch is already on the device (the clock's sync waits for it)."""
 
 
 def _replay_cache(cfg: BenchConfig, counted: CountingSource, clock: DeviceClock,

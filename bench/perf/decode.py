@@ -191,21 +191,11 @@ def dali_row(root: Path, n: int, args: argparse.Namespace, size: int) -> dict[st
         row["skipped"] = f"DALI mixed decode cannot run on {args.device}: {_one_line(e)}"
     finally:
         pipes.clear()
-        if gpu:
-            _release_dali_memory()
+        if gpu:  # the rows measured after it start without DALI's pools
+            from pipelines.dali import release_memory
+
+            release_memory()
     return row
-
-
-def _release_dali_memory() -> None:
-    """Hand DALI's pooled memory back once its pipeline is gone, so the rows measured after it start without it."""
-    import gc
-
-    gc.collect()
-    try:
-        from nvidia.dali.backend import ReleaseUnusedMemory
-    except ImportError:  # an older DALI: its pools stay
-        return
-    ReleaseUnusedMemory()
 
 
 def _one_line(e: BaseException) -> str:

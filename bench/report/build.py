@@ -31,14 +31,14 @@ DESIGN_PARAMS = ("layers", "hidden", "w0", "lr", "iterations")
 
 
 class _Doc:
-    """Accumulates markdown text and figures written into the report folder."""
+    """Accumulates markdown text; figures go into one *Figures* section placed by ``gallery_here``."""
 
     def __init__(self, folder: Path):
         self.folder = folder
         self.parts: list[str] = []
         self.figures: list[str] = []
-        self.gallery: list[str] = []  # figures gathered into one section (``gallery_here``)
-        self._gallery_at: int | None = None
+        self.gallery: list[str] = []
+        self._gallery_at = 0
 
     def add(self, text: str = "") -> None:
         self.parts.append(text)
@@ -52,25 +52,17 @@ class _Doc:
         self.block(md.table(df, index=index))
 
     def gallery_here(self) -> None:
-        """Figures drawn from now on go into one *Figures* section at this point, not beside their tables."""
         self._gallery_at = len(self.parts)
 
-    def figure(self, fig, name: str, caption: str) -> bool:
-        if fig is None:
-            return False
-        F.save(fig, self.folder / name)
-        self.figures.append(name)
-        image = f"![{caption}]({name})"
-        if self._gallery_at is None:
-            self.block(image)
-        else:
-            self.gallery += [md.one_line(image), ""]
-        return True
+    def figure(self, fig, name: str, caption: str) -> None:
+        if fig is not None:
+            CF.save(fig, self.folder / name)
+            self.figures.append(name)
+            self.gallery += [md.one_line(f"![{caption}]({name})"), ""]
 
     def text(self) -> str:
-        parts, at = self.parts, self._gallery_at
-        if self.gallery and at is not None:
-            parts = [*parts[:at], "## Figures", "", *self.gallery, *parts[at:]]
+        at = self._gallery_at
+        parts = [*self.parts[:at], "## Figures", "", *self.gallery, *self.parts[at:]] if self.gallery else self.parts
         return "\n".join(parts).rstrip() + "\n"
 
 
@@ -165,7 +157,8 @@ def _headline(doc: _Doc, x: ReportInputs) -> None:
                 for m in ("train", "loader")]
         compare = next((c for c in x.compares if c.dataset == ds), None)
         if compare is not None:
-            said.append(V.inr_sentence(compare.summary, _variant_of(x, store_of.get((ds, "inr")))))
+            cell = next((c for c in x.cells if c["id"] == store_of.get((ds, "inr"))), None)  # its store's stem
+            said.append(V.inr_sentence(compare.summary, store_stem(cell.get("name") or cell["id"]) if cell else None))
         said = [s for s in said if s]
         if said:
             doc.block((f"**{ds}.** " if len(tabs) > 1 else "") + " ".join(said))
@@ -175,12 +168,6 @@ def _headline(doc: _Doc, x: ReportInputs) -> None:
     for ds, t in tabs.items():
         doc.block(f"### {ds} — headline")
         doc.table(t, index=False)
-
-
-def _variant_of(x: ReportInputs, encode_cell: str | None) -> str | None:
-    """The compare variant name of an encode cell's store (its file stem)."""
-    cell = next((c for c in x.cells if c["id"] == encode_cell), None)
-    return store_stem(cell.get("name") or cell["id"]) if cell else None
 
 
 def _code_label(ident: dict[str, Any] | None) -> str:
@@ -265,10 +252,10 @@ def run_threads(rows: pd.DataFrame) -> str | None:
     return text
 
 
-def _environment(doc: _Doc, x: ReportInputs, all_rows: pd.DataFrame | None = None) -> None:
+def _environment(doc: _Doc, x: ReportInputs, all_rows: pd.DataFrame) -> None:
     env = x.env
     doc.block("## Environment")
-    threads = run_threads(x.rows if all_rows is None else all_rows)
+    threads = run_threads(all_rows)
     if not env:
         doc.block("No `env.json` found in the results."
                   + (f" torch threads, as the runs recorded them: {threads}." if threads else ""))
@@ -331,7 +318,12 @@ def _nvjpeg_decoder(d: dict | None) -> str:
 
 
 def _cells(doc: _Doc, x: ReportInputs) -> None:
-    t = T.cells_table(x.markers, x.cells)
+    # every cell: kind, status (``not finished`` without a marker), wall time, reason
+    ms = [x.markers.get(c["id"]) for c in x.cells]
+    t = pd.DataFrame({"cell": [c["id"] for c in x.cells], "kind": [c["kind"] for c in x.cells],
+                      "status": [m["status"] if m else "not finished" for m in ms],
+                      "wall s": [f"{m['wall_s']:.1f}" if m else "—" for m in ms],
+                      "reason": [(m.get("reason") or "") if m else "" for m in ms]})
     t["code"] = [("" if c not in x.markers else
                   (x.code_of.get(c) or {}).get("code", {}).get("label", "not recorded")
                   + (" — stale (--keep-stale)" if _is_stale(x, c) else "")) for c in t["cell"]]
@@ -443,7 +435,9 @@ def _sanity(doc: _Doc, rows: pd.DataFrame) -> None:
 
 
 def _split(doc: _Doc, rows: pd.DataFrame) -> None:
-    split = T.epoch_split(rows)
+    parts = {"epoch_s": N.EPOCH_S, "data_wait_s": N.DATA_WAIT_S, "compute_s": N.COMPUTE_S}  # median, IQR each
+    split = pd.concat([T.stats(rows, m)[[*T.GROUP, "median", "iqr"]].rename(columns={"median": k, "iqr": f"{k}_iqr"})
+                       .set_index(T.GROUP) for k, m in parts.items()], axis=1).reset_index()
     if split.empty or "data_wait_s" not in split or split["data_wait_s"].isna().all():
         return
     doc.block("## Epoch time: waiting for data vs computing (s, median)")

@@ -1,35 +1,19 @@
 """Report figures (PNG, matplotlib Agg), one colour per method (``bench.plotstyle``): each takes tidy frames
-from ``bench.report.tables`` and returns a figure, or None with nothing to draw; ``save`` writes atomically."""
+from ``bench.report.tables`` and returns a figure, or None with nothing to draw."""
 
 from __future__ import annotations
-
-import io
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from bench import plotstyle
-from bench.atomic import atomic_write_bytes
 from bench.report import names as N
 from bench.report.tables import order_key, order_rank
 
+plotstyle.use_agg()
+import matplotlib.pyplot as plt  # noqa: E402
 
-def pyplot():
-    plotstyle.use_agg()
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update(plotstyle.RC)
-    return plt
-
-
-def save(fig, path: str | Path) -> Path:
-    plt = pyplot()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
-    return Path(path)
+plt.rcParams.update(plotstyle.RC)
 
 
 def _grouped_bars(ax, table: pd.DataFrame, value: str, lo: str | None = None, hi: str | None = None,
@@ -68,7 +52,6 @@ def speedup_figure(sp: pd.DataFrame, dataset: str):
     d = sp[(sp["dataset"] == dataset) & ~sp["flagged"].astype(bool)].dropna(subset=["ratio", "lo", "hi"])
     if d.empty:
         return None
-    plt = pyplot()
     bases = [b for b in N.BASELINES if b in set(d["baseline"])]
     fig, axes = plt.subplots(1, len(bases), figsize=(5.5 * len(bases), 4), squeeze=False)
     for ax, b in zip(axes[0], bases, strict=True):
@@ -84,7 +67,6 @@ def epoch_split_figure(split: pd.DataFrame, dataset: str):
     d = split[(split["dataset"] == dataset)].dropna(subset=["data_wait_s", "compute_s"])
     if d.empty:
         return None
-    plt = pyplot()
     modes = order_key(d["mode"].unique(), N.MODE_ORDER)
     fig, axes = plt.subplots(1, len(modes), figsize=(4.2 * len(modes), 4), squeeze=False)
     for ax, m in zip(axes[0], modes, strict=True):
@@ -110,7 +92,6 @@ def bars_figure(st: pd.DataFrame, dataset: str, ylabel: str, scale: float = 1.0,
         return None
     for c in ("median", "q25", "q75"):
         d[c] = d[c] / scale
-    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     _grouped_bars(ax, d, "median", "q25", "q75")
     ax.set_ylabel(ylabel)
@@ -123,7 +104,6 @@ def accuracy_figure(acc: pd.DataFrame):
     d = acc.dropna(subset=["bytes_per_image", "median"])
     if d.empty:
         return None
-    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     d = d.assign(_k=[order_rank(p, N.PIPELINE_ORDER)[0] for p in d["pipeline"]]).sort_values(["dataset", "_k", "pipeline"])
     for _, r in d.iterrows():
@@ -142,7 +122,6 @@ def design_space_figure(ds: pd.DataFrame):
     """PSNR against each swept encoder parameter (others at their most common value)."""
     if ds.empty:
         return None
-    plt = pyplot()
     params = list(dict.fromkeys(ds["param"]))
     fig, axes = plt.subplots(1, len(params), figsize=(3.6 * len(params), 3.4), squeeze=False)
     for ax, p in zip(axes[0], params, strict=True):

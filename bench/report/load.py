@@ -79,12 +79,6 @@ def load(results_dir: str | Path) -> ReportInputs:
 STORE = "cfg.store"
 
 
-def _one_value(values: Any) -> str | None:
-    """The one recorded value of a column over some runs (None: none, or several)."""
-    v = values.dropna().astype(str).unique()
-    return str(v[0]) if len(v) == 1 else None
-
-
 def _predictions(folders: list[Path], rows: Any) -> Any:
     """Every ``runs/<run_id>/predictions.csv`` under ``folders``, labelled with its run's dataset and pipeline."""
     cols = ["run_id", "dataset", "pipeline", "repeat", "image", "label", "prediction"]
@@ -183,7 +177,7 @@ def is_status_row(rows: Any) -> Any:
 def by_world_size(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any, dict[str, dict[str, Any]]]:
     """Rows of a dataset whose runs differ in world size relabelled ``NAME (N processes)`` for N > 1;
     ``manifests`` gains the same entries. Status rows take their cell's world size's label, else
-    follow their cell's runs (``settings._relabel``)."""
+    follow their cell's runs (``settings.relabel``)."""
     if rows.empty or not ({WORLD_SIZE, NPROC} & set(rows.columns)):
         return rows, manifests
     recorded = world_sizes(rows)
@@ -201,8 +195,8 @@ def by_world_size(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any,
         own = here & status & recorded.isin(list(sizes))  # a status row with its cell's world size
         rows = rows.copy()
         rows.loc[own, "dataset"] = [name[int(n)] for n in recorded[own]]
-        rows = settings._relabel(rows, here & ~own, "dataset", label_of)
-        recorded, status = world_sizes(rows), is_status_row(rows)  # _relabel may add copies
+        rows = settings.relabel(rows, here & ~own, "dataset", label_of)
+        recorded, status = world_sizes(rows), is_status_row(rows)  # relabel may add copies
         ws = recorded.fillna(1).astype(int)
         for label in set(name.values()) - {ds}:
             if ds in manifests:
@@ -225,7 +219,8 @@ def status_cell_fields(rows: Any, cells: list[dict[str, Any]]) -> Any:
     if STORE in rows.columns:  # store cell id -> the one path its readers' runs recorded
         store_id = cell.map({i: c.get("store") for i, c in bench.items()})
         ran = ~is_status_row(rows) & store_id.notna() & rows[STORE].notna()
-        paths = rows[ran].groupby(store_id[ran])[STORE].agg(_one_value)
+        paths = rows[ran].groupby(store_id[ran])[STORE].agg(  # the one recorded store (None: none, or several)
+            lambda s: str(v[0]) if len(v := s.dropna().astype(str).unique()) == 1 else None)
         fill[STORE] = store_id.map(paths.dropna())
     rows = rows.copy()
     for col, values in fill.items():

@@ -16,7 +16,7 @@ import pandas as pd
 
 from bench import plotstyle
 from bench import stats as S
-from bench.report.figures import pyplot
+from bench.report.figures import plt
 from bench.report.tables import fmt_mcnemar, fmt_num, mcnemar_runs
 
 METHOD_COL = "cfg.method"
@@ -112,13 +112,6 @@ def cpu_seconds(rows: pd.DataFrame) -> pd.DataFrame:
     return m
 
 
-def _accuracy_k_n(rows: pd.DataFrame) -> pd.DataFrame:
-    d = _train_ok(rows)
-    a = d[d["metric"] == "test_acc"][["dataset", "pipeline", "method", "run_id", "repeat", "value"]]
-    n = d[d["metric"] == "test_images"][["run_id", "repeat", "value"]].rename(columns={"value": "n"})
-    return a.merge(n, on=["run_id", "repeat"], how="left")
-
-
 def pairs(rows: pd.DataFrame) -> list[tuple[str, str]]:
     """(dataset, pipeline) with train runs of dense and of at least one other method."""
     d = _train_ok(rows)
@@ -139,7 +132,10 @@ def _by_run(d: pd.DataFrame, value: str) -> list[np.ndarray]:
 def comparison(rows: pd.DataFrame, predictions: pd.DataFrame | None) -> pd.DataFrame:
     """One row per dataset x pipeline x method (dense first): totals, speedup, FLOPs, accuracy."""
     ep = per_epoch(rows)
-    acc = _accuracy_k_n(rows)
+    d = _train_ok(rows)
+    n = d[d["metric"] == "test_images"][["run_id", "repeat", "value"]].rename(columns={"value": "n"})
+    acc = d[d["metric"] == "test_acc"][["dataset", "pipeline", "method", "run_id", "repeat", "value"]].merge(
+        n, on=["run_id", "repeat"], how="left")
     cpu = cpu_seconds(rows)
     recs = []
     for ds, p in pairs(rows):
@@ -250,7 +246,6 @@ def time_to_accuracy_figure(rows: pd.DataFrame, dataset: str):
     ep = ep[ep["dataset"] == dataset]
     if ep.empty or "epoch_test_acc" not in ep or ep["epoch_test_acc"].isna().all():
         return None
-    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for (p, m), g in ep.groupby(["pipeline", "method"]):
         if (dataset, p) not in set(pairs(rows)):

@@ -46,7 +46,8 @@ def spreads(rank_rows: pd.DataFrame | None, per: pd.DataFrame | None = None) -> 
         if len(g) < 2:
             continue
         samples = {int(r): _rank_samples(rank_rows, ds, p, mode, int(r)) for r in g["rank"]}
-        gm = pd.Series({r: _log_mean(x) for r, x in samples.items()}).dropna()
+        # mean log of the positive finite samples: what ``log_ratio_ci`` compares
+        gm = pd.Series({r: pd.Series(np.log(x[np.isfinite(x) & (x > 0)])).mean() for r, x in samples.items()}).dropna()
         if len(gm) < 2:
             continue
         slow = int(gm.idxmax())
@@ -59,21 +60,8 @@ def spreads(rank_rows: pd.DataFrame | None, per: pd.DataFrame | None = None) -> 
     return pd.DataFrame(out, columns=SPREAD_COLUMNS)
 
 
-def _log_mean(x) -> float:
-    """Mean log of the positive finite samples ``x`` (NaN without any): what ``log_ratio_ci`` compares."""
-    v = np.asarray(x, dtype=float)
-    v = v[np.isfinite(v) & (v > 0)]
-    return float(np.log(v).mean()) if v.size else float("nan")
-
-
 def _rank_samples(rank_rows: pd.DataFrame, dataset: str, pipeline: str, mode: str, rank: int):
     return T.samples(rank_rows[rank_rows["rank"] == rank], N.EPOCH_S, dataset, pipeline, mode)
-
-
-def fmt_rank(h) -> str:
-    """``0.52 (IQR 0.01), wait 12%`` (no wait part without the split)."""
-    s = T.fmt_median_iqr(h["epoch_s"], h["epoch_s_iqr"])
-    return s if pd.isna(h["wait_share"]) else f"{s}, wait {100 * h['wait_share']:.0f}%"
 
 
 def fmt_spread(h) -> str:
@@ -103,7 +91,10 @@ def rank_tables(rank_rows: pd.DataFrame | None) -> dict[tuple[str, str], pd.Data
             table = {}
             for p in T.order_key(g["pipeline"].unique(), N.PIPELINE_ORDER):
                 hits = {h["rank"]: h for h in g[g["pipeline"] == p].to_dict("records")}
-                col = {str(r): fmt_rank(hits[r]) if r in hits else "—" for r in ranks}
+                # ``0.52 (IQR 0.01), wait 12%`` (no wait part without the split)
+                col = {str(r): "—" if r not in hits else T.fmt_median_iqr(hits[r]["epoch_s"], hits[r]["epoch_s_iqr"])
+                       + ("" if pd.isna(hits[r]["wait_share"]) else f", wait {100 * hits[r]['wait_share']:.0f}%")
+                       for r in ranks}
                 s = sp[(sp["dataset"] == ds) & (sp["mode"] == mode) & (sp["pipeline"] == p)]
                 col[SPREAD_ROW] = fmt_spread(s.iloc[0]) if len(s) else "—"
                 table[p] = col

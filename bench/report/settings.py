@@ -4,7 +4,7 @@
 column that changes what an epoch costs; missing values split nothing), each run's dataset becomes
 ``NAME [key=value, ...]``. ``by_store``: ``inr`` runs of one dataset reading different stores become
 pipelines ``inr [STEM]``. Keys that describe the run, not its epochs (``IGNORED``), never split. A sweep
-cell's status rows carry no settings and follow their cell's runs (``_relabel``).
+cell's status rows carry no settings and follow their cell's runs (``relabel``).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def differing(a: Any, b: Any) -> list[str]:
     return out
 
 
-def _relabel(rows: Any, here: Any, column: str, label_of: dict[str, str]) -> Any:
+def relabel(rows: Any, here: Any, column: str, label_of: dict[str, str]) -> Any:
     """Set ``column`` of the rows ``here`` to their run's label (``label_of``: run id -> label). Rows
     without one (status rows) take their sweep cell's runs' labels, else are copied under every label."""
     labels = sorted(set(label_of.values()))
@@ -114,22 +114,16 @@ def by_settings(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any, d
     manifests = dict(manifests)
     for ds, keys in split.items():
         here = rows["dataset"] == ds
-        label_of = _setting_labels(rows[here], ds, keys)
+        label_of = {}  # run id -> ``DS [key=value, ...]`` (runs with none of the keys: no label)
+        for run_id, r in _per_run(rows[here & rows["run_id"].notna()], keys).iterrows():
+            parts = [f"{short(k)}={_fmt(r[k])}" for k in keys if not pd.isna(r[k])]
+            if parts:
+                label_of[str(run_id)] = f"{ds} [{', '.join(parts)}]"
         for label in set(label_of.values()):
             if ds in manifests:
                 manifests[label] = manifests[ds]
-        rows = _relabel(rows, here, "dataset", label_of)
+        rows = relabel(rows, here, "dataset", label_of)
     return rows, manifests
-
-
-def _setting_labels(rows: Any, ds: str, keys: list[str]) -> dict[str, str]:
-    """run id -> ``DS [key=value, ...]`` with its values of ``keys`` (runs with none of them: no label)."""
-    out = {}
-    for run_id, r in _per_run(rows[rows["run_id"].notna()], keys).iterrows():
-        parts = [f"{short(k)}={_fmt(r[k])}" for k in keys if not pd.isna(r[k])]
-        if parts:
-            out[str(run_id)] = f"{ds} [{', '.join(parts)}]"
-    return out
 
 
 def _store_labels(stores: list[str]) -> dict[str, str]:
@@ -156,5 +150,5 @@ def by_store(rows: Any) -> Any:
         stores = rows.loc[here & rows[STORE].notna() & rows["run_id"].notna(), ["run_id", STORE]]
         names = _store_labels(sorted(stores[STORE].astype(str).unique()))
         label_of = {str(r): f"{p} [{names[str(s)]}]" for r, s in stores.drop_duplicates("run_id").itertuples(index=False)}
-        rows = _relabel(rows, here, "pipeline", label_of)
+        rows = relabel(rows, here, "pipeline", label_of)
     return rows

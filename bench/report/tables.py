@@ -9,7 +9,6 @@ Wilson interval per trained model, exact McNemar between models, Student's t ove
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -279,32 +278,8 @@ def _speedup_cell(rows: pd.DataFrame, sp: pd.DataFrame, st: pd.DataFrame, at: tu
     hit = sp[(sp["dataset"] == ds) & (sp["pipeline"] == p) & (sp["baseline"] == base) & (sp["mode"] == m)]
     if len(hit):
         return fmt_speedup(hit.iloc[0])
-    return missing if not _has(st, ds, p, m) else f"n/a: {base} {status_of(rows, ds, base, m)}"
-
-
-def epoch_split(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per dataset x pipeline x mode: median epoch time, data wait and compute (s)."""
-    parts = {"epoch_s": N.EPOCH_S, "data_wait_s": N.DATA_WAIT_S, "compute_s": N.COMPUTE_S}
-    frames = []
-    for name, metric_names in parts.items():
-        st = stats(rows, metric_names)[[*GROUP, "median", "iqr"]]
-        frames.append(st.rename(columns={"median": name, "iqr": f"{name}_iqr"}).set_index(GROUP))
-    df = pd.concat(frames, axis=1).reset_index() if frames else pd.DataFrame()
-    return df
-
-
-def cells_table(markers: dict[str, dict[str, Any]], cells: list[dict[str, Any]]) -> pd.DataFrame:
-    """Every cell of the sweep: kind, status (``not finished`` when it has no marker), wall time, reason."""
-    out = []
-    for c in cells:
-        m = markers.get(c["id"])
-        out.append({
-            "cell": c["id"], "kind": c["kind"],
-            "status": m["status"] if m else "not finished",
-            "wall s": f"{m['wall_s']:.1f}" if m else "—",
-            "reason": (m.get("reason") or "") if m else "",
-        })
-    return pd.DataFrame(out, columns=["cell", "kind", "status", "wall s", "reason"])
+    has = ((st["dataset"] == ds) & (st["pipeline"] == p) & (st["mode"] == m)).any()
+    return f"n/a: {base} {status_of(rows, ds, base, m)}" if has else missing
 
 
 COMPARE_COLUMNS = {
@@ -399,11 +374,6 @@ def schedules(rows: pd.DataFrame) -> dict[str, str]:
             for r, (w, e) in first.iterrows()}
 
 
-def _schedule_length(schedule: str) -> int:
-    """Epochs in all of a ``schedules`` entry (``"1+29 epochs"`` -> 30); 0 when not recorded."""
-    return sum(int(v) for v in schedule.split()[0].split("+")) if schedule else 0
-
-
 def _one_schedule(a: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
     """``a`` (accuracy rows) with, per dataset, only the runs of the schedule most runs used (ties: the
     longest): models trained for other epoch counts are not samples of one accuracy."""
@@ -415,7 +385,8 @@ def _one_schedule(a: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
     for _, g in a.groupby("dataset"):
         runs = g.drop_duplicates("run_id")["schedule"].value_counts()
         if len(runs) > 1:
-            best = max(runs.index, key=lambda sc: (runs[sc], _schedule_length(sc)))
+            # ties: the longest ("1+29 epochs" -> 30 epochs; "" not recorded -> 0)
+            best = max(runs.index, key=lambda sc: (runs[sc], sum(int(v) for v in sc.split()[0].split("+")) if sc else 0))
             g = g[g["schedule"] == best]
         keep.append(g)
     return pd.concat(keep).drop(columns="schedule")
@@ -466,16 +437,14 @@ def accuracy(rows: pd.DataFrame) -> pd.DataFrame:
         g = g[g["seed"] == seed]
         run = sorted(g["run_id"].astype(str).unique())[0]  # run ids sort by start time
         g = g[g["run_id"].astype(str) == run]
+        k = n1 = np.nan
+        iv = S.Interval(g["value"].median(), np.nan, np.nan)
         if g["n"].notna().all():
-            acc = float((g["value"] * g["n"]).sum() / g["n"].sum())
             n1 = int(g["n"].min())
-            k = int(round(acc * n1))
+            k = int(round(float((g["value"] * g["n"]).sum() / g["n"].sum()) * n1))
             iv = S.wilson(k, n1)
-            out.append({"dataset": ds, "pipeline": p, "k": k, "n": n1, "acc": iv.value, "lo": iv.lo,
-                        "hi": iv.hi, "repeats": len(g), "seed": seed, "run_id": run})
-        else:
-            out.append({"dataset": ds, "pipeline": p, "k": np.nan, "n": np.nan, "acc": g["value"].median(),
-                        "lo": np.nan, "hi": np.nan, "repeats": len(g), "seed": seed, "run_id": run})
+        out.append({"dataset": ds, "pipeline": p, "k": k, "n": n1, "acc": iv.value, "lo": iv.lo,
+                    "hi": iv.hi, "repeats": len(g), "seed": seed, "run_id": run})
     return pd.DataFrame(out, columns=ACC_COLUMNS)
 
 
@@ -552,18 +521,6 @@ def fmt_mcnemar(t: S.McNemar | None) -> str:
     return f"{'better' if t.only_a > t.only_b else 'worse'} (p={t.p_value:.2g})"
 
 
-def is_cpu(rows: pd.DataFrame, dataset: str) -> bool:
-    """Whether the dataset's bench runs ran on the CPU (their ``device`` config)."""
-    d = bench_rows(rows)
-    d = d[d["dataset"] == dataset]
-    v = d["cfg.pipe.device"].dropna().astype(str) if "cfg.pipe.device" in d else ()
-    return bool(len(v)) and bool(v.str.startswith("cpu").all())
-
-
-def _has(st: pd.DataFrame, dataset: str, pipeline: str, mode: str) -> bool:
-    return bool(((st["dataset"] == dataset) & (st["pipeline"] == pipeline) & (st["mode"] == mode)).any())
-
-
 def headline(rows: pd.DataFrame, bytes_per_image) -> dict[str, pd.DataFrame]:
     """dataset -> per pipeline: bytes/image (``bytes_per_image(ds, p)``), loader/train img/s (img/CPU-s on
     a CPU), train speedups and accuracy with their intervals."""
@@ -571,8 +528,11 @@ def headline(rows: pd.DataFrame, bytes_per_image) -> dict[str, pd.DataFrame]:
     cpu_ips = stats(rows, N.IMAGES_PER_CPU_S, steady=False)
     acc = accuracy(rows)
     sp = speedups(rows)
+    b = bench_rows(rows)
     out = {}
     for ds, (pipes, modes) in combos(rows).items():
+        device = b.loc[b["dataset"] == ds, "cfg.pipe.device"].dropna().astype(str) if "cfg.pipe.device" in b else ()
+        on_cpu = bool(len(device)) and bool(device.str.startswith("cpu").all())  # the dataset's runs ran on the CPU
         recs = []
         for p in pipes:
             r: dict[str, str] = {"pipeline": p, "bytes/image": fmt_num(bytes_per_image(ds, p))}
@@ -581,7 +541,7 @@ def headline(rows: pd.DataFrame, bytes_per_image) -> dict[str, pd.DataFrame]:
                     continue
                 hit = ips[(ips["dataset"] == ds) & (ips["pipeline"] == p) & (ips["mode"] == m)]
                 r[f"{m} img/s"] = fmt_num(hit.iloc[0]["median"]) if len(hit) else status_of(rows, ds, p, m)
-            if "train" in modes and is_cpu(rows, ds):
+            if "train" in modes and on_cpu:
                 hit = cpu_ips[(cpu_ips["dataset"] == ds) & (cpu_ips["pipeline"] == p) & (cpu_ips["mode"] == "train")]
                 r["train img/CPU-s"] = fmt_num(hit.iloc[0]["median"]) if len(hit) else "—"
             if "train" in modes:

@@ -13,6 +13,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -25,14 +26,6 @@ def die_with_parent() -> None:
     """SIGTERM this process when its parent dies (``PR_SET_PDEATHSIG``)."""
     with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _safe_to_fork() -> bool:
-    """No Python thread but this one and no CUDA context (what a ``DataLoader`` forking its workers relies on)."""
-    import threading
-
-    torch = sys.modules.get("torch")
-    return threading.active_count() == 1 and not (torch is not None and torch.cuda.is_initialized())
 
 
 def _child(req: dict[str, Any]) -> None:  # pragma: no cover - runs in the forked child, ends in os._exit
@@ -90,7 +83,9 @@ def serve() -> None:  # pragma: no cover - the server process (tested through Fo
         out.write(json.dumps(kw) + "\n")
         out.flush()
 
-    ready = _safe_to_fork()
+    # safe to fork: no Python thread but this one and no CUDA context (what a DataLoader's workers rely on)
+    torch = sys.modules.get("torch")
+    ready = threading.active_count() == 1 and not (torch is not None and torch.cuda.is_initialized())
     say(ready=ready)
     if not ready:
         return

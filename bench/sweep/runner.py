@@ -74,17 +74,6 @@ def _dataset_of(cell: Cell, cells: dict[str, Cell]) -> str:
     return ""
 
 
-def stderr_tail(path: Path, lines: int = 3, limit: int = 500) -> str:
-    """Last non-empty lines of a log (progress-bar carriage returns split lines), on one line."""
-    try:
-        data = path.read_bytes()[-20000:].decode("utf-8", "replace")
-    except OSError:
-        return ""
-    parts = [p.strip() for p in data.replace("\r", "\n").split("\n") if p.strip()]
-    text = " | ".join(parts[-lines:])
-    return text[-limit:]
-
-
 def _own_status(cell_dir: Path) -> tuple[str, str] | None:
     """Status from rows the cell wrote itself (``inrbench bench``): a run-level skip/error row wins."""
     try:
@@ -155,7 +144,11 @@ def _run_cell(cell: Cell, cmd: list[str], cell_dir: Path, fork: bool = False) ->
         return own[0], own[1], rc
     if rc == 0:
         return "ok", "", rc
-    tail = stderr_tail(cell_dir / "stderr.log")
+    try:  # the log's last 3 non-empty lines (progress-bar carriage returns split lines), on one line
+        data = (cell_dir / "stderr.log").read_bytes()[-20000:].decode("utf-8", "replace")
+    except OSError:
+        data = ""
+    tail = " | ".join([p.strip() for p in data.replace("\r", "\n").split("\n") if p.strip()][-3:])[-500:]
     return "error", f"exit {rc}: {tail}" if tail else f"exit {rc}", rc
 
 

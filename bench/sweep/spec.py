@@ -111,7 +111,9 @@ def parse_sweep(doc: Any, path: Path, device: str | None = None, nproc: int | No
         said = "; ".join(f"{k} {', '.join(f'{f}={v}' for f, v in d.items())}" for k, d in on_cpu.items())
         description = f"{description} On this CPU run, cpu_defaults applied: {said}.".strip()
     rdzv = rendezvous or Rendezvous()
-    _check_endpoint(rdzv.endpoint)
+    host, _, port = (rdzv.endpoint or "").rpartition(":")
+    if rdzv.endpoint is not None and (not host or not port.isdigit() or not 0 < int(port) < 65536):
+        raise InputError(f"--rdzv-endpoint {rdzv.endpoint!r}: expected HOST:PORT (e.g. node0.cluster:29500)")
     launch = {k: v for k, v in (("nproc", nproc), ("nnodes", nnodes)) if v is not None}
     raw_cells = doc.get("cells")
     if not isinstance(raw_cells, list) or not raw_cells:
@@ -180,14 +182,6 @@ def _format_id(template: str, fields_: dict, path: Path, where: str) -> str:
 def _short(text: str, limit: int = 80) -> str:
     r = repr(text)
     return r if len(r) <= limit else f"{r[:limit]}...' ({len(text)} characters)"
-
-
-def _check_endpoint(endpoint: str | None) -> None:
-    if endpoint is None:
-        return
-    host, _, port = endpoint.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InputError(f"--rdzv-endpoint {endpoint!r}: expected HOST:PORT (e.g. node0.cluster:29500)")
 
 
 def _expand(raw: dict, defaults: dict, known: set[str], path: Path, where: str) -> list[dict]:
