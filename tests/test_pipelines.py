@@ -29,8 +29,6 @@ import torch
 
 import pipelines
 from bench.datasets.prepared import PreparedDataset, SplitData, open_prepared, write_prepared
-from bench.report.build import LEGACY_JPEG_PIPELINES, _legacy_bytes_per_image
-from bench.report.load import ReportInputs
 from pipelines import Augment, PipelineConfig, Unavailable
 from pipelines.crops import Crops, sample_crops, warp
 
@@ -451,10 +449,6 @@ def test_dataset_bytes_per_image_is_what_it_reads(name, labels_data, stores):
     shard.close()
     if name in EXPECTED_BYTES_PER_IMAGE:
         assert got == pytest.approx(EXPECTED_BYTES_PER_IMAGE[name](labels_data, stores["labels"][0]), rel=1e-12)
-    if name in ("raw", *LEGACY_JPEG_PIPELINES):  # what the report computed by name for rows before the metric
-        x = ReportInputs(root=labels_data.root, name="", description="", rows=None, env=None,
-                         manifests={"d": labels_data.manifest})
-        assert got == _legacy_bytes_per_image(x, "d", name, None)
 
 
 @pytest.mark.parametrize("name", ADAPTERS)

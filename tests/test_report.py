@@ -353,10 +353,9 @@ def _bytes_rows(out: Path, pipeline: str, metric_rows: list[tuple[str, float, st
     R.write_run(out, run)
 
 
-def test_bytes_per_image_from_rows_then_the_older_rows_rule(tmp_path):
-    """The rows' ``dataset_bytes_per_image`` wins, even for a built-in name; a skip row's reason is
-    the note under the table; rows without the metric (written before it) keep the older rule:
-    a built-in by name, anything else "—" saying its rows predate the metric."""
+def test_bytes_per_image_comes_from_the_rows_alone(tmp_path):
+    """bytes/image is the rows' ``dataset_bytes_per_image`` (median of the repeats); a skip row's reason, or
+    "not recorded", is the note under the table."""
     out = tmp_path / "results"
     _bytes_rows(out, "raw", [("ok", 111.0, ""), ("ok", 113.0, "")])  # the median of the repeats
     _bytes_rows(out, "mystery", [])
@@ -366,5 +365,5 @@ def test_bytes_per_image_from_rows_then_the_older_rows_rule(tmp_path):
     h = parse_tables(text)["syn — headline"][0].set_index("pipeline")
     assert h.loc["raw", "bytes/image"] == "112"
     assert h.loc["mystery", "bytes/image"] == "—" and h.loc["silent", "bytes/image"] == "—"
-    assert "mystery: its runs do not record `dataset_bytes_per_image`" in text
+    assert "syn, mystery: not recorded" in text
     assert "syn, silent: the pipeline does not state its bytes per image" in text

@@ -93,7 +93,7 @@ def test_a_sweep_cells_status_rows_follow_its_runs_or_every_split(tmp_path):
     rows = R.read_results(out)
     rows = _status_row(rows, "raw-256", "raw", "ok")
     rows = _status_row(rows, "dali-64", "dali", "skip", "DALI needs a GPU")
-    split, _ = ST.by_settings(rows, {})
+    split = ST.by_settings(rows)
     assert "syn" not in set(split["dataset"])
     assert set(split.loc[split["run_id"] == "sweep:raw-256", "dataset"]) == {"syn [batch_size=256]"}
     skip = split[split["run_id"] == "sweep:dali-64"]

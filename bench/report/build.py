@@ -23,7 +23,7 @@ from bench.report import names as N
 from bench.report import ranks as RK
 from bench.report import tables as T
 from bench.report import verdict as V
-from bench.report.load import ReportInputs, jpeg_bytes_per_image, load
+from bench.report.load import ReportInputs, load
 from bench.report.settings import SWEEP_CELL
 from bench.sweep.cells import store_stem
 
@@ -145,7 +145,7 @@ def _store_of(x: ReportInputs) -> dict[tuple[str, str], str]:
 
 def _headline(doc: _Doc, x: ReportInputs) -> None:
     store_of = _store_of(x)
-    tabs = T.headline(x.rows, lambda ds, p: _bytes_per_image(x, ds, p, store_of.get((ds, p))))
+    tabs = T.headline(x.rows, lambda ds, p: _bytes_per_image(x, ds, p))
     if not tabs:
         return
     shown = [(ds, p) for ds, t in tabs.items() for p in t["pipeline"]]
@@ -164,7 +164,7 @@ def _headline(doc: _Doc, x: ReportInputs) -> None:
             doc.block((f"**{ds}.** " if len(tabs) > 1 else "") + " ".join(said))
     doc.block("Medians; speedups with their 95% interval over processes; test accuracy of one trained model with "
               "its 95% Wilson interval. bytes/image: what the pipeline reads per image; img/CPU-s (CPU runs): "
-              "images per CPU-second, robust to other load." + _bytes_note(x, shown, store_of))
+              "images per CPU-second, robust to other load." + _bytes_note(x, shown))
     for ds, t in tabs.items():
         doc.block(f"### {ds} — headline")
         doc.table(t, index=False)
@@ -507,60 +507,17 @@ def _resources(doc: _Doc, rows: pd.DataFrame) -> None:
         doc.table(t)
 
 
-# rows without ``dataset_bytes_per_image`` (the committed test fixture): the built-ins' bytes by name
-LEGACY_JPEG_PIPELINES = ("torch-jpeg", "torch-nvjpeg", "dali")
-LEGACY_PIPELINES = ("raw", "inr", *LEGACY_JPEG_PIPELINES)
+def _bytes_per_image(x: ReportInputs, dataset: str, pipeline: str) -> float:
+    """What (dataset, pipeline) keeps per image: its rows' ``dataset_bytes_per_image`` (NaN: not recorded or skipped)."""
+    value = x.recorded_bytes.get((dataset, pipeline), (None, ""))[0]
+    return float("nan") if value is None else value
 
 
-def _base(pipeline: str) -> str:
-    """``inr [STEM]`` -> ``inr``."""
-    return str(pipeline).split(" [", 1)[0]
-
-
-def _bytes_per_image(x: ReportInputs, dataset: str, pipeline: str, store_cell: str | None) -> float:
-    """What (dataset, pipeline) keeps per image: its rows' ``dataset_bytes_per_image`` (NaN where skipped),
-    else ``_legacy_bytes_per_image``."""
-    if (dataset, pipeline) in x.recorded_bytes:
-        value = x.recorded_bytes[(dataset, pipeline)][0]
-        return float("nan") if value is None else value
-    return _legacy_bytes_per_image(x, dataset, pipeline, store_cell)
-
-
-def _legacy_bytes_per_image(x: ReportInputs, dataset: str, pipeline: str, store_cell: str | None) -> float:
-    """The built-ins' bytes from the prepared manifest (raw pixels, JPEG files) or the store file / images."""
-    m = x.manifests.get(dataset)
-    base = _base(pipeline)
-    if base == "raw" and m and "image_size" in m:
-        h, w = m["image_size"]
-        return float(h * w * 3)
-    if base in LEGACY_JPEG_PIPELINES:
-        return jpeg_bytes_per_image(m) or float("nan")
-    if base == "inr" and store_cell:
-        return x.store_bytes.get(store_cell, float("nan"))
-    return float("nan")
-
-
-def _bytes_unknown(x: ReportInputs, dataset: str, pipeline: str, store_cell: str | None) -> str | None:
-    """Why ``_bytes_per_image`` is NaN for a (dataset, pipeline), or None where it is known."""
-    if not math.isnan(_bytes_per_image(x, dataset, pipeline, store_cell)):
-        return None
-    if (dataset, pipeline) in x.recorded_bytes:
-        return f"{dataset}, {pipeline}: {x.recorded_bytes[(dataset, pipeline)][1] or 'not recorded'}"
-    base = _base(pipeline)
-    if base not in LEGACY_PIPELINES or not x.cells:
-        return (f"{pipeline}: its runs do not record `dataset_bytes_per_image` (written by an inrbench "
-                "older than that metric)")
-    if dataset not in x.manifests:
-        return f"{dataset}: no prepared folder's manifest was found for it"
-    if base == "inr":
-        return f"{dataset}, {pipeline}: no store size was found for its runs"
-    return f"{dataset}, {pipeline}: its manifest does not record the size"
-
-
-def _bytes_note(x: ReportInputs, pairs: list[tuple[str, str]], store_of: dict[tuple[str, str], str]) -> str:
+def _bytes_note(x: ReportInputs, pairs: list[tuple[str, str]]) -> str:
     """`` bytes/image "—": <why>; <why>.`` for the (dataset, pipeline) pairs whose size is unknown."""
-    why = [_bytes_unknown(x, ds, p, store_of.get((ds, p))) for ds, p in pairs]
-    why = list(dict.fromkeys(w for w in why if w))
+    why = [f"{ds}, {p}: {x.recorded_bytes.get((ds, p), (None, ''))[1] or 'not recorded'}"
+           for ds, p in pairs if math.isnan(_bytes_per_image(x, ds, p))]
+    why = list(dict.fromkeys(why))
     return f" bytes/image \"—\" (not known): {'; '.join(why)}." if why else ""
 
 
@@ -569,9 +526,8 @@ def _accuracy(doc: _Doc, x: ReportInputs) -> None:
     acc = T.accuracy(rows)
     if acc.empty:
         return
-    store_of = _store_of(x)
     acc = acc.copy()
-    acc["bytes_per_image"] = [_bytes_per_image(x, r["dataset"], r["pipeline"], store_of.get((r["dataset"], r["pipeline"])))
+    acc["bytes_per_image"] = [_bytes_per_image(x, r["dataset"], r["pipeline"])
                               for _, r in acc.iterrows()]
     per_seed = T.seed_accuracy(rows)
     over = T.accuracy_over_seeds(per_seed)
@@ -602,7 +558,7 @@ def _accuracy(doc: _Doc, x: ReportInputs) -> None:
         for p in pipes:
             hit = acc[(acc["dataset"] == ds) & (acc["pipeline"] == p)]
             r = {"dataset": ds, "pipeline": p,
-                 "bytes/image": T.fmt_num(_bytes_per_image(x, ds, p, store_of.get((ds, p))))}
+                 "bytes/image": T.fmt_num(_bytes_per_image(x, ds, p))}
             if len(hit):
                 h = hit.iloc[0]
                 r["test accuracy % [95% CI]"] = T.fmt_accuracy(h)
@@ -629,7 +585,7 @@ def _accuracy(doc: _Doc, x: ReportInputs) -> None:
             out.append(r)
     cols = list(dict.fromkeys(k for r in out for k in r))
     doc.table(pd.DataFrame([{c: r.get(c, "") for c in cols} for r in out]), index=False)
-    note = _bytes_note(x, [(r["dataset"], r["pipeline"]) for r in out], store_of)
+    note = _bytes_note(x, [(r["dataset"], r["pipeline"]) for r in out])
     if note:
         doc.block(note.strip())
     fig_data = acc.rename(columns={"acc": "median", "lo": "q25", "hi": "q75"})

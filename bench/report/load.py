@@ -1,6 +1,6 @@
 """Everything a report reads, from result files only: a sweep folder (``sweep.json`` + ``cells/``) or a
-plain ``inrbench bench --out`` folder (``runs/*/rows.csv``), with the compare summaries, prepared
-manifests, store sizes, test predictions and the code identity of every result.
+plain ``inrbench bench --out`` folder (``runs/*/rows.csv``), with the compare summaries, test
+predictions and the code identity of every result.
 
 Per-rank rows of data-parallel runs go to ``rank_rows`` (``split_ranks``); ``rows`` holds the aggregate
 ones. Runs at different world sizes, settings or stores are never pooled: they are relabelled
@@ -21,7 +21,6 @@ from bench import results as R
 from bench.errors import InputError
 from bench.report import settings
 from bench.sweep import layout
-from bench.sweep.cells import store_stem
 
 
 @dataclass(frozen=True)
@@ -48,8 +47,6 @@ class ReportInputs:
     cells: list[dict[str, Any]] = field(default_factory=list)  # sweep.json cells (resolved)
     markers: dict[str, dict[str, Any]] = field(default_factory=dict)
     compares: list[CompareResult] = field(default_factory=list)
-    manifests: dict[str, dict[str, Any]] = field(default_factory=dict)  # dataset -> manifest.json
-    store_bytes: dict[str, float] = field(default_factory=dict)  # encode cell id -> bytes/image
     predictions: Any = None  # pandas.DataFrame: run_id, dataset, pipeline, repeat, image, label, prediction
     code: dict[str, Any] | None = None  # the sweep's current code identity (sweep.json), if recorded
     code_of: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # cell or run id -> code identity
@@ -67,8 +64,7 @@ def load(results_dir: str | Path) -> ReportInputs:
         raise InputError("is a file, not a results folder" if root.exists() else "no such results folder", root)
     if layout.is_sweep_dir(root):
         return _load_sweep(root)
-    every, _ = by_world_size(R.read_results(root), {})
-    every, _ = settings.by_settings(settings.by_store(every), {})
+    every = settings.by_settings(settings.by_store(by_world_size(R.read_results(root))))
     rows, rank_rows = split_ranks(every)
     env = _read_json(next(iter(sorted(root.glob("runs/*/env.json"))), None))
     code_of = {p.parent.name: (_read_json(p) or {}).get("code") for p in sorted(root.glob("runs/*/env.json"))}
@@ -119,25 +115,20 @@ def _load_sweep(root: Path) -> ReportInputs:
     prep_dataset = {c["id"]: c.get("name") or c["id"] for c in ok if c["kind"] == "prepare"}
     manifests = {name: m for cid, name in prep_dataset.items()
                  if (m := _read_json(cell_dir[cid] / name / "manifest.json")) is not None}
-    store_bytes: dict[str, float] = {}
     compares = []
     for c in ok:
         m = manifests.get(prep_dataset.get(c.get("data", ""), ""))
-        store = cell_dir[c["id"]] / f"{store_stem(c.get('name') or c['id'])}.inr"
         folder = cell_dir[c["id"]] / "compare"
-        if c["kind"] == "encode" and store.is_file() and _split_count(m, "train"):
-            store_bytes[c["id"]] = store.stat().st_size / _split_count(m, "train")
-        elif c["kind"] == "compare" and (folder / "summary.csv").is_file():
+        if c["kind"] == "compare" and (folder / "summary.csv").is_file():
             size = tuple(m["image_size"]) if m and "image_size" in m else None
             compares.append(CompareResult(cell=c["id"], dataset=prep_dataset.get(c.get("data", ""), ""),
                                           folder=folder, summary=pd.read_csv(folder / "summary.csv"), image_size=size))
-    every, manifests = by_world_size(status_cell_fields(every, cells), manifests)
-    every, manifests = settings.by_settings(settings.by_store(every), manifests)
+    every = settings.by_settings(settings.by_store(by_world_size(status_cell_fields(every, cells))))
     rows, rank_rows = split_ranks(every)
     return ReportInputs(
         root=root, name=sweep.get("name", root.name), description=sweep.get("description", ""),
         rows=rows, env=_read_json(root / layout.ENV_FILE), cells=cells, markers=markers,
-        compares=compares, manifests=manifests, store_bytes=store_bytes,
+        compares=compares,
         predictions=_predictions(list(cell_dir.values()), rows), code=sweep.get("code"),
         code_of={m["id"]: m.get("code") for _, m in finished}, rank_rows=rank_rows,
     )
@@ -174,16 +165,14 @@ def is_status_row(rows: Any) -> Any:
     return rows["metric"].eq(layout.STATUS_METRIC).fillna(False).astype(bool)
 
 
-def by_world_size(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any, dict[str, dict[str, Any]]]:
-    """Rows of a dataset whose runs differ in world size relabelled ``NAME (N processes)`` for N > 1;
-    ``manifests`` gains the same entries. Status rows take their cell's world size's label, else
-    follow their cell's runs (``settings.relabel``)."""
+def by_world_size(rows: Any) -> Any:
+    """Rows of a dataset whose runs differ in world size relabelled ``NAME (N processes)`` for N > 1. Status
+    rows take their cell's world size's label, else follow their cell's runs (``settings.relabel``)."""
     if rows.empty or not ({WORLD_SIZE, NPROC} & set(rows.columns)):
-        return rows, manifests
+        return rows
     recorded = world_sizes(rows)
     status = is_status_row(rows)
     ws = recorded.fillna(1).astype(int)
-    manifests = dict(manifests)
     for ds in rows["dataset"].dropna().unique():
         here = rows["dataset"] == ds
         runs = here & ~status & rows["run_id"].notna()
@@ -198,10 +187,7 @@ def by_world_size(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any,
         rows = settings.relabel(rows, here & ~own, "dataset", label_of)
         recorded, status = world_sizes(rows), is_status_row(rows)  # relabel may add copies
         ws = recorded.fillna(1).astype(int)
-        for label in set(name.values()) - {ds}:
-            if ds in manifests:
-                manifests[label] = manifests[ds]
-    return rows, manifests
+    return rows
 
 
 def status_cell_fields(rows: Any, cells: list[dict[str, Any]]) -> Any:
@@ -232,13 +218,6 @@ def status_cell_fields(rows: Any, cells: list[dict[str, Any]]) -> Any:
     return rows
 
 
-def _split_count(manifest: dict[str, Any] | None, split: str) -> int | None:
-    try:
-        return int(manifest["splits"][split]["count"])  # type: ignore[index]
-    except (TypeError, KeyError, ValueError):
-        return None
-
-
 def recorded_bytes_per_image(rows: Any) -> dict[tuple[str, str], tuple[float | None, str]]:
     """(dataset, pipeline) -> (median ``dataset_bytes_per_image`` of its rows, None where only skipped;
     the first skip reason), for the pairs whose rows carry it."""
@@ -251,12 +230,3 @@ def recorded_bytes_per_image(rows: Any) -> dict[tuple[str, str], tuple[float | N
         why = g.loc[g["status"] != "ok", "reason"].dropna()
         out[(str(ds), str(p))] = (float(ok.median()) if len(ok) else None, str(why.iloc[0]) if len(why) else "")
     return out
-
-
-def jpeg_bytes_per_image(manifest: dict[str, Any] | None, split: str = "train") -> float | None:
-    """Mean JPEG file bytes per image of a prepared split (from its manifest), or ``None``."""
-    try:
-        s = manifest["splits"][split]  # type: ignore[index]
-        return float(s["jpeg_bytes"]) / float(s["count"])
-    except (TypeError, KeyError, ValueError, ZeroDivisionError):
-        return None

@@ -106,12 +106,11 @@ def relabel(rows: Any, here: Any, column: str, label_of: dict[str, str]) -> Any:
     return pd.concat([out, *extra], ignore_index=True) if extra else out
 
 
-def by_settings(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any, dict[str, dict[str, Any]]]:
-    """Rows relabelled ``NAME [key=value, ...]`` per ``splitting``; ``manifests`` gains the same entries."""
+def by_settings(rows: Any) -> Any:
+    """Rows relabelled ``NAME [key=value, ...]`` per ``splitting``."""
     split = splitting(rows)
     if not split:
-        return rows, manifests
-    manifests = dict(manifests)
+        return rows
     for ds, keys in split.items():
         here = rows["dataset"] == ds
         label_of = {}  # run id -> ``DS [key=value, ...]`` (runs with none of the keys: no label)
@@ -119,11 +118,8 @@ def by_settings(rows: Any, manifests: dict[str, dict[str, Any]]) -> tuple[Any, d
             parts = [f"{short(k)}={_fmt(r[k])}" for k in keys if not pd.isna(r[k])]
             if parts:
                 label_of[str(run_id)] = f"{ds} [{', '.join(parts)}]"
-        for label in set(label_of.values()):
-            if ds in manifests:
-                manifests[label] = manifests[ds]
         rows = relabel(rows, here, "dataset", label_of)
-    return rows, manifests
+    return rows
 
 
 def _store_labels(stores: list[str]) -> dict[str, str]:
