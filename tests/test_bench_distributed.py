@@ -58,7 +58,7 @@ def data(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def store(data, tmp_path_factory) -> Path:
     from bench.datasets.prepared import open_prepared
-    from inr.testing import fit_store_for_tests
+    from tests.store_helpers import fit_store_for_tests
 
     return fit_store_for_tests(open_prepared(data), tmp_path_factory.mktemp("store") / "train.inr", iterations=20)
 

@@ -253,7 +253,7 @@ def test_every_registered_pipeline_runs_through_the_harness(name, data, tmp_path
 
     store = None
     if base.needs_store(name):
-        from inr.testing import fit_store_for_tests
+        from tests.store_helpers import fit_store_for_tests
 
         store = str(fit_store_for_tests(open_prepared(data), tmp_path / "train.inr", iterations=20))
     cfg = _cfg(data, "loader", pipeline=name, epochs=1, warmup=0, repeats=1, store=store)
