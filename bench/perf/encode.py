@@ -1,41 +1,5 @@
-"""`inrbench perf encode`: the batched encoder vs the one-image-at-a-time reference loop.
-
-Both fit the same ``photos`` images (or synthetic ones with ``--synthetic``) with the same
-architecture, learning rate, schedule and number of iterations, on the same machine, in one
-run. The reference is ``fit_one`` (a fresh parameter set and Adam per image, autograd,
-keep-best, as in the Rapid-INR code); the batched encoder is ``inr.fit.optimize``
-on ``--batch`` images (chunks of ``--chunk``, fitted concurrently by one worker thread per
-torch thread). ``--threads`` sets torch's thread count for both. Each is measured in its own subprocess
-so that peak memory is its own: peak RSS minus the RSS after a small warm-up fit (libraries
-loaded, data in memory) on CPU, or ``torch.cuda.max_memory_allocated`` (CUDA). Reported: image-iterations
-per second of each, their ratio, peak memory, mean PSNR reached (a sanity check that both
-did the same work).
-
-The defaults (5x13 SIREN, 32 px, lr 1e-3) are the paper's CIFAR-10 configuration, the ``cifar10``
-preset's; the header names the preset whose architecture and lr a run matches, if any.
-
-The batched encoder's achieved TFLOP/s is ``6 * P * sum(in * out)`` per image-iteration (2 FLOPs
-per multiply-add; forward plus the two backward products of every linear layer; sines, Adam and
-keep-best evaluations not counted), shown as a percentage of the dense ``torch.mm`` rate of the
-same device in the matmul dtype (fp32, or bf16 with ``--autocast bf16``): a GPU's, or on the CPU
-the CPU's. Every batched worker measures that rate right after its fit
-(``bench.perf.decode.matmul_peak``, best of 3), and every step's (and the estimate's) % of peak is
-against the same number, the run's peak: the best of all those measurements. One worker's own
-measurement varies with the machine's load, which would make two steps' percentages incomparable.
-
-``--step both`` measures the eager step (the reference) and the compiled step
-(``inr.loop``) side by side in one run, each in its own worker (compile time reported apart,
-not in the rate). ``--repeats R`` runs every batched measurement, and the reference loop, R times,
-each in a fresh worker process, interleaved (loop, eager, compiled, compiled, eager, loop, ...): the
-rate reported is the median; batched / loop and compiled / eager are each the ratio of the processes'
-geometric means with Welch's 95% t interval on the logs, the report's speedup with processes as units
-(``bench.stats.unit_ratio_ci``, ``_process_ratio``), so process-to-process variation is in both. With
-R = 1 (the default) each ratio is printed as one process a side: no interval, not a result.
-``--estimate DATASET`` measures the batched fit at that dataset's paper preset (architecture and
-image size, synthetic pixels: the rate does not depend on them), with the same repeats, and
-projects the encode time of the whole dataset at the preset's iterations on this device, for each
-step (median, and the range over repeats).
-"""
+"""`inrbench perf encode`: the batched encoder vs the one-image-at-a-time reference loop, same images and
+settings, each side in its own subprocess (docs/inr-codec.md, "What perf encode measures")."""
 
 from __future__ import annotations
 
