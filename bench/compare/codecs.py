@@ -1,11 +1,6 @@
-"""The codec registry of ``inrbench compare``: JPEG, WebP, AVIF, JPEG 2000, JPEG XL at the settings of
-the published run each mirrors, plus "at its best" variants (docs/codecs.md: settings and reasons).
-
-Every codec has one quality scale 1..100, so the matched-bytes search and the sweep work unchanged
-for all. ``options`` are exactly the keyword arguments of ``PIL.Image.save`` besides ``quality``;
-``payload_bytes`` is the coded image data inside the file (``None`` where not measured: JPEG XL),
-the rest is container overhead. A codec that cannot run here is a skip row with the reason.
-"""
+"""The codecs of ``inrbench compare`` (JPEG, WebP, AVIF, JPEG 2000, JPEG XL), each on one 1..100 quality
+scale; ``options`` are ``PIL.Image.save`` kwargs, ``payload_bytes`` the coded data (None: not measured).
+A codec that cannot run is a skip row with the reason. Settings and reasons: docs/codecs.md."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Per-image rows of ``inrbench compare``: each INR variant, and each codec at matched bytes and over
-its quality sweep. A codec at matched bytes: per variant and image, the highest quality whose bytes
-(``match``: whole file, or JPEG's header-free bytes) fit the variant's; an image no quality reaches is
-an ``unreachable`` row with the smallest size seen, never dropped. Aggregation: ``bench.compare.table``.
-"""
+"""Per-image rows of ``inrbench compare``: each INR variant, each codec at matched bytes and over its sweep.
+Matched: the highest quality whose bytes fit the variant's; none fits -> an ``unreachable`` row, kept."""
 
 from __future__ import annotations
 
@@ -104,11 +101,8 @@ def compare_images(
     progress: Callable[[int], None] | None = None,
     codecs: Sequence[Codec] | None = None,
 ) -> pd.DataFrame:
-    """All per-image rows (``COLUMNS`` plus ``bpp``, ``bpp_header_free``, ``pct_raw``, each of its own image).
-
-    images: uint8 ``[N, H, W, 3]``, or (native sizes) a list of uint8 ``[H_i, W_i, 3]``; every variant's
-    ``decoded`` has the same shape(s). codecs: those to run (default: ``cfg.codecs``).
-    """
+    """All per-image rows (``COLUMNS`` plus ``bpp``, ``bpp_header_free``, ``pct_raw``).
+    images: uint8 ``[N, H, W, 3]`` or a list of ``[H_i, W_i, 3]``; variants' ``decoded`` match that shape."""
     ragged = isinstance(images, (list, tuple))
     if not ragged:
         images = np.asarray(images)

@@ -1,9 +1,5 @@
-"""Figures of ``inrbench compare`` (matplotlib Agg, colours from ``bench.plotstyle``): ``rd_figure``
-(PSNR vs bytes per image: each codec's sweep, INR points, matched codec points, published curves),
-``spread_figure`` (per-image PSNR boxes) and ``weights_figure`` (the paper's Figure 4). Each returns
-the ``Figure``; every series has a ``label`` and a stable ``gid`` (``jpeg-sweep:file``, ``inr:8bit``,
-``jpeg-matched:file:8bit``, ``reference:COIN``) that tests read back.
-"""
+"""Figures of ``inrbench compare``: ``rd_figure``, ``spread_figure``, ``weights_figure`` (paper Fig. 4).
+Every series has a ``label`` and a stable ``gid`` (``jpeg-sweep:file``, ``inr:8bit``) that tests read."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""JPEG marker parsing (header-free bytes) and the byte-target quality search of every codec.
-
-Header-free bytes: the entropy-coded data of every scan (after each SOS header, up to the next
-marker that is neither a stuffed ``FF00`` nor ``RSTn``); the rest is header. File size is almost
-but not strictly monotone in quality, so ``search_quality`` repairs its binary search with a
-window scan (docs/compare.md); ``exhaustive_quality`` is the definition.
-"""
+"""JPEG header-free bytes (the entropy-coded scan data) and the byte-target quality search of every codec.
+Size is not strictly monotone in quality, so ``search_quality`` adds a window scan (docs/compare.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Published rate-distortion points (bpp -> PSNR dB) for Kodak and CIFAR-10, with their sources.
-
-``data/reference_rd.csv``: one row per point (``dataset``, ``method``, ``bpp``, ``psnr``, ``paper``, the
-public result file it was copied from, ``approximate``). Their numbers on their data, drawn for
-orientation by ``inrbench compare --reference`` (docs/codecs.md); not measured here.
-"""
+"""Published rate-distortion points (bpp -> PSNR dB) from ``data/reference_rd.csv``, with their sources.
+Their numbers on their data, drawn for orientation by ``--reference`` (docs/codecs.md); not measured here."""
 
 from __future__ import annotations
 

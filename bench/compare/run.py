@@ -1,11 +1,5 @@
-"""One ``inrbench compare`` run: read a prepared split and INR stores, compute, write.
-
-Output folder (written as a whole: a temp folder renamed into place): ``per_image.csv`` (every
-number), ``summary.csv`` (``bench.compare.table``), ``summary.md``, ``weights_hist.csv``, the
-figures ``psnr_vs_bytes.png``, ``psnr_spread.png``, ``weights_<variant>.png``, and ``config.json``
-(the config, inputs, image sizes, each codec's library and settings or why it was skipped,
-reference sources, environment).
-"""
+"""One ``inrbench compare`` run: read a prepared split and INR stores, compute, write the output folder
+atomically (its files: docs/compare.md, "Output folder")."""
 
 from __future__ import annotations
 
@@ -69,12 +63,8 @@ def write_outputs(out: Path, per_image: pd.DataFrame, summary: pd.DataFrame, var
 def run_compare(prepared: str | Path, stores: Sequence[str | Path], cfg: CompareConfig, out: str | Path,
                 variants: Sequence[InrDecoded] | None = None, progress=None, env: bool = True,
                 allow_unverified_store: bool = False) -> CompareResult:
-    """Compare the INR stores (or already decoded ``variants``) with the codecs on one split.
-
-    ``progress(total)`` (optional) returns the callable advanced by one per image done. Each store must
-    be encoded from the split's images (``bench.datasets.identity``). ``out`` is claimed first: a
-    previous compare output there is replaced; anything else, or an overlap with an input, is refused.
-    """
+    """Compare the INR stores (or decoded ``variants``) with the codecs on one split encoded from its images.
+    ``progress(total)`` returns a per-image callable; ``out`` is claimed first (only a compare output replaced)."""
     with claim(out, "compare", inputs={"prepared dataset": prepared, "store": list(stores)}, mode="replace") as out:
         ds = open_prepared(prepared)
         split = ds.native_split(cfg.split) if ds.native else ds.split(cfg.split)

@@ -1,11 +1,6 @@
-"""Aggregate the per-image rows of ``bench.compare.core``: the summary table, where INR stands against
-each codec's sweep (``crossovers``) and the markdown summary (docs/measurement.md: intervals).
-
-Summary: one row per (method, variant, match, sweep quality); means over the images whose status is
-``ok`` (``n_ok`` of ``n_images``). Matched rows carry the INR's PSNR on the same images and the mean
-per-image difference INR minus codec with its 95% paired interval (``bench.stats.paired_diff_ci``;
-lossless images count as ``PSNR_CAP_DB``): an interval that holds 0 is no difference detected.
-"""
+"""Aggregate ``bench.compare.core``'s rows: one summary row per (method, variant, match, quality), means
+over ``ok`` images; matched rows carry INR minus codec PSNR with its 95% paired interval
+(``bench.stats.paired_diff_ci``; lossless = ``PSNR_CAP_DB``), and ``crossovers`` (docs/measurement.md)."""
 
 from __future__ import annotations
 

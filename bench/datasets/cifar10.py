@@ -1,8 +1,5 @@
-"""``cifar10``: the official CIFAR-10 "python version" batches (``data_batch_1..5``, ``test_batch``,
-``batches.meta``; ``--root`` is that folder or its parent). Each batch pickles uint8 ``[10000, 3072]``
-(R, G, B planes of 32 x 32). Read with an unpickler that takes only containers and arrays, so a
-hostile file cannot run code. Native size 32 unless ``--size`` asks for another.
-"""
+"""``cifar10``: the official "python version" batches (``--root``: their folder or its parent), uint8
+``[10000, 3072]`` each; read by an unpickler taking only containers and arrays (no code can run)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Decode image files to uint8 arrays in a thread pool, chunk by chunk, with ``--on-error fail|skip``
-(docs/datasets.md). Resize policy ``native`` keeps each image's own size (capped by ``--max-side``).
-
-Against hostile images: the header is read first and an image over ``--max-pixels`` is refused
-undecoded (that check stands in for PIL's bomb guard while ``split_from_files`` runs); threads share a
-memory budget estimated from headers. EXIF orientation is counted, not applied (as torchvision reads it).
-"""
+"""Decode image files to uint8 arrays in a thread pool, chunk by chunk, ``--on-error fail|skip``; headers
+are checked first (``--max-pixels``, a shared memory budget) against hostile images (docs/datasets.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""A store belongs to its images: what ``encode`` records (``source_record``: the split's pixel and
-label hashes from the manifest, and those of exactly the encoded images) and the check every consumer
-runs (``check_store_source``). A store that records no source cannot be verified: refused, unless the
-caller allows it (``--allow-unverified-store``: one warning line).
-"""
+"""A store belongs to its images: ``source_record`` (what ``encode`` records: split and image hashes) and
+``check_store_source`` (run by every consumer; unrecorded -> refused unless ``--allow-unverified-store``)."""
 
 from __future__ import annotations
 

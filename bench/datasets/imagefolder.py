@@ -1,14 +1,5 @@
-"""``imagefolder``: class-per-folder image trees under ``--root`` (docs/datasets.md):
-
-- pre-split: ``train/<class>/...`` plus ``val/`` and/or ``test/`` (``--val-fraction`` refused);
-- one tree ``<class>/...``, each class split by a seeded ratio (``--val-fraction``, default 0.2);
-- a flat folder of images (Kodak, CLIC): one class named after the folder, all in ``train``.
-
-Labels index the sorted class names (as torchvision's ``ImageFolder``). An entry named like an image
-that is not a file is an unreadable image, never dropped unseen. Symlinks are read where they resolve
-inside the root and reach no file twice (``bench.datasets.paths``); linked folders inside a class are
-not followed.
-"""
+"""``imagefolder``: class-per-folder trees under ``--root``: pre-split, one tree split by ``--val-fraction``,
+or a flat folder as one class; labels index sorted class names (layouts and symlinks: docs/datasets.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""``photos``: built-in seeded crops of scikit-image's colour photographs (and scikit-learn's two, when
-installed), one class per photo; nothing is downloaded. Class ``c`` image ``i``: a square box of side
-U(0.35, 1) of the photo's shorter side at a uniform position, flipped with p = 1/2, resampled to S x S
-(boxes do not depend on S). The last ``val_fraction`` of each class is ``test``.
-"""
+"""``photos``: built-in seeded square crops of scikit-image's (and scikit-learn's) photos, one class per
+photo, nothing downloaded; the last ``val_fraction`` of each class is ``test`` (docs/datasets.md)."""
 
 from __future__ import annotations
 

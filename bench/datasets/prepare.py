@@ -1,8 +1,5 @@
-"""``prepare_dataset``: read a source once and write the canonical prepared folder (``bench.datasets.prepared``).
-
-The write is atomic; sources that decode image files (``Source.resumable``) commit decoded chunks to a work
-folder (``bench.datasets.resume``), so a rerun of a killed run decodes only the rest.
-"""
+"""``prepare_dataset``: read a source once and write the prepared folder atomically; decoded chunks are
+committed to a work folder (``bench.datasets.resume``) so a killed run's rerun decodes only the rest."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The one resize of ``prepare``: Pillow, bicubic, antialiased on downscale. Policies (the manifest's
-``resize_policy``): ``shorter-side-center-crop`` (the centred square resampled to S x S, i.e. torchvision's
-``Resize(S)`` + ``CenterCrop(S)`` in one step), ``resize`` (the whole image to S x S), ``native`` (own size,
-downscaled with aspect kept only past ``--max-side``).
-"""
+"""The one resize of ``prepare`` (Pillow bicubic, antialiased), per ``resize_policy``:
+``shorter-side-center-crop`` (= ``Resize(S)`` + ``CenterCrop(S)``), ``resize`` or ``native``."""
 
 from __future__ import annotations
 

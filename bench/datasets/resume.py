@@ -1,10 +1,5 @@
-"""Resumable decoding for ``prepare``: decoded chunks kept in its work folder (``bench.workdir``).
-
-Files ``split<k>.json`` (name, count, shape, images per chunk), ``split<k>.pixels.npy`` (uint8 memmap of the
-kept images), ``split<k>.chunk<c>.json`` (committed last: the chunk's files as [path, size, mtime_ns], kept,
-skipped, oriented; native sizes: own and sizes) and ``split<k>.chunk<c>.npy`` (native sizes: the flat pixels).
-A chunk whose files changed since is refused; nothing decoded under other settings is reused.
-"""
+"""Resumable decoding for ``prepare``: decoded chunks kept in its work folder (``bench.workdir``); a chunk
+whose files changed is refused, nothing decoded under other settings is reused (files: docs/datasets.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""``synthetic``: procedural images whose label can be read back from the pixels (for tests).
-
-Class ``c`` is the colour ``palette(K)[c]`` plus a random oriented sinusoid and uniform noise: every
-pixel lies within ``MAX_DEVIATION`` of its class colour, while class colours differ by >= 88 in some
-channel, so ``recover_labels`` reads the label from any crop, flip or mildly lossy copy.
-"""
+"""``synthetic``: procedural images whose label ``recover_labels`` reads back from any crop, flip or mildly
+lossy copy (pixels within ``MAX_DEVIATION`` of their class colour; colours >= 88 apart in a channel)."""
 
 from __future__ import annotations
 
