@@ -1,8 +1,5 @@
-"""``--device`` specs, one validator for every command: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (``cuda``
-when available). Anything else, or a CUDA device this machine lacks, is an ``InputError`` (exit 2);
-``missing_cuda_ok=True`` lets ``cuda``/``cuda:0`` through on a machine without CUDA (``bench`` records
-a skip row, so a sweep written for a GPU machine still runs its CPU cells).
-"""
+"""``--device`` specs for every command: ``cpu``, ``cuda``, ``cuda:N``, ``auto``; others exit 2.
+``missing_cuda_ok=True`` lets ``cuda``/``cuda:0`` through without CUDA (``bench`` records a skip row)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
 """Data-parallel runs on ``torch.distributed``: torchrun's environment -> ``World``; ``--nproc`` -> torchrun.
-
-A distributed run is ``torchrun`` starting one process per device, each running the same command;
-``init`` joins the group (NCCL on CUDA, gloo on CPUs). ``--nproc N`` builds and runs the torchrun line
-(``launch``); ``--nnodes M --rdzv-endpoint HOST:PORT`` the line to run on every node.
-"""
+``init`` joins the group (NCCL on CUDA, gloo on CPUs); ``launch`` runs the torchrun line (docs/distributed.md)."""
 
 from __future__ import annotations
 
@@ -174,13 +170,8 @@ def barrier() -> None:
 
 
 def run_rank(body: Callable[[], int]) -> int:
-    """Run one rank's command ``body`` under ``guarded`` and end the rank.
-
-    When no group was joined before ``body`` (the usual case: ``body`` joins and leaves it), the rank
-    leaves the group, records its status for ``launch`` and ends with ``os._exit``: gloo ranks were seen
-    to abort in the interpreter's teardown after a clean ``destroy_process_group``. A caller that joined
-    the group itself (a test) gets the status back instead.
-    """
+    """Run one rank's command ``body`` under ``guarded`` and end the rank: leave the group, record the status,
+    ``os._exit`` (gloo ranks aborted in teardown). A caller that joined the group itself gets the status."""
     import torch.distributed as tdist
 
     owner = not (tdist.is_available() and tdist.is_initialized())

@@ -86,13 +86,9 @@ def interrupt_said_elsewhere() -> bool:
 
 
 def guarded(run: Callable[[], int], prefix: str = "", out: str | None = None) -> int:
-    """Run a command body; what the user must act on becomes one line on stderr and an exit status.
-
-    ``InputError``, ``OSError`` (the machine, not a bug) -> 2; out of memory -> 3; ``SystemExit`` -> its
-    status; Ctrl-C -> 130 (said once in a data-parallel run); stdout's reader gone (``| head``) -> 141,
-    silently. Anything else is a bug: a traceback. ``out``: the command's ``--out``, named in an
-    ``OSError`` line that names no file.
-    """
+    """Run a command body; what the user must act on becomes one stderr line and an exit status:
+    input/OS error 2, out of memory 3, Ctrl-C 130, stdout gone 141 (silent); other errors are bugs
+    (traceback). ``out``: the ``--out`` named in an ``OSError`` line naming no file."""
     try:
         return int(run() or 0)
     except SystemExit as e:

@@ -1,10 +1,6 @@
 """Claiming an output: the one place that decides whether a command may write to a path.
-
-``claim(out, kind, inputs=..., mode=...)`` refuses in one line an output that overlaps an input, an
-existing path that is not this project's ``kind`` output (folders carry the marker ``.inrbench.json``,
-files are known by their format), an existing output in mode ``new``, and a replace that would delete
-entries the command did not write. It holds a lock beside ``out`` and removes stale temporaries there.
-"""
+``claim`` refuses overlaps with inputs, foreign paths, and replaces that would delete what it did not
+write; it locks beside ``out`` and removes stale temporaries (docs/output-safety.md)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Intervals and tests behind every comparison the report makes (numpy/scipy, no hand-rolled stats).
-
-``unit_ratio_ci`` (speedups: each process one unit, Welch's t on the logs), ``log_ratio_ci`` with
-``bonferroni`` (per-rank spread), ``wilson`` and ``mcnemar`` (accuracy of trained models),
-``paired_diff_ci`` (per-image differences), ``mean_ci`` / ``paired_mean_diff_ci`` (over training seeds),
-``geometric_mean_ci`` (ratios over items). An ``Interval`` ``excludes(v)`` only when ``v`` lies outside
-``[lo, hi]``; one sample or no spread gives the value with NaN bounds and ``why`` (never a zero-width
-interval). ``fmt_ratio`` / ``fmt_diff`` round bounds outward. Why these units: docs/measurement.md.
-"""
+"""Intervals and tests behind every comparison the report makes (numpy/scipy). One sample or no spread
+gives NaN bounds and ``why``, never a zero-width interval; formatting rounds bounds outward.
+Which test for what, and why these units: docs/measurement.md."""
 
 from __future__ import annotations
 

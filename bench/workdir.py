@@ -1,9 +1,5 @@
-"""Work folders: what a killed ``prepare``, ``encode`` or ``meta-init`` has done, kept beside its output.
-
-``work_path(out, command)`` is ``.<OUT name>.inrbench-<command>.work`` (hashed where it would pass NAME_MAX).
-It appears with its ``work.json`` (kind, schema, the job its files depend on) in one rename, so a folder
-there without one is someone else's: never used or removed. Another job's folder is refused in one line.
-"""
+"""Work folders beside an output (``.<OUT>.inrbench-<command>.work``): what a killed ``prepare``, ``encode``
+or ``meta-init`` did. Created with ``work.json`` in one rename; any other folder there is refused, untouched."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""`inrbench bench`: time one pipeline in one mode (loader | replay | train) and record the rows.
-
-Writes ``runs/<run_id>/`` (rows, ``config.json``, ``env.json``) under ``--out`` and rebuilds
-``results.csv``; prints a summary as the report gives it. Exit status: 0 ok or skipped (a skip row),
-1 crashed, 2 bad input, 3 out of memory; a failed run never leaves rows that read as results.
-``--nproc N`` reruns the command under torchrun (``bench.dist.launch``); rank 0 writes one run and
-prints once, and the ranks leave together (``_leave``) so torchrun never cuts rank 0 short.
-"""
+"""`inrbench bench`: time one pipeline in one mode (loader | replay | train); write ``runs/<run_id>/``.
+Exit: 0 ok or skipped, 1 crashed, 2 bad input, 3 out of memory; a failed run leaves no result rows.
+``--nproc N`` reruns under torchrun; rank 0 writes and prints, ranks leave together (``_leave``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
 """`inrbench encode PREPARED_DIR --preset NAME --out FILE`: fit, prune, quantize, store (resumable).
-
-``--nproc N`` (or torchrun) splits the shards across processes; rank 0 merges the store one process writes.
-Bad options are refused (one line, exit 2) before torchrun starts (``check_options``: ignored flags too).
-"""
+``--nproc N`` splits the shards across ranks, rank 0 merges; bad options exit 2 before torchrun starts."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""What one epoch can hold: a run whose epochs load more images than the split provides reports nothing.
-
-An adapter that ignores its rank, or yields a sample twice, inflates images/s invisibly; so for every
-measured epoch the ``images`` of all ranks together must not exceed what ``pipelines.shard`` gives out
-(``EpochBound``), else the run is one ``error`` row naming the pipeline and the counts. Replayed epochs
-draw nothing from the pipeline and are not checked.
-"""
+"""A run whose epochs yield more images than the split holds reports nothing: all ranks' ``images`` per
+measured epoch must fit ``EpochBound``, else one ``error`` row (a rank-ignoring adapter inflates images/s)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""What a rank that leaves a data-parallel run before rank 0 wrote it leaves in the run's folder.
-
-torchrun stops every rank once one exits with an error, and under the user's own torchrun no launcher
-writes the run's error row. So a rank records why it leaves: when it leaves at once on NCCL
-(``runner._leave_if_peers_may_wait``), when torchrun stops it (SIGTERM, ``on_sigterm``; a rank stuck in a
-C++ collective until SIGKILL records nothing), and when its group failed before rank 0 heard from it.
-Each writes ``runs/<run_id>/rank<R>.left.json``, then under ``.left.lock`` the run's ``rows.csv`` (one
-``error`` row per rank that left) and ``env.json``, unless rank 0 wrote the run (``rank0_writes``).
-"""
+"""What a rank that leaves a data-parallel run before rank 0 wrote it records (``rank<R>.left.json``, and
+one ``error`` row per rank that left): docs/distributed.md, "A rank that leaves early"."""
 
 from __future__ import annotations
 

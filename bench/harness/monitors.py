@@ -1,12 +1,6 @@
-"""Resource monitors sampled by a background thread around a measured region: CPU cores busy and host
-RSS/PSS of the process tree, other load on the run's CPUs, NVML memory and utilization, torch's CUDA
-allocator peaks. A metric that cannot be read is absent with the reason, never a zero. What each one
-means: docs/measurement.md ("Resource monitors").
-
-    mon = Monitor(device="cuda:0", period_s=0.1).start(); ...; mon.mark(); ...; res = mon.stop()
-    res.metrics()      # [(metric, value, unit)] over [mark, stop]
-    res.unavailable    # [(metric, unit, reason)]
-"""
+"""Resource monitors sampled by a background thread around a measured region (CPU, RSS/PSS, NVML, CUDA
+allocator); an unreadable metric is absent with the reason, never 0 (docs/measurement.md).
+Use: ``mon = Monitor(...).start(); mon.mark(); res = mon.stop(); res.metrics(), res.unavailable``."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""`inrbench perf decode`: images/s of INR decode against JPEG decoders, side by side in one run.
-
-Per size: the JPEG decoders (CPU: PIL, torchvision, TorchCodec, DALI; CUDA: the adapters' nvJPEG and
-DALI ``mixed``) on the ``photos`` JPEGs, and batched SIREN decode (random weights: the cost does not
-depend on them) in the implementations the ``inr`` adapter may use, with GFLOP/s as a share of this
-device's matmul peak in the same dtype and PSNR against the reference decode. A row that cannot run is
-skipped with the reason. CUDA calls are synchronized before each clock read (docs/measurement.md).
-"""
+"""`inrbench perf decode`: images/s of batched INR decode against CPU and CUDA JPEG decoders in one run,
+with GFLOP/s as a share of the matmul peak and PSNR; unrunnable rows skipped (docs/measurement.md)."""
 
 from __future__ import annotations
 

@@ -412,11 +412,8 @@ def _hms(sec: float) -> str:
 
 def _estimate(args: argparse.Namespace, steps: list[str], td: Path,
               measured: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Measure the batched fit at the named dataset's preset and project the whole encode (fit only).
-
-    When the main measurement already ran the preset's architecture, image size and lr (``measured``,
-    e.g. ``--estimate cifar10`` with the default 5x13 / 32 px / 1e-3) and no other ``--estimate-iterations``
-    was asked for, its runs are the estimate's (no second set of workers, no second compilation)."""
+    """Measure the batched fit at the named dataset's preset and project the whole encode (fit only);
+    reuses the main measurement's runs when they already match the preset and iterations."""
     import numpy as np
 
     from inr.fit import preset

@@ -1,10 +1,5 @@
-"""`inrbench perf expand`: total training time and test accuracy of ``--method expand`` against ``dense``
-on the same data, pipeline and epochs, in one process (docs/training-methods.md).
-
-Runs ``run_bench`` ``--repeats`` times per method, alternating the order each repeat, and prints the
-report's "dense vs expand" tables and the goal check (>= 1.3x shorter at <= 1 point lower accuracy) on
-point estimates: both methods train one model from seed 0, so the accuracy drop is no result.
-"""
+"""`inrbench perf expand`: training time and test accuracy of ``expand`` vs ``dense`` on the same data,
+``--repeats`` runs alternating order, on point estimates (one seed each; docs/training-methods.md)."""
 
 from __future__ import annotations
 

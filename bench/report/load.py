@@ -1,11 +1,5 @@
-"""Everything a report reads, from result files only: a sweep folder (``sweep.json`` + ``cells/``) or a
-plain ``inrbench bench --out`` folder (``runs/*/rows.csv``), with the compare summaries, test
-predictions and the code identity of every result.
-
-Per-rank rows of data-parallel runs go to ``rank_rows`` (``split_ranks``); ``rows`` holds the aggregate
-ones. Runs at different world sizes, settings or stores are never pooled: they are relabelled
-``NAME (N processes)`` (``by_world_size``), ``NAME [key=value]`` and ``inr [STEM]`` (``bench.report.settings``).
-"""
+"""Everything a report reads, from result files only (a sweep folder or a ``bench --out`` folder).
+Per-rank rows go to ``rank_rows``; world sizes, settings and stores are relabelled, never pooled."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The training-method axis of a report: dense vs expand per dataset x pipeline.
-
-Other sections read dense runs only (``dense_inputs``). This one pairs each pipeline's expand runs with
-its dense runs: total training time per repeat (warm-up epochs included) as a ratio over processes
-(``bench.stats.unit_ratio_ci``), CPU-seconds likewise, accuracy (Wilson, McNemar against dense, first
-model of each), FLOPs per image, per-stage shapes, and time-to-accuracy (``--eval-every-epoch``).
-"""
+"""The training-method axis of a report: each pipeline's expand runs paired with its dense runs (time and
+CPU-seconds ratios, accuracy, FLOPs, stages, time-to-accuracy); other sections read dense runs only."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Per-rank epoch times of data-parallel runs (``inrbench bench --nproc N``): which rank lags.
-
-From ``ReportInputs.rank_rows`` only: per dataset x mode x pipeline x rank, the median epoch time
-(IQR) and wait share; the spread is slowest / fastest rank by geometric-mean epoch time, Welch's t
-interval on the logs at the Bonferroni level over all rank pairs (docs/measurement.md, "Per-rank spread").
-"""
+"""Per-rank epoch times of data-parallel runs (``rank_rows``): median (IQR), wait share, and the slowest
+/ fastest rank spread (docs/measurement.md, "Per-rank spread")."""
 
 from __future__ import annotations
 

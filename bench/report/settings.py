@@ -1,11 +1,5 @@
-"""Runs made with different settings are never pooled, nor compared as if they were alike.
-
-``by_settings``: where two runs of one dataset and mode hold different values of a setting (a ``cfg.*``
-column that changes what an epoch costs; missing values split nothing), each run's dataset becomes
-``NAME [key=value, ...]``. ``by_store``: ``inr`` runs of one dataset reading different stores become
-pipelines ``inr [STEM]``. Keys that describe the run, not its epochs (``IGNORED``), never split. A sweep
-cell's status rows carry no settings and follow their cell's runs (``relabel``).
-"""
+"""Runs made with different settings are never pooled: ``by_settings`` relabels datasets ``NAME [key=value]``
+where a ``cfg.*`` setting differs (``IGNORED`` keys never split), ``by_store`` pipelines ``inr [STEM]``."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Report tables: tidy frames (for figures) and formatted frames (for markdown).
-
-Medians and IQR over ok samples (repeats x epochs); a cell without one shows its status, never a 0.
-Speedups and sanity checks: ratios with processes as units (``bench.stats.unit_ratio_ci``). Accuracy:
-Wilson interval per trained model, exact McNemar between models, Student's t over training seeds
-(``cfg.pipe.seed``). Protocol: docs/measurement.md.
-"""
+"""Report tables: tidy frames (figures) and formatted frames (markdown); a cell without ok samples shows
+its status, never 0. Statistics and protocol: ``bench.stats``, docs/measurement.md."""
 
 from __future__ import annotations
 

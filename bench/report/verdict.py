@@ -1,10 +1,5 @@
-"""The headline's verdict: at most three sentences per dataset, written from the numbers and their intervals.
-
-Which pipeline trained fastest end to end and by how much against each other pipeline it was compared with,
-the same for the loader alone, and where INR stands against JPEG at matched bytes. A difference is stated
-only where its 95% interval excludes no difference; otherwise the sentence says *no difference detected*
-with the interval. Comparisons that failed a sanity check, or have no interval, are left out.
-"""
+"""The headline's verdict: up to three sentences per dataset (training, loader, INR vs JPEG), a difference
+stated only where its 95% interval excludes none, else *no difference detected* with the interval."""
 
 from __future__ import annotations
 

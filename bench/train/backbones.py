@@ -1,10 +1,5 @@
-"""Backbone registry: ``create_backbone(name, num_classes)`` -> ``nn.Module`` from normalized float
-``[B, 3, H, W]`` to logits ``[B, num_classes]``, randomly initialized (no downloads).
-
-``resnet18-cifar`` (3x3 stride-1 stem, no max-pool, for 32x32), ``resnet18`` (torchvision's, 224x224),
-``small-cnn`` (four conv/BN/ReLU layers, ~0.1 M parameters, for CPU demos and tests; any size) and
-``vit-tiny`` (``bench.train.vit``). Network expansion grows width and depth of the CNNs, depth of the ViT.
-"""
+"""Backbone registry: ``create_backbone(name, num_classes)``: float ``[B, 3, H, W]`` -> logits ``[B, classes]``,
+random init; ``resnet18-cifar`` (32 px), ``resnet18`` (224 px), ``small-cnn`` (CPU tests), ``vit-tiny``."""
 
 from __future__ import annotations
 

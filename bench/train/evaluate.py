@@ -1,10 +1,5 @@
-"""Test accuracy on the ORIGINAL pixels, whatever pipeline fed training: the prepared uint8 test split,
-centre crop of the largest square, resize to the training size, normalize.
-
-Data parallel (a process group of more than one): each rank evaluates its contiguous slice
-(``eval_slice``) after rank 0's buffers (BatchNorm statistics) are broadcast; the counts are
-all-reduced and the predictions gathered, so every rank returns the whole split's ``EvalResult``.
-"""
+"""Test accuracy on the ORIGINAL pixels whatever fed training (centre square, resize, normalize).
+Data parallel: each rank evaluates its ``eval_slice`` and every rank returns the whole ``EvalResult``."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Network expansion (CVPR 2023): train a sub-network of the dense backbone and grow it into the dense
-model during training (docs/training-methods.md, "Growth in detail").
-
-``subnet(dense, width, depth)`` rebuilds every conv/BN/linear layer with ``round(width x channels)``
-channels (the image's 3 inputs and the classifier's outputs stay) and keeps the first ``depth`` blocks
-of each ResNet stage (small-cnn: conv layers; the rest are ``SkippedLayer``). ``grow_module`` grows it
-with the function preserved (exactly for width and ResNet depth, in eval mode for small-cnn depth);
-the ViT grows in depth by EMA interleaving (``bench.train.vit``), not function preserving.
-"""
+"""Network expansion (CVPR 2023): train a sub-network (``subnet``) and grow it into the dense model
+(``grow_module``, function preserving for CNNs; the ViT by EMA interleaving). docs/training-methods.md."""
 
 from __future__ import annotations
 

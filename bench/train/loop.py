@@ -1,12 +1,6 @@
-"""One training step and its schedule: SGD with Nesterov momentum, cosine-annealed per step, cross-entropy,
-bf16 autocast on CUDA. The trainer takes any ``Batch`` (float ``[B, 3, S, S]`` normalized, int64 labels
-``[B]``, on the device) and never knows which pipeline produced it.
-
-Data parallel (``ddp=True`` in a process group of more than one): forward/backward through
-``DistributedDataParallel``, so every rank's parameters stay identical (batch size per rank, the learning
-rate not scaled). ``model`` is the plain module; assigning a new one (growth) re-wraps it, which every
-rank must do at the same step.
-"""
+"""One training step: SGD Nesterov, cosine per step, cross-entropy, bf16 autocast on CUDA, on any
+``Batch`` (float ``[B, 3, S, S]``, int64 ``[B]``). ``ddp=True``: DDP; a new ``model`` re-wraps it,
+which every rank must do at the same step."""
 
 from __future__ import annotations
 

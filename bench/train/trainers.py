@@ -1,9 +1,5 @@
-"""Trainer registry: the training-method axis of the harness (docs/training-methods.md).
-
-A trainer has ``loop.Trainer``'s interface (``model``, ``step(batch)``, ``end_epoch()``, ``epoch_metrics()``)
-and owns any change of the model between epochs. ``dense``: the backbone as built; ``expand``: network
-expansion on an ``ExpandConfig`` schedule whose epochs are the run's training epochs.
-"""
+"""Trainer registry: the training-method axis (``dense``, ``expand``; docs/training-methods.md).
+A trainer has ``loop.Trainer``'s interface and owns any change of the model between epochs."""
 
 from __future__ import annotations
 

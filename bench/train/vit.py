@@ -1,9 +1,5 @@
-"""A small Vision Transformer (``vit-tiny``) and its depth growth for network expansion, after the paper's
-public DeiT code: 4x4 patches (other input sizes interpolate the position embedding), a class token,
-pre-norm blocks (attention as two matmuls, so ``torch.utils.flop_counter`` counts it; GELU MLP;
-drop-path), a final LayerNorm and a linear head. ``grow_vit`` interleaves the current blocks with
-EMA copies (docs/training-methods.md, "Growth in detail"); it does not preserve the function.
-"""
+"""A small Vision Transformer (``vit-tiny``, after DeiT: 4x4 patches, class token, pre-norm blocks) and
+``grow_vit``, its depth growth by EMA interleaving (docs/training-methods.md, "Growth in detail")."""
 
 from __future__ import annotations
 
