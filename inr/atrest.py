@@ -1,8 +1,5 @@
-"""The at-rest form of an INR store: the whole store file LZMA-coded for disk and transfer.
-
-b"INRPACKZ", u32 version, u32 header length, u32 header CRC, a JSON header (codec, store length and sha256,
-packed length and CRC), the compressed store. ``inr.store.load`` checks and unpacks it into the same layout.
-"""
+"""The at-rest form of an INR store: the whole store LZMA-coded (``INRPACKZ``, a CRC'd JSON header, the
+data) for disk and transfer; ``inr.store.load`` checks and unpacks it."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The whole encode of a split: fit -> prune -> (QAT) -> quantize -> store, in resumable shards.
-
-Each finished shard is a complete store in the work folder (``bench.workdir``); fitting is seeded per image
-and shards have fixed boundaries, so a resumed encode writes the bytes an uninterrupted one does.
-"""
+"""The whole encode of a split: fit -> prune -> (QAT) -> quantize -> store, in resumable shards; seeded
+per image with fixed shard bounds, so a resumed encode writes an uninterrupted one's bytes."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The encoder's fit: one SIREN per image, many images at once (``inr.loop``), and its configuration.
-
-The loss is the sum over images of each image's mean squared error, so each image gets the gradient it would get
-alone; the loop keeps per image the weights with the best 8-bit PSNR (the ``bench.metrics`` convention).
-"""
+"""The encoder's fit: one SIREN per image, many at once (``inr.loop``): the loss sums per-image MSEs, so
+each image gets its lone gradient; each keeps its best 8-bit PSNR weights."""
 
 from __future__ import annotations
 
@@ -34,11 +31,8 @@ COMPILED_CPU_BATCH_CAP = 8
 
 @dataclass(frozen=True)
 class FitConfig:
-    """How to fit. lr: Adam peak, cosine-annealed to ``lr * lr_final_factor``; batch: images per chunk (0: from
-    ``memory_budget_mb``, 0 = 60% of free CUDA memory or 2 GiB on CPU, capped at ``cpu_batch_cap`` there);
-    eval_every: keep-best interval (0: auto); autocast "bf16": matmuls in bf16 (keep-best in fp32); cpu_workers:
-    concurrent chunks (0: torch's threads); step: "eager" or "compiled" (fp32); init / init_sha256: a learned init
-    (``inrbench meta-init``); target_psnr: early stop (dB, 0: off); pixel_fraction: pixels each step sees."""
+    """How to fit: Adam lr cosine to ``lr * lr_final_factor``; ``batch`` 0 sizes chunks from memory; ``step``
+    eager or compiled; ``init``: learned init; ``target_psnr`` early stop (0 off). docs/inr-codec.md."""
 
     arch: SirenArch
     iterations: int = 5000

@@ -1,13 +1,5 @@
-"""The fit loop: Adam on ``B`` SIRENs at once, every image in its own row (every fit stage runs here).
-
-One loop, two kinds of step: "eager" (the reference; any option) and "compiled" (each pass one ``torch.compile``
-graph with the polynomial sine; fp32, all rows kept best every pass). Workers (CPU threads, one on a GPU) take
-images from a queue into chunks of ``Loop.chunk`` rows. Each row has its own iteration count, cosine schedule
-point and Adam bias correction, so a row's numbers do not depend on its chunk-mates. Checks every
-``STOP_CHECK_EVERY`` passes stop rows that reached their PSNR target and refill free rows; when the queue is empty
-a chunk drains (the compiled step through ``bucket_sizes``, one graph each, padding rows dead).
-Keep-best uses the step's own PSNR, or (subsampled steps, bf16) an all-pixel fp32 forward of the rows due one.
-"""
+"""The fit loop: Adam on ``B`` SIRENs at once, one image per row, eager or compiled step; each row has its
+own iteration count, so its numbers do not depend on its chunk-mates (docs/inr-codec.md, "The SIREN and the fit loop")."""
 
 from __future__ import annotations
 
@@ -373,11 +365,9 @@ def _keep_freed_memory() -> None:
 
 def run(thetas0: list[torch.Tensor], targets: torch.Tensor, coords: torch.Tensor, arch: SirenArch, loop: Loop,
         stop_at: torch.Tensor | None = None, masks=None, transform=None, ids: np.ndarray | None = None):
-    """Fit ``N`` images from thetas ``[N, out, in + 1]`` (per layer) to uint8 targets ``[N, P, 3]`` at ``coords``
-    ``[P, 2]``. stop_at: float64 ``[N]`` PSNR targets (dB); masks: per layer bool ``[N, in, out]`` or None (those
-    weights stay 0); transform: ``transform(weights, masks)`` applied inside the forward (straight-through, QAT);
-    ids: int64 ``[N]`` (subsampled pixels). Returns (thetas ``[N, out, in + 1]``: best or last, iterations run int64
-    ``[N]``, history float64 ``[iterations + 1, N]`` or None)."""
+    """Fit thetas ``[N, out, in + 1]`` per layer to uint8 ``[N, P, 3]`` at ``coords`` ``[P, 2]``; stop_at float64
+    ``[N]`` dB, masks bool ``[N, in, out]``, ids int64 ``[N]``. Returns (thetas, iterations int64 ``[N]``,
+    history float64 ``[iterations + 1, N]`` or None)."""
     dev = targets.device
     n = targets.shape[0]
     if n == 0:

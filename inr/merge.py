@@ -48,12 +48,8 @@ def _checked(spec: ArraySpec) -> Iterator[np.ndarray]:
 
 
 def write_streamed(path: str | Path, header: dict[str, Any], specs: Sequence[ArraySpec]) -> Path:
-    """Write a store whose arrays are ``specs`` (in data order) atomically, in bounded memory.
-
-    ``header``: ``inr.store.make_header`` with an empty table (filled here). Pass 1 computes the
-    CRCs, pass 2 writes ``inr.store.file_prefix`` and the data region through a temp file beside
-    ``path`` (fsynced, then renamed over it), checking that every array streamed the same bytes.
-    """
+    """Write a store of ``specs`` atomically in bounded memory: pass 1 computes the CRCs, pass 2 streams
+    prefix and data through a temp file (fsynced, renamed), checking every array streamed the same bytes."""
     path = Path(path)
     table, off, data_crc = [], 0, 0
     for spec in specs:
@@ -170,15 +166,8 @@ def merge_stores(
     labels=None,
     chunk: int = CHUNK_BYTES,
 ) -> Path:
-    """Write the store ``out`` holding the images of the shard store files ``shards``, in order.
-
-    Byte-identical to ``inr.store.save(out, arch, image_size, labels, concat_layers(shard layers),
-    psnr, meta, per_channel)``. ``bits`` (one width per layer) and ``per_channel`` are the encode's:
-    every shard must have them, ``arch`` and ``image_size`` (else an ``InputError`` naming the
-    shard). ``labels`` (int64 ``[N]``): written instead of the shards' labels when given. A layer
-    pruned in any shard is stored with masks for every image. Peak memory: one ``chunk``-byte
-    piece (a few for the bit re-packing), one shard's masks of one layer, and ``labels`` / ``psnr``.
-    """
+    """Write the store ``out`` holding the shard stores' images in order, byte-identical to ``inr.store.save``
+    of them; shards must agree on bits, arch, size (else ``InputError``). Memory: docs/inr-codec.md."""
     bits = tuple(int(b) for b in bits)
     if len(bits) != arch.num_linear:
         raise ValueError(f"{len(bits)} bit widths for {arch.num_linear} layers")

@@ -1,10 +1,5 @@
-"""Learned initialization: one start for every image's SIREN, meta-learned by Reptile on *train* images only.
-
-Each outer step fits ``meta_batch`` images from the init for ``inner_steps`` (``inr.loop``, on a random subset of
-``pixels`` positions) and moves the init towards their mean by ``outer_lr`` (annealed to 0). ``select_init``
-keeps the best of several seeds on held-aside train images. File: ``torch.save`` of ``{"format", "arch",
-"weights": [(W [1, in, out], b [1, 1, out])], "meta"}``, read with ``weights_only=True``.
-"""
+"""Learned initialization: one SIREN start for every image, meta-learned by Reptile on train images only;
+``select_init`` keeps the best seed. File: ``torch.save`` dict read with ``weights_only=True``."""
 
 from __future__ import annotations
 

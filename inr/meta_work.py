@@ -1,10 +1,5 @@
-"""Resumable meta-init: each candidate's Reptile state, finished weights and validation kept in its work folder.
-
-Files (``bench.workdir`` folder): ``candidate_J.state.pt`` (every ``every_s`` seconds), ``candidate_J.trained.pt``,
-``validation_random.pt``, ``candidate_J.validation.json``. Reptile draws only from the saved generators, so a resumed
-run computes the uninterrupted run's weights bit for bit on the CPU. Test hook: ``INRBENCH_TEST_META_KILL=C:S[:kill]``
-stops after candidate C's outer step S (``C:validation``: before its validation result is saved).
-"""
+"""Resumable meta-init: each candidate's Reptile state, weights and validation kept in its work folder,
+bit-exact on resume on CPU. Test hook ``INRBENCH_TEST_META_KILL=C:S[:kill]`` stops after C's step S."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Encode images of different sizes (``prepare --size native``) into one store, resumably.
-
-Images are grouped by size and each group is fitted batched (``encode_images``), one shard file per group piece in
-a work folder beside the output (``bench.workdir``); the final store (every image's size recorded) is assembled
-from the shard files alone, so a resumed encode writes the bytes of an uninterrupted one.
-"""
+"""Encode images of different sizes (``prepare --size native``) into one store, resumably: one batched
+group per size, shard files in a work folder, the store assembled from them alone."""
 
 from __future__ import annotations
 
@@ -99,16 +95,9 @@ def encode_native(
     overwrite: bool = False, fit_cache: str | Path | None = None, keep_work: bool = False,
     log: Callable[[str], None] | None = None, on_start: Callable[[], None] | None = None,
 ) -> Path:
-    """Encode uint8 ``[H_i, W_i, 3]`` images (one per label) into the store ``out``, resumably.
-
-    ``source`` is recorded in the store's meta (``bench.datasets.identity``) and checked on
-    resume; ``out`` is claimed like ``encode_split``'s (never inside the prepared dataset;
-    replaced only with ``overwrite``). ``progress(n_images, psnr [n])`` as shards finish (at once
-    for shards found finished). ``keep_work``: keep the work folder after success. ``log`` and
-    ``on_start`` as ``encode_split``'s: ``on_start()`` once the work folder is opened and checked, then
-    ``log`` gets the resume line when shards were found finished, and the kept-shards line when the
-    run fails or is interrupted with shards on disk.
-    """
+    """Encode uint8 ``[H_i, W_i, 3]`` images (one per label) into ``out``, resumably, claimed as
+    ``encode_split``'s; ``source`` recorded and checked on resume; ``progress(n, psnr [n])`` per shard;
+    ``log``, ``on_start``, ``keep_work`` as ``encode_split``'s."""
     labels = np.asarray(labels, dtype=np.int64).reshape(-1)
     if len(images) != labels.shape[0] or not len(images):
         raise InputError(f"{len(images)} images but {labels.shape[0]} labels (need at least one)", out)

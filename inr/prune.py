@@ -80,12 +80,8 @@ def _finetune(weights: Weights, masks, targets, coords, arch, cfg: PruneConfig, 
 def prune_iterative(
     weights: Weights, images: np.ndarray, arch: SirenArch, cfg: PruneConfig, device="cpu", chunk: int = 0, workers: int = 0
 ) -> tuple[Weights, list[torch.Tensor], torch.Tensor]:
-    """Prune to ``cfg.ratio`` in ``cfg.rounds`` rounds with fine-tuning.
-
-    Args: weights ``[(W [N, in, out], b [N, 1, out])]``; images uint8 ``[N, H, W, 3]``.
-    Returns: (weights with pruned entries 0, masks bool ``[N, in, out]`` per layer, PSNR ``[N]``).
-    ``chunk`` / ``workers``: as in ``inr.fit.optimize``.
-    """
+    """Prune to ``cfg.ratio`` in ``cfg.rounds`` rounds with fine-tuning; weights ``[(W [N, in, out], b)]``,
+    images uint8 ``[N, H, W, 3]``. Returns (pruned weights, masks bool ``[N, in, out]``, PSNR ``[N]``)."""
     dev = torch.device(device)
     n, h, w, _ = images.shape
     coords = coord_grid(h, w, device=dev)

@@ -107,11 +107,8 @@ def scales(M: torch.Tensor, keep: torch.Tensor, bits: int, per_channel: bool) ->
 
 
 def _widen(lo16: torch.Tensor, step16: torch.Tensor, hi: torch.Tensor, levels: float, stop_early: bool) -> torch.Tensor:
-    """``step16`` raised by up to 4 float16 ulps, each entry until its grid ``lo16 + step16 * levels`` covers ``hi``.
-
-    A pass where nothing is short changes nothing, so stopping early only saves time. ``stop_early`` on the CPU,
-    where reading ``short`` costs nothing (4 passes every time made fake_quantize 1.4x slower there: 5x13, 32
-    images); not on a GPU, where ``bool(short.any())`` is a host sync, per layer in every QAT iteration."""
+    """``step16`` raised by up to 4 float16 ulps until each grid ``lo16 + step16 * levels`` covers ``hi``.
+    ``stop_early`` on CPU only: on a GPU reading ``short.any()`` is a host sync per layer and iteration."""
     for _ in range(4):
         short = lo16.float() + step16.float() * levels < hi
         if stop_early and not bool(short.any()):
@@ -169,11 +166,8 @@ def fake_quantize(weights: Weights, cfg: QuantConfig, masks: Sequence[torch.Tens
 
 @dataclass
 class QLayer:
-    """One quantized layer for ``N`` images (CPU tensors).
-
-    codes: int64 ``[N, in + 1, out]`` (float32 bit patterns when ``bits == 32``), 0 where pruned;
-    lo, step: float16 ``[N, C]`` (None for float layers); mask: bool ``[N, in, out]`` or None.
-    """
+    """One quantized layer for ``N`` images (CPU): codes int64 ``[N, in + 1, out]`` (float32 bits when
+    ``bits == 32``), 0 where pruned; lo, step float16 ``[N, C]`` or None; mask bool ``[N, in, out]`` or None."""
 
     bits: int
     codes: torch.Tensor

@@ -1,10 +1,6 @@
-"""Batched SIREN: ``B`` small per-image networks, one batched matmul per layer (the one forward of the package).
-
-Architecture ``L x h``: ``L`` sine layers ``sin(w0 * (x @ W + b))`` and a linear ``h -> 3`` output layer, fitted to
-``2 * rgb - 1``; ``rgb = 0.5 * out + 0.5`` is folded into the output layer. Weights of ``B`` images: per layer
-``(W [B, in, out], b [B, 1, out])``; while fitting, ``T [B, out, in + 1] = [W^T | b^T]`` ("theta").
-Coordinates are pixel centres ``(x, y)``, ``x_j = (2j + 1) / W - 1``, row-major.
-"""
+"""Batched SIREN: ``B`` per-image networks, one batched matmul per layer: ``L`` layers ``sin(w0 (x W + b))``
+and a linear ``h -> 3`` output; weights ``(W [B, in, out], b [B, 1, out])``; pixel-centre coordinates
+in [-1, 1], row-major (docs/inr-codec.md, "The SIREN and the fit loop")."""
 
 from __future__ import annotations
 

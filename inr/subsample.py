@@ -1,9 +1,5 @@
-"""Which pixels a subsampled fit step sees (``FitConfig.pixel_fraction``).
-
-Each image walks its pixels in cycles of ``ceil(P / Ps)`` windows covering every pixel once, in the order
-``perm[(a_c * j + b_c) mod P]``: ``perm`` a permutation seeded by the fit's seed and the image's index, ``(a_c, b_c)``
-one of ``MAPS`` affine maps chosen by the cycle. So the pixels depend only on the image and its own iteration.
-"""
+"""Which pixels a subsampled fit step sees (``FitConfig.pixel_fraction``): each image walks a seeded
+permutation in cycles covering every pixel once, so the pixels depend only on the image and its iteration."""
 
 from __future__ import annotations
 
@@ -79,12 +75,8 @@ def cycle_maps(pixels: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def window(order: torch.Tensor, it: torch.Tensor, per_step: int, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The pixels each row's next step sees: int64 ``[B, per_step]``.
-
-    order: int64 ``[B, P]`` (``image_orders`` of the rows' images); it: ``[B]`` (any real or integer dtype,
-    whole numbers) the iterations each row has run; a, b: int64 ``[MAPS]`` (``cycle_maps``). Plain tensor
-    arithmetic: runs eagerly or inside a compiled graph, on any device, with no host sync.
-    """
+    """The pixels each row's next step sees: int64 ``[B, per_step]``, from order int64 ``[B, P]``, iterations
+    ``it`` ``[B]``, maps a, b int64 ``[MAPS]``; plain tensor arithmetic, no host sync (compilable)."""
     P = order.shape[1]
     steps = -(-P // per_step)  # steps per cycle
     itl = it.to(torch.int64)
