@@ -1,13 +1,5 @@
-"""``dali``: NVIDIA DALI reads the JPEG files, decodes (``mixed`` on a GPU, ``cpu`` with ``device_id=None``),
-crops, flips and normalizes per sample with its own operators, at its best: random-resized crops decode
-only the window, with torchvision's sampler; ``num_threads`` is the CPU budget ``torch-jpeg`` gets.
-
-Sharding is DALI's own (``shard_id``/``num_shards``, one shared shuffle per epoch): the union over the
-ranks and ``len`` are the other adapters', the permutation is not. A rank whose shard is one short gets
-an empty last batch, replaced by its previous sample; ``drop_last`` drains the partial tail (DALI's own
-``DROP`` leaves uneven readers out of step). Every file is checked at build: DALI 2.4 dies of SIGSEGV
-on files its parser refuses.
-"""
+"""``dali``: NVIDIA DALI reads, decodes (``mixed`` on a GPU, ``cpu`` without), crops, flips and normalizes
+with its own operators at its best; its sharding is DALI's own (docs/pipelines.md, "Adapter details")."""
 
 from __future__ import annotations
 

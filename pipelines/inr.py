@@ -1,9 +1,5 @@
-"""``inr``: the dataset resident on the device as per-image SIREN weights (Rapid-INR), decoded per batch.
-
-A batch gathers and dequantizes its images' weights and decodes them in one pass, each crop and flip
-folded into the sampling coordinates (``crops.crop_theta``): no decode-then-crop. ``random-pad``
-samples outside the image are zero, as with ``RandomCrop(padding=pad)``.
-"""
+"""``inr``: the dataset resident on the device as per-image SIREN weights (Rapid-INR), decoded per batch
+with each crop and flip folded into the sampling coordinates (``random-pad`` outside samples are 0)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Batched SIREN decode at per-image affine-mapped grids (the ``inr`` adapter's kernel), via ``inr.siren.net``.
-
-The crop/flip map is folded into the first layer's weights (``W1' = A^T W1``, ``b1' = b1 + t^T W1``), so every image
-is evaluated on one shared output grid ``(u, v)``. On the CPU images go in chunks whose activations stay in L2;
-``compile=True`` compiles the chunk's forward once (chunks are zero-padded to one shape).
-"""
+"""Batched SIREN decode at per-image affine grids (the ``inr`` adapter's kernel): the crop/flip map is
+folded into the first layer (``W1' = A^T W1``, ``b1' = b1 + t^T W1``); CPU chunks sized to stay in L2."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""What a JPEG file's bytes claim and how they are laid out, checked without decoding them.
-
-A file of a prepared split must have a frame of the split's size and markers that walk from the
-start through every scan to an end-of-image marker at its end (no multi-picture file). The decoders
-disagree on files that fail (DALI 2.4 crashes, PIL decodes grey blocks), so the three JPEG adapters
-run this one check and refuse the same files.
-"""
+"""What a JPEG file's bytes claim, checked without decoding: a frame of the split's size and markers that
+walk to an end-of-image at its end; all three JPEG adapters refuse the same files (DALI 2.4 crashes)."""
 
 from __future__ import annotations
 

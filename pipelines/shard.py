@@ -1,10 +1,5 @@
-"""A rank's share of an epoch: its slice of one seeded global permutation, and its own augmentation draws.
-
-Epoch ``e``'s order comes from ``(seed, e)`` alone, so ranks agree without communicating; a rank keeps
-``DistributedSampler``'s slice of it (``shard``), so every rank has the same number of batches. With
-``resident="shard"`` a rank holds only its ``fixed_shard`` for the whole run and reshuffles it each
-epoch (~1/world resident; samples never move between ranks, a coarser shuffle).
-"""
+"""A rank's share of an epoch: its ``DistributedSampler`` slice of one permutation seeded by ``(seed, e)``,
+and its own augmentation draws; ``resident="shard"`` keeps a ``fixed_shard`` per rank (coarser shuffle)."""
 
 from __future__ import annotations
 

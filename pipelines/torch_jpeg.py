@@ -1,11 +1,6 @@
-"""``torch-jpeg``: the standard baseline. ``DataLoader`` workers decode the JPEG files with PIL (Pillow or
-pillow-simd), crop and flip with torchvision transforms and ship uint8 batches; the device normalizes.
-
-The batch sampler takes this rank's epoch from ``pipelines.shard`` and seeds every batch from the rank's
-generator, so the crops depend on neither the worker count nor which worker fetched a batch. A worker
-returns a bad file as a ``BadJpeg`` batch (a raised exception would arrive as a page of traceback): the
-wrong format or size, PIL's error, or the marker walk's finding (``walk_problems``, at build).
-"""
+"""``torch-jpeg``: the baseline; ``DataLoader`` workers decode with PIL, crop with torchvision, ship uint8
+batches, seeded per batch from the rank's generator (crops independent of workers); bad files come back
+as ``BadJpeg`` batches (docs/pipelines.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""``torch-nvjpeg``: JPEG bytes resident in host memory, decoded in batches by TorchCodec (or torchvision.io).
-
-The files are read once at build into one host buffer and checked there; each batch is one
-``decode_jpeg(list, device=config.device)`` call (nvJPEG on CUDA, libjpeg-turbo on the CPU), then
-``raw``'s augmentation: the two differ only by the decode. On CUDA it decodes on a stream of its own:
-TorchCodec synchronizes its stream, which on the training stream would wait for the training step.
-"""
+"""``torch-nvjpeg``: JPEG bytes resident in host memory, decoded per batch by TorchCodec (or torchvision.io),
+then ``raw``'s augmentation; on CUDA on its own stream (TorchCodec syncs its stream, docs/pipelines.md)."""
 
 from __future__ import annotations
 
