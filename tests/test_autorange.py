@@ -126,7 +126,7 @@ def test_failed_run_writes_no_predictions(data, tmp_path, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("eval exploded")
 
-    monkeypatch.setattr("bench.train.evaluate.evaluate", boom)
+    monkeypatch.setattr("bench.harness.runner.evaluate", boom)
     o = run_bench(_cfg(data, "train", repeats=1), tmp_path, clock=_fake_clock())
     assert o.status == "error" and not (o.run_dir / R.PREDICTIONS_FILE).exists()
 

@@ -434,28 +434,6 @@ def test_merge_failed_rank_is_one_error_row_and_exit_class():
     assert len(df) == 1 and df.status.item() == "skip" and pd.isna(df["rank"].item())
 
 
-def test_v1_rows_read_with_rank_na_and_reports_skip_per_rank_rows(tmp_path):
-    """A version-1 rows.csv (no rank column) reads as rank <NA>; a report reads aggregate rows only."""
-    v1 = tmp_path / "res" / R.RUNS_DIR / "old"
-    v1.mkdir(parents=True)
-    (v1 / R.ROWS_FILE).write_text("schema_version,run_id,pipeline,dataset,mode,repeat,epoch,metric,value,unit,"
-                                  "status,reason,cfg.x\n1,old,raw,d,loader,0,1,images_per_s,10.0,img/s,ok,,1\n")
-    run = R.RunRows("new", "raw", "d", "loader", {"x": 1})
-    ok = [RankResult(k, "ok", 0, rows=_rank_rows(k, 2.0 + k, 64, 0.5, 4.0, 1.0, "new")) for k in (0, 1)]
-    merge(run, ok)
-    R.write_run(tmp_path / "res", run)
-    df = R.read_results(tmp_path / "res")
-    assert df.loc[df.run_id == "old", "rank"].isna().all()
-    assert set(df.loc[df.run_id == "new", "rank"].dropna()) == {0, 1}
-    s = R.summarize(df[df.metric == "images_per_s"])
-    assert sorted(s.loc[s.run_id == "new", "median"]) == pytest.approx(sorted([32.0, 64 / 3, 128 / 3]))
-    from bench.report.load import load
-
-    rows = load(tmp_path / "res").rows
-    assert rows["rank"].isna().all()
-    assert sorted(rows.loc[rows.metric == "images_per_s", "value"]) == pytest.approx([10.0, 128 / 3])
-
-
 def test_report_never_pools_world_sizes(tmp_path):
     """A dataset run by 1 and by 2 processes: the report reads two datasets, ``d`` and ``d (2 processes)``."""
     from bench.report.load import load

@@ -36,7 +36,7 @@ STEPS = ("import pathlib, sys\n"
 @pytest.fixture(autouse=True)
 def resumable(monkeypatch):
     """A python kind that resumes from ``CELL/state``."""
-    monkeypatch.setitem(KINDS, "resumable", Kind("resumable", output="x", resume="state", python=True))
+    monkeypatch.setitem(KINDS, "resumable", Kind("resumable", output="x", resume=lambda out: out.with_name("state"), python=True))
 
 
 def _sweep(log: Path, args: dict | None = None, **fields) -> SweepConfig:

@@ -11,6 +11,7 @@ import io
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,13 +103,13 @@ def command_checks(command: str, ns: argparse.Namespace) -> None:
 class Kind:
     """How a cell of one kind runs: ``command`` (None: written out in full under ``command:``), the key given
     as its positional argument, its output inside the cell folder (``{name}``: the cell's ``name`` or id), and
-    whether an interrupted run resumes from its command's work folder (``bench.workdir.work_path``)."""
+    what an interrupted run resumes from: the output's path -> that folder (the command's work folder)."""
 
     name: str
     command: str | None = None
     positional: str | None = None
     output: str = ""
-    resume: bool = False
+    resume: Callable[[Path], Path] | None = None
     world_in_identity: bool = True  # nproc/nnodes change the result (bench), or not (encode)
     python: bool = False  # ``python COMMAND...`` instead of ``python -m bench COMMAND...``
 
@@ -141,9 +142,10 @@ class Kind:
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("prepare", "prepare", "source", "{name}", resume=True),
-    Kind("meta-init", "meta-init", "data", "init.pt", resume=True),
-    Kind("encode", "encode", "data", "{name}.inr", resume=True, world_in_identity=False),
+    Kind("prepare", "prepare", "source", "{name}", resume=lambda out: work_path(out, "prepare")),
+    Kind("meta-init", "meta-init", "data", "init.pt", resume=lambda out: work_path(out, "meta-init")),
+    Kind("encode", "encode", "data", "{name}.inr", resume=lambda out: work_path(out, "encode"),
+         world_in_identity=False),
     Kind("compare", "compare", "data", "compare"),
     Kind("bench", "bench", output=RESULTS_SUBDIR),
     Kind("inrbench", output=OUT_SUBDIR),
@@ -208,7 +210,7 @@ class Cell:
     def resume_state(self, ctx: SweepContext) -> tuple[Path, ...]:
         """What an interrupted run of this very cell left to resume from (kept when it runs again)."""
         out = self.output(ctx)
-        return (work_path(out, self.spec.command),) if self.spec.resume else ()
+        return (self.spec.resume(out),) if self.spec.resume else ()
 
     def argv(self, ctx: SweepContext) -> list[str]:
         """Arguments after ``python -m bench`` (after ``python`` for python cells)."""
