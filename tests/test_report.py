@@ -276,6 +276,7 @@ def test_number_formats_never_print_exponents_or_an_iqr_of_one_sample():
     assert T.fmt_bytes(1010 * 1024) == "1,010 KiB" and T.fmt_bytes(535 * 2**20) == "535 MiB"
     assert T.fmt_median_iqr(3.0, 0.0, n=1) == "3 (one sample)"
     assert T.fmt_median_iqr(3.0, 0.25, n=3) == "3 (IQR 0.25)"
+    assert T.fmt_num(999.7) == "1,000" and T.fmt_num(999.4) == "999"
     assert T.fmt_num(8.85e-05) == "0.0000885" and T.fmt_num(0.0123) == "0.0123" and T.fmt_num(0.0) == "0"
 
 

@@ -30,7 +30,7 @@ def fmt_num(x: float, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
     ax = abs(x)
-    if ax >= 1000:
+    if ax >= 999.5:  # 999.7 rounds to 1,000: thousands separated like its neighbours
         return f"{x:,.0f}"
     if ax >= 100:
         return f"{x:.0f}"
