@@ -92,14 +92,20 @@ def test_interrupted_encode_cell_resumes_from_its_finished_shards(tmp_path):
     work = work_path(out / "cells" / "enc" / "fp32.inr", "encode")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "bench", "sweep", str(y), "--out", str(out), "--no-progress"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    t0 = time.monotonic()
-    while not (work / "shard_00000.inr").exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() - t0 < 300, "the first shard never appeared"
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=60)
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        t0 = time.monotonic()
+        while not (work / "shard_00000.inr").exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() - t0 < 300, "the first shard never appeared"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:  # a failed wait must not leave the sweep (and its 8,000-iteration encode) running
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     assert proc.returncode == 130
     shards = sorted(p.name for p in work.glob("shard_*.inr"))
     assert shards and len(shards) < 2, shards  # interrupted with a shard left to fit
