@@ -46,7 +46,7 @@ def test_chunking_does_not_change_the_fit(photos32):
     cfg = preset("demo", iterations=40)
     a = fit(photos32, cfg)
     b = fit(photos32, preset("demo", iterations=40, batch=1))
-    for (W1, b1), (W2, b2) in zip(a.weights, b.weights, strict=True):  # the same bits: ``inr.engine``, ``_make_adam``
+    for (W1, b1), (W2, b2) in zip(a.weights, b.weights, strict=True):  # the same bits: one loop, one Adam (``inr.loop``)
         assert torch.equal(W1, W2) and torch.equal(b1, b2)
     assert np.array_equal(a.psnr, b.psnr)
     # chunks fitted concurrently by worker threads: bit-identical to one after the other

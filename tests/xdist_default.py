@@ -10,7 +10,7 @@ import os
 
 def pytest_load_initial_conftests(early_config, parser, args: list[str]) -> None:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    said = any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in args)
+    said = any(a.startswith(("-n", "--numprocesses")) for a in args)
     blocked = any(a in ("no:xdist", "-pno:xdist") for a in args)
     if cores > 1 and not said and not blocked and importlib.util.find_spec("xdist"):
         args[:] = ["-n", str(min(cores, 4)), "--dist", "worksteal", *args]
