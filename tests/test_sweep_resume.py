@@ -78,41 +78,82 @@ def test_a_cell_folder_from_before_attempt_records_is_cleared(tmp_path):
     assert _found(log)[-1] == "|False"
 
 
+# sitecustomize for the sweep's processes: in the process that imports ``inr.encode``, the second shard's fit
+# (``encode_images``'s second call) first writes WAITING, then sleeps until a Ctrl-C: the sweep is
+# interrupted mid-cell with exactly one shard finished, however fast or slow the machine
+SHARD_HOOK = """
+import importlib.abc, importlib.machinery, pathlib, sys, time
+
+WAITING = {waiting!r}
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != "inr.encode":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)
+            fit, calls = module.encode_images, []
+
+            def encode_images(*args, **kwargs):
+                calls.append(1)
+                if len(calls) == 2:
+                    pathlib.Path(WAITING).write_text("shard 1")
+                    time.sleep(600)
+                return fit(*args, **kwargs)
+
+            module.encode_images = encode_images
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _AfterImport())
+"""
+
+
 def test_interrupted_encode_cell_resumes_from_its_finished_shards(tmp_path):
     """Audit: a sweep rerun deleted an interrupted encode cell's finished shards and fitted them again."""
     doc = {"name": "long", "report": False, "device": "cpu", "cells": [
         {"kind": "prepare", "id": "prep", "source": "synthetic", "name": "p8", "size": 8,
          "args": {"per_class": 4, "num_classes": 2}},
-        {"kind": "encode", "id": "enc", "data": "prep", "name": "fp32", "iterations": 8000, "layers": 2, "hidden": 4,
+        {"kind": "encode", "id": "enc", "data": "prep", "name": "fp32", "iterations": 20, "layers": 2, "hidden": 4,
          "args": {"shard_size": 2, "keep_work": True, "no_progress": True}},
     ]}
     y = tmp_path / "long.yaml"
     y.write_text(yaml.safe_dump(doc))
     out = tmp_path / "run"
     work = work_path(out / "cells" / "enc" / "fp32.inr", "encode")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    site, waiting = tmp_path / "site", tmp_path / "waiting"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SHARD_HOOK.format(waiting=str(waiting)))
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{REPO}"}
     proc = subprocess.Popen([sys.executable, "-m", "bench", "sweep", str(y), "--out", str(out), "--no-progress"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
         t0 = time.monotonic()
-        while not (work / "shard_00000.inr").exists():
+        while not waiting.exists():  # shard 0 written, shard 1's fit begun
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() - t0 < 300, "the first shard never appeared"
+            assert time.monotonic() - t0 < 300, "the second shard's fit never began"
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
-    finally:  # a failed wait must not leave the sweep (and its 8,000-iteration encode) running
+    finally:  # a failed wait must not leave the sweep (and its waiting encode) running
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == 130
     shards = sorted(p.name for p in work.glob("shard_*.inr"))
-    assert shards and len(shards) < 2, shards  # interrupted with a shard left to fit
+    assert shards == ["shard_00000.inr"], shards  # interrupted with a shard left to fit
     first = (work / "shard_00000.inr").stat()
     cfg = load_sweep(str(y))
     assert run_sweep(cfg, out, progress=False).status == {"prep": "ok", "enc": "ok"}
     again = (work / "shard_00000.inr").stat()
     assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)  # reused, not fitted again
     assert (work / "shard_00001.inr").is_file() and (out / "cells" / "enc" / "fp32.inr").is_file()
-
+    assert "encode: resuming, 1 of 3 shards already fitted" in (out / "cells" / "enc" / "stdout.log").read_text()
