@@ -1,23 +1,16 @@
-"""A tiny real sweep on ``synthetic``, end to end through ``inrbench sweep`` (CPU, ~1-2 minutes):
+"""A tiny real sweep on ``synthetic``, end to end through ``inrbench sweep`` (CPU, in-process; cells are processes):
 prepare -> encode -> compare -> bench (raw and inr; loader and train) -> report.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
 from tests.report_tables import parse_tables
-
-REPO = Path(__file__).resolve().parent.parent
 
 SWEEP = {
     "name": "tiny",
@@ -26,7 +19,7 @@ SWEEP = {
     "defaults": {
         "encode": {"preset": "demo", "iterations": 30},
         "bench": {"epochs": 1, "warmup": 0, "repeats": 2, "batch_size": 16, "workers": 0,
-                  "backbone": "small-cnn", "args": {"crop": "random-pad"}},
+                  "backbone": "small-cnn", "args": {"crop": "random-pad", "min_seconds": 0}},
     },
     "cells": [
         {"kind": "prepare", "id": "prep", "source": "synthetic", "name": "syn16", "size": 16,
@@ -40,25 +33,21 @@ SWEEP = {
 }
 
 
-def _frozen_code(tmp_path: Path) -> Path:
-    """A copy of the package folders: the sweep's code version (part of every cell's identity)
-    stays fixed while the checkout changes under the test."""
-    code = tmp_path / "code"
-    for d in ("bench", "pipelines", "inr"):
-        shutil.copytree(REPO / d, code / d, ignore=shutil.ignore_patterns("__pycache__"))
-    return code
-
-
 @pytest.mark.slow
-def test_tiny_synthetic_sweep_end_to_end(tmp_path):
+def test_tiny_synthetic_sweep_end_to_end(tmp_path, monkeypatch, run):
+    from bench.sweep import runner
+
+    # the code version (part of every cell's identity) stays fixed while others may edit the checkout
+    ident = runner.code_identity()
+    monkeypatch.setattr(runner, "code_identity", lambda: ident)
+    monkeypatch.chdir(tmp_path)
     y = tmp_path / "tiny.yaml"
     y.write_text(yaml.safe_dump(SWEEP))
     out, rep = tmp_path / "out", tmp_path / "report"
-    env = {**os.environ, "PYTHONPATH": str(_frozen_code(tmp_path))}
-    cmd = [sys.executable, "-m", "bench", "sweep", str(y), "--out", str(out), "--report", str(rep), "--no-progress"]
-    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "7 cells (7 ok, 0 skip, 0 error; 0 kept from before)" in r.stdout
+    argv = ["sweep", str(y), "--out", str(out), "--report", str(rep), "--no-progress"]
+    rc, stdout, err = run(*argv)
+    assert rc == 0, stdout[-3000:] + err[-3000:]
+    assert "7 cells (7 ok, 0 skip, 0 error; 0 kept from before)" in stdout
 
     df = pd.read_csv(out / "results.csv", low_memory=False)
     status = df[df.metric == "cell_s"].set_index("run_id")["status"]
@@ -80,9 +69,9 @@ def test_tiny_synthetic_sweep_end_to_end(tmp_path):
     assert (rep / "psnr_vs_bytes_cmp.png").is_file() and (rep / "epoch_split_syn16.png").is_file()
     assert not (rep / "speedup_syn16.png").exists()  # no torch-jpeg/dali baseline in this sweep
 
-    # a rerun with the same code keeps all seven cells and runs nothing
-    r2 = subprocess.run(cmd + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert r2.returncode == 0 and "7 kept from before" in r2.stdout, r2.stdout + r2.stderr
-    assert "stale" not in r2.stdout
-    assert json.loads((out / "sweep.json").read_text())["code"]["code"]["source"] == "files"  # the frozen copy ran
+    # a rerun with the same code keeps all seven cells and runs nothing (the report is tested above)
+    rc2, stdout2, err2 = run(*argv, "--resume", "--no-report")
+    assert rc2 == 0 and "7 kept from before" in stdout2, stdout2 + err2
+    assert "stale" not in stdout2
+    assert json.loads((out / "sweep.json").read_text())["code"] == ident
     assert len(pd.read_csv(out / "results.csv", low_memory=False)) == len(df)
