@@ -59,6 +59,7 @@ CPU_CAP_FACTOR = 3.0  # --cpu: a 2-core CI machine runs each step's small CPU wo
 LOGS = "gpu-check-logs.tar.gz"
 STATUSES = ("ok", "fail", "skip", "not installed", "killed")
 CHILD = [sys.executable, "-m", "devtools.gpucheck"]  # how a step's subprocess starts (tests start another)
+GRACE_S = 5.0  # a step's process is killed this long after its deadline (tests of the caps set less)
 
 
 class Skip(Exception):
@@ -369,13 +370,13 @@ def step_pytest_rest(ctx: dict[str, Any]) -> dict[str, Any]:
 
 
 def step_sync_debug(ctx: dict[str, Any]) -> dict[str, Any]:
+    if ctx["device"] == "cpu":  # before the imports: a skip need not load torch
+        raise Skip("torch.cuda.set_sync_debug_mode needs CUDA")
     import torch
 
     import pipelines
     from pipelines import PipelineConfig
 
-    if ctx["device"] == "cpu":
-        raise Skip("torch.cuda.set_sync_debug_mode needs CUDA")
     data, store = open_prepared(ctx["data"]), Path(ctx["store"])
 
     def check(name: str) -> dict[str, Any]:
@@ -855,8 +856,9 @@ def _run_unit(step: Step, ctx: dict[str, Any], timeout: float, pipeline: str | N
     uctx = {**ctx, "deadline": time.time() + timeout, "pipelines": [pipeline] if pipeline else ctx["pipelines"],
             "result": str(paths["result"]), "partial": str(paths["partial"])}
     paths["ctx"].write_text(json.dumps(uctx))
-    try:  # 5 s past the step's own deadline: its nested commands stop at the deadline and it reports
-        r = _run([*CHILD, "_step", step.name, str(paths["ctx"])], timeout + 5, group=True, log=steps_dir / f"{tag}.log")
+    try:  # GRACE_S past the step's own deadline: its nested commands stop at the deadline and it reports
+        r = _run([*CHILD, "_step", step.name, str(paths["ctx"])], timeout + GRACE_S, group=True,
+                 log=steps_dir / f"{tag}.log")
     except TimedOut:
         return {"status": "fail", "figures": _so_far(step, ctx, paths["partial"]),
                 "error": f"timed out after {timeout:.0f} s: killed with all it started; figures so far kept"}
