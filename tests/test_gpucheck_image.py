@@ -95,6 +95,7 @@ def test_gpu_check_on_the_image_copy_reports_dali_not_installed_and_nothing_fail
     assert doc["env"]["dali"] == "not installed here" and doc["env"]["torch_nvjpeg_decoder"].startswith("torchvision ")
     cvd = steps["cpu-vs-device"]
     assert cvd["status"] == "ok" and cvd["figures"]["raw.status"] == "ok"
+    assert cvd["figures"]["raw.max_abs_diff"] == 0.0  # cpu twice: deterministic
     assert cvd["figures"]["dali.status"] == "not installed" and "dali: not installed here" in cvd["error"]
     assert steps["dali-crops"]["status"] == "not installed"
     assert "| dali-crops | not installed |" in (out / "gpu-check.md").read_text()
