@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import psutil
 import yaml
 
@@ -727,6 +726,8 @@ def mini_sweep(device: str, pipeline_names: list[str]) -> dict[str, Any]:
 
 def _cells_done(out: Path) -> dict[str, Any]:
     """Cell statuses recorded so far in a sweep results folder (``cell_s`` rows)."""
+    import pandas as pd  # here: a step's process that reads no results need not load it
+
     try:
         df = pd.read_csv(out / "results.csv", low_memory=False)
     except (OSError, ValueError):
