@@ -56,12 +56,16 @@ def test_a_forked_cell_matches_a_fresh_interpreter(server, tmp_path, argv):
 
 def test_a_forked_cell_can_be_stopped_like_a_subprocess(server, tmp_path):
     y = tmp_path / "s.yaml"
-    y.write_text('cells:\n  - {kind: python, id: slow, command: ["-c", "import time; time.sleep(120)"]}\n')
+    code = "import pathlib, time; pathlib.Path('started').write_text('1'); time.sleep(120)"
+    y.write_text(f'cells:\n  - {{kind: python, id: slow, command: ["-c", "{code}"]}}\n')
     cell = server.start(["sweep", str(y), "--out", "o", "--no-report", "--no-progress"], str(tmp_path),
                         str(tmp_path / "so"), str(tmp_path / "se"))
+    started, t0 = tmp_path / "o" / "cells" / "slow" / "started", time.monotonic()
+    while not started.exists():  # the sweep reached its cell (which runs in the cell's folder)
+        assert time.monotonic() - t0 < 120, "the cell never started"
+        time.sleep(0.05)
     with pytest.raises(subprocess.TimeoutExpired):
         cell.wait(timeout=1)
-    time.sleep(3)  # let it reach the cell
     cell.send_signal(signal.SIGINT)
     assert cell.wait(timeout=60) == 130  # the sweep's own "interrupted" exit
     assert "interrupted" in (tmp_path / "se").read_text()
