@@ -111,7 +111,7 @@ def _sweep_in_wait_cell(tmp_path: Path):
     return y, out, counter, go, proc, child_pids
 
 
-def test_kill_mid_cell_then_rerun_keeps_every_finished_cell_once(tmp_path):
+def test_kill_mid_cell_then_rerun_keeps_every_finished_cell_once(tmp_path, run):
     y, out, counter, go, proc, child_pids = _sweep_in_wait_cell(tmp_path)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
@@ -122,9 +122,8 @@ def test_kill_mid_cell_then_rerun_keeps_every_finished_cell_once(tmp_path):
     assert _counts(counter) == {"a": 2, "fail": 1, "wait": 1}
 
     go.write_text("1")
-    proc = _sweep_proc(y, out)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 1, err  # 'fail' fails again: a non-zero exit, after every cell ran
+    rc, _, err = run("sweep", y, "--out", out, "--no-report", "--no-progress")  # the rerun: in-process
+    assert rc == 1, err  # 'fail' fails again: a non-zero exit, after every cell ran
     # the killed cell was redone once; ok cells were never re-run; the failed one was retried
     assert _counts(counter) == {"a": 2, "fail": 2, "wait": 2, "last": 1}
     df = pd.read_csv(out / "results.csv")
