@@ -52,6 +52,7 @@ def _in_process(monkeypatch, capsys, *args: str) -> tuple[int, str]:
     return rc, out + err
 
 
+@pytest.mark.slow
 def test_cpu_plumbing_runs_the_selected_steps_and_reports_every_step(tmp_path, monkeypatch, capsys):
     """setup, bench-smoke and sync-debug of one adapter; cpu-vs-device is checked in test_gpucheck_image.py."""
     out = tmp_path / "gc"

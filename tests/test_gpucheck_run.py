@@ -50,7 +50,7 @@ def sleepy(ctx):
 
 
 g.STEPS = (
-    g.Step("capped", "writes a figure, then runs past its cap", 2, 1, capped, needs_setup=False),
+    g.Step("capped", "writes a figure, then runs past its cap", 1, 1, capped, needs_setup=False),
     g.Step("per-adapter", "one subprocess per adapter", 60, 1, per_adapter, needs_setup=False, per_pipeline=True),
     g.Step("sleepy", "runs until killed", 120, 1, sleepy, needs_setup=False),
     g.Step("after", "never reached", 10, 1, lambda ctx: {}, needs_setup=False),
@@ -95,7 +95,7 @@ def test_caps_crashes_and_sigterm_keep_every_figure_and_leave_no_process(tmp_pat
     steps = {s["name"]: s for s in doc["steps"]}
     assert not doc["complete"] and doc["state"].startswith("KILLED by SIGTERM")
     capped = steps["capped"]
-    assert capped["status"] == "fail" and capped["error"].startswith(f"timed out after {2 * CPU_CAP_FACTOR:.0f} s")  # --cpu
+    assert capped["status"] == "fail" and capped["error"].startswith(f"timed out after {1 * CPU_CAP_FACTOR:.0f} s")  # --cpu
     assert capped["figures"] == {"loader.img_per_s": 12.5} and capped["seconds"] < 30
     per = steps["per-adapter"]
     assert per["status"] == "fail" and per["figures"]["raw.status"] == "ok" and per["figures"]["raw.img_per_s"] == 3.0
