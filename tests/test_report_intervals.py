@@ -13,7 +13,7 @@ from bench import stats as S
 from bench.report import tables as T
 from bench.report.build import build_report
 from bench.report.load import load
-from tests.report_tables import parse_tables
+from tests.report_tables import _quick_reports, parse_tables  # noqa: F401
 
 N_TEST = 40
 N_EPOCH = ("epoch_s",)

@@ -18,7 +18,7 @@ from bench.harness.ranks import RankResult, merge
 from bench.report import ranks as RK
 from bench.report.build import build_report
 from bench.report.load import load
-from tests.report_tables import parse_tables
+from tests.report_tables import _quick_reports, parse_tables  # noqa: F401
 from tests.test_stats import pooled_ratio
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "results" / "sweep"

@@ -19,7 +19,7 @@ import pytest
 from bench import results as R
 from bench.report.build import build_report
 from bench.report.load import by_world_size, load
-from tests.report_tables import parse_tables
+from tests.report_tables import _quick_reports, parse_tables  # noqa: F401
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "results" / "sweep"
 N_TRAIN = 10  # the fixture's prepared train split

@@ -14,7 +14,7 @@ import pytest
 from bench.report import verdict as V
 from bench.report.build import build_report
 from bench.report.tables import SPEEDUP_COLUMNS
-from tests.report_tables import parse_tables
+from tests.report_tables import _quick_reports, parse_tables, sweep_report  # noqa: F401
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "results" / "sweep"
 
@@ -72,9 +72,7 @@ def test_inr_against_jpeg_names_the_store_inr_reads_and_the_best_variant():
 
 @pytest.fixture(scope="module")
 def text(tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("verdict") / "rep"
-    build_report(FIX, out)
-    return (out / "README.md").read_text()
+    return (sweep_report(tmp_path_factory) / "README.md").read_text()
 
 
 def test_the_report_reads_top_down(text):
