@@ -198,6 +198,7 @@ class Case:
     code: int
     message: str  # a substring of the one stderr line (exit 2) or of stdout (other codes)
     subprocess: bool = False  # run the CLI in a child process: a crash (SIGSEGV in a library) fails the case
+    # (every such case in one child, ``child_runs``; one that crashes it fails, the rest run in a new one)
     # stderr lines a native library writes to the process's fd 2 itself (seen only in a child process),
     # left out before the one-line check: the CLI cannot intercept them
     library_lines: tuple[str, ...] = ()
@@ -325,25 +326,86 @@ CASES = [
 ]
 
 
-def _run_child(argv: list[str]) -> tuple[int, str, str]:
-    """``bench.cli.main(argv)`` in a child Python: (exit code, stdout, stderr); a child killed by a
-    signal fails the test here, naming the signal."""
+# One child Python runs every subprocess case, one after another, each with its own stdout and
+# stderr files on fds 1 and 2 (a native library's own lines land in its case's file); it notes each
+# case before it starts, so a child killed by a signal names the case it was running.
+_CHILD = """
+import json, os, sys
+from pathlib import Path
+from bench.cli import main
+work = Path(sys.argv[1])
+for i, argv in enumerate(json.loads((work / "argvs.json").read_text())):
+    (work / "started").write_text(str(i))
+    sys.stdout.flush(); sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(work / f"{i}.out", "wb") as o, open(work / f"{i}.err", "wb") as e:
+        os.dup2(o.fileno(), 1); os.dup2(e.fileno(), 2)
+        try:
+            code = main(argv)
+        except SystemExit as x:
+            code = x.code
+        sys.stdout.flush(); sys.stderr.flush()
+        os.dup2(saved[0], 1); os.dup2(saved[1], 2)
+    (work / f"{i}.code").write_text(str(code))
+"""
+
+
+def _run_children(argvs: list[list[str]], work: Path) -> list[tuple[int, str, str] | str]:
+    """``bench.cli.main(argv)`` of each of ``argvs`` in one child Python, in turn: (exit code, stdout,
+    stderr) each; a case whose child died of a signal is the failure text naming it, and the cases
+    after it run in a new child."""
     import os
     import signal
     import subprocess
     import sys
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-c", "import sys; from bench.cli import main; sys.exit(main(sys.argv[1:]))", *argv]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    if p.returncode < 0:
-        pytest.fail(f"the CLI died of {signal.Signals(-p.returncode).name} (exit {128 - p.returncode}): "
-                    f"{p.stderr.strip()[-500:]}")
-    return p.returncode, p.stdout, p.stderr
+    got: list[tuple[int, str, str] | str] = []
+    while len(got) < len(argvs):
+        rest = argvs[len(got):]
+        w = work / f"child{len(got)}"
+        w.mkdir()
+        (w / "argvs.json").write_text(json.dumps(rest))
+        p = subprocess.run([sys.executable, "-c", _CHILD, str(w)], capture_output=True, text=True, env=env,
+                           timeout=300)
+        for i in range(len(rest)):
+            if not (w / f"{i}.code").exists():
+                break
+            got.append((int((w / f"{i}.code").read_text()), (w / f"{i}.out").read_text(),
+                        (w / f"{i}.err").read_text()))
+        else:
+            continue
+        why = (f"died of {signal.Signals(-p.returncode).name} (exit {128 - p.returncode})" if p.returncode < 0
+               else f"exited {p.returncode} outside a case")
+        err = (w / f"{i}.err").read_text() if (w / f"{i}.err").exists() else p.stderr
+        got.append(f"the CLI {why}: {err.strip()[-500:]}")
+    return got
+
+
+SUBPROCESS_CASES = [c for c in CASES if c.subprocess]
+
+
+@pytest.fixture(scope="module")
+def child_runs(base, tmp_path_factory) -> dict[str, tuple[Path, list[str], dict, tuple[int, str, str] | str]]:
+    """Every ``Case.subprocess`` case built in a folder of its own and run in one child Python:
+    id -> (its folder, argv, snapshot before, (exit code, stdout, stderr) or why the child died)."""
+    if not SUBPROCESS_CASES:
+        return {}
+    if any(c.id.startswith("dali") for c in SUBPROCESS_CASES):
+        pytest.importorskip("nvidia.dali", reason="DALI is not installed")
+    top = tmp_path_factory.mktemp("children")
+    built = {}
+    for c in SUBPROCESS_CASES:
+        t = top / c.id
+        t.mkdir()
+        argv = c.build(base, t)
+        built[c.id] = (t, argv, snapshot(t))
+    runs = _run_children([argv for _, argv, _ in built.values()], top)
+    return {cid: (*b, r) for (cid, b), r in zip(built.items(), runs, strict=True)}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_hostile_input(case: Case, base, tmp_path, capsys):
+def test_hostile_input(case: Case, base, tmp_path, capsys, request):
     if case.id.startswith("dali"):
         pytest.importorskip("nvidia.dali", reason="DALI is not installed")
     if "cuda" in case.id:
@@ -353,13 +415,16 @@ def test_hostile_input(case: Case, base, tmp_path, capsys):
             pytest.skip("this machine has a cuda:7")
         if "without-cuda" in case.id and torch.cuda.is_available():
             pytest.skip("this machine has CUDA")
-    argv = case.build(base, tmp_path)
-    before = snapshot(tmp_path)
-    capsys.readouterr()
     if case.subprocess:
-        code, out, err = _run_child(argv)
+        tmp_path, argv, before, ran = request.getfixturevalue("child_runs")[case.id]
+        if isinstance(ran, str):
+            pytest.fail(ran)
+        code, out, err = ran
         err = "".join(line for line in err.splitlines(keepends=True) if line.strip() not in case.library_lines)
     else:
+        argv = case.build(base, tmp_path)
+        before = snapshot(tmp_path)
+        capsys.readouterr()
         code = main(argv)
         out, err = capsys.readouterr()
     assert "Traceback" not in out + err
