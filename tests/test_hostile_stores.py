@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from child_cli import run_children
 from cli_helpers import snapshot
 
 from bench.cli import main
@@ -326,62 +327,6 @@ CASES = [
 ]
 
 
-# One child Python runs every subprocess case, one after another, each with its own stdout and
-# stderr files on fds 1 and 2 (a native library's own lines land in its case's file); it notes each
-# case before it starts, so a child killed by a signal names the case it was running.
-_CHILD = """
-import json, os, sys
-from pathlib import Path
-from bench.cli import main
-work = Path(sys.argv[1])
-for i, argv in enumerate(json.loads((work / "argvs.json").read_text())):
-    (work / "started").write_text(str(i))
-    sys.stdout.flush(); sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    with open(work / f"{i}.out", "wb") as o, open(work / f"{i}.err", "wb") as e:
-        os.dup2(o.fileno(), 1); os.dup2(e.fileno(), 2)
-        try:
-            code = main(argv)
-        except SystemExit as x:
-            code = x.code
-        sys.stdout.flush(); sys.stderr.flush()
-        os.dup2(saved[0], 1); os.dup2(saved[1], 2)
-    (work / f"{i}.code").write_text(str(code))
-"""
-
-
-def _run_children(argvs: list[list[str]], work: Path) -> list[tuple[int, str, str] | str]:
-    """``bench.cli.main(argv)`` of each of ``argvs`` in one child Python, in turn: (exit code, stdout,
-    stderr) each; a case whose child died of a signal is the failure text naming it, and the cases
-    after it run in a new child."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    got: list[tuple[int, str, str] | str] = []
-    while len(got) < len(argvs):
-        rest = argvs[len(got):]
-        w = work / f"child{len(got)}"
-        w.mkdir()
-        (w / "argvs.json").write_text(json.dumps(rest))
-        p = subprocess.run([sys.executable, "-c", _CHILD, str(w)], capture_output=True, text=True, env=env,
-                           timeout=300)
-        for i in range(len(rest)):
-            if not (w / f"{i}.code").exists():
-                break
-            got.append((int((w / f"{i}.code").read_text()), (w / f"{i}.out").read_text(),
-                        (w / f"{i}.err").read_text()))
-        else:
-            continue
-        why = (f"died of {signal.Signals(-p.returncode).name} (exit {128 - p.returncode})" if p.returncode < 0
-               else f"exited {p.returncode} outside a case")
-        err = (w / f"{i}.err").read_text() if (w / f"{i}.err").exists() else p.stderr
-        got.append(f"the CLI {why}: {err.strip()[-500:]}")
-    return got
-
-
 SUBPROCESS_CASES = [c for c in CASES if c.subprocess]
 
 
@@ -400,7 +345,7 @@ def child_runs(base, tmp_path_factory) -> dict[str, tuple[Path, list[str], dict,
         t.mkdir()
         argv = c.build(base, t)
         built[c.id] = (t, argv, snapshot(t))
-    runs = _run_children([argv for _, argv, _ in built.values()], top)
+    runs = run_children([argv for _, argv, _ in built.values()], top)
     return {cid: (*b, r) for (cid, b), r in zip(built.items(), runs, strict=True)}
 
 
