@@ -6,6 +6,7 @@ aggregate rows and each rank's rows exactly as ``inrbench bench --nproc N`` writ
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -172,7 +173,11 @@ def test_no_rank_rows_no_section(tmp_path):
 def test_sweep_folder_reads_rank_rows(tmp_path):
     """A sweep cell holding a 2-rank run: the report of the sweep folder has its per-rank table."""
     src = tmp_path / "sweep"
-    shutil.copytree(FIX, src)
+    keep = ("prep", "bench-inr-loader")  # the fixture sweep cut to the cell and the dataset it reads
+    shutil.copytree(FIX, src, ignore=lambda d, names: [n for n in names if Path(d).name == "cells" and n not in keep])
+    sweep = json.loads((src / "sweep.json").read_text())
+    sweep["cells"] = [c for c in sweep["cells"] if c["id"] in keep]
+    (src / "sweep.json").write_text(json.dumps(sweep))
     cell = src / "cells" / "bench-inr-loader"  # the fixture's cells hold their runs directly
     _dp_run(cell, "inr", "loader", INR_LOADER, dataset="photos32")
     build_report(src, tmp_path / "rep")
