@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from child_cli import run_children
 from cli_helpers import snapshot
 
 from bench.cli import main
@@ -198,6 +199,7 @@ class Case:
     code: int
     message: str  # a substring of the one stderr line (exit 2) or of stdout (other codes)
     subprocess: bool = False  # run the CLI in a child process: a crash (SIGSEGV in a library) fails the case
+    # (every such case in one child, ``child_runs``; one that crashes it fails, the rest run in a new one)
     # stderr lines a native library writes to the process's fd 2 itself (seen only in a child process),
     # left out before the one-line check: the CLI cannot intercept them
     library_lines: tuple[str, ...] = ()
@@ -325,25 +327,30 @@ CASES = [
 ]
 
 
-def _run_child(argv: list[str]) -> tuple[int, str, str]:
-    """``bench.cli.main(argv)`` in a child Python: (exit code, stdout, stderr); a child killed by a
-    signal fails the test here, naming the signal."""
-    import os
-    import signal
-    import subprocess
-    import sys
+SUBPROCESS_CASES = [c for c in CASES if c.subprocess]
 
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-c", "import sys; from bench.cli import main; sys.exit(main(sys.argv[1:]))", *argv]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    if p.returncode < 0:
-        pytest.fail(f"the CLI died of {signal.Signals(-p.returncode).name} (exit {128 - p.returncode}): "
-                    f"{p.stderr.strip()[-500:]}")
-    return p.returncode, p.stdout, p.stderr
+
+@pytest.fixture(scope="module")
+def child_runs(base, tmp_path_factory) -> dict[str, tuple[Path, list[str], dict, tuple[int, str, str] | str]]:
+    """Every ``Case.subprocess`` case built in a folder of its own and run in one child Python:
+    id -> (its folder, argv, snapshot before, (exit code, stdout, stderr) or why the child died)."""
+    if not SUBPROCESS_CASES:
+        return {}
+    if any(c.id.startswith("dali") for c in SUBPROCESS_CASES):
+        pytest.importorskip("nvidia.dali", reason="DALI is not installed")
+    top = tmp_path_factory.mktemp("children")
+    built = {}
+    for c in SUBPROCESS_CASES:
+        t = top / c.id
+        t.mkdir()
+        argv = c.build(base, t)
+        built[c.id] = (t, argv, snapshot(t))
+    runs = run_children([argv for _, argv, _ in built.values()], top)
+    return {cid: (*b, r) for (cid, b), r in zip(built.items(), runs, strict=True)}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_hostile_input(case: Case, base, tmp_path, capsys):
+def test_hostile_input(case: Case, base, tmp_path, capsys, request):
     if case.id.startswith("dali"):
         pytest.importorskip("nvidia.dali", reason="DALI is not installed")
     if "cuda" in case.id:
@@ -353,13 +360,16 @@ def test_hostile_input(case: Case, base, tmp_path, capsys):
             pytest.skip("this machine has a cuda:7")
         if "without-cuda" in case.id and torch.cuda.is_available():
             pytest.skip("this machine has CUDA")
-    argv = case.build(base, tmp_path)
-    before = snapshot(tmp_path)
-    capsys.readouterr()
     if case.subprocess:
-        code, out, err = _run_child(argv)
+        tmp_path, argv, before, ran = request.getfixturevalue("child_runs")[case.id]
+        if isinstance(ran, str):
+            pytest.fail(ran)
+        code, out, err = ran
         err = "".join(line for line in err.splitlines(keepends=True) if line.strip() not in case.library_lines)
     else:
+        argv = case.build(base, tmp_path)
+        before = snapshot(tmp_path)
+        capsys.readouterr()
         code = main(argv)
         out, err = capsys.readouterr()
     assert "Traceback" not in out + err

@@ -10,10 +10,7 @@ marker, a cut scan followed by zeros); all three trained on a stray restart mark
 from __future__ import annotations
 
 import io
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -215,20 +212,43 @@ def test_torch_jpeg_walks_at_build_not_per_sample(photos, monkeypatch):
     assert len(calls) == len(data.split("train"))
 
 
-@pytest.mark.parametrize("adapter", ["torch-jpeg", "torch-nvjpeg", "dali"])
-def test_bench_refuses_a_damaged_scan_in_one_line(adapter, photos, tmp_path):
+BENCH_ADAPTERS = ["torch-jpeg", "torch-nvjpeg", "dali"]
+
+
+@pytest.fixture(scope="module")
+def bench_runs(photos, tmp_path_factory) -> tuple[Path, str, dict]:
+    """``inrbench bench`` of each of ``BENCH_ADAPTERS`` (DALI where installed) on one copy of the set
+    with a restart marker in a scan, in one child Python (``child_cli.run_children``): (the damaged
+    file, its message, adapter -> (exit code, stdout, stderr) or why the child died)."""
+    from child_cli import run_children
+
+    tmp = tmp_path_factory.mktemp("bench-scan")
+    root, f, message = _damaged(photos, tmp, "restart-marker")
+    adapters = [a for a in BENCH_ADAPTERS if a != "dali" or _has_dali()]
+    argvs = [["bench", "--pipeline", a, "--data", str(root), "--device", "cpu", "--repeats", "1", "--warmup", "0",
+              "--batch-size", "8", "--workers", "1", "--backbone", "small-cnn", "--out", str(tmp / f"results-{a}")]
+             for a in adapters]
+    return f, message, dict(zip(adapters, run_children(argvs, tmp), strict=True))
+
+
+def _has_dali() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
+
+
+@pytest.mark.parametrize("adapter", BENCH_ADAPTERS)
+def test_bench_refuses_a_damaged_scan_in_one_line(adapter, bench_runs):
     """The CLI: exit 2 and one ``inrbench: error:`` line naming the file (a child process: were the
     check to let the file through, a crash in DALI fails the test, not pytest)."""
     if adapter == "dali":
         pytest.importorskip("nvidia.dali", reason="DALI is not installed")
-    root, f, message = _damaged(photos, tmp_path, "restart-marker")
-    argv = ["bench", "--pipeline", adapter, "--data", str(root), "--device", "cpu", "--repeats", "1", "--warmup", "0",
-            "--batch-size", "8", "--workers", "1", "--backbone", "small-cnn", "--out", str(tmp_path / "results")]
-    code = "import sys; from bench.cli import main; sys.exit(main(sys.argv[1:]))"
-    p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
-    lines = p.stderr.strip().splitlines()
-    assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
+    f, message, runs = bench_runs
+    if isinstance(runs[adapter], str):
+        pytest.fail(runs[adapter])
+    code, _, err = runs[adapter]
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err[-2000:]
     assert lines[0] == f"inrbench: error: {f}: {message}"
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import glob
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ from PIL import Image
 from bench.cli import main as cli_main
 from bench.errors import InputError
 from bench.report.build import build_report
-from tests.report_tables import parse_tables
+from tests.report_tables import _quick_reports, parse_tables, sweep_report  # noqa: F401
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "results" / "sweep"
 
@@ -39,8 +38,7 @@ def _median_iqr(rows: pd.DataFrame, pipeline: str, mode: str, metric: str) -> tu
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    out = tmp_path_factory.mktemp("report") / "fixture"
-    build_report(FIX, out)
+    out = sweep_report(tmp_path_factory)
     return out, (out / "README.md").read_text()
 
 
@@ -141,11 +139,9 @@ def test_figures_are_written_and_linked(report):
     assert not list(out.glob("gpu_memory*.png"))  # no GPU samples: a note instead of a figure
 
 
-def test_cli_report_and_bad_input(tmp_path, capsys):
-    src = tmp_path / "res"
-    shutil.copytree(FIX, src)
-    assert cli_main(["report", str(src), "--out", str(tmp_path / "rep")]) == 0
-    assert (tmp_path / "rep" / "README.md").is_file()
+def test_cli_report_and_bad_input(report, tmp_path, capsys):
+    out, _ = report  # ``inrbench report FIX --out ...`` exited 0 (``sweep_report``)
+    assert (out / "README.md").is_file()
     assert cli_main(["report", str(tmp_path / "missing"), "--out", str(tmp_path / "r2")]) == 2
     err = capsys.readouterr().err
     assert "missing: no such results folder" in err and "Traceback" not in err

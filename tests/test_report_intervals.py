@@ -13,7 +13,7 @@ from bench import stats as S
 from bench.report import tables as T
 from bench.report.build import build_report
 from bench.report.load import load
-from tests.report_tables import parse_tables
+from tests.report_tables import _quick_reports, parse_tables  # noqa: F401
 
 N_TEST = 40
 N_EPOCH = ("epoch_s",)
@@ -226,34 +226,6 @@ def test_report_without_predictions_or_test_images(tmp_path):
     assert t.iloc[0]["test accuracy % [95% CI]"] == "75.0" and t.iloc[0]["correct"] == "—"
     assert "1 runs do not record the code version" in text
     assert isinstance(load(res).predictions, pd.DataFrame)
-
-
-def test_stale_sweep_cells_are_marked(tmp_path):
-    """A sweep whose cells were kept with --keep-stale: each stale cell is marked, with a warning."""
-    import json
-    import shutil
-    from pathlib import Path
-
-    fix = Path(__file__).resolve().parent / "fixtures" / "results" / "sweep"
-    res = tmp_path / "results"
-    shutil.copytree(fix, res)
-    sweep = json.loads((res / "sweep.json").read_text())
-    sweep["code"] = _ident("A")
-    (res / "sweep.json").write_text(json.dumps(sweep))
-    for marker in res.glob("cells/*/cell.json"):
-        m = json.loads(marker.read_text())
-        m["code"] = _ident("B" if m["id"] == "bench-inr-train" else "A")
-        marker.write_text(json.dumps(m))
-    build_report(res, tmp_path / "rep")
-    text = (tmp_path / "rep" / "README.md").read_text()
-    cells = parse_tables(text)["Sweep cells"][0].set_index("cell")
-    assert cells.loc["bench-inr-train", "code"] == "commit-B (clean) — stale (--keep-stale)"
-    assert cells.loc["bench-raw-train", "code"] == "commit-A (clean)"
-    assert ("**Warning: these results come from 2 different code/library versions; 1 cells are stale "
-            "(computed by another version than the sweep's current one, kept with `--keep-stale`): "
-            "bench-inr-train.**") in text
-    versions = parse_tables(text)["Environment"][1].set_index("current")
-    assert int(versions.loc["yes", "cells"]) == 20 and int(versions.loc["no", "cells"]) == 1
 
 
 def test_predictions_found_in_nested_cell_results(folder, tmp_path):

@@ -6,10 +6,12 @@ aggregate rows and each rank's rows exactly as ``inrbench bench --nproc N`` writ
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from bench import results as R
@@ -18,7 +20,7 @@ from bench.harness.ranks import RankResult, merge
 from bench.report import ranks as RK
 from bench.report.build import build_report
 from bench.report.load import load
-from tests.report_tables import parse_tables
+from tests.report_tables import _quick_reports, parse_tables  # noqa: F401
 from tests.test_stats import pooled_ratio
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "results" / "sweep"
@@ -171,7 +173,11 @@ def test_no_rank_rows_no_section(tmp_path):
 def test_sweep_folder_reads_rank_rows(tmp_path):
     """A sweep cell holding a 2-rank run: the report of the sweep folder has its per-rank table."""
     src = tmp_path / "sweep"
-    shutil.copytree(FIX, src)
+    keep = ("prep", "bench-inr-loader")  # the fixture sweep cut to the cell and the dataset it reads
+    shutil.copytree(FIX, src, ignore=lambda d, names: [n for n in names if Path(d).name == "cells" and n not in keep])
+    sweep = json.loads((src / "sweep.json").read_text())
+    sweep["cells"] = [c for c in sweep["cells"] if c["id"] in keep]
+    (src / "sweep.json").write_text(json.dumps(sweep))
     cell = src / "cells" / "bench-inr-loader"  # the fixture's cells hold their runs directly
     _dp_run(cell, "inr", "loader", INR_LOADER, dataset="photos32")
     build_report(src, tmp_path / "rep")
@@ -182,14 +188,30 @@ def test_sweep_folder_reads_rank_rows(tmp_path):
 
 def _alike_ranks(rng: np.random.Generator, ranks: int, epochs: int, slow: float = 1.0):
     """Rank rows of one 'inr' loader run: every rank's epochs ~ lognormal(0, 5%), rank 0's
-    multiplied by ``slow``."""
-    rows = []
+    multiplied by ``slow``; and each rank's epochs as drawn."""
+    rows, drawn = [], []
     for r in range(ranks):
         rr = R.RunRows("dp", "inr", "syn", "loader", rank=r)
-        for e, t in enumerate(np.exp(rng.normal(0.0, 0.05, epochs)) * (slow if r == 0 else 1.0)):
+        drawn.append(np.exp(rng.normal(0.0, 0.05, epochs)) * (slow if r == 0 else 1.0))
+        for e, t in enumerate(drawn[-1]):
             rr.add("epoch_s", t, "s", repeat=0, epoch=e + 1)
         rows += rr.rows()
-    return R.to_frame(rows)
+    return R.to_frame(rows), drawn
+
+
+def _spread(rows, ranks: int):
+    """``RK.spreads(rows)``'s one row, given its group listing (``per``: the ranks of the one
+    dataset/mode/pipeline, what ``per_rank`` lists for it) so that the Monte Carlo draws below skip
+    per_rank's medians, IQRs and wait shares; the first draw of each test checks it is the same row."""
+    per = pd.DataFrame({"dataset": "syn", "mode": "loader", "pipeline": "inr", "rank": range(ranks)})
+    return RK.spreads(rows, per).iloc[0]
+
+
+def _same_as_without_per(rows, s, drawn) -> None:
+    full = RK.spreads(rows).iloc[0]
+    assert full.to_dict() == s.to_dict()
+    for r, x in enumerate(drawn):
+        assert np.array_equal(RK._rank_samples(rows, "syn", "inr", "loader", r), x)
 
 
 def test_spread_interval_holds_for_the_pair_picked_among_many_ranks():
@@ -198,11 +220,13 @@ def test_spread_interval_holds_for_the_pair_picked_among_many_ranks():
     (28 pairs) keeps false alarms under 5%, and still sees one rank 20% slower every time."""
     rng = np.random.default_rng(1)
     plain = bonf = 0
-    for _ in range(100):
-        rows = _alike_ranks(rng, ranks=8, epochs=9)
-        s = RK.spreads(rows).iloc[0]
+    for i in range(100):
+        rows, drawn = _alike_ranks(rng, ranks=8, epochs=9)
+        s = _spread(rows, 8)
+        if i == 0:
+            _same_as_without_per(rows, s, drawn)
         bonf += S.Interval(s["ratio"], s["lo"], s["hi"]).excludes(1.0)
-        pick = [RK._rank_samples(rows, "syn", "inr", "loader", int(s[k])) for k in ("slowest", "fastest")]
+        pick = [drawn[int(s[k])] for k in ("slowest", "fastest")]  # RK._rank_samples of the pair
         plain += pooled_ratio(*pick).excludes(1.0)
     assert plain >= 15  # 21 of 100 with this seed: the selection effect is real
     assert bonf <= 5  # 0 with this seed
@@ -210,7 +234,7 @@ def test_spread_interval_holds_for_the_pair_picked_among_many_ranks():
 
     found = 0
     for _ in range(20):  # (Welch on the logs of 9 epochs at 99.82%)
-        s = RK.spreads(_alike_ranks(rng, ranks=8, epochs=9, slow=1.2)).iloc[0]
+        s = _spread(_alike_ranks(rng, ranks=8, epochs=9, slow=1.2)[0], 8)
         found += s["slowest"] == 0 and S.Interval(s["ratio"], s["lo"], s["hi"]).excludes(1.0)
     assert found == 20
 
@@ -220,8 +244,11 @@ def test_spread_interval_keeps_its_level_with_three_epochs_a_rank():
     stated family-wise 5%; Welch's t on the logs at the Bonferroni level (6 pairs) stays under it."""
     rng = np.random.default_rng(4)
     false = 0
-    for _ in range(100):
-        s = RK.spreads(_alike_ranks(rng, ranks=4, epochs=3)).iloc[0]
+    for i in range(100):
+        rows, drawn = _alike_ranks(rng, ranks=4, epochs=3)
+        s = _spread(rows, 4)
+        if i == 0:
+            _same_as_without_per(rows, s, drawn)
         false += S.Interval(s["ratio"], s["lo"], s["hi"]).excludes(1.0)
     assert false <= 5, false  # 0 with this seed
     assert s["n"] == 3 and s["lo"] < s["ratio"] < s["hi"]

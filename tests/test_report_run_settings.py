@@ -11,7 +11,7 @@ import numpy as np
 
 from bench import results as R
 from bench.report.build import build_report
-from tests.report_tables import parse_tables
+from tests.report_tables import _quick_reports, parse_tables, sweep_report  # noqa: F401
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "results" / "sweep"
 
@@ -67,14 +67,13 @@ def test_no_thread_row_when_no_run_recorded_one(tmp_path):
     assert not any(k.startswith("torch threads") for k in _environment(tmp_path / "rep"))
 
 
-def test_the_committed_sweep_fixture_reports_its_runs_threads(tmp_path):
+def test_the_committed_sweep_fixture_reports_its_runs_threads(tmp_path_factory):
     """A sweep folder: its env.json is the sweep process's; the row comes from the bench rows."""
     from bench.report.build import run_threads
     from bench.report.load import load
 
     x = load(FIX)
-    build_report(FIX, tmp_path / "rep")
-    env = _environment(tmp_path / "rep")
+    env = _environment(sweep_report(tmp_path_factory))
     want = run_threads(x.rows)
     assert env.get("torch threads (as the runs recorded them)") == want
     assert "torch threads" not in env

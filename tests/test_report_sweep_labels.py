@@ -19,11 +19,23 @@ import pytest
 from bench import results as R
 from bench.report.build import build_report
 from bench.report.load import by_world_size, load
-from tests.report_tables import parse_tables
+from tests.report_tables import _quick_reports, parse_tables  # noqa: F401
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "results" / "sweep"
 N_TRAIN = 10  # the fixture's prepared train split
 PRUNED, FP32 = 7000 / N_TRAIN, 33000 / N_TRAIN  # its two stores' bytes per image
+
+
+# cells the tables here never read: the compare cells and the encodes of the design-space sweep
+UNREAD = ("compare", "compare-ds", "enc-ds-L3", "enc-ds-L5", "enc-ds-h8", "enc-ds-h24")
+
+
+def _copy_fixture(res: Path) -> None:
+    """The fixture sweep without its ``UNREAD`` cells (nor in sweep.json): a smaller report, the same tables."""
+    shutil.copytree(FIX, res, ignore=lambda d, names: [n for n in names if Path(d).name == "cells" and n in UNREAD])
+    sweep = json.loads((res / "sweep.json").read_text())
+    sweep["cells"] = [c for c in sweep["cells"] if c["id"] not in UNREAD]
+    (res / "sweep.json").write_text(json.dumps(sweep))
 
 
 def _edit_rows(cell_dir: Path, **cfg) -> None:
@@ -38,7 +50,7 @@ def _sweep(tmp_path: Path, two: tuple[str, ...] = ("bench-",)) -> Path:
     """The fixture sweep with the bench cells whose id starts with one of ``two`` run as 2 processes
     (``nproc: 2`` in sweep.json, ``cfg.pipe.world_size`` 2 in their runs), the others as 1."""
     res = tmp_path / "results"
-    shutil.copytree(FIX, res)
+    _copy_fixture(res)
     sweep = json.loads((res / "sweep.json").read_text())
     for c in sweep["cells"]:
         if c["kind"] == "bench":
@@ -113,7 +125,7 @@ def test_store_sizes_are_found_under_setting_and_store_labels(tmp_path):
     another store (``inr [fp32]`` beside ``inr [pruned-8bit]``): each row's bytes/image is what its own runs
     recorded (the store they read)."""
     res = tmp_path / "results"
-    shutil.copytree(FIX, res)
+    _copy_fixture(res)
     for c in ("bench-inr-loader", "bench-inr-train"):
         _edit_rows(res / "cells" / c, **{"cfg.store": "/s/pruned-8bit.inr"})
     _copy_cell(res, "bench-inr-train", "bench-inr-train-fp32", {"store": "enc-fp32"}, **{"cfg.store": "/s/fp32.inr"})

@@ -14,7 +14,7 @@ import pytest
 from bench.report import verdict as V
 from bench.report.build import build_report
 from bench.report.tables import SPEEDUP_COLUMNS
-from tests.report_tables import parse_tables
+from tests.report_tables import _quick_reports, parse_tables, sweep_report  # noqa: F401
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "results" / "sweep"
 
@@ -72,9 +72,7 @@ def test_inr_against_jpeg_names_the_store_inr_reads_and_the_best_variant():
 
 @pytest.fixture(scope="module")
 def text(tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("verdict") / "rep"
-    build_report(FIX, out)
-    return (out / "README.md").read_text()
+    return (sweep_report(tmp_path_factory) / "README.md").read_text()
 
 
 def test_the_report_reads_top_down(text):
@@ -100,9 +98,20 @@ def test_the_report_reads_top_down(text):
     assert text.count("Welch's 95% t interval") == 1 and "docs/measurement.md" in text
 
 
-def test_the_headline_places_the_store_inr_trains_from_against_jpeg(tmp_path):
-    """Through the sweep: the bench cells' ``store`` (enc-pruned-8bit) names the compare variant the sentence quotes."""
-    res = tmp_path / "res"
+def _ident(cid: str) -> dict:
+    return {"id": f"ident-{cid}", "code": {"id": cid, "label": f"commit-{cid} (clean)"},
+            "libraries": {"torch": "2.0", "torchvision": "0.1", "nvidia-dali": None, "PIL": "Pillow 11"}}
+
+
+@pytest.fixture(scope="module")
+def edited(tmp_path_factory) -> str:
+    """The fixture sweep, two edits apart (one report read by two tests): its compare summary's
+    file-matched JPEG rows made reachable (fp32 +0.4 dB, pruned-8bit -1.2 dB), and its cells kept
+    with --keep-stale: bench-inr-train computed by code B, the sweep and every other cell by A."""
+    import json
+
+    tmp = tmp_path_factory.mktemp("edited")
+    res = tmp / "res"
     shutil.copytree(FIX, res)
     f = res / "cells" / "compare" / "compare" / "summary.csv"
     s = pd.read_csv(f)
@@ -110,8 +119,32 @@ def test_the_headline_places_the_store_inr_trains_from_against_jpeg(tmp_path):
     s.loc[matched, ["status", "psnr_diff", "psnr_diff_lo", "psnr_diff_hi", "psnr_diff_n"]] = [
         ["ok", 0.4, 0.1, 0.7, 40], ["ok", -1.2, -1.5, -0.9, 40]]
     s.to_csv(f, index=False)
-    build_report(res, tmp_path / "rep")
-    verdict = (tmp_path / "rep" / "README.md").read_text().split("## Headline\n\n")[1].split("\n")[0]
+    sweep = json.loads((res / "sweep.json").read_text())
+    sweep["code"] = _ident("A")
+    (res / "sweep.json").write_text(json.dumps(sweep))
+    for marker in res.glob("cells/*/cell.json"):
+        m = json.loads(marker.read_text())
+        m["code"] = _ident("B" if m["id"] == "bench-inr-train" else "A")
+        marker.write_text(json.dumps(m))
+    build_report(res, tmp / "rep")
+    return (tmp / "rep" / "README.md").read_text()
+
+
+def test_the_headline_places_the_store_inr_trains_from_against_jpeg(edited):
+    """Through the sweep: the bench cells' ``store`` (enc-pruned-8bit) names the compare variant the sentence quotes."""
+    verdict = edited.split("## Headline\n\n")[1].split("\n")[0]
     assert verdict.endswith("At matched bytes, INR minus JPEG PSNR (per image, paired) is -1.20 dB [-1.50, -0.90] "
                             "for `pruned-8bit`, 700 bytes/image (the store `inr` trains from) and +0.40 dB [0.10, "
                             "0.70] for `fp32`, 3,300 bytes/image (the best variant)."), verdict
+
+
+def test_stale_sweep_cells_are_marked(edited):
+    """A sweep whose cells were kept with --keep-stale: each stale cell is marked, with a warning."""
+    cells = parse_tables(edited)["Sweep cells"][0].set_index("cell")
+    assert cells.loc["bench-inr-train", "code"] == "commit-B (clean) — stale (--keep-stale)"
+    assert cells.loc["bench-raw-train", "code"] == "commit-A (clean)"
+    assert ("**Warning: these results come from 2 different code/library versions; 1 cells are stale "
+            "(computed by another version than the sweep's current one, kept with `--keep-stale`): "
+            "bench-inr-train.**") in edited
+    versions = parse_tables(edited)["Environment"][1].set_index("current")
+    assert int(versions.loc["yes", "cells"]) == 20 and int(versions.loc["no", "cells"]) == 1

@@ -23,8 +23,17 @@ from bench import cli, outputs
 from bench.errors import InputError
 from tests.cli_helpers import assert_one_line_error, run_cli, snapshot
 from tests.fixtures_datasets import write_imagefolder
+from tests.report_tables import figures_unrendered
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _unrendered():
+    """compare's and report's figures are built, not rendered to PNG: these tests are about which
+    files a command may replace, never about pixels (tests/report_tables.py)."""
+    with figures_unrendered():
+        yield
 
 REPO = Path(__file__).resolve().parent.parent
 ENCODE = ["--iterations", "3", "--layers", "2", "--hidden", "4", "--no-progress"]
@@ -50,10 +59,7 @@ def template(tmp_path_factory) -> Path:
         cells:
           - {kind: python, id: one, command: ["-c", "open('done.txt', 'w').write('1')"]}
         """))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-m", "bench", "sweep", str(w / "sweep.yaml"), "--out", str(w / "sw"),
-                        "--no-report", "--no-progress"], env=env, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    assert cli.main(["sweep", str(w / "sweep.yaml"), "--out", str(w / "sw"), "--no-report", "--no-progress"]) == 0
     return w
 
 
