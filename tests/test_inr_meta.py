@@ -1,6 +1,6 @@
-"""Learned init (``inr.meta``, ``inrbench meta-init``, ``encode --init``) and the compiled fit step
-(``inr.loop``): train split only, deterministic, recorded in the store, refused when it does
-not fit the architecture; compiled and eager fits agree."""
+"""Learned init (``inr.meta``, ``inrbench meta-init``, ``encode --init``): train split only, deterministic,
+recorded in the store, refused when it does not fit the architecture (that the compiled and the eager fit
+agree: tests/test_inr_mixed.py, on the shape whose compiled-once property it tests)."""
 
 from __future__ import annotations
 

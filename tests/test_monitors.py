@@ -168,9 +168,16 @@ def test_other_cores_busy_sees_a_process_outside_the_tree(tmp_path):
 
 
 def test_other_cores_busy_needs_half_a_second():
-    mon = Monitor("cpu", period_s=0.05).start()
-    mon.mark()
-    time.sleep(0.05)
-    res = mon.stop()
+    from bench.harness.monitors import OTHER_MIN_WALL_S
+
+    assert OTHER_MIN_WALL_S == 0.5
+    for _ in range(20):  # a 0.05 s region; on a busy machine stop() can return late: measure again
+        mon = Monitor("cpu", period_s=0.05).start()
+        mon.mark()
+        time.sleep(0.05)
+        res = mon.stop()
+        if res.wall_s < OTHER_MIN_WALL_S:
+            break
+    assert res.wall_s < OTHER_MIN_WALL_S, res.wall_s
     assert res.other_cores_busy is None
     assert any(m == "other_cores_busy" and "too short" in why for m, _, why in res.unavailable)
