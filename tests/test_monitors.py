@@ -43,14 +43,18 @@ def test_child_burning_one_core_reads_about_one_core():
     """
     ctx = mp.get_context("fork")
     cpu0 = _rusage_cpu()
+    t0 = time.perf_counter()
     mon = Monitor(device="cpu", period_s=0.05).start()
     child = ctx.Process(target=_burn, args=(1.5,))
     child.start()
     child.join()
     res = mon.stop()
+    t1 = time.perf_counter()
     # the kernel's figure, less the monitor's own reads (which the monitor excludes by design)
     truth = (_rusage_cpu() - cpu0 - res.monitor_cpu_seconds) / res.wall_s
-    assert 1.4 < res.wall_s < 3.0
+    # the region holds the child's 1.5 s and lies inside this thread's own clock around it (forking and joining
+    # take longer on a busy machine: no fixed upper bound)
+    assert 1.4 < res.wall_s <= t1 - t0, (res.wall_s, t1 - t0)
     assert abs(res.cores_busy - truth) <= 0.15, (res.cores_busy, truth)
     if truth >= 0.8:  # the child got (nearly) its core: the headline reading
         assert 0.6 <= res.cores_busy <= 1.4, res.cores_busy
