@@ -90,13 +90,20 @@ def _check_stops(res, cfg, curves, target: np.ndarray, tol: float = DECODE_TOL) 
     return stopped
 
 
-def test_eager_stops_each_image_at_its_target(full):
+@pytest.fixture(scope="module")
+def stopping(full):
+    """Targets between the PSNR at iteration 100 and the end (some images stop, image 3 never can) and the eager
+    fit of the 8 images in one chunk that stops at them."""
     cfg, imgs, ref, curves = full
-    assert np.array_equal(ref.extra["iterations_run"], np.full(8, ITERS))
-    # targets between the PSNR at iteration 100 and the end: some images stop, one never can
     target = (curves[100] + curves[-1]) / 2
     target[3] = ref.psnr[3] + 5.0
-    res = fit(imgs, cfg, stop_at=target)
+    return target, fit(imgs, cfg, stop_at=target)
+
+
+def test_eager_stops_each_image_at_its_target(full, stopping):
+    cfg, imgs, ref, curves = full
+    assert np.array_equal(ref.extra["iterations_run"], np.full(8, ITERS))
+    target, res = stopping
     stopped = _check_stops(res, cfg, curves, target)  # the images left fitting end where their curve ends
     assert stopped.sum() >= 5 and not stopped[3]
     assert res.extra["iterations_run"].sum() < 8 * ITERS
@@ -130,13 +137,13 @@ def test_no_pass_runs_once_every_row_has_finished(photos, monkeypatch):
     assert len(passes) == 2 * 31 and set(passes) == {2}, (len(passes), set(passes))
 
 
-def test_where_an_image_stops_does_not_depend_on_its_chunk(full):
+def test_where_an_image_stops_does_not_depend_on_its_chunk(full, stopping):
     """Continuous batching: with chunks of 2 or 3 rows the queue refills rows as images leave; every image
-    still stops after the same number of its own iterations as in one chunk of 8, with one or two workers,
-    and keeps the same weights, bit for bit (the eager step computes each row on its own)."""
+    still stops after the same number of its own iterations as in one chunk of 8 (or runs the whole schedule),
+    with one or two workers, and keeps the same weights, bit for bit (the eager step computes each row on its
+    own: no number depends on the rows beside it, so neither on which worker took an image when)."""
     cfg, imgs, _, curves = full
-    target = (curves[100] + curves[-1]) / 2
-    one = fit(imgs, cfg, stop_at=target)
+    target, one = stopping
     for batch, workers in ((2, 1), (3, 2)):
         res = fit(imgs, replace(cfg, batch=batch, cpu_workers=workers), stop_at=target)
         assert np.array_equal(res.extra["iterations_run"], one.extra["iterations_run"]), (batch, workers)

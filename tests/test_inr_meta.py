@@ -1,6 +1,6 @@
-"""Learned init (``inr.meta``, ``inrbench meta-init``, ``encode --init``) and the compiled fit step
-(``inr.loop``): train split only, deterministic, recorded in the store, refused when it does
-not fit the architecture; compiled and eager fits agree."""
+"""Learned init (``inr.meta``, ``inrbench meta-init``, ``encode --init``): train split only, deterministic,
+recorded in the store, refused when it does not fit the architecture (that the compiled and the eager fit
+agree: tests/test_inr_mixed.py, on the shape whose compiled-once property it tests)."""
 
 from __future__ import annotations
 
@@ -185,19 +185,6 @@ def test_the_init_hash_leaves_out_every_timing_and_nothing_else():
 
     assert content_sha256(d(1.0)) == content_sha256(d(2.5))
     assert len({content_sha256(d(1.0)), content_sha256(d(1.0, seed=6)), content_sha256(d(1.0, w=1e-7))}) == 3
-
-
-def test_compiled_and_eager_fits_agree():
-    from inr.fit import images_to_targets, optimize
-    from inr.loop import Loop
-    from inr.siren import coord_grid, init_weights
-
-    arch = SirenArch(2, 8)
-    imgs = np.random.default_rng(0).integers(0, 256, (4, 8, 8, 3), dtype=np.uint8)
-    tg, coords = images_to_targets(imgs), coord_grid(8, 8)
-    res = {s: optimize(init_weights(arch, 4, seed=0), tg, coords, arch, Loop(60, 3e-3, step=s, chunk=4, workers=1))[1]
-           for s in ("eager", "compiled")}
-    assert torch.all((res["eager"] - res["compiled"]).abs() < 0.05), res
 
 
 def test_fit_curve_per_image_and_per_image_saving():

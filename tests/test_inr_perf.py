@@ -4,17 +4,40 @@ step's % of peak is against one matmul peak; the defaults are the cifar10 preset
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import subprocess
+import sys
 
 import numpy as np
+import pytest
 
 from bench.cli import build_parser, main
 
 
-def test_perf_encode_json(capsys):
+@pytest.mark.usefixtures("one_torch_thread")
+def test_perf_encode_json(monkeypatch, capsys):
+    """The batched worker runs in a process of its own, as ``perf encode`` starts it; the loop worker's command
+    line (the same argv) runs in this process through ``bench.cli.main``: one torch start less."""
+    from bench.perf import encode as pe
+
+    real, ran = subprocess.run, []
+
+    def run(cmd, **kw):
+        if "--_worker" not in cmd or cmd[cmd.index("--_worker") + 1] != "loop":
+            return real(cmd, **kw)
+        assert cmd[:3] == [sys.executable, "-m", "bench.cli"] and kw.get("capture_output"), cmd
+        ran.append(cmd)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main(cmd[3:])
+        return subprocess.CompletedProcess(cmd, code, out.getvalue(), "")
+
+    monkeypatch.setattr(pe.subprocess, "run", run)
     rc = main(["perf", "encode", "--json", "--synthetic", "--iterations", "5", "--batch", "6", "--loop-images", "2",
                "--layers", "2", "--hidden", "8", "--size", "8", "--threads", "1"])
-    assert rc == 0
+    assert rc == 0 and len(ran) == 1
     r = json.loads(capsys.readouterr().out)
     loop, batched = r["loop"], r["batched"]
     assert loop["images"] == 2 and batched["images"] == 6 and loop["iterations"] == batched["iterations"] == 5

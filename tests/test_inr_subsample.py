@@ -179,15 +179,23 @@ def test_a_subsampled_fit_stops_at_its_target(fits):
     assert (es.psnr[stopped] >= target[stopped] - 1e-3).all(), (es.psnr, target)
 
 
-def test_compiled_subsampled_fit_agrees_with_eager(photos):
+def test_compiled_subsampled_fit_agrees_with_eager_and_is_compiled_once(photos):
     """The compiled subsampled step (gather, polynomial sine, Adam in one graph) and the eager one (exact sine):
-    the same pixels each step, so over 60 steps at the preset's lr the fits agree to hundredths of a dB."""
+    the same pixels each step, so over 60 steps at the preset's lr the fits agree to hundredths of a dB. Warm-up
+    compiles the subsampled step and the all-pixel check for every drain size; a second fit with another lr,
+    schedule, images and targets compiles nothing more (the schedule and the rows' iterations are tensors)."""
+    from torch._dynamo.utils import counters
+
     _, imgs = photos
     cfg = preset("cifar10", iterations=60, lr=1e-3, batch=4, cpu_workers=1, pixel_fraction=0.125)
     eager = fit(imgs[:4], cfg)
     compiled = fit(imgs[:4], replace(cfg, step="compiled"))
     assert np.abs(eager.psnr - compiled.psnr).max() < 0.05, (eager.psnr, compiled.psnr)
     assert eager.psnr.mean() > 15.0
+    graphs = counters["stats"]["unique_graphs"]
+    res = fit(imgs, replace(cfg, step="compiled", iterations=75, lr=3e-3), stop_at=np.full(8, 20.0))
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert (res.extra["iterations_run"] < 75).any()  # images stopped, rows refilled and drained
 
 
 def test_config_and_cli(photos, tmp_path, capsys):
@@ -271,20 +279,6 @@ def test_a_fraction_that_rounds_up_to_every_pixel_is_the_all_pixel_fit(photos, m
     fit(small, replace(cfg, iterations=3, step="compiled", pixel_fraction=0.99))
     fit(small, replace(cfg, iterations=3, step="compiled", pixel_fraction=0.5))
     assert warmed == [0, 32, 32], warmed  # the subsampled loop: every drain size (2, 1)
-
-
-def test_the_compiled_subsampled_graphs_are_compiled_once(photos):
-    """Warm-up compiles the subsampled step and the all-pixel check for every drain size; a second fit with
-    another lr, schedule and targets compiles nothing more (the schedule and the rows' iterations are tensors)."""
-    from torch._dynamo.utils import counters
-
-    _, imgs = photos
-    cfg = preset("cifar10", iterations=50, lr=3e-3, batch=4, cpu_workers=1, step="compiled", pixel_fraction=0.25)
-    fit(imgs, cfg, stop_at=np.full(8, 20.0))
-    graphs = counters["stats"]["unique_graphs"]
-    res = fit(imgs, replace(cfg, iterations=75, lr=1e-3), stop_at=np.full(8, 22.0))
-    assert counters["stats"]["unique_graphs"] == graphs
-    assert (res.extra["iterations_run"] < 75).any()  # images stopped, rows refilled and drained
 
 
 def test_a_row_that_ends_its_schedule_between_checks_is_measured_alone(photos, monkeypatch):

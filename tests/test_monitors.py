@@ -43,14 +43,18 @@ def test_child_burning_one_core_reads_about_one_core():
     """
     ctx = mp.get_context("fork")
     cpu0 = _rusage_cpu()
+    t0 = time.perf_counter()
     mon = Monitor(device="cpu", period_s=0.05).start()
     child = ctx.Process(target=_burn, args=(1.5,))
     child.start()
     child.join()
     res = mon.stop()
+    t1 = time.perf_counter()
     # the kernel's figure, less the monitor's own reads (which the monitor excludes by design)
     truth = (_rusage_cpu() - cpu0 - res.monitor_cpu_seconds) / res.wall_s
-    assert 1.4 < res.wall_s < 3.0
+    # the region holds the child's 1.5 s and lies inside this thread's own clock around it (forking and joining
+    # take longer on a busy machine: no fixed upper bound)
+    assert 1.4 < res.wall_s <= t1 - t0, (res.wall_s, t1 - t0)
     assert abs(res.cores_busy - truth) <= 0.15, (res.cores_busy, truth)
     if truth >= 0.8:  # the child got (nearly) its core: the headline reading
         assert 0.6 <= res.cores_busy <= 1.4, res.cores_busy
@@ -168,9 +172,16 @@ def test_other_cores_busy_sees_a_process_outside_the_tree(tmp_path):
 
 
 def test_other_cores_busy_needs_half_a_second():
-    mon = Monitor("cpu", period_s=0.05).start()
-    mon.mark()
-    time.sleep(0.05)
-    res = mon.stop()
+    from bench.harness.monitors import OTHER_MIN_WALL_S
+
+    assert OTHER_MIN_WALL_S == 0.5
+    for _ in range(20):  # a 0.05 s region; on a busy machine stop() can return late: measure again
+        mon = Monitor("cpu", period_s=0.05).start()
+        mon.mark()
+        time.sleep(0.05)
+        res = mon.stop()
+        if res.wall_s < OTHER_MIN_WALL_S:
+            break
+    assert res.wall_s < OTHER_MIN_WALL_S, res.wall_s
     assert res.other_cores_busy is None
     assert any(m == "other_cores_busy" and "too short" in why for m, _, why in res.unavailable)
