@@ -1,10 +1,10 @@
 """Data-parallel ``inrbench bench`` (issue #13, harness side): gloo, 2 processes on the CPU.
 
-Real torchrun launches (``python -m torch.distributed.run --standalone``), small and fast: one launch
-joins the group once and runs, in it, the DDP checks (gradient agreement, the all-reduced evaluation
-against one process), then every pipeline in loader and train mode, replay, refusals and a failure
-injected on rank 1 (``INRBENCH_TEST_FAIL_RANK``), each a ``bench.cli.main`` call; one goes through
-``inrbench bench --nproc 2`` and SIGKILLs rank 1. The aggregation rules and the schema are tested in-process.
+Real 2-process launches, small and fast. Two launches of 2 ranks in torchrun's environment join the
+group once and run, in it, ``bench.cli.main`` per run: every pipeline in loader and train mode; then
+the DDP checks (gradient agreement, the all-reduced evaluation against one process), replay, refusals
+and a failure injected on rank 1 (``INRBENCH_TEST_FAIL_RANK``). One goes through ``inrbench bench
+--nproc 2`` (torchrun) and SIGKILLs rank 1. The aggregation rules and the schema are tested in-process.
 """
 
 from __future__ import annotations
@@ -38,10 +38,28 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _torchrun(script: Path, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
-           str(script), *args]
-    return subprocess.run(cmd, cwd=REPO, env=_env(**env), capture_output=True, text=True, timeout=timeout)
+def _two_ranks(script: Path, *args: str, timeout: float = 300) -> tuple[int, str]:
+    """``script`` as ranks 0 and 1 of a 2-process group on this machine, in torchrun's environment
+    (``RANK``, ``WORLD_SIZE``, ``MASTER_PORT``...) without torchrun (its own torch import first, then its
+    monitoring: seconds per launch; the launches of ``bench --nproc`` and the user's own torchrun are
+    tested on their own): (the first failing rank's exit status or 0, both ranks' stderr)."""
+    import socket
+
+    with socket.socket() as s:  # a free port for rank 0's store, as torchrun --standalone picks one
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    world = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    procs = [subprocess.Popen([sys.executable, str(script), *args], cwd=REPO, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, env=_env(**world, RANK=str(k), LOCAL_RANK=str(k)))
+             for k in (0, 1)]
+    try:
+        errs = [p.communicate(timeout=timeout)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return next((p.returncode for p in procs if p.returncode), 0), "".join(errs)
 
 
 def _bench_args(data: Path, out: Path, pipeline: str, mode: str, store: Path | None = None) -> list[str]:
@@ -89,7 +107,7 @@ exec(DDP_ALONE)
 
 
 def _in_one_group(tmp_path_factory, name: str, jobs, ddp: bool = False) -> dict:
-    """One torchrun launch of 2 gloo ranks that joins the group once and runs, in it, the DDP checks
+    """One launch of 2 gloo ranks (``_two_ranks``) that joins the group once and runs, in it, the DDP checks
     (``ddp``: ``DDP_SCRIPT``, then ``DDP_ALONE`` at the end) and the jobs, each through ``bench.cli.main``.
     ``jobs(folder)``: {name: (argv, env)}. Once per session (``once_per_session``): {name: (its --out,
     [rank 0's, rank 1's] {code, out, err, s})}, the DDP results under ``"ddp"``."""
@@ -100,9 +118,9 @@ def _in_one_group(tmp_path_factory, name: str, jobs, ddp: bool = False) -> dict:
             (tmp / "driver.py").write_text(f"DDP_SCRIPT = {DDP_SCRIPT if ddp else ''!r}\n"
                                            f"DDP_ALONE = {DDP_ALONE if ddp else ''!r}\n{DRIVER}")
             t0 = time.perf_counter()
-            proc = _torchrun(tmp / "driver.py", str(tmp / "jobs.json"), str(tmp / "got.json"), str(tmp / "ddp.json"),
-                             timeout=600)
-            assert proc.returncode == 0, proc.stderr[-3000:]
+            code, err = _two_ranks(tmp / "driver.py", str(tmp / "jobs.json"), str(tmp / "got.json"),
+                                   str(tmp / "ddp.json"), timeout=600)
+            assert code == 0, err[-3000:]
             print(f"{len(todo)} runs on 2 ranks in {time.perf_counter() - t0:.1f} s")
     ranks = [json.loads((tmp / f"got.json.rank{k}").read_text()) for k in (0, 1)]
     got = {tuple(j["key"]): (Path(j["argv"][j["argv"].index("--out") + 1]), [r[i] for r in ranks])
@@ -114,7 +132,7 @@ def _in_one_group(tmp_path_factory, name: str, jobs, ddp: bool = False) -> dict:
 
 @pytest.fixture(scope="module")
 def every_pipeline(data, tmp_path_factory):
-    """Every pipeline x loader/train, and inr with ``--resident shard``, on 2 gloo ranks in one torchrun launch."""
+    """Every pipeline x loader/train, and inr with ``--resident shard``, on 2 gloo ranks in one launch."""
     def jobs(tmp: Path) -> dict:
         store = _store(data, tmp / "train.inr")
         got = {(p, m): (_bench_args(data, tmp / f"{p}-{m}", p, m, store if p == "inr" else None), {})
@@ -128,7 +146,7 @@ def every_pipeline(data, tmp_path_factory):
 @pytest.fixture(scope="module")
 def group(data, tmp_path_factory):
     """The DDP checks, then raw replay, a device and a config every rank refuses, and rank 1 raising
-    (``INRBENCH_TEST_FAIL_RANK``, last), on 2 gloo ranks in one torchrun launch."""
+    (``INRBENCH_TEST_FAIL_RANK``, last), on 2 gloo ranks in one launch."""
     def jobs(tmp: Path) -> dict:
         got = {("raw", "replay"): (_bench_args(data, tmp / "raw-replay", "raw", "replay"), {})}
         if not torch.cuda.is_available():  # --device cuda:1 refused: needs a machine without CUDA

@@ -116,14 +116,19 @@ def killed(data, tmp_path_factory) -> tuple[Path, dict[str, int]]:
     return out, json.loads((tmp / "kept.json").read_text())
 
 
-def test_killing_a_rank_then_rerunning_resumes_to_the_same_store(data, single, killed):
-    """Rank 1 killed (``killed``); the rerun resumes every shard on disk and writes the store one process
-    writes. The rerun through ``--nproc``: its torchrun line (each rank runs one process), exit 0, rank 0's
-    header, and each rank's own shards (rank 0: 0, 2, 4; rank 1: 1, 3, 5; 9 images each)."""
+def test_killing_a_rank_leaves_the_finished_shards_and_no_store(killed):
+    """Rank 1 SIGKILLed after its first shard (``killed``: the encode failed, no store): what the ranks
+    finished is on disk, what rank 1 had left is not."""
+    out, kept = killed
+    assert not out.exists() and "shard_00001.inr" in kept and len(kept) < 6
+
+
+def test_rerunning_after_a_killed_rank_resumes_to_the_same_store(data, single, killed):
+    """After ``killed``, the rerun resumes every shard on disk and writes the store one process writes.
+    The rerun through ``--nproc``: its torchrun line (each rank runs one process), exit 0, rank 0's header,
+    and each rank's own shards (rank 0: 0, 2, 4; rank 1: 1, 3, 5; 9 images each)."""
     out, kept = killed
     work = out.with_name(".killed.inr.inrbench-encode.work")
-    assert "shard_00001.inr" in kept and len(kept) < 6
-
     r = run(encode_cmd(data, out, "--nproc", "2", "--keep-work"))
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert sha256(out) == single
