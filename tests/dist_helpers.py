@@ -25,3 +25,28 @@ def once_per_session(tmp_path_factory, name: str) -> Iterator[tuple[Path, bool]]
         folder.mkdir(exist_ok=True)
         yield folder, done.exists()
         done.touch()
+
+
+REPO = Path(__file__).resolve().parent.parent
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                "TORCHELASTIC_RUN_ID")
+
+
+def launch_here(monkeypatch, capfd, *argv, **env: str) -> tuple[int, str, str]:
+    """``inrbench ARGV --nproc N`` with its launcher in this process (``bench.cli.main``: one process less
+    to start, and torch is imported here already); torchrun and the ranks are processes of their own, in
+    this environment plus ``env`` (one OpenMP thread, this checkout first on PYTHONPATH, no torchrun
+    variables). -> (exit status, stdout, stderr), the processes' output read from the file descriptors."""
+    from bench import cli
+
+    for k in TORCHRUN_ENV:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.chdir(REPO)
+    capfd.readouterr()
+    rc = cli.main([str(a) for a in argv])
+    out, err = capfd.readouterr()
+    return rc, out, err

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from dist_helpers import once_per_session
+from dist_helpers import launch_here, once_per_session
 from fixtures_datasets import write_tiny_prepared
 
 from bench import results as R
@@ -281,7 +281,7 @@ def test_config_refused_by_every_rank_is_one_line_under_torchrun(group):
     assert len(lines) == 1 and lines[0].startswith("inrbench: error: --eval-split 'nope'"), ranks
 
 
-def test_rank_killed_outright_still_leaves_one_error_row(data, tmp_path):
+def test_rank_killed_outright_still_leaves_one_error_row(data, tmp_path, monkeypatch, capfd):
     """``inrbench bench --nproc 2`` builds the torchrun line (each rank runs one process) and runs it. Rank 1
     is SIGKILLed: torchrun stops rank 0 too. Rank 0 records the run first (stopped, through
     ``bench.harness.left``, or its collective failed first and its merge names rank 1), so ``--nproc``'s
@@ -289,12 +289,11 @@ def test_rank_killed_outright_still_leaves_one_error_row(data, tmp_path):
     what happened, in a run folder with env.json and config.json. (Before, under the user's own torchrun:
     no runs/ at all, only the folder's marker.)"""
     out = tmp_path / "res"
-    proc = subprocess.run([sys.executable, "-m", "bench", *_bench_args(data, out, "raw", "loader"), "--nproc", "2"],
-                          cwd=REPO, env=_env(INRBENCH_TEST_FAIL_RANK="1:kill"), capture_output=True, text=True,
-                          timeout=300)
-    assert "launching torchrun --standalone --nnodes 1 --nproc-per-node 2 -m bench bench" in proc.stderr
-    assert "--nproc " not in proc.stderr.split("-m bench bench", 1)[1].splitlines()[0]  # each rank runs one
-    assert proc.returncode != 0
+    rc, _, err = launch_here(monkeypatch, capfd, *_bench_args(data, out, "raw", "loader"), "--nproc", "2",
+                             INRBENCH_TEST_FAIL_RANK="1:kill")
+    assert "launching torchrun --standalone --nnodes 1 --nproc-per-node 2 -m bench bench" in err
+    assert "--nproc " not in err.split("-m bench bench", 1)[1].splitlines()[0]  # each rank runs one
+    assert rc != 0
     df, run_dir = _one_run(out)
     assert set(df.metric) == {"run"} and set(df.status) == {"error"}
     _names_the_broken_group(df)

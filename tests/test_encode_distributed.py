@@ -20,7 +20,7 @@ import torch
 
 from bench.datasets.prepared import SplitData, write_prepared
 from tests.cli_helpers import assert_one_line_error, run_cli
-from tests.dist_helpers import once_per_session
+from tests.dist_helpers import launch_here, once_per_session
 from tests.fixtures_datasets import write_tiny_prepared
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,6 +46,12 @@ def env() -> dict[str, str]:
 
 def run(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=timeout)
+
+
+def launched_here(monkeypatch, capfd, data: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``encode_cmd``'s command with its ``--nproc`` launcher in this process (``launch_here``)."""
+    rc, stdout, stderr = launch_here(monkeypatch, capfd, *encode_cmd(data, out, *extra)[3:])
+    return subprocess.CompletedProcess(encode_cmd(data, out, *extra), rc, stdout, stderr)
 
 
 @pytest.fixture(scope="module")
@@ -123,13 +129,13 @@ def test_killing_a_rank_leaves_the_finished_shards_and_no_store(killed):
     assert not out.exists() and "shard_00001.inr" in kept and len(kept) < 6
 
 
-def test_rerunning_after_a_killed_rank_resumes_to_the_same_store(data, single, killed):
+def test_rerunning_after_a_killed_rank_resumes_to_the_same_store(data, single, killed, monkeypatch, capfd):
     """After ``killed``, the rerun resumes every shard on disk and writes the store one process writes.
     The rerun through ``--nproc``: its torchrun line (each rank runs one process), exit 0, rank 0's header,
     and each rank's own shards (rank 0: 0, 2, 4; rank 1: 1, 3, 5; 9 images each)."""
     out, kept = killed
     work = out.with_name(".killed.inr.inrbench-encode.work")
-    r = run(encode_cmd(data, out, "--nproc", "2", "--keep-work"))
+    r = launched_here(monkeypatch, capfd, data, out, "--nproc", "2", "--keep-work")
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert sha256(out) == single
     assert "torchrun --standalone --nnodes 1 --nproc-per-node 2 -m bench encode" in r.stderr
@@ -144,13 +150,13 @@ def test_rerunning_after_a_killed_rank_resumes_to_the_same_store(data, single, k
     assert sorted(p.name for p in work.glob("shard_*.inr")) == [f"shard_{i:05d}.inr" for i in range(6)]
 
 
-def test_a_failing_rank_is_reported_by_rank_0_in_one_line(data, killed, tmp_path):
+def test_a_failing_rank_is_reported_by_rank_0_in_one_line(data, killed, tmp_path, monkeypatch, capfd):
     out = tmp_path / "fail.inr"
     work = tmp_path / ".fail.inr.inrbench-encode.work"
     work.mkdir()
     shutil.copy(killed[0].with_name("job.json"), work / "work.json")  # the same job
     (work / "shard_00001.inr").mkdir()  # rank 1 cannot write its first shard there
-    r = run(encode_cmd(data, out, "--nproc", "2"))
+    r = launched_here(monkeypatch, capfd, data, out, "--nproc", "2")
     assert r.returncode == 2 and not out.exists()  # the ranks' class through --nproc, not torchrun's 1
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("inrbench: error:")]
     assert len(lines) == 1 and "1 of 2 ranks failed (rank 1: " in lines[0], r.stderr[-3000:]
