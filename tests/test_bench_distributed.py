@@ -1,10 +1,10 @@
 """Data-parallel ``inrbench bench`` (issue #13, harness side): gloo, 2 processes on the CPU.
 
-Real torchrun launches (``python -m torch.distributed.run --standalone``), small and fast: one
-launch runs every pipeline in loader and train mode (a driver calling ``bench.cli.main`` per run
-in one process group), one goes through ``inrbench bench --nproc 2``, one injects a failure on
-rank 1 (``INRBENCH_TEST_FAIL_RANK``), one checks DDP's gradient agreement and the all-reduced
-evaluation against one process. The aggregation rules and the schema are tested in-process.
+Real 2-process launches, small and fast. Two launches of 2 ranks in torchrun's environment join the
+group once and run, in it, ``bench.cli.main`` per run: every pipeline in loader and train mode; then
+the DDP checks (gradient agreement, the all-reduced evaluation against one process), replay, refusals
+and a failure injected on rank 1 (``INRBENCH_TEST_FAIL_RANK``). One goes through ``inrbench bench
+--nproc 2`` (torchrun) and SIGKILLs rank 1. The aggregation rules and the schema are tested in-process.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
+from dist_helpers import launch_here, once_per_session
 from fixtures_datasets import write_tiny_prepared
 
 from bench import results as R
@@ -37,10 +38,28 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _torchrun(script: Path, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
-           str(script), *args]
-    return subprocess.run(cmd, cwd=REPO, env=_env(**env), capture_output=True, text=True, timeout=timeout)
+def _two_ranks(script: Path, *args: str, timeout: float = 300) -> tuple[int, str]:
+    """``script`` as ranks 0 and 1 of a 2-process group on this machine, in torchrun's environment
+    (``RANK``, ``WORLD_SIZE``, ``MASTER_PORT``...) without torchrun (its own torch import first, then its
+    monitoring: seconds per launch; the launches of ``bench --nproc`` and the user's own torchrun are
+    tested on their own): (the first failing rank's exit status or 0, both ranks' stderr)."""
+    import socket
+
+    with socket.socket() as s:  # a free port for rank 0's store, as torchrun --standalone picks one
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    world = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    procs = [subprocess.Popen([sys.executable, str(script), *args], cwd=REPO, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, env=_env(**world, RANK=str(k), LOCAL_RANK=str(k)))
+             for k in (0, 1)]
+    try:
+        errs = [p.communicate(timeout=timeout)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return next((p.returncode for p in procs if p.returncode), 0), "".join(errs)
 
 
 def _bench_args(data: Path, out: Path, pipeline: str, mode: str, store: Path | None = None) -> list[str]:
@@ -55,43 +74,90 @@ def data(tmp_path_factory) -> Path:
     return write_tiny_prepared(tmp_path_factory.mktemp("ddp") / "tiny", N_TRAIN, N_TEST)
 
 
-@pytest.fixture(scope="module")
-def store(data, tmp_path_factory) -> Path:
+def _store(data: Path, out: Path) -> Path:
     from bench.datasets.prepared import open_prepared
     from tests.store_helpers import fit_store_for_tests
 
-    return fit_store_for_tests(open_prepared(data), tmp_path_factory.mktemp("store") / "train.inr", iterations=20)
+    return fit_store_for_tests(open_prepared(data), out, iterations=20)
 
 
-# ----------------------------------------------------------------------------- every pipeline, 2 ranks
+# ----------------------------------------------------------------------------- one launch, many runs
 
 DRIVER = """
-import json, sys
+import contextlib, io, json, os, sys, time
 from bench import cli, dist
-dist.shutdown = lambda: None  # one process group for every run of this driver
-dist.init("cpu")  # joined here: each run's rank returns its status (bench.dist.run_rank) instead of exiting
-codes = [cli.main(argv) for argv in json.loads(open(sys.argv[1]).read())]
-if dist.from_env().rank == 0:
-    open(sys.argv[2], "w").write(json.dumps(codes))
+shutdown, dist.shutdown = dist.shutdown, lambda: None  # one process group for every run of this driver
+world = dist.init("cpu")  # joined here: each run's rank returns its status (bench.dist.run_rank) instead of exiting
+exec(DDP_SCRIPT)  # the DDP checks first, on a fresh group
+said = []
+for job in json.loads(open(sys.argv[1]).read()):  # [{key, argv, env}]
+    saved = {k: os.environ.get(k) for k in job["env"]}
+    os.environ.update(job["env"])
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(job["argv"])
+    said.append({"code": code, "out": out.getvalue(), "err": err.getvalue(), "s": time.perf_counter() - t0})
+    for k, v in saved.items():
+        os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+open(f"{sys.argv[2]}.rank{world.rank}", "w").write(json.dumps(said))
+shutdown()
+exec(DDP_ALONE)
 """
 
 
+def _in_one_group(tmp_path_factory, name: str, jobs, ddp: bool = False) -> dict:
+    """One launch of 2 gloo ranks (``_two_ranks``) that joins the group once and runs, in it, the DDP checks
+    (``ddp``: ``DDP_SCRIPT``, then ``DDP_ALONE`` at the end) and the jobs, each through ``bench.cli.main``.
+    ``jobs(folder)``: {name: (argv, env)}. Once per session (``once_per_session``): {name: (its --out,
+    [rank 0's, rank 1's] {code, out, err, s})}, the DDP results under ``"ddp"``."""
+    with once_per_session(tmp_path_factory, name) as (tmp, done):
+        if not done:
+            todo = jobs(tmp)
+            (tmp / "jobs.json").write_text(json.dumps([{"key": k, "argv": a, "env": e} for k, (a, e) in todo.items()]))
+            (tmp / "driver.py").write_text(f"DDP_SCRIPT = {DDP_SCRIPT if ddp else ''!r}\n"
+                                           f"DDP_ALONE = {DDP_ALONE if ddp else ''!r}\n{DRIVER}")
+            t0 = time.perf_counter()
+            code, err = _two_ranks(tmp / "driver.py", str(tmp / "jobs.json"), str(tmp / "got.json"),
+                                   str(tmp / "ddp.json"), timeout=600)
+            assert code == 0, err[-3000:]
+            print(f"{len(todo)} runs on 2 ranks in {time.perf_counter() - t0:.1f} s")
+    ranks = [json.loads((tmp / f"got.json.rank{k}").read_text()) for k in (0, 1)]
+    got = {tuple(j["key"]): (Path(j["argv"][j["argv"].index("--out") + 1]), [r[i] for r in ranks])
+           for i, j in enumerate(json.loads((tmp / "jobs.json").read_text()))}
+    if ddp:
+        got["ddp"] = json.loads((tmp / "ddp.json").read_text())
+    return got
+
+
 @pytest.fixture(scope="module")
-def every_pipeline(data, store, tmp_path_factory):
-    """Every pipeline x loader/train on 2 gloo ranks, in one torchrun launch: {(pipeline, mode): (rc, out)}."""
-    tmp = tmp_path_factory.mktemp("every")
-    runs = {(p, m): tmp / f"{p}-{m}" for p in PIPELINES for m in ("loader", "train")}
-    runs["inr", "shard"] = tmp / "inr-shard"  # loader, --resident shard
-    (tmp / "argv.json").write_text(json.dumps([
-        _bench_args(data, out, p, "loader" if m == "shard" else m, store if p == "inr" else None)
-        + (["--resident", "shard"] if m == "shard" else []) for (p, m), out in runs.items()]))
-    (tmp / "driver.py").write_text(DRIVER)
-    t0 = time.perf_counter()
-    proc = _torchrun(tmp / "driver.py", str(tmp / "argv.json"), str(tmp / "codes.json"), timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    codes = json.loads((tmp / "codes.json").read_text())
-    print(f"{len(runs)} runs on 2 ranks in {time.perf_counter() - t0:.1f} s")
-    return {k: (c, out) for (k, out), c in zip(runs.items(), codes, strict=True)}
+def every_pipeline(data, tmp_path_factory):
+    """Every pipeline x loader/train, and inr with ``--resident shard``, on 2 gloo ranks in one launch."""
+    def jobs(tmp: Path) -> dict:
+        store = _store(data, tmp / "train.inr")
+        got = {(p, m): (_bench_args(data, tmp / f"{p}-{m}", p, m, store if p == "inr" else None), {})
+               for p in PIPELINES for m in ("loader", "train")}
+        got["inr", "shard"] = (_bench_args(data, tmp / "inr-shard", "inr", "loader", store) + ["--resident", "shard"], {})
+        return got
+
+    return _in_one_group(tmp_path_factory, "bench-every-pipeline", jobs)
+
+
+@pytest.fixture(scope="module")
+def group(data, tmp_path_factory):
+    """The DDP checks, then raw replay, a device and a config every rank refuses, and rank 1 raising
+    (``INRBENCH_TEST_FAIL_RANK``, last), on 2 gloo ranks in one launch."""
+    def jobs(tmp: Path) -> dict:
+        got = {("raw", "replay"): (_bench_args(data, tmp / "raw-replay", "raw", "replay"), {})}
+        if not torch.cuda.is_available():  # --device cuda:1 refused: needs a machine without CUDA
+            device = _bench_args(data, tmp / "device", "raw", "loader")
+            device[device.index("--device") + 1] = "cuda:1"
+            got["refused", "device"] = (device, {})
+        got["refused", "config"] = (_bench_args(data, tmp / "config", "raw", "train") + ["--eval-split", "nope"], {})
+        got["raw", "fail"] = (_bench_args(data, tmp / "raw-fail", "raw", "train"), {"INRBENCH_TEST_FAIL_RANK": "1"})
+        return got
+
+    return _in_one_group(tmp_path_factory, "bench-group", jobs, ddp=True)
 
 
 def _one_run(out: Path) -> tuple[pd.DataFrame, Path]:
@@ -107,12 +173,18 @@ def _ok(df: pd.DataFrame, metric: str, rank=None, epoch=None) -> pd.DataFrame:
     return d[d["rank"].isna()] if rank is None else d[d["rank"] == rank]
 
 
+def _code(ranks: list[dict]) -> int:
+    """The run's exit status: every rank's own (each returned it to the driver)."""
+    assert ranks[0]["code"] == ranks[1]["code"], ranks
+    return ranks[0]["code"]
+
+
 def test_resident_shard_holds_half_the_store_per_rank(every_pipeline):
     """``--resident shard``: saved in cfg.*, and each rank holds half the store (within one image)."""
-    (code, shard_out), (_, all_out) = every_pipeline["inr", "shard"], every_pipeline["inr", "loader"]
+    (shard_out, ranks), (all_out, _) = every_pipeline["inr", "shard"], every_pipeline["inr", "loader"]
     df, _ = _one_run(shard_out)
     whole = R.read_results(all_out)
-    assert code == 0 and (df.status != "error").all() and (df["cfg.pipe.resident"] == "shard").all()
+    assert _code(ranks) == 0 and (df.status != "error").all() and (df["cfg.pipe.resident"] == "shard").all()
     assert (whole["cfg.pipe.resident"] == "all").all()
     for k in (0, 1):
         held = _ok(df, "resident_device_bytes", k).value.max()
@@ -123,12 +195,14 @@ def test_resident_shard_holds_half_the_store_per_rank(every_pipeline):
 @pytest.mark.parametrize("mode", ["loader", "train"])
 @pytest.mark.parametrize("pipeline", PIPELINES)
 def test_every_pipeline_two_gloo_ranks(every_pipeline, pipeline, mode):
-    code, out = every_pipeline[(pipeline, mode)]
+    out, ranks = every_pipeline[(pipeline, mode)]
+    code = _code(ranks)
     df, run_dir = _one_run(out)
     if df.iloc[0].status == "skip":  # torch-nvjpeg (no CUDA), dali without its CPU backend: one skip row
         assert code == 0 and len(df) == 1 and pd.isna(df.iloc[0]["rank"]) and df.iloc[0].reason
         pytest.skip(f"{pipeline} unavailable here (one skip row): {df.iloc[0].reason}")
     assert code == 0, df[df.status != "ok"].reason.tolist()
+    assert ranks[0]["out"].count("img/s by rank") == 1 and ranks[1]["out"] == ""  # rank 0 alone prints
     assert set(df["rank"].dropna().astype(int)) == {0, 1}
     assert (df.loc[df["rank"] == 1, "cfg.pipe.rank"] == 1).all() and (df["cfg.pipe.world_size"] == 2).all()
     assert (df["cfg.dist.world_size"] == 2).all() and (df["cfg.dist.backend"] == "gloo").all()
@@ -155,52 +229,76 @@ def test_every_pipeline_two_gloo_ranks(every_pipeline, pipeline, mode):
         assert (preds.label == preds.prediction).mean() == pytest.approx(acc[0])
 
 
-def test_nproc_relaunches_under_torchrun(data, tmp_path):
-    """``inrbench bench --nproc 2`` builds the torchrun line and runs it; exit 0, one run of 2 ranks."""
-    out = tmp_path / "res"
-    proc = subprocess.run([sys.executable, "-m", "bench", *_bench_args(data, out, "raw", "replay"), "--nproc", "2"],
-                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "launching torchrun --standalone --nnodes 1 --nproc-per-node 2 -m bench bench" in proc.stderr
-    assert "--nproc " not in proc.stderr.split("-m bench bench", 1)[1].splitlines()[0]  # each rank runs one
-    assert proc.stdout.count("img/s by rank") == 1  # rank 0 alone prints the summary
+def test_replay_trains_on_every_rank(group):
+    """``--mode replay`` on 2 ranks: exit 0, one run of 2 ranks, rank 0 alone prints the summary.
+    (``--nproc``'s torchrun line: ``test_rank_killed_outright_still_leaves_one_error_row``.)"""
+    out, ranks = group["raw", "replay"]
+    assert _code(ranks) == 0, ranks
+    assert ranks[0]["out"].count("img/s by rank") == 1 and ranks[1]["out"] == ""
     df, _ = _one_run(out)
     assert len(_ok(df, "train_loss", 0)) == len(_ok(df, "train_loss", 1)) == 3  # replay trains on every rank
     assert _ok(df, "pipeline_batches").value.sum() == 0  # nothing decoded while replay is timed
 
 
-def test_failure_on_one_rank_is_an_error_row_naming_it_no_hang(data, tmp_path):
-    """Rank 1 raises mid-run (the test hook): rank 0 writes one error row naming rank 1, both exit."""
-    out = tmp_path / "res"
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "bench", *_bench_args(data, out, "raw", "train"), "--nproc", "2"],
-                          cwd=REPO, env=_env(INRBENCH_TEST_FAIL_RANK="1"), capture_output=True, text=True,
-                          timeout=300)
-    elapsed = time.perf_counter() - t0
-    assert proc.returncode == 1  # a crash on a rank: its class through --nproc
+def test_failure_on_one_rank_is_an_error_row_naming_it_no_hang(group):
+    """Rank 1 raises mid-run (the test hook): rank 0 writes one error row naming rank 1, both end with a
+    crash's status (1), neither waits for the collective timeout."""
+    out, ranks = group["raw", "fail"]
+    assert [r["code"] for r in ranks] == [1, 1]  # a crash on a rank: its class, on every rank
+    elapsed = max(r["s"] for r in ranks)
     assert elapsed < 100, f"took {elapsed:.0f} s: a rank waited for the collective timeout (120 s)"
     df, _ = _one_run(out)
     assert df.metric.tolist() == ["run"] and df.status.tolist() == ["error"]
     assert df["rank"].tolist() == [1]
     assert df.reason.item().startswith("rank 1: RuntimeError: injected failure on rank 1")
-    assert "ERROR: rank 1: RuntimeError" in proc.stdout
+    assert "ERROR: rank 1: RuntimeError" in ranks[0]["out"] and ranks[1]["out"] == ""
 
 
-def test_rank_killed_outright_still_leaves_one_error_row(data, tmp_path):
-    """Rank 1 is SIGKILLed: torchrun stops rank 0 too. Rank 0 records the run first (stopped, through
+def _error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if "inrbench: error:" in line]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_device_refused_by_every_rank_is_one_line_under_torchrun(group):
+    """``--device cuda:1`` without CUDA under the user's torchrun: before, each rank printed the same error,
+    run together on one line (``...(torch.cuda.is_available() is False)inrbench: error: --device cuda:1: ...``).
+    Now rank 0 alone says it, once, and every rank ends with exit 2. (``--nproc``: refused before torchrun,
+    ``test_dist_console.test_device_refused_before_torchrun_is_one_line``.)"""
+    out, ranks = group["refused", "device"]
+    assert [r["code"] for r in ranks] == [2, 2], ranks
+    assert _error_lines(ranks[0]["err"] + ranks[1]["err"]) == [
+        "inrbench: error: --device cuda:1: no CUDA device here (torch.cuda.is_available() is False)"], ranks
+    assert ranks[0]["err"].endswith("\n")
+    assert not out.exists()
+
+
+def test_config_refused_by_every_rank_is_one_line_under_torchrun(group):
+    """An error every rank finds in its config (here ``--eval-split`` naming no split, in train mode) is
+    rank 0's one line, once, exit 2 from every rank (each ends itself, none is stopped)."""
+    _, ranks = group["refused", "config"]
+    assert [r["code"] for r in ranks] == [2, 2], ranks
+    lines = _error_lines(ranks[0]["err"] + ranks[1]["err"])
+    assert len(lines) == 1 and lines[0].startswith("inrbench: error: --eval-split 'nope'"), ranks
+
+
+def test_rank_killed_outright_still_leaves_one_error_row(data, tmp_path, monkeypatch, capfd):
+    """``inrbench bench --nproc 2`` builds the torchrun line (each rank runs one process) and runs it. Rank 1
+    is SIGKILLed: torchrun stops rank 0 too. Rank 0 records the run first (stopped, through
     ``bench.harness.left``, or its collective failed first and its merge names rank 1), so ``--nproc``'s
     launcher, which writes its own row only where no rank did, adds nothing: error rows only, naming
-    what happened."""
+    what happened, in a run folder with env.json and config.json. (Before, under the user's own torchrun:
+    no runs/ at all, only the folder's marker.)"""
     out = tmp_path / "res"
-    proc = subprocess.run([sys.executable, "-m", "bench", *_bench_args(data, out, "raw", "loader"), "--nproc", "2"],
-                          cwd=REPO, env=_env(INRBENCH_TEST_FAIL_RANK="1:kill"), capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode != 0
+    rc, _, err = launch_here(monkeypatch, capfd, *_bench_args(data, out, "raw", "loader"), "--nproc", "2",
+                             INRBENCH_TEST_FAIL_RANK="1:kill")
+    assert "launching torchrun --standalone --nnodes 1 --nproc-per-node 2 -m bench bench" in err
+    assert "--nproc " not in err.split("-m bench bench", 1)[1].splitlines()[0]  # each rank runs one
+    assert rc != 0
     df, run_dir = _one_run(out)
     assert set(df.metric) == {"run"} and set(df.status) == {"error"}
     _names_the_broken_group(df)
     assert not df.reason.str.contains("before rank 0 wrote this run").any()
-    assert (run_dir / "env.json").exists()
+    assert (run_dir / "env.json").exists() and (run_dir / "config.json").exists()
 
 
 def _names_the_broken_group(df):
@@ -215,23 +313,6 @@ def _names_the_broken_group(df):
     # gloo says "Connection closed by peer" or "Connection reset by peer", as the peer's socket went
     assert any("by peer" in r or "stopped by the launcher (SIGTERM)" in r or "process group failed" in r
                for r in reasons), reasons
-
-
-def test_plain_torchrun_rank_killed_leaves_a_record_in_the_run_folder(data, tmp_path):
-    """The user's own torchrun (no ``--nproc``, so no launcher of ours writes a row afterwards): rank 1 is
-    SIGKILLed; rank 0's collective fails (gloo: "Connection ... by peer") and torchrun stops it. Before it
-    ends, rank 0 records the run: error rows only, naming the ranks and why (rank 0's merge of a broken
-    group, naming rank 1, or, stopped first, its SIGTERM record with the collective failure it saw)."""
-    out = tmp_path / "res"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
-           "-m", "bench", *_bench_args(data, out, "raw", "train")]
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(INRBENCH_TEST_FAIL_RANK="1:kill"), capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode != 0
-    df, run_dir = _one_run(out)  # before: no runs/ at all, only the folder's marker
-    assert set(df.metric) == {"run"} and set(df.status) == {"error"}
-    _names_the_broken_group(df)
-    assert (run_dir / "env.json").exists() and (run_dir / "config.json").exists()
 
 
 def _rows(run_id: str = "r1") -> R.RunRows:
@@ -304,7 +385,7 @@ from bench.train.expand import ExpandConfig, ExpandTrainer
 from bench.train.loop import Trainer, TrainConfig
 from pipelines.base import Augment, Batch
 
-world = dist.init("cpu")
+world = dist.init("cpu")  # joined by the driver already
 cfg = TrainConfig(lr=0.1, momentum=0.9, weight_decay=5e-4)
 
 def batch(rank):
@@ -335,7 +416,10 @@ aug = Augment(crop="random-pad", size=8, pad=2)
 ev = evaluate(tr.model, images, labels, aug, "cpu")
 got = dist.all_gather_object({"start": start, "after": after, "grown": grown,
                               "eval": [ev.accuracy, ev.loss, ev.images, ev.predictions.tolist()]})
-dist.shutdown()
+"""
+
+# after the driver's other runs, out of the group (bench.dist.shutdown undone): one process, on rank 0
+DDP_ALONE = """
 if world.rank == 0:
     # one process, rank 0's model after the DDP step (buffers as evaluate broadcast them)
     one = evaluate(tr.model, images, labels, aug, "cpu")
@@ -352,18 +436,15 @@ if world.rank == 0:
         p.grad = sum(g) / len(g)
     ref.opt.step()
     json.dump({"ranks": got, "reference": params(ref.model),
-               "one": [one.accuracy, one.loss, one.images, one.predictions.tolist()]}, open(sys.argv[1], "w"))
+               "one": [one.accuracy, one.loss, one.images, one.predictions.tolist()]}, open(sys.argv[3], "w"))
 """
 
 
-def test_ddp_parameters_agree_and_equal_the_averaged_gradient_step(tmp_path):
+def test_ddp_parameters_agree_and_equal_the_averaged_gradient_step(group):
     """After one DDP step every rank's parameters are identical, and equal to one process applying
     the gradients averaged over the ranks' batches; a grown (expand) model is re-wrapped and stays
     identical; evaluation over 2 ranks returns what one process gets for the whole split."""
-    (tmp_path / "ddp.py").write_text(textwrap.dedent(DDP_SCRIPT))
-    proc = _torchrun(tmp_path / "ddp.py", str(tmp_path / "got.json"), timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads((tmp_path / "got.json").read_text())
+    got = group["ddp"]
     r0, r1 = got["ranks"]
     flat = lambda ps: np.concatenate([np.ravel(np.asarray(p, dtype=np.float64)) for p in ps])  # noqa: E731
     assert np.array_equal(flat(r0["start"]), flat(r1["start"]))  # DDP broadcast rank 0's init

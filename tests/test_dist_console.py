@@ -69,15 +69,13 @@ def plugin(tmp_path_factory) -> Path:
 REASON = "ranks loaded 64 images in epoch 1 (repeat 0) of a 32-image split"
 
 
-@pytest.mark.parametrize("launcher", ["--nproc", "torchrun"])
-def test_rank_ignoring_adapter_reason_reaches_the_console_once(data, plugin, tmp_path, launcher):
+def test_rank_ignoring_adapter_reason_reaches_the_console_once(data, plugin, tmp_path):
     """Before: rank 1 returned at once, torchrun stopped rank 0 (SIGTERM) before it printed, and the
-    console said only ``torchrun: rank 0 exited with signal SIGTERM; rank 1 exited with status 1``."""
+    console said only ``torchrun: rank 0 exited with signal SIGTERM; rank 1 exited with status 1``.
+    Through ``--nproc``, whose launcher adds a line for every rank that did not record its status (rank 0
+    records it after it printed): no such line, so rank 0 said why itself, as under the user's own torchrun."""
     out = tmp_path / "res"
-    argv = _args(data, out, "test-ignores-rank")
-    cmd = ([sys.executable, "-m", "bench", *argv, "--nproc", "2"] if launcher == "--nproc" else
-           [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
-            "-m", "bench", *argv])
+    cmd = [sys.executable, "-m", "bench", *_args(data, out, "test-ignores-rank"), "--nproc", "2"]
     proc = subprocess.run(cmd, cwd=REPO, env=_env(plugin), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert proc.stdout.count(REASON) == 1, (proc.stdout, proc.stderr[-3000:])
@@ -85,9 +83,9 @@ def test_rank_ignoring_adapter_reason_reaches_the_console_once(data, plugin, tmp
     assert proc.stdout.count("rows: ") == 1
     df = R.read_results(out)
     assert df.reason.item().startswith(f"pipeline test-ignores-rank: {REASON}")
-    if launcher == "--nproc":  # every rank said why (rank 0 for both): no line of torchrun's
-        assert "torchrun: rank" not in proc.stderr and "SIGTERM" not in proc.stderr, proc.stderr
-        assert "Traceback" not in proc.stderr
+    # every rank said why (rank 0 for both): no line of torchrun's
+    assert "torchrun: rank" not in proc.stderr and "SIGTERM" not in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_launcher_prints_the_recorded_reason_when_rank_0_was_stopped(data, tmp_path, capsys, monkeypatch):
@@ -179,12 +177,13 @@ def test_ctrl_c_on_encode_nproc_is_one_line_exit_130(data, tmp_path):
     out = tmp_path / "s.inr"
     cmd = [sys.executable, "-m", "bench", "encode", str(data), "--preset", "demo", "--iterations", "100000",
            "--shard-size", "4", "--no-progress", "--out", str(out), "--dist-timeout", "60", "--nproc", "2"]
+    work = tmp_path / ".s.inr.inrbench-encode.work"
     seen: dict[str, float] = {}
 
     def ready(err: str) -> bool:
-        if "inrbench: launching" in err:
+        if work.is_dir():  # rank 0 opened the work folder: the ranks are encoding
             seen.setdefault("t", time.monotonic())
-            return time.monotonic() - seen["t"] > 12.0
+            return time.monotonic() - seen["t"] > 1.0
         return False
 
     rc, err = _interrupt(cmd, tmp_path, ready)
@@ -199,36 +198,20 @@ def _error_lines(err: str) -> list[str]:
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
-@pytest.mark.parametrize("launcher", ["--nproc", "torchrun"])
-def test_device_refused_by_every_rank_is_one_line(data, tmp_path, launcher):
-    """``--device cuda:1`` without CUDA: before, each rank printed the same error, run together on one line
-    (``...(torch.cuda.is_available() is False)inrbench: error: --device cuda:1: ...``)."""
+def test_device_refused_before_torchrun_is_one_line(data, tmp_path, capsys):
+    """``--device cuda:1 --nproc 2`` without CUDA: refused before torchrun, as one process refuses it: one line,
+    exit 2. (Under the user's own torchrun, every rank refusing it: ``test_bench_distributed.
+    test_device_refused_by_every_rank_is_one_line_under_torchrun``.)"""
+    from bench import cli
+
     argv = _args(data, tmp_path / "res")
     argv[argv.index("--device") + 1] = "cuda:1"
-    cmd = ([sys.executable, "-m", "bench", *argv, "--nproc", "2"] if launcher == "--nproc" else
-           [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
-            "-m", "bench", *argv])
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
-    lines = _error_lines(proc.stderr)
-    assert lines == ["inrbench: error: --device cuda:1: no CUDA device here (torch.cuda.is_available() is False)"], \
-        proc.stderr
-    assert proc.stderr.endswith("\n")
-    if launcher == "--nproc":  # refused before torchrun, as one process refuses it
-        assert proc.returncode == 2 and "launching" not in proc.stderr, proc.stderr
+    rc = cli.main([*argv, "--nproc", "2"])
+    err = capsys.readouterr().err
+    assert _error_lines(err) == ["inrbench: error: --device cuda:1: no CUDA device here (torch.cuda.is_available() is False)"], err
+    assert err.endswith("\n")
+    assert rc == 2 and "launching" not in err, err
     assert not (tmp_path / "res").exists()
-
-
-def test_config_refused_by_every_rank_is_one_line_under_torchrun(data, tmp_path):
-    """An error every rank finds in its config (here ``--eval-split`` naming no split, in train mode) is
-    rank 0's one line, once, exit 2 from every rank."""
-    argv = _args(data, tmp_path / "res", mode="train") + ["--eval-split", "nope"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
-           "-m", "bench", *argv]
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 0
-    lines = _error_lines(proc.stderr)
-    assert len(lines) == 1 and lines[0].startswith("inrbench: error: --eval-split 'nope'"), proc.stderr
-    assert "exitcode  : 2" in proc.stderr and "exitcode  : -15" not in proc.stderr  # both ranks exited 2 themselves
 
 
 def test_launcher_error_row_records_data_and_store_absolute(data, tmp_path, monkeypatch):

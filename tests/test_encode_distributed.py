@@ -5,8 +5,8 @@ a failing rank is reported in one line by rank 0; bad input is refused before to
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -20,6 +20,7 @@ import torch
 
 from bench.datasets.prepared import SplitData, write_prepared
 from tests.cli_helpers import assert_one_line_error, run_cli
+from tests.dist_helpers import launch_here, once_per_session
 from tests.fixtures_datasets import write_tiny_prepared
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,42 +48,36 @@ def run(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=timeout)
 
 
+def launched_here(monkeypatch, capfd, data: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``encode_cmd``'s command with its ``--nproc`` launcher in this process (``launch_here``)."""
+    rc, stdout, stderr = launch_here(monkeypatch, capfd, *encode_cmd(data, out, *extra)[3:])
+    return subprocess.CompletedProcess(encode_cmd(data, out, *extra), rc, stdout, stderr)
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    return write_tiny_prepared(tmp_path_factory.mktemp("dist") / "data", N, 2)
+    """The dataset, once per session (``once_per_session``): the shared launches' jobs name its path."""
+    with once_per_session(tmp_path_factory, "encode-data") as (tmp, done):
+        if not done:
+            write_tiny_prepared(tmp / "data", N, 2)
+    return tmp / "data"
 
 
 @pytest.fixture(scope="module")
-def single(data) -> str:
-    """sha256 of the one-process store (one torch thread, as each torchrun rank has)."""
+def single(data, tmp_path_factory) -> str:
+    """sha256 of the one-process store ``data.parent / "single.inr"`` (one torch thread, as each torchrun
+    rank has), once per session."""
     out = data.parent / "single.inr"
-    threads = torch.get_num_threads()
-    try:
-        from bench import cli
+    with once_per_session(tmp_path_factory, "encode-single") as (_, done):
+        if not done:
+            threads = torch.get_num_threads()
+            try:
+                from bench import cli
 
-        assert cli.main(["encode", str(data), *ARGS, "--threads", "1", "--out", str(out)]) == 0
-    finally:
-        torch.set_num_threads(threads)
+                assert cli.main(["encode", str(data), *ARGS, "--threads", "1", "--out", str(out)]) == 0
+            finally:
+                torch.set_num_threads(threads)
     return sha256(out)
-
-
-@pytest.fixture(scope="module")
-def two(data) -> tuple[Path, subprocess.CompletedProcess]:
-    """A 2-process encode of the same configuration, its work folder kept."""
-    out = data.parent / "two.inr"
-    r = run(encode_cmd(data, out, "--nproc", "2", "--keep-work"))
-    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
-    return out, r
-
-
-def test_two_processes_write_the_single_process_store(single, two):
-    out, r = two
-    assert sha256(out) == single
-    assert "torchrun --standalone --nnodes 1 --nproc-per-node 2 -m bench encode" in r.stderr
-    assert "2 processes (gloo)" in r.stdout
-    assert "rank 0 3 fitted, 0 resumed (9 images); rank 1 3 fitted, 0 resumed (9 images)" in r.stdout
-    assert sorted(p.name for p in out.with_name(".two.inr.inrbench-encode.work").glob("shard_*.inr")) == [
-        f"shard_{i:05d}.inr" for i in range(6)]
 
 
 def _rank_pid(root: subprocess.Popen, rank: str, deadline: float) -> int:
@@ -99,43 +94,69 @@ def _rank_pid(root: subprocess.Popen, rank: str, deadline: float) -> int:
     raise AssertionError(f"no rank {rank} process")
 
 
-def test_killing_a_rank_then_rerunning_resumes_to_the_same_store(data, single, tmp_path):
-    out = tmp_path / "killed.inr"
-    work = tmp_path / ".killed.inr.inrbench-encode.work"
-    root = subprocess.Popen(encode_cmd(data, out, "--nproc", "2"), cwd=REPO, env=env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 90
-        while not (work / "shard_00001.inr").exists():  # rank 1's first shard is on disk
-            assert root.poll() is None and time.monotonic() < deadline, "encode ended before a shard was written"
-            time.sleep(0.005)
-        os.kill(_rank_pid(root, "1", deadline), signal.SIGKILL)  # rank 1 still has shards 3 and 5 to fit
-        _, err = root.communicate(timeout=90)
-    finally:
-        if root.poll() is None:
-            os.killpg(root.pid, signal.SIGKILL)
-            root.wait()
-    assert root.returncode != 0 and not out.exists(), err[-2000:]
-    kept = {p.name: p.stat().st_ino for p in work.glob("shard_*.inr")}
-    assert "shard_00001.inr" in kept and len(kept) < 6
+@pytest.fixture(scope="module")
+def killed(data, tmp_path_factory) -> tuple[Path, dict[str, int]]:
+    """A 2-process encode whose rank 1 was SIGKILLed once its first shard was on disk: (its store path,
+    {shard file kept in the work folder: inode}). Once per session (``once_per_session``); its
+    ``work.json`` (the job) is also kept as ``job.json`` beside it."""
+    with once_per_session(tmp_path_factory, "encode-killed") as (tmp, done):
+        out = tmp / "killed.inr"
+        work = tmp / ".killed.inr.inrbench-encode.work"
+        if not done:
+            root = subprocess.Popen(encode_cmd(data, out, "--nproc", "2"), cwd=REPO, env=env(), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+            try:
+                deadline = time.monotonic() + 90
+                while not (work / "shard_00001.inr").exists():  # rank 1's first shard is on disk
+                    assert root.poll() is None and time.monotonic() < deadline, "encode ended before a shard was written"
+                    time.sleep(0.005)
+                os.kill(_rank_pid(root, "1", deadline), signal.SIGKILL)  # rank 1 still has shards 3 and 5 to fit
+                _, err = root.communicate(timeout=90)
+            finally:
+                if root.poll() is None:
+                    os.killpg(root.pid, signal.SIGKILL)
+                    root.wait()
+            assert root.returncode != 0 and not out.exists(), err[-2000:]
+            shutil.copy(work / "work.json", tmp / "job.json")
+            (tmp / "kept.json").write_text(json.dumps({p.name: p.stat().st_ino for p in work.glob("shard_*.inr")}))
+    return out, json.loads((tmp / "kept.json").read_text())
 
-    r = run(encode_cmd(data, out, "--nproc", "2", "--keep-work"))
+
+def test_killing_a_rank_leaves_the_finished_shards_and_no_store(killed):
+    """Rank 1 SIGKILLed after its first shard (``killed``: the encode failed, no store): what the ranks
+    finished is on disk, what rank 1 had left is not."""
+    out, kept = killed
+    assert not out.exists() and "shard_00001.inr" in kept and len(kept) < 6
+
+
+def test_rerunning_after_a_killed_rank_resumes_to_the_same_store(data, single, killed, monkeypatch, capfd):
+    """After ``killed``, the rerun resumes every shard on disk and writes the store one process writes.
+    The rerun through ``--nproc``: its torchrun line (each rank runs one process), exit 0, rank 0's header,
+    and each rank's own shards (rank 0: 0, 2, 4; rank 1: 1, 3, 5; 9 images each)."""
+    out, kept = killed
+    work = out.with_name(".killed.inr.inrbench-encode.work")
+    r = launched_here(monkeypatch, capfd, data, out, "--nproc", "2", "--keep-work")
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert sha256(out) == single
-    resumed = [int(k) for k in re.findall(r"(\d+) resumed", r.stdout)]
-    assert len(resumed) == 2 and sum(resumed) == len(kept), r.stdout  # every shard on disk was kept, none refitted
+    assert "torchrun --standalone --nnodes 1 --nproc-per-node 2 -m bench encode" in r.stderr
+    assert "--nproc " not in r.stderr.split("-m bench encode", 1)[1].splitlines()[0]  # each rank runs one
+    assert "2 processes (gloo)" in r.stdout
+    # every shard on disk was kept, none refitted, each by the rank that fits it
+    have = {k: sum(f"shard_{i:05d}.inr" in kept for i in range(k, 6, 2)) for k in (0, 1)}
+    assert "; ".join(f"rank {k} {3 - have[k]} fitted, {have[k]} resumed (9 images)" for k in (0, 1)) in r.stdout, r.stdout
     # rank 0 says so up front, for every rank's shards, as a one-process rerun does
     assert f"encode: resuming, {len(kept)} of 6 shards already fitted (work folder {work})" in r.stdout
     assert {n: (work / n).stat().st_ino for n in kept} == kept
+    assert sorted(p.name for p in work.glob("shard_*.inr")) == [f"shard_{i:05d}.inr" for i in range(6)]
 
 
-def test_a_failing_rank_is_reported_by_rank_0_in_one_line(data, two, tmp_path):
+def test_a_failing_rank_is_reported_by_rank_0_in_one_line(data, killed, tmp_path, monkeypatch, capfd):
     out = tmp_path / "fail.inr"
     work = tmp_path / ".fail.inr.inrbench-encode.work"
     work.mkdir()
-    shutil.copy(two[0].with_name(".two.inr.inrbench-encode.work") / "work.json", work / "work.json")  # the same job
+    shutil.copy(killed[0].with_name("job.json"), work / "work.json")  # the same job
     (work / "shard_00001.inr").mkdir()  # rank 1 cannot write its first shard there
-    r = run(encode_cmd(data, out, "--nproc", "2"))
+    r = launched_here(monkeypatch, capfd, data, out, "--nproc", "2")
     assert r.returncode == 2 and not out.exists()  # the ranks' class through --nproc, not torchrun's 1
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("inrbench: error:")]
     assert len(lines) == 1 and "1 of 2 ranks failed (rank 1: " in lines[0], r.stderr[-3000:]
