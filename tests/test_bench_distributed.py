@@ -29,6 +29,9 @@ from bench.harness.ranks import RankResult, aggregate, merge
 REPO = Path(__file__).resolve().parent.parent
 N_TRAIN, N_TEST, BS = 32, 11, 8  # 4 batches per rank per epoch; 11 test images split 6 + 5
 PIPELINES = ("raw", "torch-jpeg", "dali", "inr", "torch-nvjpeg")
+IN_GROUP = ("dali",)  # run in ``group``'s launch: the two launches take about as long
+# a test that reads a shared launch may pay for it: 12 s alone, 20-25 s beside another test on 2 cores
+LAUNCH = pytest.mark.slow
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -132,11 +135,12 @@ def _in_one_group(tmp_path_factory, name: str, jobs, ddp: bool = False) -> dict:
 
 @pytest.fixture(scope="module")
 def every_pipeline(data, tmp_path_factory):
-    """Every pipeline x loader/train, and inr with ``--resident shard``, on 2 gloo ranks in one launch."""
+    """Every pipeline but ``IN_GROUP``'s x loader/train, and inr with ``--resident shard``, on 2 gloo ranks in
+    one launch."""
     def jobs(tmp: Path) -> dict:
         store = _store(data, tmp / "train.inr")
         got = {(p, m): (_bench_args(data, tmp / f"{p}-{m}", p, m, store if p == "inr" else None), {})
-               for p in PIPELINES for m in ("loader", "train")}
+               for p in PIPELINES if p not in IN_GROUP for m in ("loader", "train")}
         got["inr", "shard"] = (_bench_args(data, tmp / "inr-shard", "inr", "loader", store) + ["--resident", "shard"], {})
         return got
 
@@ -145,10 +149,12 @@ def every_pipeline(data, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def group(data, tmp_path_factory):
-    """The DDP checks, then raw replay, a device and a config every rank refuses, and rank 1 raising
-    (``INRBENCH_TEST_FAIL_RANK``, last), on 2 gloo ranks in one launch."""
+    """The DDP checks, then raw replay, ``IN_GROUP`` x loader/train, a device and a config every rank refuses,
+    and rank 1 raising (``INRBENCH_TEST_FAIL_RANK``, last), on 2 gloo ranks in one launch."""
     def jobs(tmp: Path) -> dict:
         got = {("raw", "replay"): (_bench_args(data, tmp / "raw-replay", "raw", "replay"), {})}
+        got.update({(p, m): (_bench_args(data, tmp / f"{p}-{m}", p, m), {}) for p in IN_GROUP
+                    for m in ("loader", "train")})
         if not torch.cuda.is_available():  # --device cuda:1 refused: needs a machine without CUDA
             device = _bench_args(data, tmp / "device", "raw", "loader")
             device[device.index("--device") + 1] = "cuda:1"
@@ -179,6 +185,7 @@ def _code(ranks: list[dict]) -> int:
     return ranks[0]["code"]
 
 
+@LAUNCH
 def test_resident_shard_holds_half_the_store_per_rank(every_pipeline):
     """``--resident shard``: saved in cfg.*, and each rank holds half the store (within one image)."""
     (shard_out, ranks), (all_out, _) = every_pipeline["inr", "shard"], every_pipeline["inr", "loader"]
@@ -192,10 +199,11 @@ def test_resident_shard_holds_half_the_store_per_rank(every_pipeline):
         assert abs(held - full / 2) <= full / N_TRAIN + 64
 
 
+@LAUNCH
 @pytest.mark.parametrize("mode", ["loader", "train"])
 @pytest.mark.parametrize("pipeline", PIPELINES)
-def test_every_pipeline_two_gloo_ranks(every_pipeline, pipeline, mode):
-    out, ranks = every_pipeline[(pipeline, mode)]
+def test_every_pipeline_two_gloo_ranks(request, pipeline, mode):
+    out, ranks = request.getfixturevalue("group" if pipeline in IN_GROUP else "every_pipeline")[(pipeline, mode)]
     code = _code(ranks)
     df, run_dir = _one_run(out)
     if df.iloc[0].status == "skip":  # torch-nvjpeg (no CUDA), dali without its CPU backend: one skip row
@@ -229,6 +237,7 @@ def test_every_pipeline_two_gloo_ranks(every_pipeline, pipeline, mode):
         assert (preds.label == preds.prediction).mean() == pytest.approx(acc[0])
 
 
+@LAUNCH
 def test_replay_trains_on_every_rank(group):
     """``--mode replay`` on 2 ranks: exit 0, one run of 2 ranks, rank 0 alone prints the summary.
     (``--nproc``'s torchrun line: ``test_rank_killed_outright_still_leaves_one_error_row``.)"""
@@ -240,6 +249,7 @@ def test_replay_trains_on_every_rank(group):
     assert _ok(df, "pipeline_batches").value.sum() == 0  # nothing decoded while replay is timed
 
 
+@LAUNCH
 def test_failure_on_one_rank_is_an_error_row_naming_it_no_hang(group):
     """Rank 1 raises mid-run (the test hook): rank 0 writes one error row naming rank 1, both end with a
     crash's status (1), neither waits for the collective timeout."""
@@ -258,6 +268,7 @@ def _error_lines(err: str) -> list[str]:
     return [line for line in err.splitlines() if "inrbench: error:" in line]
 
 
+@LAUNCH
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_device_refused_by_every_rank_is_one_line_under_torchrun(group):
     """``--device cuda:1`` without CUDA under the user's torchrun: before, each rank printed the same error,
@@ -272,6 +283,7 @@ def test_device_refused_by_every_rank_is_one_line_under_torchrun(group):
     assert not out.exists()
 
 
+@LAUNCH
 def test_config_refused_by_every_rank_is_one_line_under_torchrun(group):
     """An error every rank finds in its config (here ``--eval-split`` naming no split, in train mode) is
     rank 0's one line, once, exit 2 from every rank (each ends itself, none is stopped)."""
@@ -440,6 +452,7 @@ if world.rank == 0:
 """
 
 
+@LAUNCH
 def test_ddp_parameters_agree_and_equal_the_averaged_gradient_step(group):
     """After one DDP step every rank's parameters are identical, and equal to one process applying
     the gradients averaged over the ranks' batches; a grown (expand) model is re-wrapped and stays
