@@ -25,7 +25,8 @@ TEMP_SUFFIXES = (".partial", ".scratch", ".old", ".tmp")
 MODES = ("new", "replace", "append")
 
 
-def _json(path: Path) -> object:
+def read_json(path: Path) -> object:
+    """The JSON document at ``path``, or None when it is missing or unreadable."""
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -53,7 +54,7 @@ def _is_meta_init(p: Path) -> bool:
 
 
 def _is_env(p: Path) -> bool:
-    m = _json(p)
+    m = read_json(p)
     return isinstance(m, dict) and {"schema_version", "git", "versions"} <= set(m)
 
 
@@ -94,7 +95,7 @@ def kind_of(name: str) -> OutputKind:
 
 def marker_kind(folder: Path) -> str | None:
     """The kind named by ``folder``'s marker, or ``None`` (no marker, unreadable)."""
-    m = _json(folder / MARKER)
+    m = read_json(folder / MARKER)
     return m.get("kind") if isinstance(m, dict) else None
 
 
@@ -135,7 +136,7 @@ def foreign_entries(folder: Path, kind: str) -> list[str]:
     """Entries of the ``kind`` output ``folder`` that inr-bench did not write (a replace would delete them):
     names, or ``name/`` where a folder it wrote holds more. The marker's ``entries`` decide, else the kind's layout (none: all)."""
     k = kind_of(kind)
-    m = _json(folder / MARKER)
+    m = read_json(folder / MARKER)
     wrote = m.get("entries") if isinstance(m, dict) else None
     names = sorted(c.name for c in folder.iterdir()
                    if c.name != MARKER and not is_own_temp(c.name) and c.name not in OS_FILES)

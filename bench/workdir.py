@@ -12,7 +12,7 @@ from pathlib import Path
 from bench.atomic import atomic_write_json, create_marked_dir
 from bench.errors import InputError, older_artifact
 from bench.jsontext import diff_keys
-from bench.outputs import TEMP_TAG, beside, is_own_temp
+from bench.outputs import TEMP_TAG, beside, is_own_temp, read_json
 
 WORK_JSON = "work.json"
 SCHEMA = 3  # one schema for every command's work folder
@@ -28,13 +28,6 @@ def _a(command: str) -> str:
 
 def work_path(out: str | Path, command: str) -> Path:
     return beside(Path(out), f"{TEMP_TAG}{command}.work")
-
-
-def read_json(path: Path) -> object:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def jsonable(doc: object) -> object:

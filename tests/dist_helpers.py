@@ -1,4 +1,5 @@
-"""Helpers of the data-parallel tests (2 gloo processes on the CPU): one expensive launch per test session."""
+"""Helpers of the data-parallel tests (2 gloo processes on the CPU), and ``once_per_session``: one expensive
+launch (or report) per test session, shared by the xdist workers."""
 
 from __future__ import annotations
 

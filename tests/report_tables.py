@@ -91,32 +91,20 @@ _SWEEP_REPORT: dict[str, Path] = {}
 
 def sweep_report(tmp_path_factory) -> Path:
     """The report of the committed sweep fixture (tests/fixtures/results/sweep), written by
-    ``inrbench report`` (in-process, exit 0), figures rendered; built once per pytest run (under
-    xdist in the folder its workers share, the first to come builds it under a lock) and read,
-    never written, by the tests that share it."""
+    ``inrbench report`` (in-process, exit 0), figures rendered; built once per pytest run
+    (``once_per_session``) and read, never written, by the tests that share it."""
     if "out" not in _SWEEP_REPORT:
-        import fcntl
-        import os
+        from dist_helpers import once_per_session
 
         from bench.cli import main
         from bench.compare import figures
 
-        root = tmp_path_factory.getbasetemp()
-        if os.environ.get("PYTEST_XDIST_WORKER"):
-            root = root.parent  # this run's temp folder, above each worker's own
-        out = root / "sweep-report" / "rep"
-        with open(root / "sweep-report.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (root / "sweep-report" / "done").is_file():
-                if out.parent.exists():  # a build that failed in another worker
-                    import shutil
-
-                    shutil.rmtree(out.parent)
-                out.parent.mkdir()
+        with once_per_session(tmp_path_factory, "sweep-report") as (folder, done):
+            out = folder / "rep"
+            if not done:
                 with pytest.MonkeyPatch.context() as mp:  # rendered, even inside ``figures_unrendered``
                     mp.setattr(figures, "save", _RENDER.get("save", figures.save))
                     assert main(["report", str(FIX), "--out", str(out)]) == 0
-                (root / "sweep-report" / "done").write_text("")
         _SWEEP_REPORT["out"] = out
     return _SWEEP_REPORT["out"]
 

@@ -15,7 +15,8 @@ import numpy as np
 from bench import workdir
 from bench.atomic import atomic_open, atomic_write_json
 from bench.errors import InputError
-from bench.workdir import InputRefused, read_json
+from bench.outputs import read_json
+from bench.workdir import InputRefused
 
 if TYPE_CHECKING:
     from bench.datasets.config import PrepareConfig

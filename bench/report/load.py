@@ -3,7 +3,6 @@ Per-rank rows go to ``rank_rows``; world sizes, settings and stores are relabell
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -13,6 +12,7 @@ import pandas as pd
 
 from bench import results as R
 from bench.errors import InputError
+from bench.outputs import read_json
 from bench.report import settings
 from bench.sweep import layout
 
@@ -88,12 +88,7 @@ def _predictions(folders: list[Path], rows: Any) -> Any:
 
 
 def _read_json(path: Path | None) -> dict[str, Any] | None:
-    if path is None:
-        return None
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
+    return None if path is None else read_json(Path(path))
 
 
 def _load_sweep(root: Path) -> ReportInputs:
