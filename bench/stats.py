@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
@@ -45,6 +44,14 @@ class Interval:
 NAN = Interval(math.nan, math.nan, math.nan, 0)
 
 
+def _scipy():
+    """``scipy.stats``, imported on first use: ~1.3 s that a fitting process (``inr.meta`` imports this
+    module) never needs."""
+    from scipy import stats
+
+    return stats
+
+
 def _clean(x: Sequence[float]) -> np.ndarray:
     a = np.asarray(x, dtype=float).ravel()
     return a[np.isfinite(a)]
@@ -55,7 +62,7 @@ def _bootstrap(data: tuple[np.ndarray, ...], statistic, seed: int, n_resamples: 
     for method in ("BCa", "percentile"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # BCa on degenerate data warns and returns NaN: fall back
-            res = stats.bootstrap(data, statistic, n_resamples=n_resamples, confidence_level=confidence,
+            res = _scipy().bootstrap(data, statistic, n_resamples=n_resamples, confidence_level=confidence,
                                   method=method, vectorized=True, rng=np.random.default_rng(seed))
         lo, hi = (float(v) for v in res.confidence_interval)
         if math.isfinite(lo) and math.isfinite(hi):
@@ -99,7 +106,7 @@ def unit_ratio_ci(base_units: Sequence[Sequence[float]], other_units: Sequence[S
         return Interval(value, math.nan, math.nan, n, NO_SPREAD)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # near-identical logs on one side: scipy warns, the interval stands
-        ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(confidence)
+        ci = _scipy().ttest_ind(a, b, equal_var=False).confidence_interval(confidence)
     return Interval(value, float(np.exp(ci.low)), float(np.exp(ci.high)), n)
 
 
@@ -107,7 +114,7 @@ def wilson(k: int, n: int, confidence: float = CONFIDENCE) -> Interval:
     """Proportion ``k/n`` with its Wilson score interval."""
     if n <= 0:
         return NAN
-    ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
+    ci = _scipy().binomtest(int(k), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
     return Interval(k / n, float(ci.low), float(ci.high), int(n))
 
 
@@ -131,7 +138,7 @@ def mcnemar(a_correct: Sequence[bool], b_correct: Sequence[bool]) -> McNemar:
     if a.shape != b.shape:
         raise ValueError(f"paired outcomes differ in shape: {a.shape} vs {b.shape}")
     only_a, only_b = int((a & ~b).sum()), int((~a & b).sum())
-    p = 1.0 if only_a + only_b == 0 else float(stats.binomtest(only_a, only_a + only_b, 0.5).pvalue)
+    p = 1.0 if only_a + only_b == 0 else float(_scipy().binomtest(only_a, only_a + only_b, 0.5).pvalue)
     return McNemar(int(a.size), only_a, only_b, min(1.0, p))
 
 
@@ -152,7 +159,7 @@ def _t_interval(d: np.ndarray, confidence: float) -> Interval:
         return Interval(value, math.nan, math.nan, int(d.size), NO_SPREAD)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # near-identical values: scipy warns, the interval stands
-        ci = stats.ttest_1samp(d, 0.0).confidence_interval(confidence)
+        ci = _scipy().ttest_1samp(d, 0.0).confidence_interval(confidence)
     return Interval(value, float(ci.low), float(ci.high), int(d.size))
 
 

@@ -41,12 +41,10 @@ def one_torch_thread():
     2 threads ~20x slower than 1. Modules opt in with
     ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``.
     """
-    import torch
+    from tests.store_helpers import one_thread
 
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    with one_thread():
+        yield
 
 
 @pytest.fixture

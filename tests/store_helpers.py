@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench.datasets.identity import source_record
@@ -14,22 +16,30 @@ TEST_ITERATIONS = 300
 TEST_LR = 5e-3
 
 
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """One torch intra-op thread inside, the count restored after: tiny fits run faster so on shared cores,
+    and an image fitted alone in its chunk gets the same bits as in a larger one (docs/measurement.md)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def fit_store_for_tests(data, out: str | Path, split: str = "train", iterations: int = TEST_ITERATIONS, bits: int = 16) -> Path:
     """Fit ``data.split(split)`` with the ``demo`` architecture and save a ``bits``-bit store at ``out``.
 
     ``data``: a ``bench.datasets.prepared.PreparedDataset``. Returns the store path; the per-image
     PSNR is in the store (``load(out).psnr``).
     """
-    import torch
-
     s = data.split(split)
     cfg = preset("demo", iterations=iterations, lr=TEST_LR)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny fit: one thread is faster on shared cores, and leaves the other free
-    try:
+    with one_thread():
         res = fit(s.images, cfg)
-    finally:
-        torch.set_num_threads(threads)
     layers = quantize(res.weights, QuantConfig((bits,) * cfg.arch.num_linear))
     psnr = decode_psnr(dequantize(layers), s.images, cfg.arch)
 

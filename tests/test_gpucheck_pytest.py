@@ -84,10 +84,10 @@ def test_a_pytest_killed_by_the_cap_still_reports_the_tests_it_finished(tmp_path
     f = _fake(tmp_path, sleep=600)
     t0 = time.time()
     with pytest.raises(gpucheck.StepFailed) as e:
-        gpucheck._pytest(_ctx(tmp_path), "fake", [str(f)], cap=10)
+        gpucheck._pytest(_ctx(tmp_path), "fake", [str(f)], cap=4)  # the fake pytest reaches test_sleeps in ~0.5 s
     assert time.time() - t0 < 60  # killed at the cap, not after the sleep
     msg, fig = str(e.value), e.value.figures
-    assert msg.startswith("pytest timed out after 10 s, while running test_fake.py::test_sleeps; "), msg
+    assert msg.startswith("pytest timed out after 4 s, while running test_fake.py::test_sleeps; "), msg
     assert "before it 3 passed, 2 failed, 2 skipped; 2 not reached" in msg and "\n" not in msg, msg
     assert (fig["passed"], fig["failed"], fig["skipped"]) == (3, 2, 2)
     assert fig["failures"] == ["test_fake.py::test_bad: AssertionError: one is not two assert 1 == 2",

@@ -14,6 +14,7 @@ from inr.fit import FitConfig, fit, images_to_targets, optimize, preset
 from inr.loop import STOP_CHECK_EVERY, Loop, bucket_sizes
 from inr.siren import coord_grid, init_weights
 from tests.cli_helpers import assert_one_line_error, run_cli
+from tests.store_helpers import one_thread
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -47,7 +48,8 @@ def full(photos):
     best-so-far curves (``queue_curves``: ``[ITERS + 1, 8]`` dB)."""
     _, imgs = photos
     cfg = preset("cifar10", iterations=ITERS, lr=3e-3, batch=8)
-    return cfg, imgs, fit(imgs, cfg), queue_curves(imgs, cfg)
+    with one_thread():  # as the tests run (a module's fixtures are made before ``one_torch_thread``)
+        return cfg, imgs, fit(imgs, cfg), queue_curves(imgs, cfg)
 
 
 def test_bucket_sizes():
@@ -97,7 +99,8 @@ def stopping(full):
     cfg, imgs, ref, curves = full
     target = (curves[100] + curves[-1]) / 2
     target[3] = ref.psnr[3] + 5.0
-    return target, fit(imgs, cfg, stop_at=target)
+    with one_thread():
+        return target, fit(imgs, cfg, stop_at=target)
 
 
 def test_eager_stops_each_image_at_its_target(full, stopping):
