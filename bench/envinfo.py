@@ -41,7 +41,9 @@ def dali_stack_mismatch(names: list[str] | None = None) -> str | None:
     """A warning when the installed DALI wheels and their nvImageCodec / nvCOMP libraries are of different
     CUDA majors (``names``: distribution names; default: this environment's): they share folders. Else None."""
     if names is None:
-        names = [d.metadata["Name"] or "" for d in md.distributions()]
+        from pipelines.base import installed_distributions  # imports torch (the pipelines package)
+
+        names = list(installed_distributions())
     names = sorted({n.lower().replace("_", "-") for n in names})
     dali = {m.group(1) for n in names if (m := re.fullmatch(r"nvidia-dali-cuda(\d+)0", n))}
     libs = {n: m.group(1) for n in names if (m := re.fullmatch(r"nvidia-(?:nvimgcodec|libnvcomp)-cu(\d+)", n))}
@@ -205,14 +207,16 @@ def collect(distributed: dict[str, Any] | None = None) -> dict[str, Any]:
     DALI is read, not imported). ``distributed``: a data-parallel run's shape (``{"world_size": 1}`` for one process)."""
     import torch
 
+    from pipelines.base import installed_distributions
+
     dali_init = _dali_init()
     m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", dali_init, re.M)
     dali_version = m.group(1) if m else None
     # the CUDA DALI was built with: the line DALI keeps it on (``__cuda_version__ = int('12.9.86'...``),
     # else the major in its wheel's name (nvidia-dali-cuda120)
     m = re.search(r"__cuda_version__\s*=\s*int\('([0-9.]+)'", dali_init)
-    dali_cuda = m.group(1) if m else dali_version and next((w.group(1) for d in md.distributions() if (w := re.fullmatch(
-        r"nvidia-dali-cuda(\d\d)\d", (d.metadata["Name"] or "").lower()))), None)
+    dali_cuda = m.group(1) if m else dali_version and next((w.group(1) for n in installed_distributions() if (w := re.fullmatch(
+        r"nvidia-dali-cuda(\d\d)\d", n))), None)
     cpu_model = platform.processor() or None
     with contextlib.suppress(OSError):
         cpu_model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()

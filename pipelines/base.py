@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 import importlib.metadata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -166,6 +167,18 @@ def installed_version(dist: str) -> str | None:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+@functools.cache
+def installed_distributions() -> dict[str, str]:
+    """``{name: version}`` of every installed distribution (names lower case, ``-`` for ``_``; the first of a name
+    on ``sys.path`` wins), read once per process: the scan parses each one's metadata (~0.05 s for 270)."""
+    out: dict[str, str] = {}
+    for d in importlib.metadata.distributions():
+        meta = d.metadata
+        if name := (meta["Name"] or "").lower().replace("_", "-"):
+            out.setdefault(name, meta["Version"])
+    return out
 
 
 _REGISTRY: dict[str, type[Pipeline]] = {}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib.metadata
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,15 @@ from PIL import Image
 
 from bench.datasets.prepared import PreparedDataset
 from bench.errors import InputError
-from pipelines.base import Augment, Batch, Pipeline, PipelineConfig, Unavailable, register
+from pipelines.base import (
+    Augment,
+    Batch,
+    Pipeline,
+    PipelineConfig,
+    Unavailable,
+    installed_distributions,
+    register,
+)
 from pipelines.crops import RRC_TRIES
 from pipelines.jpeg_header import check_jpeg_files, jpeg_bytes_per_image
 from pipelines.shard import num_batches, rank_seed
@@ -210,8 +217,7 @@ class DaliPipeline(Pipeline):
     @classmethod
     def libraries(cls) -> dict[str, str | None]:
         """The installed DALI wheels (``nvidia-dali-cuda130 2.4.0``; both, with two CUDA builds)."""
-        dali = sorted(f"{d.metadata['Name']} {d.version}" for d in importlib.metadata.distributions()
-                      if (d.metadata["Name"] or "").lower().startswith("nvidia-dali"))
+        dali = sorted(f"{n} {v}" for n, v in installed_distributions().items() if n.startswith("nvidia-dali"))
         return {"nvidia-dali": ", ".join(dali) or None}
 
 
