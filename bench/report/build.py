@@ -91,10 +91,12 @@ def _write(doc: _Doc, x: ReportInputs) -> None:
         doc.block("**Other processes were busy on the machine during some runs: see *Other load on the "
                   "machine*.**")
     _code_warning(doc, x)
-    _headline(doc, x)
+    checks = T.sanity_checks(rows)
+    sp = T.speedups(rows, checks)  # once: the headline, the speedup section and its figures read it
+    _headline(doc, x, sp)
     doc.gallery_here()
-    _speedup(doc, rows)
-    _sanity(doc, rows)
+    _speedup(doc, rows, sp)
+    _sanity(doc, checks)
     _compression(doc, x)
     _accuracy(doc, x)
     _throughput(doc, rows)
@@ -143,14 +145,14 @@ def _store_of(x: ReportInputs) -> dict[tuple[str, str], str]:
     return out
 
 
-def _headline(doc: _Doc, x: ReportInputs) -> None:
+def _headline(doc: _Doc, x: ReportInputs, sp: pd.DataFrame) -> None:
     store_of = _store_of(x)
-    tabs = T.headline(x.rows, lambda ds, p: _bytes_per_image(x, ds, p))
+    tabs = T.headline(x.rows, lambda ds, p: _bytes_per_image(x, ds, p), sp)
     if not tabs:
         return
     shown = [(ds, p) for ds, t in tabs.items() for p in t["pipeline"]]
     doc.block("## Headline")
-    sp, ips = T.speedups(x.rows), T.stats(x.rows, N.IMAGES_PER_S)
+    ips = T.stats(x.rows, N.IMAGES_PER_S)
     for ds in tabs:
         said = [V.speed_sentence({str(r["pipeline"]): r["median"] for _, r in
                                   ips[(ips["dataset"] == ds) & (ips["mode"] == m)].iterrows()}, sp, ds, m)
@@ -378,15 +380,14 @@ def _throughput(doc: _Doc, rows: pd.DataFrame) -> None:
             doc.table(t)
 
 
-def _speedup(doc: _Doc, rows: pd.DataFrame) -> None:
-    tabs = T.speedup_tables(rows)
+def _speedup(doc: _Doc, rows: pd.DataFrame, sp: pd.DataFrame) -> None:
+    tabs = T.speedup_tables(rows, sp)
     if not tabs:
         return
     doc.block("## Speedup (epoch time of the baseline / epoch time of the pipeline)")
     doc.block("95% interval over processes; the figure's faded hatched bars: differences the intervals do not "
               "support; train speedups that failed a sanity check are left out. Each interval is for its own "
               "comparison: among many, about 1 in 20 can miss by chance.")
-    sp = T.speedups(rows)
     for ds, t in tabs.items():
         doc.block(f"### {ds} — speedup")
         doc.table(t)
@@ -413,8 +414,7 @@ def _other_load(doc: _Doc, rows: pd.DataFrame) -> None:
     doc.table(view, index=False)
 
 
-def _sanity(doc: _Doc, rows: pd.DataFrame) -> None:
-    checks = T.sanity_checks(rows)
+def _sanity(doc: _Doc, checks: pd.DataFrame) -> None:
     if checks.empty:
         return
     doc.block("## Sanity checks")

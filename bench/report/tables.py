@@ -215,12 +215,13 @@ def flagged_train(rows: pd.DataFrame, checks: pd.DataFrame | None = None) -> set
     return {(d, p) for d, p in zip(c.loc[c["flagged"], "dataset"], c.loc[c["flagged"], "pipeline"], strict=True)}
 
 
-def speedups(rows: pd.DataFrame) -> pd.DataFrame:
+def speedups(rows: pd.DataFrame, checks: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per dataset x mode x pipeline x baseline: epoch-time ratio, interval, ``detected`` (excludes 1.0)
-    and ``flagged`` (the pipeline's or baseline's train epochs failed a sanity check)."""
+    and ``flagged`` (the pipeline's or baseline's train epochs failed a sanity check; ``checks``: those of
+    ``rows`` where already computed)."""
     st = stats(rows, N.EPOCH_S)
     st = st[st["mode"].isin(SPEEDUP_MODES)]
-    bad = flagged_train(rows)
+    bad = flagged_train(rows, checks)
     out = []
     for (ds, mode), g in st.groupby(["dataset", "mode"], dropna=False):
         pipes = list(g["pipeline"])
@@ -252,9 +253,10 @@ def fmt_speedup(h) -> str:
     return S.fmt_ratio(iv)
 
 
-def speedup_tables(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """dataset -> rows pipeline, columns ``vs <baseline> (<mode>)``: ``3.1x [2.8-3.4]`` or a status."""
-    sp = speedups(rows)
+def speedup_tables(rows: pd.DataFrame, sp: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
+    """dataset -> rows pipeline, columns ``vs <baseline> (<mode>)``: ``3.1x [2.8-3.4]`` or a status (``sp``: the
+    ``speedups`` of ``rows`` where already computed)."""
+    sp = speedups(rows) if sp is None else sp
     st = stats(rows, N.EPOCH_S)
     out = {}
     for ds, (pipes, modes) in combos(rows).items():
@@ -516,13 +518,13 @@ def fmt_mcnemar(t: S.McNemar | None) -> str:
     return f"{'better' if t.only_a > t.only_b else 'worse'} (p={t.p_value:.2g})"
 
 
-def headline(rows: pd.DataFrame, bytes_per_image) -> dict[str, pd.DataFrame]:
+def headline(rows: pd.DataFrame, bytes_per_image, sp: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
     """dataset -> per pipeline: bytes/image (``bytes_per_image(ds, p)``), loader/train img/s (img/CPU-s on
     a CPU), train speedups and accuracy with their intervals."""
     ips = stats(rows, N.IMAGES_PER_S)
     cpu_ips = stats(rows, N.IMAGES_PER_CPU_S, steady=False)
     acc = accuracy(rows)
-    sp = speedups(rows)
+    sp = speedups(rows) if sp is None else sp
     b = bench_rows(rows)
     out = {}
     for ds, (pipes, modes) in combos(rows).items():
