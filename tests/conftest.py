@@ -67,3 +67,22 @@ def run(monkeypatch, capsys, request):
         return rc, out, err
 
     return _run
+
+
+@pytest.fixture
+def traced_graphs(monkeypatch):
+    """The fit loop's compiled graphs traced by dynamo and AOTAutograd (``fullgraph``: a graph break still fails)
+    and run without inductor's code generation: ~2 CPU-s a chunk shape instead of ~20 on a cold compile cache.
+    For tests of the loop around the graphs; ``test_inr_mixed`` and ``test_inr_subsample``'s
+    ``test_a_fraction_that_rounds_up_to_every_pixel_is_the_all_pixel_fit`` compile with inductor."""
+    import torch
+
+    from inr import loop
+
+    compile_ = torch.compile
+    monkeypatch.setattr(loop, "_CACHE", {})  # these graphs stay out of the other tests' cache
+
+    def traced(fn, **kw):
+        return compile_(fn, **{k: v for k, v in kw.items() if k != "options"}, backend="eager")
+
+    monkeypatch.setattr(torch, "compile", traced)

@@ -172,7 +172,7 @@ def test_all_images_stop_and_the_loop_ends(full):
     assert (res.psnr >= target - 0.05).all()
 
 
-def test_compiled_step_shrinks_through_buckets(full):
+def test_compiled_step_shrinks_through_buckets(full, traced_graphs):
     cfg, imgs, _, curves = full
     ccfg = replace(cfg, step="compiled")
     cref = fit(imgs, ccfg)

@@ -179,7 +179,7 @@ def test_a_subsampled_fit_stops_at_its_target(fits):
     assert (es.psnr[stopped] >= target[stopped] - 1e-3).all(), (es.psnr, target)
 
 
-def test_compiled_subsampled_fit_agrees_with_eager_and_is_compiled_once(photos):
+def test_compiled_subsampled_fit_agrees_with_eager_and_is_compiled_once(photos, traced_graphs):
     """The compiled subsampled step (gather, polynomial sine, Adam in one graph) and the eager one (exact sine):
     the same pixels each step, so over 60 steps at the preset's lr the fits agree to hundredths of a dB. Warm-up
     compiles the subsampled step and the all-pixel check for every drain size; a second fit with another lr,
@@ -257,6 +257,7 @@ def test_where_a_subsampled_image_stops_does_not_depend_on_its_chunk(photos):
             assert torch.equal(W1, W2) and torch.equal(b1, b2), (batch, workers)
 
 
+@pytest.mark.slow  # inductor compiles 5 graphs: ~6 s with a warm compile cache, ~60 s with a cold one
 def test_a_fraction_that_rounds_up_to_every_pixel_is_the_all_pixel_fit(photos, monkeypatch):
     """0.99 of 64 pixels is every pixel: the all-pixel loop runs (the same weights as without a fraction), and the
     compiled graphs warmed before the workers start are the all-pixel loop's, not the subsampled ones."""
