@@ -73,8 +73,8 @@ def run(monkeypatch, capsys, request):
 def traced_graphs(monkeypatch):
     """The fit loop's compiled graphs traced by dynamo and AOTAutograd (``fullgraph``: a graph break still fails)
     and run without inductor's code generation: ~2 CPU-s a chunk shape instead of ~20 on a cold compile cache.
-    For tests of the loop around the graphs; ``test_inr_mixed`` and ``test_inr_subsample``'s
-    ``test_a_fraction_that_rounds_up_to_every_pixel_is_the_all_pixel_fit`` compile with inductor."""
+    For tests of the loop around the graphs; ``test_inr_mixed`` compiles one with inductor (and gpu-check's
+    perf steps on the GPU)."""
     import torch
 
     from inr import loop

@@ -257,8 +257,7 @@ def test_where_a_subsampled_image_stops_does_not_depend_on_its_chunk(photos):
             assert torch.equal(W1, W2) and torch.equal(b1, b2), (batch, workers)
 
 
-@pytest.mark.slow  # inductor compiles 5 graphs: ~6 s with a warm compile cache, ~60 s with a cold one
-def test_a_fraction_that_rounds_up_to_every_pixel_is_the_all_pixel_fit(photos, monkeypatch):
+def test_a_fraction_that_rounds_up_to_every_pixel_is_the_all_pixel_fit(photos, monkeypatch, traced_graphs):
     """0.99 of 64 pixels is every pixel: the all-pixel loop runs (the same weights as without a fraction), and the
     compiled graphs warmed before the workers start are the all-pixel loop's, not the subsampled ones."""
     from inr import loop
