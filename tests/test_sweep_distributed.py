@@ -178,6 +178,7 @@ def test_multi_node_cell_is_a_skip_with_the_line_then_adopted_when_run_by_hand(t
     assert "enc" in s.kept
 
 
+@pytest.mark.slow  # 17-18 s on a quiet 2-core machine, over 20 s on a busy one
 def test_two_process_bench_cell_end_to_end_on_cpu(tmp_path, monkeypatch):
     """A sweep cell of 2 gloo ranks (``nproc: 2``) beside the same cell in one process: per-rank and
     aggregate rows in the cell's results and the sweep's merged view, and another hash."""
