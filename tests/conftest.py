@@ -71,8 +71,8 @@ def run(monkeypatch, capsys, request):
 
 @pytest.fixture
 def traced_graphs(monkeypatch):
-    """The fit loop's compiled graphs traced by dynamo and AOTAutograd (``fullgraph``: a graph break still fails)
-    and run without inductor's code generation: ~2 CPU-s a chunk shape instead of ~20 on a cold compile cache.
+    """The fit loop's compiled graphs traced by dynamo (``fullgraph``: a graph break still fails) and run by its
+    eager backend, without inductor's code generation: ~1-3 CPU-s a chunk shape instead of ~20 on a cold cache.
     For tests of the loop around the graphs; ``test_inr_mixed`` compiles one with inductor (and gpu-check's
     perf steps on the GPU)."""
     import torch
